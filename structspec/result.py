@@ -1,0 +1,59 @@
+"""What a generation returns: the value, its tokens, why it stopped, and typed stats."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+StopReason = Literal["eos", "fsm_complete"]
+"""``eos``: the model chose EOS in a final state; ``fsm_complete``: the FSM allowed nothing but EOS."""
+
+
+@dataclass
+class Stats:
+    """Exact counts of one generation; benchmarks and reports read these, nothing else."""
+
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    target_forward_passes: int = 0
+    tokens_fed: list[int] = field(default_factory=list)  # tokens fed to the target, per pass
+    model_seconds: float = 0.0  # inside the target's forward passes
+    constraint_seconds: float = 0.0  # masking, token choice, FSM bookkeeping
+    compile_seconds: float = 0.0
+    compile_source: str = ""  # "compiled", "memory" or "disk"
+
+    @property
+    def passes_per_token(self) -> float:
+        """Target forward passes per output token (1.0 for one pass per token)."""
+        return self.target_forward_passes / max(self.output_tokens, 1)
+
+    @property
+    def constraint_seconds_per_pass(self) -> float:
+        return self.constraint_seconds / max(self.target_forward_passes, 1)
+
+    @property
+    def model_seconds_per_pass(self) -> float:
+        return self.model_seconds / max(self.target_forward_passes, 1)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain numbers for JSON output (per-pass lists are summarized)."""
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "output_tokens": self.output_tokens,
+            "target_forward_passes": self.target_forward_passes,
+            "passes_per_token": round(self.passes_per_token, 4),
+            "model_seconds": round(self.model_seconds, 4),
+            "constraint_seconds": round(self.constraint_seconds, 4),
+            "compile_seconds": round(self.compile_seconds, 4),
+        }
+
+
+@dataclass
+class Result:
+    """A finished generation: ``value`` is the parsed, validated output."""
+
+    value: Any
+    text: str
+    token_ids: list[int]
+    stop_reason: StopReason
+    stats: Stats
