@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from structspec.decode import DecodeOptions, decode
+from structspec.fastforward import FastForward
 from structspec.fsm import TokenFSM
 from structspec.lm import LM, Prompt, load
 from structspec.result import Result
@@ -57,11 +58,13 @@ def generate_result(
     top_p: float | None = None,
     seed: int | None = None,
     whitespace_pattern: str = COMPACT,
+    fast_forward: FastForward = "canonical",
 ) -> Result:
     """Generate output that matches ``spec`` and return it with its tokens and stats.
 
     ``do_sample=None`` samples when ``temperature``, ``top_k`` or ``top_p`` is set
-    and decodes greedily otherwise. Raises `TokenBudgetExceeded` (with the partial
+    and decodes greedily otherwise. ``fast_forward`` ("off", "exact", "canonical")
+    says how tokens the FSM forces are appended without a model call. Raises `TokenBudgetExceeded` (with the partial
     text) when ``max_new_tokens`` runs out.
     """
     if do_sample is None:
@@ -70,6 +73,7 @@ def generate_result(
         max_new_tokens=max_new_tokens,
         sampling=SamplingConfig(do_sample, temperature, top_k, top_p),
         seed=seed,
+        fast_forward=fast_forward,
     )
     lm = load(model) if isinstance(model, str) else model
     prompt_ids = lm.encode_prompt(prompt)
@@ -79,7 +83,7 @@ def generate_result(
     decoded.stats.compile_source = compiled.fsm.info.source
     text = lm.vocab.decode(decoded.token_ids)
     value = compiled.constraint.parse(text)
-    return Result(value, text, decoded.token_ids, decoded.stop_reason, decoded.stats)
+    return Result(value, text, decoded.token_ids, decoded.stop_reason, decoded.stats, decoded.sources)
 
 
 def generate(model: LM | str, spec: Any, prompt: Prompt, **options: Any) -> Any:

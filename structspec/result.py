@@ -21,6 +21,13 @@ class Stats:
     constraint_seconds: float = 0.0  # masking, token choice, FSM bookkeeping
     compile_seconds: float = 0.0
     compile_source: str = ""  # "compiled", "memory" or "disk"
+    forced_tokens: int = 0  # appended by fast-forward, no model decision
+    forced_bytes: int = 0
+
+    @property
+    def model_token_share(self) -> float:
+        """Share of output tokens that needed the model (1.0 without fast-forward)."""
+        return 1 - self.forced_tokens / max(self.output_tokens, 1)
 
     @property
     def passes_per_token(self) -> float:
@@ -42,6 +49,8 @@ class Stats:
             "output_tokens": self.output_tokens,
             "target_forward_passes": self.target_forward_passes,
             "passes_per_token": round(self.passes_per_token, 4),
+            "forced_tokens": self.forced_tokens,
+            "forced_bytes": self.forced_bytes,
             "model_seconds": round(self.model_seconds, 4),
             "constraint_seconds": round(self.constraint_seconds, 4),
             "compile_seconds": round(self.compile_seconds, 4),
@@ -57,3 +66,4 @@ class Result:
     token_ids: list[int]
     stop_reason: StopReason
     stats: Stats
+    sources: list[str] = field(default_factory=list)  # per token: "forced" or "model"

@@ -53,14 +53,17 @@ _TYPE_KEYWORDS = {
     "array": {"items", "minItems", "maxItems"},
     "object": {"additionalProperties", "minProperties", "maxProperties"},
 }
-_TYPE_OF_KEYWORD = {k: t for t, ks in _TYPE_KEYWORDS.items() for k in ks} | {
-    k: "number" for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
-} | {k: "array" for k in ("uniqueItems", "contains", "minContains", "maxContains", "prefixItems",
-                             "additionalItems", "unevaluatedItems")} | {
-    k: "object" for k in ("required", "properties", "patternProperties", "propertyNames",
-                          "dependentRequired", "dependencies", "dependentSchemas",
-                          "unevaluatedProperties")
-} | {"pattern": "string", "format": "string"}
+# The JSON types each validation keyword applies to (keywords absent here apply to all).
+_KEYWORD_TYPES: dict[str, set[str]] = {
+    **{k: {"string"} for k in ("minLength", "maxLength", "pattern", "format")},
+    **{k: {"number", "integer"} for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                                           "multipleOf")},
+    **{k: {"array"} for k in ("items", "minItems", "maxItems", "uniqueItems", "contains", "minContains",
+                               "maxContains", "prefixItems", "additionalItems", "unevaluatedItems")},
+    **{k: {"object"} for k in ("additionalProperties", "minProperties", "maxProperties", "required",
+                                "properties", "patternProperties", "propertyNames", "dependentRequired",
+                                "dependencies", "dependentSchemas", "unevaluatedProperties")},
+}
 
 
 @dataclass(frozen=True)
@@ -92,12 +95,13 @@ def constraint_of(spec: Any, whitespace_pattern: str = COMPACT) -> Constraint:
         return _json_constraint(spec.model_json_schema(), whitespace_pattern, spec.model_validate_json)
     if isinstance(spec, str):
         try:
-            spec = json.loads(spec)
+            loaded = json.loads(spec)
         except json.JSONDecodeError as e:
             raise SpecError(
                 f"a str spec must be a JSON Schema document, and this one is not valid JSON ({e}); "
                 "wrap a regex in structspec.Regex(...)"
             ) from None
+        return _json_constraint(loaded, whitespace_pattern, lambda text: _validated(json.loads(text), loaded))
     if isinstance(spec, dict):
         schema = spec
         return _json_constraint(schema, whitespace_pattern, lambda text: _validated(json.loads(text), schema))
@@ -274,7 +278,8 @@ class _Checker:
         types = [node["type"]] if isinstance(node["type"], str) else list(node["type"])
         allowed = set().union(*(_TYPE_KEYWORDS[t] for t in types)) | {"type"}
         for key in node:  # keywords of a type not listed constrain nothing here
-            if key in _VALIDATION and key not in allowed and _TYPE_OF_KEYWORD.get(key, "*") in types + ["*"]:
+            applies = _KEYWORD_TYPES.get(key)
+            if key in _VALIDATION and key not in allowed and (applies is None or applies & set(types)):
                 raise SchemaError(key, ptr, f"not enforced for type {node['type']!r}")
         if "string" in types:
             if ("minLength" in node or "maxLength" in node) and ("pattern" in node or "format" in node):

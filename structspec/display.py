@@ -1,0 +1,26 @@
+"""Terminal rendering of results: the stats table people read after a run."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from structspec.result import Stats
+
+
+def stats_table(stats: Stats, title: str = "stats") -> Table:
+    """A two-column table of one generation's stats."""
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    rows = [
+        ("prompt tokens", f"{stats.prompt_tokens}"),
+        ("output tokens", f"{stats.output_tokens}"),
+        ("target forward passes", f"{stats.target_forward_passes}"),
+        ("passes per output token", f"{stats.passes_per_token:.3f}"),
+        ("model time per pass", f"{1000 * stats.model_seconds_per_pass:.1f} ms"),
+        ("constraint time per pass", f"{1000 * stats.constraint_seconds_per_pass:.2f} ms"),
+        ("compile", f"{1000 * stats.compile_seconds:.1f} ms ({stats.compile_source})"),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table

@@ -1,0 +1,175 @@
+"""Fast-forward: append the tokens the FSM forces without asking the model.
+
+Two modes (``"off"`` is plain masked decoding):
+
+* ``exact``: while the token FSM allows exactly one token, append it. Output is
+  token-identical to plain masked decoding.
+* ``canonical``: find the forced *text* — the longest byte string every
+  continuation of the state starts with — and append the tokens the tokenizer
+  would use for that text in context. A token FSM rarely has a single choice
+  (``{"`` can be spelled ``{`` + ``"``), so this is where the savings are.
+
+The forced text comes from walking the same outlines-core `Index` byte by byte
+(a byte is forced when every allowed token starts with it), so the
+character-level view agrees with the token FSM by construction.
+
+Boundaries. The model's last token is still pending (not yet fed), so the
+forced text is re-tokenized together with it: ``"`` + ``,"age":`` becomes the
+canonical ``",`` + ``"age":``. At the far end, the tokens of the last
+pre-token of the forced text could merge with the text that follows (``"`` +
+``Alice`` → ``"Alice``), so they are held back and left to the model — unless
+the pre-tokenizer splits there for every byte that may follow, or the output is
+complete. Tokenizers without a pre-tokenizer hold back the last two tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from structspec.fsm import TokenFSM
+
+FastForward = Literal["off", "exact", "canonical"]
+
+# Forced runs longer than this are cut (keeps one pass's input bounded).
+_MAX_FORCED_BYTES = 512
+_HOLDBACK_TOKENS = 2
+
+
+@dataclass
+class Forced:
+    """Tokens to put in place of ``out[replace_from:]``, and the FSM states after each."""
+
+    replace_from: int
+    token_ids: list[int]
+    states: list[int]
+    forced_count: int  # how many of token_ids carry only forced text
+
+
+@dataclass(eq=False)
+class Forcer:
+    """Computes forced tokens for one FSM and tokenizer; caches per state. Never changes the FSM."""
+
+    fsm: TokenFSM
+    tokenizer: Any
+    mode: FastForward
+    _forced_bytes: dict[int, tuple[bytes, int]] = field(default_factory=dict)
+    _hard_end: dict[tuple[int, str], bool] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # a token id for every single byte, to walk the FSM one byte at a time
+        self._byte_token: dict[int, int] = {}
+        for i, b in enumerate(self.fsm.vocab.token_bytes):
+            if b is not None and len(b) == 1 and i != self.fsm.eos_token_id:
+                self._byte_token.setdefault(b[0], i)
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        self._pre_tokenizer = backend.pre_tokenizer if backend is not None else None
+
+    def force(self, state: int, out: list[int], states: list[int]) -> Forced | None:
+        """Forced tokens after ``out`` (``states[i]`` is the state after ``out[i]``), or None."""
+        if self.mode == "exact":
+            return self._force_exact(state, len(out))
+        if self.mode == "canonical":
+            return self._force_canonical(state, out, states)
+        return None
+
+    def _force_exact(self, state: int, n: int) -> Forced | None:
+        tokens, visited = [], []
+        while len(allowed := self.fsm.allowed_token_ids(state)) == 1 and allowed[0] != self.fsm.eos_token_id:
+            state = self.fsm.next_state(state, allowed[0])
+            tokens.append(allowed[0])
+            visited.append(state)
+        return Forced(n, tokens, visited, len(tokens)) if tokens else None
+
+    def forced_bytes(self, state: int) -> tuple[bytes, int]:
+        """The forced text from ``state`` and the state after it (cached; does not change anything)."""
+        if state in self._forced_bytes:
+            return self._forced_bytes[state]
+        start, text = state, bytearray()
+        while len(text) < _MAX_FORCED_BYTES:
+            allowed = self.fsm.allowed_token_ids(state)
+            if self.fsm.eos_token_id in allowed:
+                break
+            first = {self.fsm.vocab.token_bytes[t][0] for t in allowed[:2]}
+            byte = first.pop()
+            if first or byte not in self._byte_token or any(
+                self.fsm.vocab.token_bytes[t][0] != byte for t in allowed
+            ):
+                break
+            state = self.fsm.next_state(state, self._byte_token[byte])
+            text.append(byte)
+        self._forced_bytes[start] = (bytes(text), state)
+        return self._forced_bytes[start]
+
+    def _force_canonical(self, state: int, out: list[int], states: list[int]) -> Forced | None:
+        forced, end_state = self.forced_bytes(state)
+        if not forced:
+            return None
+        # Re-tokenize the pending model token together with the forced text.
+        join = 1 if out else 0
+        base_state = states[-2] if len(out) >= 2 else self.fsm.initial_state
+        prefix = (self.fsm.vocab.token_bytes[out[-1]] or b"") if join else b""
+        ids = self._encode(prefix + forced)
+        if ids is None and join:  # the join does not tokenize cleanly: force the text alone
+            join, prefix, base_state = 0, b"", state
+            ids = self._encode(forced)
+        if ids is None:
+            return self._force_exact(state, len(out))
+        if not self.fsm.is_complete(end_state):
+            ids = ids[: self._keep(prefix + forced, ids, end_state)]
+        visited = self.fsm.walk(base_state, ids)
+        ids = ids[: len(visited)]  # never needed in practice: every token spells forced bytes
+        if len(ids) <= join:
+            return None
+        model_tokens = self._tokens_covering(ids, len(prefix))
+        return Forced(len(out) - join, ids, visited, len(ids) - model_tokens)
+
+    def _encode(self, text: bytes) -> list[int] | None:
+        """Canonical token ids of ``text`` if they spell exactly ``text``, else None."""
+        try:
+            s = text.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        ids = self.tokenizer.encode(s, add_special_tokens=False)
+        spelled = b"".join(self.fsm.vocab.token_bytes[t] or b"" for t in ids)
+        return ids if spelled == text else None
+
+    def _tokens_covering(self, ids: list[int], n_bytes: int) -> int:
+        """How many leading tokens of ``ids`` it takes to cover the first ``n_bytes`` bytes."""
+        covered, count = 0, 0
+        while covered < n_bytes:
+            covered += len(self.fsm.vocab.token_bytes[ids[count]] or b"")
+            count += 1
+        return count
+
+    def _keep(self, text: bytes, ids: list[int], end_state: int) -> int:
+        """How many tokens of ``ids`` (spelling ``text``) cannot merge with what follows."""
+        if self._pre_tokenizer is None:
+            return max(len(ids) - _HOLDBACK_TOKENS, 0)
+        s = text.decode("utf-8")
+        if self._boundary_is_hard(s, end_state):
+            return len(ids)
+        pieces = self._pre_tokenizer.pre_tokenize_str(s)
+        last_start = len(s[: pieces[-1][1][0]].encode("utf-8")) if pieces else 0
+        keep, covered = 0, 0
+        for t in ids:
+            covered += len(self.fsm.vocab.token_bytes[t] or b"")
+            if covered > last_start:
+                break
+            keep += 1
+        return keep
+
+    def _boundary_is_hard(self, s: str, end_state: int) -> bool:
+        """Whether the pre-tokenizer splits after ``s`` whatever first character the FSM allows next."""
+        key = (end_state, s)
+        if key not in self._hard_end:
+            nexts = {
+                b[:1] for t in self.fsm.allowed_token_ids(end_state)
+                if (b := self.fsm.vocab.token_bytes[t])
+            }
+            chars = {c.decode("utf-8", "ignore") or "é" for c in nexts}  # any non-ASCII byte: a letter
+            self._hard_end[key] = all(
+                any(end == len(s) for _, (_, end) in self._pre_tokenizer.pre_tokenize_str(s + c)) for c in chars
+            )
+        return self._hard_end[key]
+

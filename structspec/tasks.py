@@ -1,0 +1,98 @@
+"""The extraction task set used by the benchmarks: documents, their schema, the expected fields.
+
+Every method in a benchmark gets the same `extraction_prompt`, so the prompt is
+short and neutral: it names the fields and asks for JSON, nothing more.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+_REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Task:
+    """One document to extract ``schema`` from; ``expected`` is the reference value (None if unknown)."""
+
+    id: str
+    schema_name: str
+    schema: type[BaseModel]
+    text: str
+    expected: dict[str, Any] | None
+
+
+def _resolve(path: str | Path) -> Path:
+    """``path`` as given if it exists from the cwd, else relative to the repo root."""
+    p = Path(path)
+    if p.is_absolute() or p.exists():
+        return p
+    return _REPO_ROOT / p
+
+
+def load_schemas(path: str | Path = "examples/schemas.py") -> dict[str, type[BaseModel]]:
+    """The ``SCHEMAS`` dict of a Python file, imported by path."""
+    file = _resolve(path)
+    spec = importlib.util.spec_from_file_location(f"_structspec_schemas_{file.stem}", file)
+    if spec is None or spec.loader is None:
+        raise FileNotFoundError(f"cannot import schemas from {file}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.SCHEMAS
+
+
+def load_tasks(path: str | Path = "examples/tasks.jsonl", schemas: str | Path = "examples/schemas.py") -> list[Task]:
+    """Read a JSONL file of ``{"id", "schema", "text", "expected"}`` records."""
+    by_name = load_schemas(schemas)
+    tasks = []
+    for line in _resolve(path).read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        name = record["schema"]
+        if name not in by_name:
+            raise KeyError(f"task {record['id']!r} names schema {name!r}; known: {', '.join(by_name)}")
+        tasks.append(Task(record["id"], name, by_name[name], record["text"], record.get("expected")))
+    return tasks
+
+
+def extraction_prompt(text: str, schema: type[BaseModel]) -> list[dict[str, str]]:
+    """Chat messages asking to extract ``schema``'s fields from ``text`` as JSON."""
+    fields = ", ".join(schema.model_fields)
+    return [{
+        "role": "user",
+        "content": f"Extract the following fields from the document as JSON: {fields}.\n\nDocument:\n{text}",
+    }]
+
+
+def field_accuracy(value: dict[str, Any], expected: dict[str, Any]) -> float:
+    """Share of ``expected``'s top-level fields that ``value`` has equal.
+
+    Numbers compare with a small relative tolerance, strings case-insensitively
+    after stripping; lists and objects compare element by element the same way.
+    """
+    if not expected:
+        return 1.0
+    hits = sum(name in value and _same(value[name], want) for name, want in expected.items())
+    return hits / len(expected)
+
+
+def _same(got: Any, want: Any) -> bool:
+    if isinstance(got, bool) or isinstance(want, bool):
+        return got is want
+    if isinstance(got, (int, float)) and isinstance(want, (int, float)):
+        return math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-9)
+    if isinstance(got, str) and isinstance(want, str):
+        return got.strip().casefold() == want.strip().casefold()
+    if isinstance(got, list) and isinstance(want, list):
+        return len(got) == len(want) and all(_same(g, w) for g, w in zip(got, want))
+    if isinstance(got, dict) and isinstance(want, dict):
+        return got.keys() == want.keys() and all(_same(got[k], want[k]) for k in want)
+    return got == want

@@ -1,0 +1,209 @@
+"""Tiny, deterministic, offline tokenizers and models for tests.
+
+Nothing is downloaded: both tokenizers are trained in-process on a fixed
+built-in corpus, and the models have random weights from a fixed seed. They
+cover the two tokenizer families `structspec.vocab` handles:
+
+* `byte_level_tokenizer`: byte-level BPE like GPT-2, SmolLM2 and Qwen;
+* `sentencepiece_tokenizer`: BPE with ``▁`` spaces and ``<0xNN>`` byte fallback
+  like Llama 2 and Gemma.
+
+`CountingLM` wraps an LM to count forward passes independently of the engine.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any, Literal
+
+import torch
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase, PreTrainedTokenizerFast
+
+from structspec.lm import LM, from_transformers
+
+_NAMES = ["Alice", "Bob", "Carol", "Dave", "Eve", "Frank", "Grace", "Heidi", "Ivan", "Judy"]
+_CITIES = ["Paris", "London", "Tokyo", "Berlin", "Oslo", "Lima", "Rome", "Cairo"]
+_COLORS = ["red", "green", "blue", "black", "white"]
+_SIZES = ["small", "medium", "large"]
+_STATUSES = ["active", "inactive", "pending", "done"]
+_SENTENCES = [
+    "Alice is 31 years old and lives in Paris.",
+    "Bob is 45. He works in London as a teacher.",
+    "Return the answer as JSON with the keys name, age and city.",
+    "The order has three items: a red shirt, a blue hat and a large bag.",
+    "Extract the fields from the text below. Use null when a value is missing.",
+    "The status is active, the score is 0.75 and the price is 12.50 dollars.",
+    "Is the answer true or false? Answer with one word.",
+    "She said: \"I'll be there at 10:30, don't wait.\"",
+    "Le café est très bon, naïve résumé à Zürich.",
+    "User: what is the weather in Tokyo today? Assistant: it is sunny.",
+]
+
+
+def _corpus() -> list[str]:
+    """Compact and spaced JSON records plus English sentences; fixed, so training is deterministic."""
+    lines = list(_SENTENCES)
+    for i, name in enumerate(_NAMES):
+        record = {
+            "name": name,
+            "age": 18 + 7 * i,
+            "city": _CITIES[i % len(_CITIES)],
+            "email": f"{name.lower()}@example.com",
+            "color": _COLORS[i % len(_COLORS)],
+            "size": _SIZES[i % len(_SIZES)],
+            "status": _STATUSES[i % len(_STATUSES)],
+            "active": i % 2 == 0,
+            "score": round(0.1 * i + 0.05, 2),
+            "tags": ["a", "b"][: i % 3],
+            "id": 1000 + i,
+            "note": None,
+        }
+        lines.append(json.dumps(record, separators=(",", ":")))
+        lines.append(json.dumps(record))
+        lines.append(json.dumps({"name": name, "age": 20 + i}, separators=(",", ":")))
+        lines.append(f"{name} is {20 + i} years old and lives in {_CITIES[i % len(_CITIES)]}.")
+    return lines * 3
+
+
+_CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<eos>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@lru_cache(maxsize=1)
+def _byte_level_json() -> str:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=500,
+        special_tokens=["<eos>", "<bos>", "<|im_start|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_corpus(), trainer)
+    return tok.to_str()
+
+
+def byte_level_tokenizer() -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer (GPT-2/SmolLM2/Qwen style) of 500 tokens, with a ChatML-like template.
+
+    Special tokens: ``<eos>`` (EOS, id 0), ``<bos>`` (BOS, id 1, not added by
+    encoding) and ``<|im_start|>`` (id 2). All 256 bytes are in the vocabulary.
+    Every call returns a fresh tokenizer with the same vocabulary.
+    """
+    return PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer.from_str(_byte_level_json()),
+        eos_token="<eos>",
+        bos_token="<bos>",
+        additional_special_tokens=["<|im_start|>"],
+        chat_template=_CHATML,
+    )
+
+
+@lru_cache(maxsize=1)
+def _sentencepiece_json() -> str:
+    # Train word pieces with "▁" as the word-start marker, then lay the vocabulary
+    # out like Llama 2: <unk>, <s>, </s>, the 256 <0xNN> byte tokens, then the pieces.
+    trained = Tokenizer(models.BPE())
+    trained.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True)
+    trained.train_from_iterator(_corpus(), trainers.BpeTrainer(vocab_size=300, show_progress=False))
+    model = json.loads(trained.to_str())["model"]
+    pieces = sorted(model["vocab"], key=model["vocab"].__getitem__)
+    names = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + pieces
+    vocab = {name: i for i, name in enumerate(names)}
+    merges = [tuple(m) for m in model["merges"]]
+
+    tok = Tokenizer(models.BPE(vocab, merges, unk_token="<unk>", fuse_unk=True, byte_fallback=True))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tok.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    )
+    tok.add_special_tokens(["<unk>", "<s>", "</s>"])
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    return tok.to_str()
+
+
+def sentencepiece_tokenizer() -> PreTrainedTokenizerFast:
+    """A SentencePiece-style BPE tokenizer (Llama 2's tokenizer.json layout) of 559 tokens.
+
+    The normalizer prepends ``▁`` to the text and turns spaces into ``▁``; the
+    decoder turns them back and strips the one leading space. Characters outside
+    the vocabulary fall back to the byte tokens ``<0x00>``..``<0xFF>`` (ids
+    3..258, ordinary vocabulary entries). Special tokens: ``<unk>`` (0), ``<s>``
+    (BOS, 1, added by encoding) and ``</s>`` (EOS, 2). No chat template.
+    Every call returns a fresh tokenizer with the same vocabulary.
+    """
+    return PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer.from_str(_sentencepiece_json()),
+        unk_token="<unk>",
+        bos_token="<s>",
+        eos_token="</s>",
+    )
+
+
+def tiny_llama(
+    tokenizer: PreTrainedTokenizerBase, seed: int = 0, hidden_size: int = 64, num_layers: int = 2
+) -> LlamaForCausalLM:
+    """A random-weight float32 Llama for ``tokenizer``, in eval mode.
+
+    Its vocabulary is the next multiple of 8 above ``len(tokenizer)``, so the
+    model has a few logits no token owns, as many real checkpoints do. Weights
+    are drawn with std 1 rather than 0.02: a 0.02 model's choice depends almost
+    only on the last token, so greedy decoding cycles and JSON strings never
+    close; at std 1 it depends on the whole context, and outputs vary and end.
+    The output layer is rescaled so logits have std about 3 (top probability
+    about 0.3), which keeps sampling neither uniform nor greedy.
+    """
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer) // 8 * 8 + 8,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=2048,
+        tie_word_embeddings=False,
+        initializer_range=1.0,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    model = LlamaForCausalLM(config).float().eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(3 / hidden_size**0.5)  # normed hidden states have RMS 1
+    return model
+
+
+_TOKENIZERS = {"byte_level": byte_level_tokenizer, "sentencepiece": sentencepiece_tokenizer}
+
+
+def tiny_lm(kind: Literal["byte_level", "sentencepiece"] = "byte_level", seed: int = 0) -> LM:
+    """`tiny_llama` with the ``kind`` tokenizer, wrapped as a `structspec.LM`."""
+    tokenizer = _TOKENIZERS[kind]()
+    return from_transformers(tiny_llama(tokenizer, seed), tokenizer)
+
+
+class CountingLM:
+    """An LM that counts its forward passes (``passes``) and the tokens fed to each (``fed``).
+
+    Everything else is delegated to the wrapped LM, so tests can check the
+    engine's pass accounting against counts the engine does not keep itself.
+    """
+
+    def __init__(self, lm: Any) -> None:
+        self.lm = lm
+        self.passes = 0
+        self.fed: list[int] = []
+
+    def forward(self, token_ids: list[int], cache: Any, logits_to_keep: int = 1) -> torch.Tensor:
+        self.passes += 1
+        self.fed.append(len(token_ids))
+        return self.lm.forward(token_ids, cache, logits_to_keep)
+
+    def __getattr__(self, name: str) -> Any:
+        # vocab, logits_width, encode_prompt, new_cache, crop, tokenizer, model, name, ...
+        return getattr(self.lm, name)

@@ -1,0 +1,136 @@
+"""The decode loop on tiny random-weight models: pass accounting, stops, sampling, budgets, bad input."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+import pytest
+import torch
+from pydantic import BaseModel
+
+import structspec
+from structspec import PromptError, Regex, RegexError, TokenBudgetExceeded, VocabularyMismatchError
+from structspec.fsm import _MEMORY, TokenFSM
+from structspec.testing import CountingLM, byte_level_tokenizer, tiny_llama
+
+
+class Pet(BaseModel):
+    kind: Literal["cat", "dog", "parrot"]
+    legs: int
+    ok: bool
+
+
+def test_passes_are_counted_exactly(byte_lm) -> None:
+    counting = CountingLM(byte_lm)
+    result = structspec.generate_result(counting, Regex(r"[a-z]{1,6}"), "hello", max_new_tokens=20)
+    stats = result.stats
+    assert re.fullmatch(r"[a-z]{1,6}", result.text)
+    assert stats.target_forward_passes == counting.passes
+    assert stats.tokens_fed == counting.fed
+    assert stats.tokens_fed[0] == stats.prompt_tokens
+    assert all(n == 1 for n in stats.tokens_fed[1:])
+    # one pass per output token, plus the pass that chose EOS
+    extra = 1 if result.stop_reason == "eos" else 0
+    assert stats.target_forward_passes == stats.output_tokens + extra
+
+
+def test_complete_fsm_stops_without_asking_the_model(byte_lm) -> None:
+    result = structspec.generate_result(byte_lm, Regex(r"[0-9]{3}"), "digits:", max_new_tokens=20)
+    assert re.fullmatch(r"[0-9]{3}", result.text)
+    assert result.stop_reason == "fsm_complete"
+    assert result.stats.target_forward_passes == result.stats.output_tokens
+
+
+def test_pydantic_value_is_validated(byte_lm) -> None:
+    pet = structspec.generate(byte_lm, Pet, "A pet:", max_new_tokens=60)
+    assert isinstance(pet, Pet)
+
+
+def test_sampling_is_reproducible_with_a_seed(byte_lm) -> None:
+    spec = Regex(r"[a-z]{3,12}")
+    runs = [structspec.generate(byte_lm, spec, "x", temperature=1.5, seed=s, max_new_tokens=20) for s in (1, 1, 2, 3, 4)]
+    assert runs[0] == runs[1]
+    assert len(set(runs)) > 1  # different seeds explore
+    greedy = structspec.generate(byte_lm, spec, "x", max_new_tokens=20)
+    assert greedy == structspec.generate(byte_lm, spec, "x", do_sample=False, temperature=1.5, max_new_tokens=20)
+
+
+def test_top_k_one_is_greedy(byte_lm) -> None:
+    spec = Regex(r"[a-z]{3,12}")
+    greedy = structspec.generate(byte_lm, spec, "x", max_new_tokens=20)
+    assert structspec.generate(byte_lm, spec, "x", do_sample=True, top_k=1, seed=7, max_new_tokens=20) == greedy
+
+
+def test_token_budget_raises_with_the_partial_output(byte_lm) -> None:
+    with pytest.raises(TokenBudgetExceeded) as err:
+        structspec.generate(byte_lm, Regex(r"[a-z]{30}"), "x", max_new_tokens=5)
+    assert err.value.max_new_tokens == 5
+    assert len(err.value.token_ids) == 5
+    assert re.fullmatch(r"[a-z]+", err.value.text) and len(err.value.text) < 30
+    assert "max_new_tokens=5" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda lm: structspec.generate(lm, Pet, ""), PromptError, "empty"),
+        (lambda lm: structspec.generate(lm, Pet, []), PromptError, "non-empty"),
+        (lambda lm: structspec.generate(lm, Pet, "x", max_new_tokens=0), ValueError, "max_new_tokens"),
+        (lambda lm: structspec.generate(lm, Regex("(ab"), "x"), RegexError, "position"),
+        (lambda lm: structspec.generate(lm, Pet, "x", temperature=0.0), ValueError, "temperature"),
+        (lambda lm: structspec.generate(lm, 3.5, "x"), structspec.SpecError, "unsupported output spec"),
+    ],
+)
+def test_bad_input_gets_a_specific_error(byte_lm, call, error, message) -> None:
+    with pytest.raises(error, match=message):
+        call(byte_lm)
+
+
+def test_vocab_mismatch_is_refused() -> None:
+    tok = byte_level_tokenizer()
+    model = tiny_llama(tok)
+    model.resize_token_embeddings(len(tok) - 10)
+    with pytest.raises(VocabularyMismatchError, match="do not belong together"):
+        structspec.from_transformers(model, tok)
+
+
+def test_unknown_model_name() -> None:
+    with pytest.raises(structspec.ModelNotFoundError, match="smollm2-135m"):
+        structspec.load("no-such-model")
+
+
+def test_compiled_fsm_is_cached_in_memory_and_on_disk(byte_lm) -> None:
+    spec = Regex(r"cache-test-[0-9]{2}")
+    first = structspec.compile(spec, byte_lm).fsm
+    assert first.info.source == "compiled"
+    assert structspec.compile(spec, byte_lm).fsm.info.source == "memory"
+    _MEMORY.clear()
+    again = structspec.compile(spec, byte_lm).fsm
+    assert again.info.source == "disk"
+    assert again.index.get_transitions() == first.index.get_transitions()
+
+
+def test_masks_disallow_every_token_outside_the_language(byte_lm) -> None:
+    fsm = structspec.compile(Regex(r"(yes|no)"), byte_lm).fsm
+    state = fsm.initial_state
+    logits = torch.zeros(1, byte_lm.logits_width)
+    fsm.mask_logits_inplace(logits, [state])
+    allowed = torch.isfinite(logits[0]).nonzero().flatten().tolist()
+    assert sorted(allowed) == sorted(fsm.allowed_token_ids(state))
+    assert all(byte_lm.vocab.token_bytes[t] in (b"y", b"ye", b"yes", b"n", b"no") for t in allowed)
+    assert not torch.isfinite(logits[0, len(byte_lm.vocab):]).any()  # padded logits never allowed
+
+
+def test_walk_returns_the_states_visited(byte_lm) -> None:
+    fsm: TokenFSM = structspec.compile(Regex(r"ab+c"), byte_lm).fsm
+    ids = byte_lm.tokenizer.encode("abbc", add_special_tokens=False)
+    states = fsm.walk(fsm.initial_state, ids)
+    assert len(states) == len(ids) and fsm.is_final(states[-1])
+    bad = byte_lm.tokenizer.encode("abx", add_special_tokens=False)
+    assert len(fsm.walk(fsm.initial_state, bad)) < len(bad)
+
+
+def test_chat_prompt_uses_the_template(smollm2) -> None:
+    ids = smollm2.encode_prompt([{"role": "user", "content": "hi"}])
+    assert smollm2.tokenizer.decode(ids).startswith("<|im_start|>system")

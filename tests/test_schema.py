@@ -1,0 +1,142 @@
+"""Spec → regex: what compiles, what is rejected (keyword and pointer), and that nothing gets looser."""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from typing import Literal
+
+import pytest
+from pydantic import BaseModel, Field
+
+from structspec import Regex, SchemaError, SpecError, to_regex
+from structspec.schema import constraint_of
+
+
+class Color(enum.Enum):
+    RED = "red"
+    GREEN = "green"
+
+
+class Item(BaseModel):
+    name: str
+    qty: int
+
+
+class Order(BaseModel):
+    id: int
+    items: list[Item]
+    note: str | None = None
+    color: Color
+
+
+def full(regex: str, text: str) -> bool:
+    return re.fullmatch(regex, text) is not None
+
+
+def test_compact_layout_is_the_default() -> None:
+    regex = to_regex(Item)
+    assert full(regex, '{"name":"pen","qty":2}')
+    assert not full(regex, '{"name": "pen", "qty": 2}')
+    assert not full(regex, '{ "name":"pen","qty":2}')
+
+
+def test_flexible_whitespace_is_an_option() -> None:
+    regex = to_regex(Item, whitespace_pattern=r"[ ]?")
+    assert full(regex, '{"name": "pen", "qty": 2}')
+
+
+@pytest.mark.parametrize(
+    ("spec", "good", "bad"),
+    [
+        (int, "-12", "1.5"),
+        (float, "1.5", '"1.5"'),
+        (bool, "true", "True"),
+        (str, '"hi"', "hi"),
+        (Literal["a", "b"], '"a"', '"c"'),
+        (Color, '"green"', '"blue"'),
+        (Regex(r"\d{3}"), "123", "1234"),
+        ({"type": "array", "items": {"type": "integer"}, "maxItems": 2}, "[1,2]", "[1,2,3]"),
+        ('{"type": "string", "maxLength": 2}', '"ab"', '"abc"'),
+    ],
+)
+def test_each_kind_of_spec(spec, good: str, bad: str) -> None:
+    regex = to_regex(spec)
+    assert full(regex, good)
+    assert not full(regex, bad)
+
+
+def test_parsers_return_the_promised_values() -> None:
+    order = '{"id":1,"items":[{"name":"a","qty":1}],"color":"red"}'
+    assert full(to_regex(Order), order)
+    assert constraint_of(Order).parse(order) == Order(id=1, items=[Item(name="a", qty=1)], color=Color.RED)
+    assert constraint_of({"type": "integer"}).parse("7") == 7
+    assert constraint_of(Regex("a+")).parse("aa") == "aa"
+    assert constraint_of(Color).parse('"red"') is Color.RED
+
+
+@pytest.mark.parametrize(
+    ("schema", "keyword", "pointer"),
+    [
+        ({"type": "integer", "minimum": 0}, "minimum", "/"),
+        ({"type": "object", "properties": {"a": {"type": "number", "multipleOf": 2}}}, "multipleOf", "/properties/a"),
+        ({"type": "array", "items": {"type": "string"}, "uniqueItems": True}, "uniqueItems", "/"),
+        ({"type": "object", "properties": {"a": {"type": "string"}}, "minProperties": 1}, "minProperties", "/"),
+        ({"type": "object", "patternProperties": {"^x": {"type": "string"}}}, "patternProperties", "/"),
+        ({"allOf": [{"type": "integer"}, {"type": "number"}]}, "allOf", "/"),
+        ({"oneOf": [{"type": "integer"}, {"type": "integer"}]}, "oneOf", "/"),
+        ({"type": "string", "maxLength": 3, "pattern": "a+"}, "pattern", "/"),
+        ({"type": "string", "format": "hostname"}, "format", "/"),
+        ({"not": {"type": "string"}}, "not", "/"),
+        ({"enum": ["a", 1], "type": "string"}, "enum", "/"),
+        ({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["b"]}, "required", "/"),
+        ({"$defs": {"n": {"type": "object", "properties": {"next": {"$ref": "#/$defs/n"}}}},
+          "$ref": "#/$defs/n"}, "$ref", "/$defs/n/properties/next"),
+        ({"$schema": "http://json-schema.org/draft-07/schema#", "type": "array", "items": [{"type": "string"}]},
+         "items", "/"),
+        ({"type": "integer", "maximum": "ten"}, "type", "/maximum"),  # not a schema at all
+    ],
+)
+def test_unenforceable_keywords_name_keyword_and_pointer(schema: dict, keyword: str, pointer: str) -> None:
+    with pytest.raises(SchemaError) as err:
+        to_regex(schema)
+    assert err.value.keyword == keyword
+    assert err.value.pointer == pointer
+    assert keyword in str(err.value) and pointer in str(err.value)
+
+
+def test_pydantic_bounds_are_rejected_not_dropped() -> None:
+    class Bounded(BaseModel):
+        age: int = Field(ge=0)
+
+    with pytest.raises(SchemaError, match="minimum.*/properties/age"):
+        to_regex(Bounded)
+
+
+def test_annotations_and_keywords_of_other_types_are_fine() -> None:
+    schema = {
+        "title": "T", "description": "d", "type": "object",
+        "properties": {"title": {"type": "string", "description": "a property named like a keyword"},
+                       "n": {"type": ["integer", "null"], "examples": [1]},
+                       "s": {"type": "string", "minimum": 3}},  # minimum constrains only numbers
+        "required": ["title"],
+    }
+    regex = to_regex(schema)
+    assert full(regex, '{"title":"x","n":null,"s":"y"}')
+    assert full(regex, '{"title":"x"}')
+
+
+def test_no_properties_allowed_means_empty_object() -> None:
+    regex = to_regex({"type": "object", "additionalProperties": False})
+    assert full(regex, "{}")
+    assert not full(regex, '{"a":1}')
+
+
+def test_not_a_spec() -> None:
+    with pytest.raises(SpecError, match="Regex"):
+        to_regex("[a-z]+")  # a str is a JSON Schema document; a regex needs Regex(...)
+    with pytest.raises(SpecError, match="unsupported output spec"):
+        to_regex(3.5)
+    with pytest.raises(SchemaError, match="must be an object"):
+        to_regex(json.dumps([1, 2]))
