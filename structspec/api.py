@@ -58,7 +58,7 @@ def generate_result(
     top_p: float | None = None,
     seed: int | None = None,
     whitespace_pattern: str = COMPACT,
-    fast_forward: FastForward = "canonical",
+    fast_forward: FastForward = "exact",
 ) -> Result:
     """Generate output that matches ``spec`` and return it with its tokens and stats.
 

@@ -29,7 +29,7 @@ class DecodeOptions:
     max_new_tokens: int = 512
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     seed: int | None = None
-    fast_forward: FastForward = "canonical"
+    fast_forward: FastForward = "exact"
 
     def __post_init__(self) -> None:
         if self.max_new_tokens <= 0:
@@ -73,7 +73,7 @@ def decode(lm: Any, fsm: TokenFSM, prompt_ids: list[int], options: DecodeOptions
             state = states[-1]
         stats.constraint_seconds += time.perf_counter() - t0
         if len(out) > options.max_new_tokens:
-            raise TokenBudgetExceeded(options.max_new_tokens, fsm.vocab.decode(out), out)
+            raise _out_of_budget(options, fsm, out[: options.max_new_tokens], sources, stats)
         if fsm.is_complete(state):
             stop: StopReason = "fsm_complete"
             break
@@ -85,15 +85,19 @@ def decode(lm: Any, fsm: TokenFSM, prompt_ids: list[int], options: DecodeOptions
         stats.tokens_fed.append(len(pending))
         stats.model_seconds += t1 - t0
 
-        fsm.mask_logits_inplace(logits, [state])
-        token = choose_token(logits[0], options.sampling, generator)
+        allowed = fsm.allowed_token_ids(state)
+        if len(allowed) == 1:  # no draw, so sampled runs consume the RNG alike in every mode
+            token = allowed[0]
+        else:
+            fsm.mask_logits_inplace(logits, [state])
+            token = choose_token(logits[0], options.sampling, generator)
         next_state = fsm.next_state(state, token)
         stats.constraint_seconds += time.perf_counter() - t1
         if token == fsm.eos_token_id:
             stop = "eos"
             break
         if len(out) == options.max_new_tokens:
-            raise TokenBudgetExceeded(options.max_new_tokens, fsm.vocab.decode(out), out)
+            raise _out_of_budget(options, fsm, out, sources, stats)
         assert next_state is not None, "a masked choice is always allowed"
         state = next_state
         out.append(token)
@@ -101,7 +105,18 @@ def decode(lm: Any, fsm: TokenFSM, prompt_ids: list[int], options: DecodeOptions
         sources.append("model")
         pending = [token]
 
-    stats.output_tokens = len(out)
-    stats.forced_tokens = sources.count("forced")
-    stats.forced_bytes = sum(len(fsm.vocab.token_bytes[t] or b"") for t, s in zip(out, sources) if s == "forced")
+    _count_output(stats, fsm, out, sources)
     return Decoded(out, sources, stop, stats)
+
+
+def _count_output(stats: Stats, fsm: TokenFSM, out: list[int], sources: list[Source]) -> None:
+    stats.output_tokens = len(out)
+    stats.forced_tokens = sources[: len(out)].count("forced")
+    stats.forced_bytes = sum(len(fsm.vocab.token_bytes[t] or b"") for t, s in zip(out, sources) if s == "forced")
+
+
+def _out_of_budget(
+    options: DecodeOptions, fsm: TokenFSM, out: list[int], sources: list[Source], stats: Stats
+) -> TokenBudgetExceeded:
+    _count_output(stats, fsm, out, sources)
+    return TokenBudgetExceeded(options.max_new_tokens, fsm.vocab.decode(out), out, stats)

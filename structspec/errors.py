@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class StructspecError(Exception):
     """Base class of every structspec error."""
@@ -54,10 +56,11 @@ class TokenBudgetExceeded(StructspecError):
     is a valid prefix of the language but not a complete value.
     """
 
-    def __init__(self, max_new_tokens: int, text: str, token_ids: list[int]) -> None:
+    def __init__(self, max_new_tokens: int, text: str, token_ids: list[int], stats: Any = None) -> None:
         self.max_new_tokens = max_new_tokens
         self.text = text
         self.token_ids = token_ids
+        self.stats = stats  # the run's `Stats` up to the point the budget ran out
         super().__init__(
             f"max_new_tokens={max_new_tokens} ran out before the output was complete "
             f"(partial output: {text[-120:]!r}); raise max_new_tokens"

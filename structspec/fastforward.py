@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from structspec.fsm import TokenFSM
+from structspec.vocab import is_byte_level
 
 FastForward = Literal["off", "exact", "canonical"]
 
@@ -62,8 +63,9 @@ class Forcer:
         for i, b in enumerate(self.fsm.vocab.token_bytes):
             if b is not None and len(b) == 1 and i != self.fsm.eos_token_id:
                 self._byte_token.setdefault(b[0], i)
-        backend = getattr(self.tokenizer, "backend_tokenizer", None)
-        self._pre_tokenizer = backend.pre_tokenizer if backend is not None else None
+        self._backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        self._byte_level = is_byte_level(self.tokenizer)
+        self._pre_tokenizer = self._backend.pre_tokenizer if self._backend is not None else None
 
     def force(self, state: int, out: list[int], states: list[int]) -> Forced | None:
         """Forced tokens after ``out`` (``states[i]`` is the state after ``out[i]``), or None."""
@@ -130,7 +132,10 @@ class Forcer:
             s = text.decode("utf-8")
         except UnicodeDecodeError:
             return None
-        ids = self.tokenizer.encode(s, add_special_tokens=False)
+        if self._byte_level or self._backend is None:
+            ids = self.tokenizer.encode(s, add_special_tokens=False)
+        else:  # SentencePiece-style: the BPE model alone, without the normalizer's leading "▁"
+            ids = [piece.id for piece in self._backend.model.tokenize(s.replace(" ", "▁"))]
         spelled = b"".join(self.fsm.vocab.token_bytes[t] or b"" for t in ids)
         return ids if spelled == text else None
 
@@ -173,3 +178,26 @@ class Forcer:
             )
         return self._hard_end[key]
 
+
+
+def noncanonical_forced(tokenizer: Any, vocab: Any, token_ids: list[int], sources: list[str]) -> int:
+    """How many forced tokens differ from ``tokenizer.encode`` of the final text at the same byte span.
+
+    The measure of canonical mode (target 0). Leading bytes the tokenizer adds
+    itself (SentencePiece's ``▁`` before the first word) are allowed for.
+    """
+    text = b"".join(vocab.token_bytes[t] or b"" for t in token_ids)
+    canonical = tokenizer.encode(text.decode("utf-8", "replace"), add_special_tokens=False)
+    spelled = b"".join(vocab.token_bytes[t] or b"" for t in canonical)
+    pos = len(text) - len(spelled)  # ≤ 0: bytes the tokenizer prepended
+    spans = set()
+    for t in canonical:
+        n = len(vocab.token_bytes[t] or b"")
+        spans.add((pos, t))
+        pos += n
+    count, pos = 0, 0
+    for t, source in zip(token_ids, sources):
+        if source == "forced" and (pos, t) not in spans:
+            count += 1
+        pos += len(vocab.token_bytes[t] or b"")
+    return count

@@ -131,9 +131,19 @@ class TokenFSM:
         return logits
 
 
+_VOCABULARIES: dict[str, Vocabulary] = {}
+
+
+def _outlines_vocabulary(vocab: TokenVocab) -> Vocabulary:
+    """outlines-core's `Vocabulary`, built once per tokenizer (it takes a good part of a cold compile)."""
+    if vocab.fingerprint not in _VOCABULARIES:
+        _VOCABULARIES[vocab.fingerprint] = Vocabulary(vocab.eos_token_id, vocab.outlines_map())
+    return _VOCABULARIES[vocab.fingerprint]
+
+
 def _build_index(regex: str, vocab: TokenVocab) -> Index:
     try:
-        return Index(regex, Vocabulary(vocab.eos_token_id, vocab.outlines_map()))
+        return Index(regex, _outlines_vocabulary(vocab))
     except ValueError as e:
         reason = str(e)
     try:  # Python's parser says where the syntax breaks; outlines-core only that it does

@@ -69,7 +69,8 @@ class TokenVocab:
         return out
 
 
-def _is_byte_level(tokenizer: Any) -> bool:
+def is_byte_level(tokenizer: Any) -> bool:
+    """Whether the tokenizer spells bytes GPT-2 style (a ByteLevel decoder)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         return False
@@ -86,7 +87,7 @@ def vocab_from_tokenizer(tokenizer: Any) -> TokenVocab:
     special = set(tokenizer.all_special_ids)
     added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
     special |= {i for i, tok in added.items() if getattr(tok, "special", True)}
-    byte_level = _is_byte_level(tokenizer)
+    byte_level = is_byte_level(tokenizer)
     table = _byte_level_decoder()
 
     token_bytes: list[bytes | None] = [None] * size

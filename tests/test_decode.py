@@ -131,6 +131,7 @@ def test_walk_returns_the_states_visited(byte_lm) -> None:
     assert len(fsm.walk(fsm.initial_state, bad)) < len(bad)
 
 
+@pytest.mark.real_model
 def test_chat_prompt_uses_the_template(smollm2) -> None:
     ids = smollm2.encode_prompt([{"role": "user", "content": "hi"}])
     assert smollm2.tokenizer.decode(ids).startswith("<|im_start|>system")
