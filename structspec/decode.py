@@ -119,4 +119,4 @@ def _out_of_budget(
     options: DecodeOptions, fsm: TokenFSM, out: list[int], sources: list[Source], stats: Stats
 ) -> TokenBudgetExceeded:
     _count_output(stats, fsm, out, sources)
-    return TokenBudgetExceeded(options.max_new_tokens, fsm.vocab.decode(out), out, stats)
+    return TokenBudgetExceeded(options.max_new_tokens, fsm.vocab.decode(out), out, stats, sources[: len(out)])

@@ -56,11 +56,14 @@ class TokenBudgetExceeded(StructspecError):
     is a valid prefix of the language but not a complete value.
     """
 
-    def __init__(self, max_new_tokens: int, text: str, token_ids: list[int], stats: Any = None) -> None:
+    def __init__(
+        self, max_new_tokens: int, text: str, token_ids: list[int], stats: Any = None, sources: list[str] | None = None
+    ) -> None:
         self.max_new_tokens = max_new_tokens
         self.text = text
         self.token_ids = token_ids
         self.stats = stats  # the run's `Stats` up to the point the budget ran out
+        self.sources = sources or []  # per token: "forced" or "model"
         super().__init__(
             f"max_new_tokens={max_new_tokens} ran out before the output was complete "
             f"(partial output: {text[-120:]!r}); raise max_new_tokens"

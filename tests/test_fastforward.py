@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 import structspec
 from structspec import Regex, TokenBudgetExceeded
 from structspec.fastforward import Forcer, noncanonical_forced
-from structspec.tasks import extraction_prompt, field_accuracy, load_tasks
+from structspec.tasks import extraction_prompt, load_tasks
 from structspec.testing import CountingLM
 
 
@@ -96,17 +96,23 @@ def test_budget_error_carries_stats(byte_lm) -> None:
 REAL = [t for t in load_tasks() if t.schema_name != "invoice"][1::5]
 
 
+def tokens_and_sources(lm, spec, mode: str, prompt) -> tuple[list[int], list[str], structspec.Stats]:
+    """Output of a run, complete or cut by the budget (SmolLM2 sometimes copies a document forever)."""
+    try:
+        r = run(lm, spec, mode, prompt)
+        return r.token_ids, r.sources, r.stats
+    except TokenBudgetExceeded as err:
+        return err.token_ids, err.sources, err.stats
+
+
 @pytest.mark.real_model
 @pytest.mark.parametrize("task", REAL, ids=lambda t: t.id)
 def test_smollm2_exact_equals_plain_and_canonical_is_canonical(smollm2, task) -> None:
     prompt = extraction_prompt(task.text, task.schema)
-    try:
-        off, exact = run(smollm2, task.schema, "off", prompt), run(smollm2, task.schema, "exact", prompt)
-    except TokenBudgetExceeded as err:
-        pytest.fail(f"budget ran out: {err}")
-    assert exact.token_ids == off.token_ids
-    assert exact.stats.target_forward_passes < off.stats.target_forward_passes
-    canonical = run(smollm2, task.schema, "canonical", prompt)
-    assert noncanonical_forced(smollm2.tokenizer, smollm2.vocab, canonical.token_ids, canonical.sources) == 0
-    assert canonical.stats.target_forward_passes < exact.stats.target_forward_passes
-    assert 0 <= field_accuracy(canonical.value.model_dump(), task.expected) <= 1
+    off_ids, _, off_stats = tokens_and_sources(smollm2, task.schema, "off", prompt)
+    exact_ids, _, exact_stats = tokens_and_sources(smollm2, task.schema, "exact", prompt)
+    assert exact_ids == off_ids
+    assert exact_stats.target_forward_passes == off_stats.target_forward_passes - exact_stats.forced_tokens
+    ids, sources, stats = tokens_and_sources(smollm2, task.schema, "canonical", prompt)
+    assert stats.forced_tokens > exact_stats.forced_tokens
+    assert noncanonical_forced(smollm2.tokenizer, smollm2.vocab, ids, sources) == 0
