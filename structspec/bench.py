@@ -66,6 +66,7 @@ def methods(max_new_tokens: int) -> dict[str, Method]:
     return {
         REFERENCE: structspec_method("off"),
         PEER: run_outlines,
+        "structspec ff-exact": structspec_method("exact"),
         "structspec ff-canonical": structspec_method("canonical"),
     }
 
@@ -75,10 +76,8 @@ def _run_structspec(lm: LM, task: Task, max_new_tokens: int, fast_forward: FastF
     try:
         r = structspec.generate_result(lm, task.schema, extraction_prompt(task.text, task.schema),
                                        max_new_tokens=max_new_tokens, fast_forward=fast_forward)
-    except structspec.TokenBudgetExceeded as e:  # carries the tokens; stats only if decode attaches them
-        s = getattr(e, "stats", None)
-        if s is None:
-            return MethodRun(e.token_ids, e.text, finished=False, forward_passes=None)
+    except structspec.TokenBudgetExceeded as e:  # the partial output and its stats
+        s = e.stats
         return MethodRun(e.token_ids, e.text, False, s.target_forward_passes, s.model_seconds, s.constraint_seconds)
     s = r.stats
     return MethodRun(r.token_ids, r.text, True, s.target_forward_passes, s.model_seconds, s.constraint_seconds)

@@ -43,6 +43,15 @@ _VALIDATION = frozenset(
     "dependentSchemas $ref $dynamicRef $recursiveRef".split()
 )
 _FORMATS = frozenset({"date-time", "date", "time", "uuid", "uri", "email"})
+# outlines-core's regexes for these can break the JSON string around them (an escaped
+# backslash before any character in "time", raw quotes and control characters in "email"
+# and "uri"), so structspec uses its own, JSON-safe and never looser than the format.
+_URI_CHARS = r"[a-zA-Z0-9._~%!$&'()*+,;=:@/-]"
+_FORMAT_PATTERNS = {
+    "time": r"([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]+)?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])",
+    "email": r"[a-zA-Z0-9._%+-]+@[a-zA-Z0-9-]+(\.[a-zA-Z0-9-]+)*\.[a-zA-Z]{2,}",
+    "uri": rf"(https?|ftp)://[a-zA-Z0-9.-]+(:[0-9]+)?(/{_URI_CHARS}*)?(\?{_URI_CHARS}*)?(#{_URI_CHARS}*)?",
+}
 # The keywords outlines-core honours for each JSON type (besides "type").
 _TYPE_KEYWORDS = {
     "string": {"minLength", "maxLength", "pattern", "format"},
@@ -126,7 +135,7 @@ def _validated(value: Any, schema: dict[str, Any]) -> Any:
 def _json_constraint(schema: Any, whitespace_pattern: str, parse: Callable[[str], Any]) -> Constraint:
     normalized = check_schema(schema)
     try:
-        regex = build_regex_from_schema(json.dumps(normalized), whitespace_pattern)
+        regex = ecma_classes(build_regex_from_schema(json.dumps(normalized), whitespace_pattern))
     except ValueError as e:  # check_schema should have caught it; never fall back to looser
         raise SchemaError("(schema)", "/", f"outlines-core cannot translate it: {e}") from None
     return Constraint(regex, parse, schema)
@@ -167,9 +176,38 @@ def _strip_annotations(node: Any) -> Any:
             out[key] = value
         elif key not in _ANNOTATIONS:
             out[key] = _strip_annotations(value)
+    if out.get("format") in _FORMAT_PATTERNS:
+        out["pattern"] = _FORMAT_PATTERNS[out.pop("format")]
     if node.get("type") == "object" and node.get("additionalProperties") is False and "properties" not in node:
         out = {"type": "object", "maxProperties": 0}  # outlines-core has no form for "no properties"
     return out
+
+
+_ECMA = {"d": "0-9", "w": "a-zA-Z0-9_"}
+
+
+def ecma_classes(pattern: str) -> str:
+    """Give ``\\d`` and ``\\w`` their JSON Schema (ECMA-262) meaning: ASCII only.
+
+    outlines-core's regex engine reads them as Unicode classes (``\\d`` matches
+    ``۴``), which would make schema patterns and formats (``date``: ``\\d{4}-…``)
+    looser than JSON Schema says.
+    """
+    out, in_class, i = [], False, 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern):
+            esc = pattern[i + 1]
+            if esc in _ECMA:
+                out.append(_ECMA[esc] if in_class else f"[{_ECMA[esc]}]")
+            else:
+                out.append(c + esc)
+            i += 2
+            continue
+        in_class = (in_class and c != "]") or c == "["
+        out.append(c)
+        i += 1
+    return "".join(out)
 
 
 class _Checker:

@@ -27,7 +27,7 @@ LEAVES = st.one_of(
     .map(lambda vs: {"enum": vs}),
     WORDS.map(lambda w: {"const": w}),
     st.sampled_from([r"[a-z]{1,3}", r"\d{2}", r"(ab|cd)"]).map(lambda p: {"type": "string", "pattern": p}),
-    st.sampled_from(["date", "time", "uuid"]).map(lambda f: {"type": "string", "format": f}),
+    st.sampled_from(["date", "time", "date-time", "uuid", "email", "uri"]).map(lambda f: {"type": "string", "format": f}),
 )
 
 

@@ -140,3 +140,25 @@ def test_not_a_spec() -> None:
         to_regex(3.5)
     with pytest.raises(SchemaError, match="must be an object"):
         to_regex(json.dumps([1, 2]))
+
+
+def test_pattern_classes_are_ascii_as_in_json_schema() -> None:
+    # ECMA-262 \d is [0-9]; outlines-core's engine would also take Unicode digits (U+1CCF6, ۴)
+    regex = to_regex({"type": "string", "pattern": r"^\d{2}-\w$"})
+    assert full(regex, '"12-a"')
+    assert not full(regex, '"1\U0001ccf6-a"') and not full(regex, '"۴۴-a"') and not full(regex, '"12-é"')
+
+
+@pytest.mark.parametrize(
+    ("fmt", "good", "bad"),
+    [
+        ("time", '"12:30:00Z"', r'"12:30:00\x"'),  # outlines-core's own regex allows a backslash here
+        ("email", '"ada.l@example.org"', r'"\"q\"@example.org"'),
+        ("uri", '"https://example.org/a?b=1"', r'"https://example.org/\"x"'),
+        ("date", '"2024-02-29"', '"2024-\U0001ccf6\U0001ccf6-01"'),
+    ],
+)
+def test_formats_stay_inside_the_json_string(fmt: str, good: str, bad: str) -> None:
+    regex = to_regex({"type": "string", "format": fmt})
+    assert full(regex, good) and json.loads(good)
+    assert not full(regex, bad)
