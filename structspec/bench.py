@@ -37,12 +37,12 @@ REFERENCE, PEER = "structspec", "outlines"  # plain masked decoding in both: the
 
 @dataclass(frozen=True)
 class MethodRun:
-    """One method on one task. ``forward_passes`` is None when the method reported no stats."""
+    """One method on one task (a run out of budget still reports its passes and times)."""
 
     token_ids: list[int]
     text: str
     finished: bool  # False: max_new_tokens ran out
-    forward_passes: int | None
+    forward_passes: int
     model_seconds: float = 0.0
     constraint_seconds: float = 0.0
 
@@ -114,8 +114,7 @@ def run_tasks(lm: LM, tasks: list[Task], methods: dict[str, Method], console: Co
 
 
 def _describe(r: MethodRun) -> str:
-    passes = "no stats" if r.forward_passes is None else (
-        f"{r.forward_passes} passes {r.model_seconds + r.constraint_seconds:.1f} s")
+    passes = f"{r.forward_passes} passes {r.model_seconds + r.constraint_seconds:.1f} s"
     return f"{len(r.token_ids)} tok, {passes}" + ("" if r.finished else ", budget ran out")
 
 
@@ -151,7 +150,7 @@ def measure_compile(lm: LM, tasks: list[Task]) -> dict[str, CompileTimes]:
 
 @dataclass(frozen=True)
 class Summary:
-    """One method over the tasks; speed fields cover only tasks where every method reported stats."""
+    """One method over all the tasks, finished or out of budget."""
 
     forward_passes: int
     output_tokens: int
@@ -181,11 +180,6 @@ def _mean(xs: list[float]) -> float:
     return statistics.fmean(xs) if xs else float("nan")
 
 
-def timed(task_runs: list[TaskRun]) -> list[TaskRun]:
-    """The task runs where every method reported stats (same tasks for every row)."""
-    return [tr for tr in task_runs if all(r.forward_passes is not None for r in tr.runs.values())]
-
-
 def parse(task: Task, text: str) -> dict | None:
     """The output as a dict if it validates against the task's schema, else None."""
     try:
@@ -196,11 +190,11 @@ def parse(task: Task, text: str) -> dict | None:
 
 
 def summarize(task_runs: list[TaskRun], name: str) -> Summary:
-    speed = [tr.runs[name] for tr in timed(task_runs)]
+    speed = [tr.runs[name] for tr in task_runs]
     values = [(tr.task, parse(tr.task, tr.runs[name].text)) for tr in task_runs]
     scored = [field_accuracy(v, t.expected) if v is not None else 0.0 for t, v in values if t.expected]
     return Summary(
-        forward_passes=sum(r.forward_passes or 0 for r in speed),
+        forward_passes=sum(r.forward_passes for r in speed),
         output_tokens=sum(len(r.token_ids) for r in speed),
         model_seconds=sum(r.model_seconds for r in speed),
         constraint_seconds=sum(r.constraint_seconds for r in speed),
@@ -235,7 +229,6 @@ def print_report(console: Console, lm: LM, task_runs: list[TaskRun], compile_tim
                  max_new_tokens: int) -> None:
     names = list(task_runs[0].runs)
     structspec_rows = [n for n in names if n.startswith(REFERENCE)]  # they share structspec's compile
-    n_timed = len(timed(task_runs))
     times = list(compile_times.values())
     compiles = {name: (_mean([t.cold for t in times]), _mean([t.cached for t in times])) for name in structspec_rows}
     compiles[PEER] = (_mean([t.outlines_index for t in times]), None)
@@ -256,7 +249,7 @@ def print_report(console: Console, lm: LM, task_runs: list[TaskRun], compile_tim
 
     budget = [tr.task.id for tr in task_runs if not all(r.finished for r in tr.runs.values())]
     console.print(
-        f"Speed columns: the {n_timed} tasks where every method reported stats"
+        f"Speed columns: all {len(task_runs)} tasks"
         + (f" (max_new_tokens ran out on {', '.join(budget)})." if budget else ".")
         + f" structspec: its Stats; {PEER}: generate() time outside / inside its logits processor."
         f" Compile: mean over {len(compile_times)} schemas; {PEER} builds its Index on every call (no cache)."

@@ -17,6 +17,7 @@ def stats_table(stats: Stats, title: str = "stats") -> Table:
         ("output tokens", f"{stats.output_tokens}"),
         ("target forward passes", f"{stats.target_forward_passes}"),
         ("passes per output token", f"{stats.passes_per_token:.3f}"),
+        ("forced tokens (no model call)", f"{stats.forced_tokens} ({1 - stats.model_token_share:.0%})"),
         ("model time per pass", f"{1000 * stats.model_seconds_per_pass:.1f} ms"),
         ("constraint time per pass", f"{1000 * stats.constraint_seconds_per_pass:.2f} ms"),
         ("compile", f"{1000 * stats.compile_seconds:.1f} ms ({stats.compile_source})"),

@@ -42,20 +42,6 @@ class Stats:
     def model_seconds_per_pass(self) -> float:
         return self.model_seconds / max(self.target_forward_passes, 1)
 
-    def as_dict(self) -> dict[str, Any]:
-        """Plain numbers for JSON output (per-pass lists are summarized)."""
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "output_tokens": self.output_tokens,
-            "target_forward_passes": self.target_forward_passes,
-            "passes_per_token": round(self.passes_per_token, 4),
-            "forced_tokens": self.forced_tokens,
-            "forced_bytes": self.forced_bytes,
-            "model_seconds": round(self.model_seconds, 4),
-            "constraint_seconds": round(self.constraint_seconds, 4),
-            "compile_seconds": round(self.compile_seconds, 4),
-        }
-
 
 @dataclass
 class Result:

@@ -16,7 +16,7 @@ import enum
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, get_origin
+from typing import Any, get_origin
 
 import jsonschema
 import pydantic
