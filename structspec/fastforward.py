@@ -120,7 +120,7 @@ class Forcer:
         if not self.fsm.is_complete(end_state):
             ids = ids[: self._keep(prefix + forced, ids, end_state)]
         visited = self.fsm.walk(base_state, ids)
-        ids = ids[: len(visited)]  # never needed in practice: every token spells forced bytes
+        assert len(visited) == len(ids), "tokens that spell allowed bytes are allowed"
         if len(ids) <= join:
             return None
         model_tokens = self._tokens_covering(ids, len(prefix))
@@ -136,8 +136,7 @@ class Forcer:
             ids = self.tokenizer.encode(s, add_special_tokens=False)
         else:  # SentencePiece-style: the BPE model alone, without the normalizer's leading "▁"
             ids = [piece.id for piece in self._backend.model.tokenize(s.replace(" ", "▁"))]
-        spelled = b"".join(self.fsm.vocab.token_bytes[t] or b"" for t in ids)
-        return ids if spelled == text else None
+        return ids if self.fsm.vocab.spell(ids) == text else None
 
     def _tokens_covering(self, ids: list[int], n_bytes: int) -> int:
         """How many leading tokens of ``ids`` it takes to cover the first ``n_bytes`` bytes."""
@@ -186,10 +185,9 @@ def noncanonical_forced(tokenizer: Any, vocab: Any, token_ids: list[int], source
     The measure of canonical mode (target 0). Leading bytes the tokenizer adds
     itself (SentencePiece's ``▁`` before the first word) are allowed for.
     """
-    text = b"".join(vocab.token_bytes[t] or b"" for t in token_ids)
+    text = vocab.spell(token_ids)
     canonical = tokenizer.encode(text.decode("utf-8", "replace"), add_special_tokens=False)
-    spelled = b"".join(vocab.token_bytes[t] or b"" for t in canonical)
-    pos = len(text) - len(spelled)  # ≤ 0: bytes the tokenizer prepended
+    pos = len(text) - len(vocab.spell(canonical))  # ≤ 0: bytes the tokenizer prepended
     spans = set()
     for t in canonical:
         n = len(vocab.token_bytes[t] or b"")

@@ -56,9 +56,13 @@ class TokenVocab:
     def __len__(self) -> int:
         return len(self.token_bytes)
 
+    def spell(self, token_ids: list[int]) -> bytes:
+        """The bytes a token sequence adds to the output (special tokens add none)."""
+        return b"".join(self.token_bytes[t] or b"" for t in token_ids)
+
     def decode(self, token_ids: list[int]) -> str:
         """Text of a token sequence (special tokens omitted)."""
-        return b"".join(self.token_bytes[t] or b"" for t in token_ids).decode("utf-8", "replace")
+        return self.spell(token_ids).decode("utf-8", "replace")
 
     def outlines_map(self) -> dict[bytes, list[int]]:
         """bytes → token ids, the form `outlines_core.Vocabulary` takes (EOS excluded)."""
