@@ -1,17 +1,28 @@
-"""Command line: ``python -m structspec demo``."""
+"""Command line: ``structspec demo``, ``structspec extract`` and ``structspec compare``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 from pydantic import BaseModel
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import structspec
+from structspec import jobs
 from structspec.display import stats_table
-from structspec.lm import DEFAULT_MODEL
+from structspec.explain import explain_html, legend_rich, to_rich, token_views
+from structspec.lm import DEFAULT_MODEL, LM
+
+EXIT_OK, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 2, 130
+EXIT_CODES = f"""exit codes:
+  {EXIT_OK}    done (also when some records failed: they are in the output with their reason)
+  {EXIT_CONFIG}    configuration error (unknown schema or model, unreadable input, bad option); nothing ran
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C); rerun the same command to resume
+  1    an unexpected error (a bug: please report it with the traceback)"""
 
 DEMO_DOCUMENT = (
     "Hi team, please welcome Dr. Maria Okafor, our new Head of Research, who joins us from "
@@ -30,8 +41,8 @@ class NewHire(BaseModel):
     seniority: Literal["junior", "mid", "senior", "executive"]
 
 
-def demo(model: str) -> int:
-    """Extract one record with the shipped default model and show the object and its stats."""
+def demo(model: str, explain: bool, html: str | None) -> int:
+    """Extract one record with the shipped default model; show the object, its stats and its tokens by source."""
     console = Console()
     with console.status(f"loading {model} (the first run converts its GGUF, ~20 s)"):
         lm = structspec.load(model)
@@ -40,18 +51,126 @@ def demo(model: str) -> int:
     console.print(f"[bold]document:[/bold] {DEMO_DOCUMENT}\n")
     console.print(result.value)
     console.print(stats_table(result.stats, title=f"{model}, greedy, stop: {result.stop_reason}"))
-    return 0
+    views = token_views(lm.vocab.token_bytes, result.token_ids, result.sources)
+    if explain:
+        console.print("\n[bold]output tokens by how they were produced:[/bold]")
+        console.print(to_rich(views))
+        console.print(legend_rich(views))
+    if html:
+        Path(html).write_text(explain_html(f"structspec demo: {model}", views), encoding="utf-8")
+        console.print(f"token view written to {html}")
+    return EXIT_OK
+
+
+def _load_model(name: str) -> LM:
+    try:
+        return structspec.load(name)
+    except structspec.ModelNotFoundError as e:
+        raise jobs.JobConfigError(str(e)) from None
+
+
+def extract(args: argparse.Namespace) -> int:
+    """Run an extraction job (see `structspec.jobs`), with a progress bar and a summary on stderr."""
+    err = Console(stderr=True)
+    spec = jobs.load_spec(args.schema)
+    records = jobs.read_inputs(args.input, args.text_field, args.id_field)
+    template = jobs.read_template(args.prompt_template) if args.prompt_template else jobs.default_template(spec)
+    generate: dict[str, Any] = {"max_new_tokens": args.max_new_tokens, "fast_forward": args.fast_forward}
+    generate |= {k: v for k, v in [("temperature", args.temperature), ("top_k", args.top_k), ("top_p", args.top_p),
+                                   ("seed", args.seed)] if v is not None}
+    draft = jobs.resolve_draft(args.draft)
+    if draft is not None:
+        generate["draft"] = draft
+    lm = _load_model(args.model)
+
+    progress = Progress(TextColumn("extract"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rates]}"),
+                        TimeElapsedColumn(), console=err, disable=args.quiet)
+    task = progress.add_task("extract", total=len(records), rates="")
+
+    def show(s: jobs.JobSummary) -> None:
+        rates = (f"{s.written / s.seconds:.2f} rec/s · {s.output_tokens / s.seconds:.1f} tok/s · "
+                 f"{s.no_pass_tokens / max(s.output_tokens, 1):.0%} tokens without a pass")
+        progress.update(task, completed=s.skipped + s.written, rates=rates)
+
+    with progress:
+        summary = jobs.run_job(lm, spec, records, args.output, jobs.JobOptions(template, generate), show,
+                               retry_errors=args.retry_errors)
+    err.print(summary.describe() + f" → {args.output}", highlight=False, soft_wrap=True)
+    return EXIT_OK
+
+
+def compare(args: argparse.Namespace) -> int:
+    from structspec import compare as report  # matplotlib is imported only for this command
+
+    return report.main(args)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="structspec", description=__doc__, epilog=EXIT_CODES,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p_demo = sub.add_parser("demo", help="one extraction on the shipped default model", epilog=EXIT_CODES,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    p_demo.add_argument("--model", default=DEFAULT_MODEL)
+    p_demo.add_argument("--explain", action=argparse.BooleanOptionalAction, default=True,
+                        help="show the output tokens colored by how they were produced (default: on)")
+    p_demo.add_argument("--html", metavar="PATH", help="also write that token view as a self-contained HTML file")
+
+    p_ext = sub.add_parser(
+        "extract", help="extract one record per document into a JSONL file (resumable)",
+        description="Extract a structured record from every document. Each output line holds the id, the input "
+                    "position, the value or the error, and the stats. Rerun the same command to resume.",
+        epilog=EXIT_CODES + "\n\nerror kinds in the output:\n"
+               + "\n".join(f"  {k:18} {v}" for k, v in jobs.ERROR_KINDS.items()),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p_ext.add_argument("--schema", required=True,
+                       help="package.module:Model, path/to/file.py:Model, schema.json or grammar:NAME")
+    p_ext.add_argument("--input", required=True, help="a JSONL file, a CSV file with a header, or a folder of .txt")
+    p_ext.add_argument("--output", required=True, help="the JSONL file to append to (and resume from)")
+    p_ext.add_argument("--model", default=DEFAULT_MODEL, help="a shipped model name or a local HF model directory")
+    p_ext.add_argument("--draft", help=f"a drafter ({', '.join(jobs.DRAFTERS)}) or a draft model name/directory")
+    p_ext.add_argument("--text-field", default="text", help="JSONL field / CSV column of the document (text)")
+    p_ext.add_argument("--id-field", default="id", help="JSONL field / CSV column of the record id (id)")
+    p_ext.add_argument("--prompt-template", metavar="FILE", help="a file with a {document} placeholder")
+    p_ext.add_argument("--max-new-tokens", type=int, default=256)
+    p_ext.add_argument("--fast-forward", choices=["off", "exact", "canonical"], default="exact")
+    p_ext.add_argument("--temperature", type=float, help="sample at this temperature (default: greedy)")
+    p_ext.add_argument("--top-k", type=int)
+    p_ext.add_argument("--top-p", type=float)
+    p_ext.add_argument("--seed", type=int)
+    p_ext.add_argument("--retry-errors", action="store_true", help="run again the records whose line is an error")
+    p_ext.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    p_cmp = sub.add_parser(
+        "compare", help="forward passes saved against unconstrained decoding: table, PNG chart, HTML report",
+        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p_cmp.add_argument("--tasks", default="examples/tasks.jsonl", help="JSONL of {id, schema, text, expected}")
+    p_cmp.add_argument("--schemas", default="examples/schemas.py", help="a Python file with a SCHEMAS dict")
+    p_cmp.add_argument("--model", default=DEFAULT_MODEL)
+    p_cmp.add_argument("--draft", help="a draft model for the draft-model row (when this structspec has drafting)")
+    p_cmp.add_argument("--limit", type=int, help="run N tasks, taken in turn from each schema")
+    p_cmp.add_argument("--max-new-tokens", type=int, default=200)
+    p_cmp.add_argument("--out", default="compare-report", help="folder for compare.png, compare.html, compare.json")
+    p_cmp.add_argument("--threads", type=int, help="torch CPU threads")
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="structspec", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    p_demo = sub.add_parser("demo", help="one extraction on the shipped default model")
-    p_demo.add_argument("--model", default=DEFAULT_MODEL)
-    args = parser.parse_args(argv)
-    if args.command == "demo":
-        return demo(args.model)
-    return 2
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "demo":
+            return demo(args.model, args.explain, args.html)
+        if args.command == "extract":
+            return extract(args)
+        return compare(args)
+    except jobs.JobConfigError as e:
+        Console(stderr=True).print(f"structspec {args.command}: {e}", highlight=False, markup=False, soft_wrap=True)
+        return EXIT_CONFIG
+    except KeyboardInterrupt:
+        resume = "; rerun the same command to resume" if args.command == "extract" else ""
+        Console(stderr=True).print(f"structspec {args.command}: interrupted{resume}", highlight=False, soft_wrap=True)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

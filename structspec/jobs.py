@@ -1,0 +1,401 @@
+"""Extraction jobs: one spec, many documents, one JSONL line per document.
+
+    structspec extract --schema examples/schemas.py:Invoice --input docs.jsonl --output out.jsonl
+
+A job is resumable and crash-safe. Each output line is written with a single
+``write`` to a file opened for appending, so a killed job leaves whole lines
+behind; on start a torn last line (power loss) is cut off, and every input
+record whose id already has a line is skipped. Rerunning the same command
+after Ctrl-C or ``kill -9`` therefore writes each record exactly once.
+
+Bad input never stops a job: a malformed line, an empty document, a prompt
+longer than the model's context and a token budget that runs out are each
+written as that record's error (`ERROR_KINDS`) and counted in the summary.
+Only configuration errors (`JobConfigError`) stop it, before any record runs.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import importlib
+import importlib.util
+import inspect
+import json
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+import structspec
+from structspec.errors import StructspecError
+from structspec.explain import no_pass_tokens
+from structspec.lm import LM, Prompt
+from structspec.result import Stats
+from structspec.schema import Regex
+
+ERROR_KINDS = {
+    "malformed_input": "the input line or file could not be read as a record",
+    "empty_document": "the document text is empty",
+    "too_long": "the prompt and max_new_tokens do not fit the model's context",
+    "token_budget": "max_new_tokens ran out; the partial text is kept",
+    "generation_failed": "generation raised an error",
+}
+
+
+class JobConfigError(Exception):
+    """A job that cannot start: unknown schema, unreadable input, bad template. Says what to fix."""
+
+
+# ---------------------------------------------------------------- the spec
+
+
+def load_spec(arg: str) -> Any:
+    """The output spec named by ``arg``.
+
+    Forms: ``package.module:Model`` (imported, the current directory first),
+    ``path/to/file.py:Model`` (imported by path), ``schema.json`` (a JSON Schema
+    file) and ``grammar:NAME`` (a regex from `structspec.grammars`).
+    """
+    if arg.startswith("grammar:"):
+        return _grammar(arg.removeprefix("grammar:"))
+    if arg.endswith(".json"):
+        try:
+            return json.loads(Path(arg).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise JobConfigError(f"cannot read the JSON Schema file {arg}: {e}") from None
+    module_name, sep, attr = arg.rpartition(":")
+    if not sep or not module_name or not attr:
+        raise JobConfigError(
+            f"--schema {arg!r}: use package.module:Model, path/to/file.py:Model, schema.json or grammar:NAME"
+        )
+    module = _import_path(module_name) if module_name.endswith(".py") else _import_module(module_name)
+    try:
+        obj: Any = module
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except AttributeError:
+        raise JobConfigError(f"--schema {arg!r}: {module_name} has no attribute {attr!r}") from None
+    return obj
+
+
+def _import_module(name: str) -> Any:
+    sys.path.insert(0, os.getcwd())  # as `python -m` would: the user's own packages import from where they stand
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        raise JobConfigError(f"cannot import {name!r}: {e}") from None
+    finally:
+        sys.path.remove(os.getcwd())
+
+
+def _import_path(path: str) -> Any:
+    file = Path(path)
+    spec = importlib.util.spec_from_file_location(f"_structspec_job_{file.stem}", file)
+    if not file.is_file() or spec is None or spec.loader is None:
+        raise JobConfigError(f"no Python file {path}")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:  # any error in the user's file is a configuration error
+        raise JobConfigError(f"importing {path} failed: {type(e).__name__}: {e}") from None
+    return module
+
+
+def _grammar(name: str) -> Regex:
+    try:
+        from structspec import grammars  # type: ignore[attr-defined]
+    except ImportError:
+        raise JobConfigError("grammar:NAME needs structspec.grammars, which this structspec does not have") from None
+    try:
+        found = grammars.get(name)
+    except (StructspecError, LookupError) as e:
+        raise JobConfigError(str(e)) from None
+    return Regex(found) if isinstance(found, str) else found
+
+
+def default_template(spec: Any) -> str:
+    """The instruction used without ``--prompt-template``: name the fields (if any), ask for JSON or the value."""
+    if isinstance(spec, type) and issubclass(spec, BaseModel):
+        fields = list(spec.model_fields)
+    elif isinstance(spec, dict):
+        fields = list(spec.get("properties", {}))
+    else:
+        return "Extract the value from the document.\n\nDocument:\n{document}"
+    return f"Extract the following fields from the document as JSON: {', '.join(fields)}.\n\nDocument:\n{{document}}"
+
+
+def read_template(path: str) -> str:
+    try:
+        template = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise JobConfigError(f"cannot read the prompt template {path}: {e}") from None
+    if "{document}" not in template:
+        raise JobConfigError(f"the prompt template {path} has no {{document}} placeholder")
+    return template
+
+
+# ---------------------------------------------------------------- input
+
+
+@dataclass(frozen=True)
+class InputRecord:
+    """One document, or the reason it could not be read (``error`` then says which `ERROR_KINDS` and why)."""
+
+    id: str
+    where: str  # "line 7", "row 7" or a file name: where to look in the input
+    text: str = ""
+    error: tuple[str, str] | None = None
+
+
+def read_inputs(path: str | Path, text_field: str = "text", id_field: str = "id") -> list[InputRecord]:
+    """The records of a JSONL file, a CSV file (with a header row) or a folder of ``.txt`` files.
+
+    A record without an id gets ``<line N>`` (``<row N>``) as its id, so reruns
+    recognize it. Raises `JobConfigError` only when the input as a whole cannot be read.
+    """
+    p = Path(path)
+    try:
+        if p.is_dir():
+            return _read_folder(p)
+        if p.suffix.lower() == ".csv":
+            return _read_csv(p.read_text(encoding="utf-8"), text_field, id_field)
+        return list(_read_jsonl(p.read_bytes(), text_field, id_field))
+    except (OSError, UnicodeDecodeError) as e:
+        raise JobConfigError(f"cannot read the input {path}: {e}") from None
+
+
+def _record(fields: dict[str, Any], where: str, text_field: str, id_field: str) -> InputRecord:
+    raw_id = fields.get(id_field)
+    rid = f"<{where}>" if raw_id in (None, "") else str(raw_id)
+    text = fields.get(text_field)
+    if not isinstance(text, str):
+        reason = f"no {text_field!r} field" if text is None else f"{text_field!r} is not a string"
+        return InputRecord(rid, where, error=("malformed_input", f"{where}: {reason}"))
+    if not text.strip():
+        return InputRecord(rid, where, error=("empty_document", f"{where}: the document is empty"))
+    return InputRecord(rid, where, text)
+
+
+def _read_jsonl(data: bytes, text_field: str, id_field: str) -> Iterator[InputRecord]:
+    for n, line in enumerate(data.split(b"\n"), 1):
+        if not line.strip():
+            continue
+        where = f"line {n}"
+        try:
+            fields = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            yield InputRecord(f"<{where}>", where, error=("malformed_input", f"{where}: not JSON ({e})"))
+            continue
+        if not isinstance(fields, dict):
+            yield InputRecord(f"<{where}>", where, error=("malformed_input", f"{where}: not a JSON object"))
+            continue
+        yield _record(fields, where, text_field, id_field)
+
+
+def _read_csv(text: str, text_field: str, id_field: str) -> list[InputRecord]:
+    reader = csv.DictReader(text.splitlines(keepends=True))
+    if text_field not in (reader.fieldnames or []):
+        raise JobConfigError(f"the CSV has no {text_field!r} column (columns: {', '.join(reader.fieldnames or [])})")
+    try:
+        return [_record(row, f"row {reader.line_num}", text_field, id_field) for row in reader]
+    except csv.Error as e:
+        raise JobConfigError(f"the CSV is malformed at line {reader.line_num}: {e}") from None
+
+
+def _read_folder(folder: Path) -> list[InputRecord]:
+    files = sorted(folder.glob("*.txt"))
+    if not files:
+        raise JobConfigError(f"no .txt files in {folder}")
+    records = []
+    for f in files:
+        try:
+            text = f.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            records.append(InputRecord(f.stem, f.name, error=("malformed_input", f"{f.name}: not UTF-8 ({e})")))
+            continue
+        records.append(_record({"id": f.stem, "text": text}, f.name, "text", "id"))
+    return records
+
+
+# ---------------------------------------------------------------- output
+
+
+def prepare_output(path: str | Path, retry_errors: bool = False) -> Counter[str]:
+    """How many lines each id already has in ``path`` (missing: none), after cutting off a torn last line.
+
+    With ``retry_errors`` the error lines are dropped first (the file is
+    rewritten through a temp file and a rename), so their records run again.
+    """
+    p = Path(path)
+    if not p.exists():
+        return Counter()
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise JobConfigError(f"cannot read the output {path}: {e}") from None
+    whole = data[: data.rfind(b"\n") + 1]  # everything up to the last newline
+    lines = [line for line in whole.split(b"\n") if line]
+    try:
+        rows = [json.loads(line) for line in lines]
+    except ValueError:
+        raise JobConfigError(f"{path} has lines that are not JSON: is it another file? Choose another --output") from None
+    if retry_errors:
+        kept = [line for line, row in zip(lines, rows) if "error" not in row]
+        rows = [row for row in rows if "error" not in row]
+        whole = b"".join(line + b"\n" for line in kept)
+    if whole != data:
+        tmp = p.with_name(p.name + ".tmp")
+        tmp.write_bytes(whole)
+        os.replace(tmp, p)
+    return Counter(row["id"] for row in rows)
+
+
+def stats_record(stats: Stats | None, sources: list[str]) -> dict[str, Any]:
+    """A generation's stats as JSON fields, with ``no_pass_tokens`` counted from the sources."""
+    if stats is None:
+        return {}
+    out = {k: round(v, 4) if isinstance(v, float) else v
+           for k, v in dataclasses.asdict(stats).items() if k != "tokens_fed"}
+    out["passes_per_token"] = round(stats.passes_per_token, 4)
+    out["no_pass_tokens"] = no_pass_tokens(sources)
+    return out
+
+
+def _jsonable(value: Any) -> Any:
+    return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+
+
+# ---------------------------------------------------------------- running
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """How each record runs: the prompt template (with ``{document}``) and `generate_result`'s keywords."""
+
+    template: str
+    generate: dict[str, Any] = field(default_factory=dict)
+
+
+def build_prompt(lm: LM, template: str, document: str) -> Prompt:
+    """The template with the document in; one user message when the tokenizer has a chat template."""
+    content = template.replace("{document}", document)  # not str.format: templates may hold JSON braces
+    return [{"role": "user", "content": content}] if getattr(lm.tokenizer, "chat_template", None) else content
+
+
+def run_record(lm: LM, spec: Any, record: InputRecord, options: JobOptions) -> dict[str, Any]:
+    """The output line of one record: ``id``, ``input`` and either ``value`` or ``error``, plus ``stats``."""
+    row: dict[str, Any] = {"id": record.id, "input": record.where}
+    if record.error:
+        kind, message = record.error
+        return row | {"error": {"kind": kind, "message": message}}
+    prompt = build_prompt(lm, options.template, record.text)
+    max_new_tokens = options.generate.get("max_new_tokens", 512)
+    context = getattr(lm.model.config, "max_position_embeddings", None)
+    prompt_tokens = len(lm.encode_prompt(prompt))
+    if context and prompt_tokens + max_new_tokens > context:
+        message = (f"the prompt is {prompt_tokens} tokens; with max_new_tokens={max_new_tokens} that needs "
+                   f"{prompt_tokens + max_new_tokens} positions, and the model has {context}")
+        return row | {"error": {"kind": "too_long", "message": message, "prompt_tokens": prompt_tokens}}
+    try:
+        result = structspec.generate_result(lm, spec, prompt, **options.generate)
+    except structspec.TokenBudgetExceeded as e:
+        error = {"kind": "token_budget", "message": str(e), "partial_text": e.text}
+        return row | {"error": error, "stats": stats_record(e.stats, e.sources)}
+    except (StructspecError, ValueError) as e:  # one record's failure; the job goes on
+        return row | {"error": {"kind": "generation_failed", "message": f"{type(e).__name__}: {e}"}}
+    return row | {"value": _jsonable(result.value), "stats": stats_record(result.stats, result.sources)}
+
+
+@dataclass
+class JobSummary:
+    """What a run did: records skipped (done before), written ok, and failed by error kind."""
+
+    total: int = 0
+    skipped: int = 0
+    ok: int = 0
+    failed: Counter[str] = field(default_factory=Counter)
+    output_tokens: int = 0
+    no_pass_tokens: int = 0
+    seconds: float = 0.0
+
+    @property
+    def written(self) -> int:
+        return self.ok + sum(self.failed.values())
+
+    def describe(self) -> str:
+        failed = ", ".join(f"{kind} {n}" for kind, n in sorted(self.failed.items()))
+        return (f"{self.total} records: {self.ok} extracted, {sum(self.failed.values())} failed"
+                + (f" ({failed})" if failed else "") + f", {self.skipped} already done; "
+                f"{self.output_tokens} tokens, {self.no_pass_tokens / max(self.output_tokens, 1):.0%} "
+                f"without a forward pass, {self.seconds:.1f} s")
+
+
+def run_job(
+    lm: LM,
+    spec: Any,
+    records: list[InputRecord],
+    output: str | Path,
+    options: JobOptions,
+    on_record: Callable[[JobSummary], None] = lambda summary: None,
+    retry_errors: bool = False,
+) -> JobSummary:
+    """Run every record not already in ``output`` and append its line; ``on_record`` sees the running summary.
+
+    Compiles ``spec`` first, so a bad spec raises `JobConfigError` before any record runs.
+    """
+    try:
+        structspec.compile(spec, lm)
+    except StructspecError as e:
+        raise JobConfigError(f"the schema cannot be used: {e}") from None
+    done = prepare_output(output, retry_errors)
+    summary = JobSummary(total=len(records))
+    seen: Counter[str] = Counter()
+    start = time.perf_counter()
+    fd = os.open(output, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        for record in records:
+            seen[record.id] += 1
+            if seen[record.id] <= done[record.id]:  # counts, so repeated ids resume right too
+                summary.skipped += 1
+                continue
+            row = run_record(lm, spec, record, options)
+            line = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
+            if os.write(fd, line) != len(line):  # one write: a killed job never leaves half a line
+                raise OSError(f"short write to {output} (disk full?)")
+            if "error" in row:
+                summary.failed[row["error"]["kind"]] += 1
+            else:
+                summary.ok += 1
+            stats = row.get("stats", {})
+            summary.output_tokens += stats.get("output_tokens", 0)
+            summary.no_pass_tokens += stats.get("no_pass_tokens", 0)
+            summary.seconds = time.perf_counter() - start
+            on_record(summary)
+    finally:
+        os.close(fd)
+    summary.seconds = time.perf_counter() - start
+    return summary
+
+
+DRAFTERS = ("prompt_lookup", "threshold", "self", "auto")
+
+
+def resolve_draft(name: str | None) -> Any:
+    """``generate_result``'s ``draft=`` for ``--draft NAME``: a drafter's name as is, else a model to load."""
+    if name is None:
+        return None
+    if "draft" not in inspect.signature(structspec.generate_result).parameters:
+        raise JobConfigError("--draft needs a structspec whose generate_result takes draft=; this one does not")
+    if name in DRAFTERS:
+        return name
+    try:
+        return structspec.load(name)
+    except StructspecError as e:
+        raise JobConfigError(f"--draft {name}: {e}") from None

@@ -1,0 +1,134 @@
+"""`structspec extract` as users run it: a subprocess on a tiny random model, killed and resumed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from structspec.__main__ import EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, main
+from structspec.testing import byte_level_tokenizer, tiny_llama
+
+N_RECORDS = 24
+SCHEMA = {
+    "type": "object",
+    "properties": {"flag": {"type": "boolean"}, "size": {"enum": ["small", "medium", "large"]}},
+    "required": ["flag", "size"],
+    "additionalProperties": False,
+}
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A saved tiny model, a schema file, and an input with a malformed line (3) and an empty document (6)."""
+    root = tmp_path_factory.mktemp("job")
+    tokenizer = byte_level_tokenizer()
+    tiny_llama(tokenizer).save_pretrained(root / "model")
+    tokenizer.save_pretrained(root / "model")
+    (root / "schema.json").write_text(json.dumps(SCHEMA))
+    lines = [json.dumps({"id": f"doc-{i}", "text": f"Item {i} is a {['small', 'large'][i % 2]} box."})
+             for i in range(N_RECORDS)]
+    lines[2] = '{"id": "broken", "text": '
+    lines[5] = json.dumps({"id": "blank", "text": ""})
+    (root / "input.jsonl").write_text("\n".join(lines) + "\n")
+    return {"root": root, "model": root / "model", "schema": root / "schema.json", "input": root / "input.jsonl"}
+
+
+def _command(job: dict[str, Path], output: Path) -> list[str]:
+    return [sys.executable, "-m", "structspec", "extract", "--schema", str(job["schema"]), "--input",
+            str(job["input"]), "--output", str(output), "--model", str(job["model"]), "--max-new-tokens", "24"]
+
+
+def _env(job: dict[str, Path]) -> dict[str, str]:
+    return os.environ | {"STRUCTSPEC_CACHE": str(job["root"] / "cache"), "OMP_NUM_THREADS": "1"}
+
+
+def _ids(output: Path) -> Counter[str]:
+    return Counter(json.loads(line)["id"] for line in output.read_text().splitlines())  # every line parses
+
+
+def _expected_ids() -> Counter[str]:
+    return Counter(["<line 3>", "blank"] + [f"doc-{i}" for i in range(N_RECORDS) if i not in (2, 5)])
+
+
+def _interrupt_after_lines(job: dict[str, Path], output: Path, sig: int, lines: int = 3) -> int:
+    """Start the job, send ``sig`` once ``output`` has ``lines`` lines, and return the exit code."""
+    proc = subprocess.Popen(_command(job, output), env=_env(job), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    while proc.poll() is None and (not output.exists() or output.read_text().count("\n") < lines):
+        time.sleep(0.02)
+    proc.send_signal(sig)
+    proc.communicate(timeout=60)
+    return proc.returncode
+
+
+def test_extract_reports_malformed_lines_and_completes(job: dict[str, Path], tmp_path: Path) -> None:
+    output = tmp_path / "out.jsonl"
+    done = subprocess.run(_command(job, output), env=_env(job), capture_output=True, text=True, timeout=120)
+    assert done.returncode == EXIT_OK, done.stderr
+    rows = {json.loads(line)["id"]: json.loads(line) for line in output.read_text().splitlines()}
+    assert _ids(output) == _expected_ids()
+    assert rows["<line 3>"]["error"]["kind"] == "malformed_input" and "line 3" in rows["<line 3>"]["error"]["message"]
+    assert rows["blank"]["error"]["kind"] == "empty_document" and rows["blank"]["input"] == "line 6"
+    extracted = [r for r in rows.values() if "value" in r]
+    assert extracted and all(set(r["value"]) == {"flag", "size"} and "stats" in r for r in extracted)
+    summary = done.stderr.strip().splitlines()[-1]
+    assert f"{N_RECORDS} records: {len(extracted)} extracted" in summary
+    assert "empty_document 1" in summary and "malformed_input 1" in summary
+
+
+def test_resume_after_kill_9_writes_every_record_exactly_once(job: dict[str, Path], tmp_path: Path) -> None:
+    output = tmp_path / "out.jsonl"
+    assert _interrupt_after_lines(job, output, signal.SIGKILL) == -signal.SIGKILL
+    before = output.read_text()
+    assert 3 <= before.count("\n") < N_RECORDS  # killed mid-job
+    done = subprocess.run(_command(job, output), env=_env(job), capture_output=True, text=True, timeout=120)
+    assert done.returncode == EXIT_OK, done.stderr
+    assert output.read_text().startswith(before)  # what was written before the kill stays as it was
+    assert _ids(output) == _expected_ids()
+
+
+def test_ctrl_c_exits_130_and_a_rerun_finishes_the_job(job: dict[str, Path], tmp_path: Path) -> None:
+    output = tmp_path / "out.jsonl"
+    assert _interrupt_after_lines(job, output, signal.SIGINT) == EXIT_INTERRUPTED
+    assert output.read_text().count("\n") < N_RECORDS
+    done = subprocess.run(_command(job, output), env=_env(job), capture_output=True, text=True, timeout=120)
+    assert done.returncode == EXIT_OK
+    assert _ids(output) == _expected_ids()
+    assert "already done" in done.stderr
+
+
+def test_a_configuration_error_exits_2_with_one_line(job: dict[str, Path], tmp_path: Path) -> None:
+    command = _command(job, tmp_path / "out.jsonl")
+    command[command.index("--schema") + 1] = "no_such_package.schemas:Invoice"
+    done = subprocess.run(command, env=_env(job), capture_output=True, text=True, timeout=120)
+    assert done.returncode == EXIT_CONFIG
+    assert done.stderr.strip().splitlines() == [
+        "structspec extract: cannot import 'no_such_package.schemas': No module named 'no_such_package'"]
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--input", "{tmp}/missing.jsonl", "cannot read the input"),
+    ("--model", "no-such-model", "unknown model"),
+    ("--prompt-template", "{tmp}/missing.txt", "cannot read the prompt template"),
+])
+def test_other_configuration_errors_exit_2(job: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                           option: str, value: str, message: str) -> None:
+    argv = _command(job, tmp_path / "out.jsonl")[3:] + [option, value.format(tmp=tmp_path)]  # the last one wins
+    assert main(argv) == EXIT_CONFIG
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_help_documents_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["extract", "--help"])
+    text = capsys.readouterr().out
+    assert "exit codes:" in text and "130" in text and "malformed_input" in text and "too_long" in text

@@ -1,0 +1,163 @@
+"""Extraction jobs in-process: reading inputs, per-record errors, resuming from the output file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import structspec
+from structspec import jobs
+from structspec.testing import CountingLM
+
+SCHEMA = {  # short outputs, so the tiny random model finishes records
+    "type": "object",
+    "properties": {"flag": {"type": "boolean"}, "size": {"enum": ["small", "medium", "large"]}},
+    "required": ["flag", "size"],
+    "additionalProperties": False,
+}
+OPTIONS = jobs.JobOptions(jobs.default_template(SCHEMA), {"max_new_tokens": 30})
+
+
+def test_jsonl_records_keep_their_line_and_bad_lines_become_errors(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b'{"id": "a", "text": "Alice"}\n\n{not json\n{"text": "no id"}\n["a list"]\n'
+                     b'{"id": 7, "body": "x"}\n{"id": "e", "text": "   "}\n{"id": "u", "text": "\xff"}\n')
+    got = [(r.id, r.where, r.text, r.error and r.error[0]) for r in jobs.read_inputs(path)]
+    assert got == [
+        ("a", "line 1", "Alice", None),
+        ("<line 3>", "line 3", "", "malformed_input"),
+        ("<line 4>", "line 4", "no id", None),
+        ("<line 5>", "line 5", "", "malformed_input"),
+        ("7", "line 6", "", "malformed_input"),
+        ("e", "line 7", "", "empty_document"),
+        ("<line 8>", "line 8", "", "malformed_input"),
+    ]
+    assert "no 'text' field" in jobs.read_inputs(path)[4].error[1]
+
+
+def test_fields_are_chosen_by_name_in_jsonl_and_csv(tmp_path: Path) -> None:
+    (tmp_path / "in.jsonl").write_text('{"key": "k1", "body": "hello"}\n')
+    (tmp_path / "in.csv").write_text('key,body\nk1,"two\nlines"\n,short\n')
+    [record] = jobs.read_inputs(tmp_path / "in.jsonl", text_field="body", id_field="key")
+    assert (record.id, record.text) == ("k1", "hello")
+    rows = jobs.read_inputs(tmp_path / "in.csv", text_field="body", id_field="key")
+    assert [(r.id, r.where, r.text) for r in rows] == [("k1", "row 3", "two\nlines"), ("<row 4>", "row 4", "short")]
+    with pytest.raises(jobs.JobConfigError, match="no 'text' column"):
+        jobs.read_inputs(tmp_path / "in.csv")
+
+
+def test_a_folder_of_text_files_is_one_record_per_file(tmp_path: Path) -> None:
+    (tmp_path / "b.txt").write_text("second")
+    (tmp_path / "a.txt").write_text("first")
+    (tmp_path / "c.txt").write_bytes(b"\xff\xfe")
+    (tmp_path / "notes.md").write_text("ignored")
+    records = jobs.read_inputs(tmp_path)
+    assert [(r.id, r.text, r.error and r.error[0]) for r in records] == [
+        ("a", "first", None), ("b", "second", None), ("c", "", "malformed_input")]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(jobs.JobConfigError, match="no .txt files"):
+        jobs.read_inputs(tmp_path / "empty")
+
+
+def test_unreadable_input_is_a_configuration_error(tmp_path: Path) -> None:
+    with pytest.raises(jobs.JobConfigError, match="cannot read the input"):
+        jobs.read_inputs(tmp_path / "missing.jsonl")
+
+
+def test_specs_load_from_modules_files_json_and_reject_the_rest(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mypkg_schemas.py").write_text("from pydantic import BaseModel\nclass P(BaseModel):\n    x: int\n")
+    (tmp_path / "s.json").write_text(json.dumps(SCHEMA))
+    assert jobs.load_spec("mypkg_schemas:P").model_fields.keys() == {"x"}
+    assert jobs.load_spec(str(tmp_path / "mypkg_schemas.py") + ":P").__name__ == "P"
+    assert jobs.load_spec("s.json") == SCHEMA
+    for bad, message in [("mypkg_schemas:Q", "no attribute 'Q'"), ("no_such_module:P", "cannot import"),
+                         ("missing.py:P", "no Python file"), ("missing.json", "cannot read"),
+                         ("justaname", "use package.module:Model"), ("grammar:no-such-grammar", "grammar")]:
+        with pytest.raises(jobs.JobConfigError, match=message):
+            jobs.load_spec(bad)
+
+
+def test_the_default_prompt_names_the_fields_and_templates_need_the_placeholder(tmp_path: Path) -> None:
+    assert "flag, size" in jobs.default_template(SCHEMA) and "{document}" in jobs.default_template(SCHEMA)
+    (tmp_path / "t.txt").write_text("Read this: {no placeholder}")
+    with pytest.raises(jobs.JobConfigError, match="placeholder"):
+        jobs.read_template(str(tmp_path / "t.txt"))
+
+
+def test_a_document_longer_than_the_context_is_an_error_without_any_forward_pass(byte_lm: structspec.LM) -> None:
+    lm = CountingLM(byte_lm)
+    long_text = " ".join(f"Alice{i} is {i} years old." for i in range(400))
+    row = jobs.run_record(lm, SCHEMA, jobs.InputRecord("x", "line 1", long_text), OPTIONS)
+    assert row["error"]["kind"] == "too_long" and "2048" in row["error"]["message"]
+    assert row["error"]["prompt_tokens"] > 2048 - 30
+    assert lm.passes == 0
+
+
+def test_a_token_budget_that_runs_out_keeps_the_partial_output_and_stats(byte_lm: structspec.LM) -> None:
+    options = jobs.JobOptions(OPTIONS.template, {"max_new_tokens": 3})
+    row = jobs.run_record(byte_lm, SCHEMA, jobs.InputRecord("x", "line 1", "Alice is 31."), options)
+    assert row["error"]["kind"] == "token_budget"
+    assert row["stats"]["output_tokens"] == 3
+    assert row["error"]["partial_text"].startswith('{"')
+
+
+def test_a_job_writes_one_line_per_record_and_a_rerun_writes_nothing(byte_lm: structspec.LM, tmp_path: Path) -> None:
+    records = [jobs.InputRecord(f"r{i}", f"line {i}", f"Item {i} is small.") for i in range(4)]
+    records.insert(2, jobs.InputRecord("<line 9>", "line 9", error=("malformed_input", "line 9: not JSON")))
+    out = tmp_path / "out.jsonl"
+    summary = jobs.run_job(byte_lm, SCHEMA, records, out, OPTIONS)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["r0", "r1", "<line 9>", "r2", "r3"]
+    assert summary.ok + summary.failed["token_budget"] == 4 and summary.failed["malformed_input"] == 1
+    for row in rows:
+        if "value" in row:
+            assert set(row["value"]) == {"flag", "size"}
+            assert row["stats"]["no_pass_tokens"] == row["stats"]["forced_tokens"] > 0
+    before = out.read_bytes()
+    again = jobs.run_job(byte_lm, SCHEMA, records, out, OPTIONS)
+    assert (again.skipped, again.written) == (5, 0) and out.read_bytes() == before
+
+
+def test_resume_cuts_a_torn_last_line_and_reruns_that_record(byte_lm: structspec.LM, tmp_path: Path) -> None:
+    records = [jobs.InputRecord(f"r{i}", f"line {i}", f"Item {i} is large.") for i in range(3)]
+    out = tmp_path / "out.jsonl"
+    jobs.run_job(byte_lm, SCHEMA, records[:1], out, OPTIONS)
+    with open(out, "ab") as f:
+        f.write(b'{"id": "r1", "input": "li')  # what a power cut mid-write could leave
+    summary = jobs.run_job(byte_lm, SCHEMA, records, out, OPTIONS)
+    assert (summary.skipped, summary.written) == (1, 2)
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["r0", "r1", "r2"]
+
+
+def test_repeated_ids_resume_by_count(byte_lm: structspec.LM, tmp_path: Path) -> None:
+    records = [jobs.InputRecord("same", f"line {i}", f"Item {i}.") for i in range(3)]
+    out = tmp_path / "out.jsonl"
+    jobs.run_job(byte_lm, SCHEMA, records[:2], out, OPTIONS)
+    assert jobs.run_job(byte_lm, SCHEMA, records, out, OPTIONS).written == 1
+    assert [json.loads(line)["input"] for line in out.read_text().splitlines()] == ["line 0", "line 1", "line 2"]
+
+
+def test_retry_errors_drops_error_lines_and_runs_those_records_again(byte_lm: structspec.LM, tmp_path: Path) -> None:
+    out = tmp_path / "out.jsonl"
+    out.write_text('{"id": "a", "value": 1}\n{"id": "b", "error": {"kind": "token_budget"}}\n')
+    assert jobs.prepare_output(out, retry_errors=True) == {"a": 1}
+    assert out.read_text() == '{"id": "a", "value": 1}\n'
+
+
+def test_an_output_file_that_is_not_a_job_output_is_refused(tmp_path: Path) -> None:
+    out = tmp_path / "notes.txt"
+    out.write_text("my notes\n")
+    with pytest.raises(jobs.JobConfigError, match="not JSON"):
+        jobs.prepare_output(out)
+    assert out.read_text() == "my notes\n"
+
+
+def test_an_unusable_schema_stops_the_job_before_any_record(byte_lm: structspec.LM, tmp_path: Path) -> None:
+    bad = structspec.Regex("[0-9")
+    with pytest.raises(jobs.JobConfigError, match="invalid regex"):
+        jobs.run_job(byte_lm, bad, [jobs.InputRecord("a", "line 1", "x")], tmp_path / "out.jsonl", OPTIONS)
+    assert not (tmp_path / "out.jsonl").exists()
