@@ -62,7 +62,11 @@ class LM:
     def new_cache(self) -> Any:
         from transformers import DynamicCache
 
-        return DynamicCache(config=self.model.config)
+        cache = DynamicCache(config=self.model.config)
+        # Sliding-window layers (Gemma 3) drop states older than the window as they go,
+        # so rolling back rejected drafts past the window fails unless they keep them until `crop`.
+        cache.activate_past_recording()
+        return cache
 
     @torch.no_grad()
     def forward(self, token_ids: list[int], cache: Any, logits_to_keep: int = 1) -> torch.Tensor:

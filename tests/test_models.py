@@ -7,6 +7,7 @@ when its package is not installed. CI installs only SmolLM2.
 from __future__ import annotations
 
 import pytest
+import torch
 from pydantic import BaseModel
 
 import structspec
@@ -71,3 +72,14 @@ def test_extracts_a_person(request: pytest.FixtureRequest, fixture: str) -> None
     result = structspec.generate_result(lm, Person, _extraction_prompt(lm), max_new_tokens=100)
     assert result.stop_reason == "fsm_complete"
     assert result.value == Person(name="Alice", age=31, city="Paris")
+
+
+def test_gemma_cache_rolls_back_past_the_sliding_window(gemma3: LM) -> None:
+    """Gemma 3's sliding-window layers (512 tokens) must still crop once the context is longer."""
+    context = list(range(1000, 1600))
+    expected = gemma3.forward([*context, 500, 501], gemma3.new_cache(), logits_to_keep=2)
+    cache = gemma3.new_cache()
+    gemma3.forward(context, cache)
+    gemma3.forward([700, 701, 702], cache, logits_to_keep=3)  # three drafts, all rejected
+    gemma3.crop(cache, len(context))
+    assert torch.allclose(gemma3.forward([500, 501], cache, logits_to_keep=2), expected, atol=1e-3)
