@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from structspec.decode import DecodeOptions, decode
+from structspec.drafts import Drafter, make_drafter
 from structspec.fastforward import FastForward
 from structspec.fsm import TokenFSM
 from structspec.lm import LM, Prompt, load
@@ -59,13 +60,20 @@ def generate_result(
     seed: int | None = None,
     whitespace_pattern: str = COMPACT,
     fast_forward: FastForward = "exact",
+    draft: Drafter | LM | str | None = None,
 ) -> Result:
     """Generate output that matches ``spec`` and return it with its tokens and stats.
 
     ``do_sample=None`` samples when ``temperature``, ``top_k`` or ``top_p`` is set
     and decodes greedily otherwise. ``fast_forward`` ("off", "exact", "canonical")
-    says how tokens the FSM forces are appended without a model call. Raises `TokenBudgetExceeded` (with the partial
-    text) when ``max_new_tokens`` runs out.
+    says how tokens the FSM forces are appended without a model call. ``draft`` turns
+    on speculative decoding: a loaded LM (draft model; another tokenizer is
+    translated through text), ``"prompt_lookup"``, ``"self"`` (the target's
+    first layers), ``"threshold"`` (self-draft with threshold decoding),
+    ``"auto"`` (prompt lookup, then self-draft) or a `Drafter`. Drafts are
+    verified by the target, so greedy output is token-identical without them.
+    Raises `TokenBudgetExceeded` (with the partial text) when ``max_new_tokens``
+    runs out.
     """
     if do_sample is None:
         do_sample = temperature != 1.0 or top_k is not None or top_p is not None
@@ -78,7 +86,7 @@ def generate_result(
     lm = load(model) if isinstance(model, str) else model
     prompt_ids = lm.encode_prompt(prompt)
     compiled = compile(spec, lm, whitespace_pattern)
-    decoded = decode(lm, compiled.fsm, prompt_ids, options)
+    decoded = decode(lm, compiled.fsm, prompt_ids, options, make_drafter(draft, lm))
     decoded.stats.compile_seconds = compiled.fsm.info.seconds
     decoded.stats.compile_source = compiled.fsm.info.source
     text = lm.vocab.decode(decoded.token_ids)

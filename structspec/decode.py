@@ -1,26 +1,37 @@
-"""The decode loop: fast-forward what the FSM forces, then one target pass per decision.
+"""The decode loop: fast-forward, draft, one target pass, verify, accept.
 
-Reads as the algorithm: fast-forward forced tokens (no model call) → stop if
-the FSM allows nothing but EOS → one forward pass over every pending token →
-mask the logits by the FSM state → choose a token → advance the FSM.
+Each turn reads as the algorithm:
+
+1. fast-forward the tokens the FSM forces (no model call);
+2. stop if the FSM allows nothing but EOS;
+3. draft a candidate under the FSM: forced text in its canonical spelling
+   (spliced for free) and the drafter's tokens;
+4. one target pass over every pending token plus the candidate, keeping
+   logits for the candidate positions and the bonus position;
+5. mask every row by the FSM state it was computed in and verify (greedy
+   prefix match or speculative sampling, `structspec.verify`);
+6. keep the accepted prefix and the target's own token, crop the KV cache
+   back over the rejected rest. FSM states are kept per output position, so
+   rollback is indexing.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
+from structspec.drafts import Drafter
 from structspec.errors import TokenBudgetExceeded
 from structspec.fastforward import FastForward, Forcer
 from structspec.fsm import TokenFSM
-from structspec.result import Stats, StopReason
-from structspec.sampling import SamplingConfig, choose_token
+from structspec.result import DraftStats, Stats, StopReason
+from structspec.sampling import SamplingConfig
+from structspec.verify import verify_greedy, verify_sampled
 
-Source = Literal["forced", "model"]
-
+FORCED, MODEL = "forced", "model"  # sources besides drafter names
 
 @dataclass(frozen=True)
 class DecodeOptions:
@@ -43,22 +54,24 @@ class Decoded:
     """Raw loop output, before parsing: tokens, how each was produced, why it stopped."""
 
     token_ids: list[int]
-    sources: list[Source]
+    sources: list[str]  # per token: "forced", "model" or the drafter's name
     stop_reason: StopReason
     stats: Stats
 
 
-def decode(lm: Any, fsm: TokenFSM, prompt_ids: list[int], options: DecodeOptions) -> Decoded:
+def decode(
+    lm: Any, fsm: TokenFSM, prompt_ids: list[int], options: DecodeOptions, drafter: Drafter | None = None
+) -> Decoded:
     """Constrained decoding of ``fsm``'s language after ``prompt_ids`` with ``lm`` (see module doc)."""
     stats = Stats(prompt_tokens=len(prompt_ids))
     generator = torch.Generator().manual_seed(options.seed) if options.seed is not None else None
     forcer = Forcer(fsm, lm.tokenizer, options.fast_forward) if options.fast_forward != "off" else None
-    cache = lm.new_cache()
+    cache, cached = lm.new_cache(), 0  # cached: positions the target's KV cache holds
     state = fsm.initial_state
-    pending = list(prompt_ids)  # tokens the model has not seen yet, all fed at the next pass
+    pending = list(prompt_ids)  # tokens the target has not seen yet, all fed at the next pass
     out: list[int] = []
     states: list[int] = []  # states[i]: the FSM state after out[i]
-    sources: list[Source] = []
+    sources: list[str] = []
     while True:
         t0 = time.perf_counter()
         forced = forcer.force(state, out, states) if forcer else None
@@ -69,7 +82,7 @@ def decode(lm: Any, fsm: TokenFSM, prompt_ids: list[int], options: DecodeOptions
             pending = pending[: len(pending) - dropped] + forced.token_ids
             out += forced.token_ids
             states += forced.states
-            sources += ["model"] * model_made + ["forced"] * forced.forced_count
+            sources += [MODEL] * model_made + [FORCED] * forced.forced_count
             state = states[-1]
         stats.constraint_seconds += time.perf_counter() - t0
         if len(out) > options.max_new_tokens:
@@ -78,45 +91,127 @@ def decode(lm: Any, fsm: TokenFSM, prompt_ids: list[int], options: DecodeOptions
             stop: StopReason = "fsm_complete"
             break
 
+        candidate = draft_candidate(
+            drafter, forcer, fsm, list(prompt_ids) + out, state, options.max_new_tokens - len(out),
+            options, generator, stats,
+        )
+
         t0 = time.perf_counter()
-        logits = lm.forward(pending, cache)[-1:]
+        logits = lm.forward(pending + candidate.tokens, cache, logits_to_keep=len(candidate.tokens) + 1)
         t1 = time.perf_counter()
+        cached += len(pending) + len(candidate.tokens)
         stats.target_forward_passes += 1
-        stats.tokens_fed.append(len(pending))
+        stats.tokens_fed.append(len(pending) + len(candidate.tokens))
         stats.model_seconds += t1 - t0
 
-        allowed = fsm.allowed_token_ids(state)
-        if len(allowed) == 1:  # no draw, so sampled runs consume the RNG alike in every mode
-            token = allowed[0]
+        fsm.mask_logits_inplace(logits, [state] + candidate.states)  # the bonus row too
+        if options.sampling.do_sample:
+            accepted, token = verify_sampled(logits, candidate.tokens, candidate.q, options.sampling, generator)
         else:
-            fsm.mask_logits_inplace(logits, [state])
-            token = choose_token(logits[0], options.sampling, generator)
-        next_state = fsm.next_state(state, token)
+            accepted, token = verify_greedy(logits, candidate.tokens)
+        if accepted < len(candidate.tokens):  # the rejected rest leaves the cache
+            cached -= len(candidate.tokens) - accepted
+            lm.crop(cache, cached)
+        out += candidate.tokens[:accepted]
+        states += candidate.states[:accepted]
+        sources += candidate.sources[:accepted]
+        state = states[-1] if accepted else state
+        _count_drafts(stats, drafter, candidate, accepted)
         stats.constraint_seconds += time.perf_counter() - t1
+
+        if fsm.is_complete(state):  # the candidate finished the output; the target's token is EOS
+            stop = "fsm_complete"
+            break
         if token == fsm.eos_token_id:
             stop = "eos"
             break
         if len(out) == options.max_new_tokens:
             raise _out_of_budget(options, fsm, out, sources, stats)
-        assert next_state is not None, "a masked choice is always allowed"
-        state = next_state
+        state = fsm.next_state(state, token)
+        assert state is not None, "a masked choice is always allowed"
         out.append(token)
         states.append(state)
-        sources.append("model")
+        sources.append(MODEL)
         pending = [token]
 
     _count_output(stats, fsm, out, sources)
     return Decoded(out, sources, stop, stats)
 
 
-def _count_output(stats: Stats, fsm: TokenFSM, out: list[int], sources: list[Source]) -> None:
+@dataclass
+class Candidate:
+    """Drafted tokens with the FSM state after each, who proposed it, and its draft distribution."""
+
+    tokens: list[int] = field(default_factory=list)
+    states: list[int] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+    q: list[torch.Tensor | None] = field(default_factory=list)  # None: a point mass
+
+
+def draft_candidate(
+    drafter: Drafter | None, forcer: Forcer | None, fsm: TokenFSM, context: list[int], state: int, limit: int,
+    options: DecodeOptions, generator: torch.Generator | None, stats: Stats,
+) -> Candidate:
+    """Up to ``limit`` tokens after ``context`` (in ``state``): forced text spelled canonically wherever the
+    FSM forces some, the drafter's tokens elsewhere; every token is allowed by the FSM."""
+    cand = Candidate()
+    if drafter is not None:
+        drafter.begin()
+    while len(cand.tokens) < limit and not fsm.is_complete(state):
+        t0 = time.perf_counter()
+        spliced, spliced_states = forcer.spelled(state) if forcer else ([], [])
+        if spliced:
+            n = min(len(spliced), limit - len(cand.tokens))
+            cand.tokens += spliced[:n]
+            cand.states += spliced_states[:n]
+            cand.sources += [FORCED] * n
+            cand.q += [None] * n
+            state = spliced_states[n - 1]
+            stats.constraint_seconds += time.perf_counter() - t0
+            continue
+        if drafter is None:
+            break
+        passes = drafter.passes
+        step = drafter.next(context + cand.tokens, state, fsm, options.sampling, generator)
+        entry = stats.drafts.setdefault(step.source if step else drafter.name, DraftStats())
+        entry.seconds += time.perf_counter() - t0
+        entry.draft_passes += drafter.passes - passes
+        next_state = fsm.next_state(state, step.token) if step else None
+        if step is None or next_state is None:
+            break
+        cand.tokens.append(step.token)
+        cand.states.append(next_state)
+        cand.sources.append(step.source)
+        cand.q.append(step.q)
+        state = next_state
+    return cand
+
+
+def _count_drafts(stats: Stats, drafter: Drafter | None, cand: Candidate, accepted: int) -> None:
+    """Per-source drafted/accepted counts of one verified candidate; tells the drafter how it did."""
+    drafted: dict[str, int] = {}
+    kept: dict[str, int] = {}
+    for i, source in enumerate(cand.sources):
+        drafted[source] = drafted.get(source, 0) + 1
+        kept[source] = kept.get(source, 0) + (i < accepted)
+    for source, n in drafted.items():
+        entry = stats.drafts.setdefault(source, DraftStats())
+        entry.drafted += n
+        entry.accepted += kept[source]
+        entry.verify_passes += 1
+    if drafter is not None:
+        drafter.feedback(drafted, kept)
+
+
+def _count_output(stats: Stats, fsm: TokenFSM, out: list[int], sources: list[str]) -> None:
     stats.output_tokens = len(out)
-    stats.forced_tokens = sources[: len(out)].count("forced")
+    stats.forced_tokens = sources[: len(out)].count(FORCED)
+    stats.model_tokens = sources[: len(out)].count(MODEL)
     stats.forced_bytes = sum(len(fsm.vocab.token_bytes[t] or b"") for t, s in zip(out, sources) if s == "forced")
 
 
 def _out_of_budget(
-    options: DecodeOptions, fsm: TokenFSM, out: list[int], sources: list[Source], stats: Stats
+    options: DecodeOptions, fsm: TokenFSM, out: list[int], sources: list[str], stats: Stats
 ) -> TokenBudgetExceeded:
     _count_output(stats, fsm, out, sources)
     return TokenBudgetExceeded(options.max_new_tokens, fsm.vocab.decode(out), out, stats, sources[: len(out)])

@@ -56,6 +56,7 @@ class Forcer:
     mode: FastForward
     _forced_bytes: dict[int, tuple[bytes, int]] = field(default_factory=dict)
     _hard_end: dict[tuple[int, str], bool] = field(default_factory=dict)
+    _spelled: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # a token id for every single byte, to walk the FSM one byte at a time
@@ -102,6 +103,20 @@ class Forcer:
             text.append(byte)
         self._forced_bytes[start] = (bytes(text), state)
         return self._forced_bytes[start]
+
+    def spelled(self, state: int) -> tuple[list[int], list[int]]:
+        """The forced text from ``state`` in its canonical spelling, and the states after each token.
+
+        Nothing is held back: these tokens are drafts the target verifies, so a
+        boundary where the model would rather merge costs no correctness.
+        Cached; does not change anything.
+        """
+        if state not in self._spelled:
+            text, _ = self.forced_bytes(state)
+            ids = (self._encode(text) or []) if text else []
+            visited = self.fsm.walk(state, ids)
+            self._spelled[state] = (ids[: len(visited)], visited)
+        return self._spelled[state]
 
     def _force_canonical(self, state: int, out: list[int], states: list[int]) -> Forced | None:
         forced, end_state = self.forced_bytes(state)

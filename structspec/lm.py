@@ -21,6 +21,7 @@ from structspec.errors import ModelNotFoundError, PromptError, VocabularyMismatc
 from structspec.vocab import TokenVocab, vocab_from_tokenizer
 
 Prompt = str | list[dict[str, str]]
+_TRANSFORMERS_MAJOR = int(md.version("transformers").split(".")[0])
 
 
 class LM:
@@ -80,7 +81,10 @@ class LM:
     @staticmethod
     def crop(cache: Any, length: int) -> None:
         """Drop cached positions from ``length`` on (in place)."""
-        cache.crop(length)
+        extra = cache.get_seq_length() - length
+        if extra > 0:
+            # transformers 5 takes how many positions to remove (negative); 4.x took the length to keep
+            cache.crop(-extra if _TRANSFORMERS_MAJOR >= 5 else length)
 
 
 def from_transformers(model: Any, tokenizer: Any) -> LM:

@@ -10,6 +10,26 @@ StopReason = Literal["eos", "fsm_complete"]
 
 
 @dataclass
+class DraftStats:
+    """One source of draft tokens: a drafter by name, or "forced" for forced text the target verified."""
+
+    drafted: int = 0  # tokens proposed and sent to verification
+    accepted: int = 0
+    verify_passes: int = 0  # target passes that verified at least one of its tokens
+    draft_passes: int = 0  # the drafter's own forward passes (0 for prompt lookup and forced text)
+    seconds: float = 0.0  # inside the drafter
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / max(self.drafted, 1)
+
+    @property
+    def mean_accepted(self) -> float:
+        """Accepted tokens per target pass that verified some of this source's tokens."""
+        return self.accepted / max(self.verify_passes, 1)
+
+
+@dataclass
 class Stats:
     """Exact counts of one generation; benchmarks and reports read these, nothing else."""
 
@@ -21,13 +41,23 @@ class Stats:
     constraint_seconds: float = 0.0  # masking, token choice, FSM bookkeeping
     compile_seconds: float = 0.0
     compile_source: str = ""  # "compiled", "memory" or "disk"
-    forced_tokens: int = 0  # appended by fast-forward, no model decision
+    forced_tokens: int = 0  # forced text: appended by fast-forward or spliced into a draft and accepted
     forced_bytes: int = 0
+    model_tokens: int = 0  # chosen by the target itself: neither forced nor an accepted draft
+    drafts: dict[str, DraftStats] = field(default_factory=dict)  # per draft source
+
+    @property
+    def draft_passes(self) -> int:
+        return sum(d.draft_passes for d in self.drafts.values())
+
+    @property
+    def draft_seconds(self) -> float:
+        return sum(d.seconds for d in self.drafts.values())
 
     @property
     def model_token_share(self) -> float:
-        """Share of output tokens that needed the model (1.0 without fast-forward)."""
-        return 1 - self.forced_tokens / max(self.output_tokens, 1)
+        """Share of output tokens the target chose itself (1.0 without fast-forward or drafting)."""
+        return self.model_tokens / max(self.output_tokens, 1)
 
     @property
     def passes_per_token(self) -> float:
@@ -52,4 +82,4 @@ class Result:
     token_ids: list[int]
     stop_reason: StopReason
     stats: Stats
-    sources: list[str] = field(default_factory=list)  # per token: "forced" or "model"
+    sources: list[str] = field(default_factory=list)  # per token: "forced", "model" or a drafter's name

@@ -45,8 +45,20 @@ def probabilities(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
     return warp_logits(logits.float(), config).softmax(-1)
 
 
+def sample(p: torch.Tensor, generator: torch.Generator | None) -> int:
+    """One draw from the distribution ``p`` [vocab]; a point mass is returned without touching the RNG.
+
+    Skipping the draw for a point mass keeps the RNG stream independent of how
+    many single-choice steps a decode mode skips or verifies.
+    """
+    top = int(torch.argmax(p))
+    if p[top] >= 1.0:
+        return top
+    return int(torch.multinomial(p, 1, generator=generator))
+
+
 def choose_token(logits: torch.Tensor, config: SamplingConfig, generator: torch.Generator | None) -> int:
-    """Argmax for greedy; a draw from `probabilities` when sampling. ``logits`` is [vocab]."""
+    """Argmax for greedy; a `sample` from `probabilities` when sampling. ``logits`` is [vocab]."""
     if not config.do_sample:
         return int(torch.argmax(logits))
-    return int(torch.multinomial(probabilities(logits, config), 1, generator=generator))
+    return sample(probabilities(logits, config), generator)

@@ -207,3 +207,57 @@ class CountingLM:
     def __getattr__(self, name: str) -> Any:
         # vocab, logits_width, encode_prompt, new_cache, crop, tokenizer, model, name, ...
         return getattr(self.lm, name)
+
+
+def exact_output_distribution(
+    lm: Any, fsm: Any, prompt_ids: list[int], sampling: Any, min_prob: float = 1e-9
+) -> dict[tuple[int, ...], float]:
+    """The exact distribution of complete outputs of plain masked sampling, by enumerating the token tree.
+
+    Mirrors the decode loop: a state that allows only EOS ends the output
+    without a draw; elsewhere the next token (EOS included where the state is
+    final) is drawn from the masked, warped logits. Branches below
+    ``min_prob`` are dropped, so keep the language small.
+    """
+    from structspec.sampling import probabilities
+
+    out: dict[tuple[int, ...], float] = {}
+    stack: list[tuple[tuple[int, ...], int, float]] = [((), fsm.initial_state, 1.0)]
+    while stack:
+        prefix, state, prob = stack.pop()
+        if fsm.is_complete(state):
+            out[prefix] = out.get(prefix, 0.0) + prob
+            continue
+        logits = lm.forward(list(prompt_ids) + list(prefix), lm.new_cache())[-1:]
+        p = probabilities(fsm.mask_logits_inplace(logits, [state])[0], sampling).double()
+        for token in torch.nonzero(p * prob > min_prob).flatten().tolist():
+            if token == fsm.eos_token_id:
+                out[prefix] = out.get(prefix, 0.0) + prob * float(p[token])
+            else:
+                stack.append((prefix + (token,), fsm.next_state(state, token), prob * float(p[token])))
+    return out
+
+
+def chi_square_pvalue(counts: dict[Any, int], probs: dict[Any, float]) -> float:
+    """Pearson's goodness-of-fit p-value of ``counts`` against ``probs``.
+
+    Outcomes with an expected count under 5 are pooled into one bin, as the
+    test requires; an observed outcome with probability 0 gives p = 0.
+    """
+    n = sum(counts.values())
+    if any(k not in probs for k in counts):
+        return 0.0
+    bins: list[tuple[float, int]] = []
+    pooled_e, pooled_o = 0.0, 0
+    for k, p in probs.items():
+        if n * p >= 5:
+            bins.append((n * p, counts.get(k, 0)))
+        else:
+            pooled_e += n * p
+            pooled_o += counts.get(k, 0)
+    if pooled_e > 0:
+        bins.append((pooled_e, pooled_o))
+    stat = sum((o - e) ** 2 / e for e, o in bins)
+    dof = len(bins) - 1
+    return float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64),
+                                         torch.tensor(stat / 2, dtype=torch.float64)))

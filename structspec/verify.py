@@ -1,0 +1,80 @@
+"""Verdicts on a drafted candidate: pure functions on the target's masked logits.
+
+Names follow the speculative-sampling papers: ``p`` is the target's
+distribution, ``q`` the draft's. Row ``i`` of the target's logits is the
+distribution of the token at candidate position ``i``; the last row (one past
+the candidate) is the "bonus" position. Every row, the bonus row included,
+must already be masked by the FSM state reached at that position.
+
+Two acceptance rules, both leaving the target's (masked, warped) distribution
+unchanged:
+
+* **Point mass** (``q`` is None at a position: prompt lookup, forced text, a
+  greedy draft): draw ``y ~ p`` with the same sampler plain decoding uses and
+  accept iff ``y`` equals the draft. This accepts with probability ``p(x)``
+  and, on rejection, ``y`` is distributed as ``p`` without ``x`` — the
+  residual of a point mass. The RNG is consumed exactly as plain decoding
+  consumes it, so with a fixed seed the output is the same sample.
+* **Rejection sampling** (Leviathan et al. 2023, "Fast Inference from
+  Transformers via Speculative Decoding"; Chen et al. 2023, "Accelerating LLM
+  Decoding with Speculative Sampling"): accept ``x ~ q`` with probability
+  ``min(1, p(x)/q(x))``; on rejection draw from ``max(0, p − q)``
+  renormalized.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from structspec.sampling import SamplingConfig, probabilities, sample
+
+
+def verify_greedy(logits: torch.Tensor, candidate: list[int]) -> tuple[int, int]:
+    """Accept the longest prefix of ``candidate`` that equals the target's argmax, then the target's own token.
+
+    ``logits`` is [len(candidate) + 1, vocab], masked. Returns (accepted count,
+    next token): the target's argmax at the first mismatch, or at the bonus row.
+    """
+    choices = logits.argmax(-1).tolist()  # [n + 1]
+    for i, x in enumerate(candidate):
+        if choices[i] != x:
+            return i, choices[i]
+    return len(candidate), choices[len(candidate)]
+
+
+def verify_sampled(
+    logits: torch.Tensor,
+    candidate: list[int],
+    q: list[torch.Tensor | None],
+    config: SamplingConfig,
+    generator: torch.Generator | None,
+) -> tuple[int, int]:
+    """Speculative sampling over ``candidate``; ``q[i]`` is the draft's distribution at position i or None.
+
+    ``logits`` is [len(candidate) + 1, vocab], masked; ``config`` warps them into
+    ``p`` as plain sampling does. Returns (accepted count, next token).
+    """
+    p = probabilities(logits, config)  # [n + 1, vocab]
+    for i, x in enumerate(candidate):
+        if q[i] is None:
+            y = sample(p[i], generator)
+            if y != x:
+                return i, y
+        elif not accept_draw(p[i], q[i], x, generator):
+            return i, sample(residual(p[i], q[i]), generator)
+    return len(candidate), sample(p[len(candidate)], generator)
+
+
+def accept_draw(p: torch.Tensor, q: torch.Tensor, x: int, generator: torch.Generator | None) -> bool:
+    """Accept a draft ``x ~ q`` with probability ``min(1, p(x) / q(x))`` (no RNG draw when it is 1)."""
+    px, qx = float(p[x]), float(q[x])
+    if px >= qx:
+        return True
+    return float(torch.rand((), generator=generator)) * qx < px
+
+
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """``max(0, p − q)`` renormalized: what to sample from after a rejection."""
+    r = (p - q).clamp_min(0)
+    total = r.sum()
+    return r / total if total > 0 else p  # p == q up to rounding: a rejection could not have happened
