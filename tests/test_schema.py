@@ -7,6 +7,7 @@ import json
 import re
 from typing import Literal
 
+import jsonschema
 import pytest
 from pydantic import BaseModel, Field
 
@@ -79,17 +80,20 @@ def test_parsers_return_the_promised_values() -> None:
 @pytest.mark.parametrize(
     ("schema", "keyword", "pointer"),
     [
-        ({"type": "integer", "minimum": 0}, "minimum", "/"),
+        ({"type": "integer", "minimum": 0, "multipleOf": 2}, "multipleOf", "/"),
+        ({"type": "number", "minimum": 0.5}, "minimum", "/"),
+        ({"type": "integer", "minimum": 3, "maximum": 2}, "minimum", "/"),
+        ({"type": "string", "pattern": 'a"b'}, "pattern", "/"),
         ({"type": "object", "properties": {"a": {"type": "number", "multipleOf": 2}}}, "multipleOf", "/properties/a"),
         ({"type": "array", "items": {"type": "string"}, "uniqueItems": True}, "uniqueItems", "/"),
         ({"type": "object", "properties": {"a": {"type": "string"}}, "minProperties": 1}, "minProperties", "/"),
         ({"type": "object", "patternProperties": {"^x": {"type": "string"}}}, "patternProperties", "/"),
         ({"allOf": [{"type": "integer"}, {"type": "number"}]}, "allOf", "/"),
         ({"oneOf": [{"type": "integer"}, {"type": "integer"}]}, "oneOf", "/"),
-        ({"type": "string", "maxLength": 3, "pattern": "a+"}, "pattern", "/"),
-        ({"type": "string", "format": "hostname"}, "format", "/"),
+        ({"type": "string", "maxLength": 3, "pattern": "a+b"}, "pattern", "/"),
+        ({"type": "string", "format": "uri-template"}, "format", "/"),
         ({"not": {"type": "string"}}, "not", "/"),
-        ({"enum": ["a", 1], "type": "string"}, "enum", "/"),
+        ({"enum": [1], "type": "string"}, "enum", "/"),
         ({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["b"]}, "required", "/"),
         ({"$defs": {"n": {"type": "object", "properties": {"next": {"$ref": "#/$defs/n"}}}},
           "$ref": "#/$defs/n"}, "$ref", "/$defs/n/properties/next"),
@@ -106,12 +110,96 @@ def test_unenforceable_keywords_name_keyword_and_pointer(schema: dict, keyword: 
     assert keyword in str(err.value) and pointer in str(err.value)
 
 
-def test_pydantic_bounds_are_rejected_not_dropped() -> None:
+def test_pydantic_bounds_are_enforced() -> None:
     class Bounded(BaseModel):
-        age: int = Field(ge=0)
+        age: int = Field(ge=0, lt=150)
 
-    with pytest.raises(SchemaError, match="minimum.*/properties/age"):
-        to_regex(Bounded)
+    regex = to_regex(Bounded)
+    assert full(regex, '{"age":0}') and full(regex, '{"age":149}')
+    assert not full(regex, '{"age":-1}') and not full(regex, '{"age":150}')
+
+
+BOUNDS = [
+    {"minimum": 0}, {"minimum": -7, "maximum": 12}, {"exclusiveMinimum": 0}, {"maximum": -3},
+    {"minimum": 95, "exclusiveMaximum": 1005}, {"minimum": 1.5, "maximum": 9.5},
+    {"minimum": 0, "maximum": 0}, {"exclusiveMaximum": 0, "exclusiveMinimum": -100},
+]
+
+
+@pytest.mark.parametrize("bounds", BOUNDS)
+@pytest.mark.parametrize("kind", ["integer", "number"])
+def test_numeric_bounds_accept_exactly_the_values_in_range(kind: str, bounds: dict) -> None:
+    schema = {"type": kind, **bounds}
+    if kind == "number" and any(v != int(v) for v in bounds.values()):
+        with pytest.raises(SchemaError):  # decimal bounds are not translated
+            to_regex(schema)
+        return
+    regex = to_regex(schema)
+    texts = [str(n) for n in range(-1200, 1200)]
+    if kind == "number":
+        texts += [f"{n / 4}" for n in range(-400, 400)] + ["0.0", "-0.5", "12.000", "-3.01", "1005.0"]
+    for text in texts:
+        assert full(regex, text) == jsonschema.Draft202012Validator(schema).is_valid(json.loads(text)), text
+
+
+def test_draft4_boolean_exclusive_bounds() -> None:
+    schema = {"$schema": "http://json-schema.org/draft-04/schema#", "type": "integer",
+              "minimum": 0, "exclusiveMinimum": True, "maximum": 10, "exclusiveMaximum": True}
+    regex = to_regex(schema)
+    assert [n for n in range(-5, 15) if full(regex, str(n))] == list(range(1, 10))
+
+
+def test_nullable_bounded_integer_keeps_null() -> None:
+    regex = to_regex({"type": ["integer", "null"], "minimum": 1})
+    assert full(regex, "null") and full(regex, "7")
+    assert not full(regex, "0")
+
+
+def test_enum_keeps_only_values_of_the_node_type() -> None:
+    regex = to_regex({"type": "string", "enum": ["a", None, 1]})
+    assert full(regex, '"a"')
+    assert not full(regex, "null") and not full(regex, "1")
+
+
+@pytest.mark.parametrize(
+    ("pattern", "good", "bad"),
+    [
+        ("^.*$", '"a b"', '"a"b"'),  # . must not match a raw quote
+        ("^[^,]+$", '"a;b"', '"a\\b"'),  # nor a negated class a backslash
+        (r"^\S+$", '"ab"', '"a\u0001"'),
+        (r"^[a-z\s]+$", '"a b"', '"a\tb"'),  # \s narrows to a space
+    ],
+)
+def test_patterns_stay_inside_the_json_string(pattern: str, good: str, bad: str) -> None:
+    regex = to_regex({"type": "string", "pattern": pattern})
+    assert full(regex, good)
+    assert not full(regex, bad)
+
+
+def test_repeated_class_pattern_takes_length_bounds() -> None:
+    regex = to_regex({"type": "string", "pattern": "^[a-f0-9]+$", "minLength": 2, "maxLength": 4})
+    assert full(regex, '"ab"') and full(regex, '"abcd"')
+    assert not full(regex, '"a"') and not full(regex, '"abcde"') and not full(regex, '"xy"')
+
+
+def test_not_strict_drops_unenforceable_keywords_with_a_warning() -> None:
+    schema = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"},
+                                                          "uniqueItems": True}},
+              "patternProperties": {"^x": {"type": "string"}}}
+    with pytest.raises(SchemaError, match="patternProperties"):
+        to_regex(schema)
+    with pytest.warns(UserWarning) as caught:
+        constraint = constraint_of(schema, strict=False)
+    message = str(caught[0].message)
+    assert "'patternProperties' at /" in message and "'uniqueItems' at /properties/tags" in message
+    assert full(constraint.regex, '{"tags":["a","a"]}')
+    assert constraint.parse('{"tags":["a","a"]}') == {"tags": ["a", "a"]}  # dropped keywords are not checked
+
+
+def test_boolean_schemas() -> None:
+    assert full(to_regex(True), "[1,null]")
+    with pytest.raises(SchemaError, match="false"):
+        to_regex(False)
 
 
 def test_annotations_and_keywords_of_other_types_are_fine() -> None:
@@ -156,6 +244,10 @@ def test_pattern_classes_are_ascii_as_in_json_schema() -> None:
         ("email", '"ada.l@example.org"', r'"\"q\"@example.org"'),
         ("uri", '"https://example.org/a?b=1"', r'"https://example.org/\"x"'),
         ("date", '"2024-02-29"', '"2024-\U0001ccf6\U0001ccf6-01"'),
+        ("date-time", '"2024-02-29T10:00:00Z"', '"2024-02-29T10:00:00"'),  # RFC 3339 requires an offset
+        ("ipv4", '"10.0.0.1"', '"10.0.0.256"'),
+        ("hostname", '"example.com"', '"-x.com"'),
+        ("duration", '"P1DT2H"', '"P"'),
     ],
 )
 def test_formats_stay_inside_the_json_string(fmt: str, good: str, bad: str) -> None:
