@@ -201,11 +201,15 @@ def chart_png(by_method: dict[str, list[Run]]) -> bytes:
     for i, name in enumerate(names):
         xs = [j + (i - (len(names) - 1) / 2) * width for j in range(len(task_ids))]
         total = sum(r.forward_passes for r in by_method[name])
-        ax.bar(xs, [r.forward_passes for r in by_method[name]], width, label=f"{name} ({total:,} in all)")
+        bars = ax.bar(xs, [r.forward_passes for r in by_method[name]], width, label=f"{name} ({total:,} in all)")
+        for bar, run in zip(bars, by_method[name]):
+            if not run.finished:
+                bar.set_hatch("///")
     ax.set_xticks(range(len(task_ids)), task_ids, rotation=60, ha="right", fontsize=8)
     ax.set_xlim(-0.6, len(task_ids) - 0.4)
     ax.set_ylabel("target forward passes")
-    ax.set_title("Forward passes per record, by method (fewer is better)", loc="left")
+    ax.set_title("Forward passes per record, by method (fewer is better; hatched: max_new_tokens ran out)",
+                 loc="left")
     ax.grid(axis="y", alpha=0.3)
     ax.spines[["top", "right"]].set_visible(False)
     ax.legend(frameon=False, fontsize=9, ncols=min(len(names), 3), loc="upper left")

@@ -1,0 +1,80 @@
+"""The savings report on a tiny random model: runs, judging, the table, and the written PNG/HTML/JSON."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Literal
+
+import pytest
+from pydantic import BaseModel
+from rich.console import Console
+
+import structspec
+from structspec import compare
+from structspec.tasks import Task
+
+
+class Box(BaseModel):
+    flag: bool
+    size: Literal["small", "medium", "large"]
+
+
+TASKS = [
+    Task("box-1", "box", Box, "Item 1 is a small box.", {"flag": True, "size": "small"}),
+    Task("box-2", "box", Box, "Item 2 is a large box.", None),
+]
+
+
+@pytest.fixture(scope="module")
+def by_method(byte_lm: structspec.LM) -> dict[str, list[compare.Run]]:
+    return compare.run_methods(byte_lm, TASKS, compare.methods(), 24, Console(file=io.StringIO()))
+
+
+def test_every_method_runs_every_task_with_the_unconstrained_peer_first(
+        by_method: dict[str, list[compare.Run]]) -> None:
+    assert list(by_method) == ["unconstrained", "plain masked", "fast-forward", "fast-forward canonical"]
+    assert all([r.task_id for r in runs] == ["box-1", "box-2"] for runs in by_method.values())
+    assert all(r.sources == ["model"] * len(r.token_ids) for r in by_method["unconstrained"])
+
+
+def test_fast_forward_saves_passes_and_keeps_plain_masked_tokens(by_method: dict[str, list[compare.Run]]) -> None:
+    for plain, fast in zip(by_method["plain masked"], by_method["fast-forward"]):
+        assert fast.token_ids == plain.token_ids  # "exact" is token-identical to plain masked decoding
+        assert fast.forward_passes == plain.forward_passes - fast.sources.count("forced") < plain.forward_passes
+        assert plain.schema_valid and plain.valid_json
+
+
+def test_summary_and_table_read_from_the_runs(by_method: dict[str, list[compare.Run]]) -> None:
+    summaries = [compare.summarize(runs) for runs in by_method.values()]
+    fast = summaries[2]
+    assert fast.forward_passes == sum(r.forward_passes for r in by_method["fast-forward"])
+    assert fast.no_pass_tokens == sum(r.sources.count("forced") for r in by_method["fast-forward"])
+    assert fast.schema_valid == 1.0 and fast.accuracy == by_method["fast-forward"][0].accuracy
+    rows = compare.table_rows(summaries)
+    assert [row[0] for row in rows] == list(by_method) and rows[0][6] == "×1.00"
+    assert len(rows[0]) == len(compare.HEADERS)
+
+
+def test_judging_reads_json_as_a_user_would() -> None:
+    task = TASKS[0]
+    fenced = compare.judge("m", task, [], [], '```json\n{"flag": true, "size": "small"}\n```', True, 1, 0.1)
+    assert fenced.valid_json and fenced.schema_valid and fenced.accuracy == 1.0
+    partial = compare.judge("m", task, [], [], '{"flag": true}', True, 1, 0.1)
+    assert partial.valid_json and not partial.schema_valid and partial.accuracy == 0.5
+    prose = compare.judge("m", task, [], [], "Sure! Here it is: {", False, 1, 0.1)
+    assert not prose.valid_json and prose.accuracy == 0.0
+    assert compare.judge("m", TASKS[1], [], [], "[]", True, 1, 0.1).accuracy is None
+
+
+def test_the_report_files_hold_the_table_chart_and_token_views(by_method: dict[str, list[compare.Run]],
+                                                               byte_lm: structspec.LM, tmp_path: Path) -> None:
+    png, page, raw = compare.write_report(tmp_path, "title", "a note", TASKS, by_method, byte_lm)
+    assert png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    text = page.read_text()
+    assert text.count('<div class="tokens">') == len(TASKS) * len(by_method)
+    assert "data:image/png;base64," in text and "a note" in text and "box-2" in text
+    assert all(f"<h4>{name} " in text for name in by_method)
+    data = json.loads(raw.read_text())
+    assert len(data["runs"]) == len(TASKS) * len(by_method) and data["summaries"][0]["method"] == "unconstrained"
