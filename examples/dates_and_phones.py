@@ -12,10 +12,12 @@ from __future__ import annotations
 import structspec
 
 DATE = structspec.Regex(r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])")  # ISO 8601 calendar date
-PHONE = structspec.Regex(r"\+[1-9][0-9]{0,2} [0-9]{2,4}( [0-9]{2,4}){1,3}")  # international, space-grouped
+# International, country code and three space-separated groups: with a variable number of groups
+# a small model tends to stop after the second one.
+PHONE = structspec.Regex(r"\+[1-9][0-9]{0,2}( [0-9]{2,4}){3}")
 
-NOTE = ("Reminder: the supplier audit moved to 14 March 2025. If anything changes, call Jonas at "
-        "+49 30 1234 5678 before noon.")
+NOTE = ("Reminder: the supplier audit moved from 2025-02-28 to 2025-03-14. If anything changes, call Jonas "
+        "at +49 30 1234 5678 before noon.")
 
 
 def ask(question: str) -> list[dict[str, str]]:
@@ -25,8 +27,8 @@ def ask(question: str) -> list[dict[str, str]]:
 def main() -> None:
     lm = structspec.load("smollm2-135m")
     for label, spec, question in [
-        ("date", DATE, "When is the audit? Answer with the date as YYYY-MM-DD."),
-        ("phone", PHONE, "Which phone number should I call?"),
+        ("date", DATE, "What is the new date of the audit?"),
+        ("phone", PHONE, "What is Jonas's phone number?"),
     ]:
         result = structspec.generate_result(lm, spec, ask(question), max_new_tokens=30)
         s = result.stats

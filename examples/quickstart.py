@@ -5,17 +5,17 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
+from rich.console import Console
 
 import structspec
 from structspec.explain import legend_rich, to_rich, token_views
-from rich.console import Console
 
 
 class Contact(BaseModel):
-    name: str
-    company: str
-    city: str
+    name: str = Field(max_length=40)  # bounds keep a small model from rambling inside a string
+    company: str = Field(max_length=40)
+    city: str = Field(max_length=30)
     email: str
 
 
@@ -25,7 +25,8 @@ DOCUMENT = ("Thanks for stopping by our booth! Priya Raman, Solutions Architect 
 
 def main() -> None:
     lm = structspec.load("smollm2-135m")
-    prompt = [{"role": "user", "content": f"Extract the contact as JSON.\n\n{DOCUMENT}"}]
+    prompt = [{"role": "user", "content": "Extract the following fields from the document as JSON: "
+                                          f"name, company, city, email.\n\nDocument:\n{DOCUMENT}"}]
 
     contact = structspec.generate(lm, Contact, prompt, max_new_tokens=100)  # a validated Contact
     print(contact)

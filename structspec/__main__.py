@@ -14,15 +14,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 import structspec
 from structspec import jobs
 from structspec.display import stats_table
+from structspec.drafts import SHORT_NAMES
 from structspec.explain import explain_html, legend_rich, to_rich, token_views
 from structspec.lm import DEFAULT_MODEL, LM
 
 EXIT_OK, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 2, 130
 EXIT_CODES = f"""exit codes:
   {EXIT_OK}    done (also when some records failed: they are in the output with their reason)
+  1    an unexpected error (a bug: please report it with the traceback)
   {EXIT_CONFIG}    configuration error (unknown schema or model, unreadable input, bad option); nothing ran
-  {EXIT_INTERRUPTED}  interrupted (Ctrl-C); rerun the same command to resume
-  1    an unexpected error (a bug: please report it with the traceback)"""
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C); rerun the same command to resume"""
 
 DEMO_DOCUMENT = (
     "Hi team, please welcome Dr. Maria Okafor, our new Head of Research, who joins us from "
@@ -129,7 +130,7 @@ def _parser() -> argparse.ArgumentParser:
     p_ext.add_argument("--input", required=True, help="a JSONL file, a CSV file with a header, or a folder of .txt")
     p_ext.add_argument("--output", required=True, help="the JSONL file to append to (and resume from)")
     p_ext.add_argument("--model", default=DEFAULT_MODEL, help="a shipped model name or a local HF model directory")
-    p_ext.add_argument("--draft", help=f"a drafter ({', '.join(jobs.DRAFTERS)}) or a draft model name/directory")
+    p_ext.add_argument("--draft", help=f"a drafter ({', '.join(SHORT_NAMES)}) or a draft model name/directory")
     p_ext.add_argument("--text-field", default="text", help="JSONL field / CSV column of the document (text)")
     p_ext.add_argument("--id-field", default="id", help="JSONL field / CSV column of the record id (id)")
     p_ext.add_argument("--prompt-template", metavar="FILE", help="a file with a {document} placeholder")
@@ -148,7 +149,7 @@ def _parser() -> argparse.ArgumentParser:
     p_cmp.add_argument("--tasks", default="examples/tasks.jsonl", help="JSONL of {id, schema, text, expected}")
     p_cmp.add_argument("--schemas", default="examples/schemas.py", help="a Python file with a SCHEMAS dict")
     p_cmp.add_argument("--model", default=DEFAULT_MODEL)
-    p_cmp.add_argument("--draft", help="a draft model for the draft-model row (when this structspec has drafting)")
+    p_cmp.add_argument("--draft", help="a draft model (name or directory) for a '+ draft model' row")
     p_cmp.add_argument("--limit", type=int, help="run N tasks, taken in turn from each schema")
     p_cmp.add_argument("--max-new-tokens", type=int, default=200)
     p_cmp.add_argument("--out", default="compare-report", help="folder for compare.png, compare.html, compare.json")

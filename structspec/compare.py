@@ -50,6 +50,7 @@ def methods(draft_model: LM | None = None) -> list[Method]:
         ("plain masked", {"fast_forward": "off"}),
         ("fast-forward", {"fast_forward": "exact"}),
         ("fast-forward canonical", {"fast_forward": "canonical"}),
+        ("+ prompt lookup", {"fast_forward": "exact", "draft": "prompt_lookup"}),
     ]
     if draft_model is not None:
         rows.append(("+ draft model", {"fast_forward": "exact", "draft": draft_model}))
@@ -123,7 +124,7 @@ def run_structspec(lm: LM, task: Task, method: Method, max_new_tokens: int) -> R
     except structspec.TokenBudgetExceeded as e:  # the partial output still counts its passes
         ids, sources, text, stats, finished = e.token_ids, e.sources, e.text, e.stats, False
     return judge(label, task, ids, sources, text, finished, stats.target_forward_passes,
-                 stats.model_seconds + stats.constraint_seconds)
+                 stats.model_seconds + stats.constraint_seconds + stats.draft_seconds)
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,8 @@ def table_rows(summaries: list[Summary]) -> list[list[str]]:
     return [[
         s.method, f"{s.forward_passes:,}", f"{s.passes_per_token:.3f}", f"{s.output_tokens:,}",
         f"{s.no_pass_tokens / max(s.output_tokens, 1):.0%}", f"{s.seconds:.1f}", f"×{s.tokens_per_second / base:.2f}",
-        f"{100 * s.valid_json:.0f}", f"{100 * s.schema_valid:.0f}", "—" if s.accuracy is None else f"{s.accuracy:.3f}",
+        f"{100 * s.valid_json:.0f}", f"{100 * s.schema_valid:.0f}",
+        "—" if s.accuracy is None else f"{s.accuracy:.3f}",
     ] for s in summaries]
 
 

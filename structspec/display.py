@@ -12,12 +12,14 @@ def stats_table(stats: Stats, title: str = "stats") -> Table:
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column(justify="right")
+    forced_share = stats.forced_tokens / max(stats.output_tokens, 1)
     rows = [
         ("prompt tokens", f"{stats.prompt_tokens}"),
         ("output tokens", f"{stats.output_tokens}"),
         ("target forward passes", f"{stats.target_forward_passes}"),
         ("passes per output token", f"{stats.passes_per_token:.3f}"),
-        ("forced tokens (no model call)", f"{stats.forced_tokens} ({1 - stats.model_token_share:.0%})"),
+        ("forced tokens (no model call)", f"{stats.forced_tokens} ({forced_share:.0%})"),
+        *((f"accepted from {name}", f"{d.accepted} of {d.drafted} drafted") for name, d in stats.drafts.items()),
         ("model time per pass", f"{1000 * stats.model_seconds_per_pass:.1f} ms"),
         ("constraint time per pass", f"{1000 * stats.constraint_seconds_per_pass:.2f} ms"),
         ("compile", f"{1000 * stats.compile_seconds:.1f} ms ({stats.compile_source})"),

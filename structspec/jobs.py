@@ -20,7 +20,6 @@ import csv
 import dataclasses
 import importlib
 import importlib.util
-import inspect
 import json
 import os
 import sys
@@ -34,6 +33,7 @@ from typing import Any
 from pydantic import BaseModel
 
 import structspec
+from structspec.drafts import SHORT_NAMES
 from structspec.errors import StructspecError
 from structspec.explain import no_pass_tokens
 from structspec.lm import LM, Prompt
@@ -245,7 +245,8 @@ def prepare_output(path: str | Path, retry_errors: bool = False) -> Counter[str]
     try:
         rows = [json.loads(line) for line in lines]
     except ValueError:
-        raise JobConfigError(f"{path} has lines that are not JSON: is it another file? Choose another --output") from None
+        raise JobConfigError(f"{path} has lines that are not JSON: is it another file? Choose another --output") \
+            from None
     if retry_errors:
         kept = [line for line, row in zip(lines, rows) if "error" not in row]
         rows = [row for row in rows if "error" not in row]
@@ -384,16 +385,11 @@ def run_job(
     return summary
 
 
-DRAFTERS = ("prompt_lookup", "threshold", "self", "auto")
-
-
 def resolve_draft(name: str | None) -> Any:
     """``generate_result``'s ``draft=`` for ``--draft NAME``: a drafter's name as is, else a model to load."""
     if name is None:
         return None
-    if "draft" not in inspect.signature(structspec.generate_result).parameters:
-        raise JobConfigError("--draft needs a structspec whose generate_result takes draft=; this one does not")
-    if name in DRAFTERS:
+    if name in SHORT_NAMES:
         return name
     try:
         return structspec.load(name)

@@ -34,14 +34,15 @@ def by_method(byte_lm: structspec.LM) -> dict[str, list[compare.Run]]:
 
 def test_every_method_runs_every_task_with_the_unconstrained_peer_first(
         by_method: dict[str, list[compare.Run]]) -> None:
-    assert list(by_method) == ["unconstrained", "plain masked", "fast-forward", "fast-forward canonical"]
+    assert list(by_method) == ["unconstrained", "plain masked", "fast-forward", "fast-forward canonical",
+                              "+ prompt lookup"]
     assert all([r.task_id for r in runs] == ["box-1", "box-2"] for runs in by_method.values())
     assert all(r.sources == ["model"] * len(r.token_ids) for r in by_method["unconstrained"])
 
 
 def test_fast_forward_saves_passes_and_keeps_plain_masked_tokens(by_method: dict[str, list[compare.Run]]) -> None:
-    for plain, fast in zip(by_method["plain masked"], by_method["fast-forward"]):
-        assert fast.token_ids == plain.token_ids  # "exact" is token-identical to plain masked decoding
+    for plain, fast, lookup in zip(by_method["plain masked"], by_method["fast-forward"], by_method["+ prompt lookup"]):
+        assert fast.token_ids == plain.token_ids == lookup.token_ids  # greedy speed-ups keep the tokens
         assert fast.forward_passes == plain.forward_passes - fast.sources.count("forced") < plain.forward_passes
         assert plain.schema_valid and plain.valid_json
 

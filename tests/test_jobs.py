@@ -74,6 +74,7 @@ def test_specs_load_from_modules_files_json_and_reject_the_rest(tmp_path: Path,
     assert jobs.load_spec("mypkg_schemas:P").model_fields.keys() == {"x"}
     assert jobs.load_spec(str(tmp_path / "mypkg_schemas.py") + ":P").__name__ == "P"
     assert jobs.load_spec("s.json") == SCHEMA
+    assert isinstance(jobs.load_spec("grammar:date"), structspec.Regex)
     for bad, message in [("mypkg_schemas:Q", "no attribute 'Q'"), ("no_such_module:P", "cannot import"),
                          ("missing.py:P", "no Python file"), ("missing.json", "cannot read"),
                          ("justaname", "use package.module:Model"), ("grammar:no-such-grammar", "grammar")]:
