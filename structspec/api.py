@@ -36,14 +36,18 @@ class Compiled:
     fsm: TokenFSM
 
 
-def compile(spec: Any, model: LM | str, whitespace_pattern: str = COMPACT) -> Compiled:  # noqa: A001
+def compile(spec: Any, model: LM | str, whitespace_pattern: str = COMPACT, strict: bool = True) -> Compiled:  # noqa: A001
     """Compile ``spec`` into a token FSM for ``model``'s tokenizer (cached in memory and on disk).
+
+    ``strict=False`` drops schema keywords structspec cannot enforce, with a
+    warning naming each keyword and its JSON pointer, instead of raising
+    `SchemaError`.
 
     Pay and measure the compile cost ahead of generation; ``fsm.info`` says how
     long it took and whether it came from the cache.
     """
     lm = load(model) if isinstance(model, str) else model
-    constraint = constraint_of(spec, whitespace_pattern)
+    constraint = constraint_of(spec, whitespace_pattern, strict)
     return Compiled(constraint, TokenFSM.from_regex(constraint.regex, lm.vocab, lm.logits_width))
 
 
@@ -59,6 +63,7 @@ def generate_result(
     top_p: float | None = None,
     seed: int | None = None,
     whitespace_pattern: str = COMPACT,
+    strict: bool = True,
     fast_forward: FastForward = "exact",
     draft: Drafter | LM | str | None = None,
 ) -> Result:
@@ -66,7 +71,8 @@ def generate_result(
 
     ``do_sample=None`` samples when ``temperature``, ``top_k`` or ``top_p`` is set
     and decodes greedily otherwise. ``fast_forward`` ("off", "exact", "canonical")
-    says how tokens the FSM forces are appended without a model call. ``draft`` turns
+    says how tokens the FSM forces are appended without a model call; ``strict``
+    is as in `compile`. ``draft`` turns
     on speculative decoding: a loaded LM (draft model; another tokenizer is
     translated through text), ``"prompt_lookup"``, ``"self"`` (the target's
     first layers), ``"threshold"`` (self-draft with threshold decoding),
@@ -85,7 +91,7 @@ def generate_result(
     )
     lm = load(model) if isinstance(model, str) else model
     prompt_ids = lm.encode_prompt(prompt)
-    compiled = compile(spec, lm, whitespace_pattern)
+    compiled = compile(spec, lm, whitespace_pattern, strict)
     decoded = decode(lm, compiled.fsm, prompt_ids, options, make_drafter(draft, lm))
     decoded.stats.compile_seconds = compiled.fsm.info.seconds
     decoded.stats.compile_source = compiled.fsm.info.source

@@ -112,6 +112,8 @@ def decode(
         if accepted < len(candidate.tokens):  # the rejected rest leaves the cache
             cached -= len(candidate.tokens) - accepted
             lm.crop(cache, cached)
+            if forcer and candidate.sources[accepted] == FORCED:
+                forcer.learn(candidate.tokens[accepted], token)
         out += candidate.tokens[:accepted]
         states += candidate.states[:accepted]
         sources += candidate.sources[:accepted]

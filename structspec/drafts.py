@@ -268,10 +268,19 @@ class CrossTokenizerDrafter:
 
 @dataclass(eq=False)
 class Composite:
-    """Prompt lookup first; ``fallback`` (a model drafter) where lookup has nothing to propose."""
+    """Prompt lookup first; ``fallback`` (a model drafter) where lookup has nothing to propose.
+
+    A fallback that does not pay is switched off: once it has drafted
+    ``warmup`` tokens with an acceptance rate under ``min_acceptance``, its
+    draft passes cost more than its accepted tokens save.
+    """
 
     lookup: PromptLookup
     fallback: Any
+    min_acceptance: float = 0.3
+    warmup: int = 16
+    _drafted: int = 0
+    _accepted: int = 0
 
     @property
     def name(self) -> str:
@@ -281,17 +290,24 @@ class Composite:
     def passes(self) -> int:
         return self.fallback.passes
 
+    @property
+    def fallback_on(self) -> bool:
+        return self._drafted < self.warmup or self._accepted >= self.min_acceptance * self._drafted
+
     def begin(self) -> None:
         self.lookup.begin()
         self.fallback.begin()
 
     def next(self, context: list[int], state: int, fsm: TokenFSM, sampling: SamplingConfig,
              generator: torch.Generator | None) -> Step | None:
-        return self.lookup.next(context, state, fsm, sampling, generator) or self.fallback.next(
-            context, state, fsm, sampling, generator
-        )
+        step = self.lookup.next(context, state, fsm, sampling, generator)
+        if step is None and self.fallback_on:
+            step = self.fallback.next(context, state, fsm, sampling, generator)
+        return step
 
     def feedback(self, drafted: dict[str, int], accepted: dict[str, int]) -> None:
+        self._drafted += drafted.get(self.fallback.name, 0)
+        self._accepted += accepted.get(self.fallback.name, 0)
         self.lookup.feedback(drafted, accepted)
         self.fallback.feedback(drafted, accepted)
 

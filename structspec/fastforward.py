@@ -57,6 +57,7 @@ class Forcer:
     _forced_bytes: dict[int, tuple[bytes, int]] = field(default_factory=dict)
     _hard_end: dict[tuple[int, str], bool] = field(default_factory=dict)
     _spelled: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)
+    _splits: dict[int, int] = field(default_factory=dict)  # token → the shorter first token the target prefers
 
     def __post_init__(self) -> None:
         # a token id for every single byte, to walk the FSM one byte at a time
@@ -113,10 +114,30 @@ class Forcer:
         """
         if state not in self._spelled:
             text, _ = self.forced_bytes(state)
-            ids = (self._encode(text) or []) if text else []
+            ids = self._respell(self._encode(text) or []) if text else []
             visited = self.fsm.walk(state, ids)
             self._spelled[state] = (ids[: len(visited)], visited)
         return self._spelled[state]
+
+    def learn(self, rejected: int, chosen: int) -> None:
+        """The target rejected forced token ``rejected`` for ``chosen``; if ``chosen`` spells a proper prefix
+        of it (``":`` for ``":"``), spell forced text that way from now on (this decode only)."""
+        whole, head = self.fsm.vocab.token_bytes[rejected] or b"", self.fsm.vocab.token_bytes[chosen] or b""
+        if head and len(head) < len(whole) and whole.startswith(head):
+            self._splits[rejected] = chosen
+            self._spelled.clear()
+
+    def _respell(self, ids: list[int]) -> list[int]:
+        """``ids`` with every learned split applied: the preferred head, then the rest spelled canonically."""
+        out: list[int] = []
+        for t in ids:
+            if t not in self._splits:
+                out.append(t)
+                continue
+            head = self._splits[t]
+            rest = self._encode(self.fsm.vocab.token_bytes[t][len(self.fsm.vocab.token_bytes[head]) :])
+            out += [head] + self._respell(rest) if rest is not None else [t]
+        return out
 
     def _force_canonical(self, state: int, out: list[int], states: list[int]) -> Forced | None:
         forced, end_state = self.forced_bytes(state)

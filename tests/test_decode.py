@@ -135,3 +135,12 @@ def test_walk_returns_the_states_visited(byte_lm) -> None:
 def test_chat_prompt_uses_the_template(smollm2) -> None:
     ids = smollm2.encode_prompt([{"role": "user", "content": "hi"}])
     assert smollm2.tokenizer.decode(ids).startswith("<|im_start|>system")
+
+
+def test_strict_false_drops_unenforceable_keywords_with_a_warning(byte_lm) -> None:
+    schema = {"type": "object", "properties": {"tags": {"type": "array", "items": {"enum": ["a", "b"]}, "uniqueItems": True}}}
+    with pytest.raises(structspec.SchemaError, match="uniqueItems"):
+        structspec.compile(schema, byte_lm)
+    with pytest.warns(UserWarning, match="uniqueItems"):
+        result = structspec.generate_result(byte_lm, schema, "tags:", strict=False, max_new_tokens=60)
+    assert isinstance(result.value, dict)

@@ -257,3 +257,29 @@ def test_smollm2_drafting_is_lossless(smollm2, task) -> None:
     plain = ids(None)
     for draft in ("prompt_lookup", "auto"):
         assert ids(draft) == plain
+
+
+def test_composite_switches_off_a_fallback_that_does_not_pay(byte_lm, other_byte_lm) -> None:
+    auto = Composite(PromptLookup(), ModelDrafter(other_byte_lm), min_acceptance=0.9, warmup=4)
+    assert auto.fallback_on
+    auto.feedback({"draft_model": 5, "prompt_lookup": 3}, {"draft_model": 1, "prompt_lookup": 3})
+    assert not auto.fallback_on
+    passes = auto.passes
+    ids, _, _ = run(byte_lm, Order, auto)
+    assert auto.passes == passes  # the fallback drafted nothing more
+    assert ids == run(byte_lm, Order, None, "off")[0]
+
+
+def test_forced_text_is_respelled_the_way_the_target_prefers(byte_lm) -> None:
+    from structspec.fastforward import Forcer
+
+    fsm = structspec.compile(Regex(r'\{"weapon":"(mace|sword)"\}'), byte_lm).fsm
+    forcer = Forcer(fsm, byte_lm.tokenizer, "exact")
+    ids, _ = forcer.spelled(fsm.initial_state)
+    first = byte_lm.vocab.token_bytes[ids[0]]
+    assert len(first) > 1
+    head = byte_lm.tokenizer.convert_tokens_to_ids(byte_lm.tokenizer.convert_ids_to_tokens(ids[0])[:1])
+    forcer.learn(ids[0], head)
+    respelled, states = forcer.spelled(fsm.initial_state)
+    assert respelled[0] == head and len(respelled) > len(ids) and len(states) == len(respelled)
+    assert byte_lm.vocab.spell(respelled) == byte_lm.vocab.spell(ids)
