@@ -196,26 +196,30 @@ def chart_png(by_method: dict[str, list[Run]]) -> bytes:
     matplotlib.use("Agg")  # no display needed
     import matplotlib.pyplot as plt
 
+    from matplotlib.patches import Patch
+
     names = list(by_method)
     task_ids = [r.task_id for r in by_method[names[0]]]
     width = 0.8 / len(names)
-    fig, ax = plt.subplots(figsize=(max(8.0, 0.42 * len(task_ids) * len(names) / 4 + 2), 5.2), dpi=110)
+    fig, ax = plt.subplots(figsize=(max(9.0, 0.11 * len(task_ids) * len(names) + 2), 5.8), dpi=110)
+    handles = []
     for i, name in enumerate(names):
         xs = [j + (i - (len(names) - 1) / 2) * width for j in range(len(task_ids))]
-        total = sum(r.forward_passes for r in by_method[name])
-        bars = ax.bar(xs, [r.forward_passes for r in by_method[name]], width, label=f"{name} ({total:,} in all)")
+        bars = ax.bar(xs, [r.forward_passes for r in by_method[name]], width)
         for bar, run in zip(bars, by_method[name]):
             if not run.finished:
                 bar.set_hatch("///")
+        total = sum(r.forward_passes for r in by_method[name])
+        handles.append(Patch(color=bars.patches[0].get_facecolor(), label=f"{name} ({total:,} in all)"))
+    handles.append(Patch(facecolor="white", edgecolor="black", hatch="///", label="max_new_tokens ran out"))
     ax.set_xticks(range(len(task_ids)), task_ids, rotation=60, ha="right", fontsize=8)
     ax.set_xlim(-0.6, len(task_ids) - 0.4)
     ax.set_ylabel("target forward passes")
-    ax.set_title("Forward passes per record, by method (fewer is better; hatched: max_new_tokens ran out)",
-                 loc="left")
     ax.grid(axis="y", alpha=0.3)
     ax.spines[["top", "right"]].set_visible(False)
-    ax.legend(frameon=False, fontsize=9, ncols=min(len(names), 3), loc="upper left")
-    ax.margins(y=0.15)
+    # The legend sits above the plot: inside it would cover the tallest bars.
+    ax.legend(handles=handles, frameon=False, fontsize=9, ncols=3, loc="lower left", bbox_to_anchor=(0, 1.0))
+    fig.suptitle("Forward passes per record, by method (fewer is better)", x=0.01, ha="left", fontsize=12)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")

@@ -19,7 +19,9 @@ def stats_table(stats: Stats, title: str = "stats") -> Table:
         ("target forward passes", f"{stats.target_forward_passes}"),
         ("passes per output token", f"{stats.passes_per_token:.3f}"),
         ("forced tokens (no model call)", f"{stats.forced_tokens} ({forced_share:.0%})"),
-        *((f"accepted from {name}", f"{d.accepted} of {d.drafted} drafted") for name, d in stats.drafts.items()),
+        # forced text verified as a draft is already counted in the row above
+        *((f"accepted from {name}", f"{d.accepted} of {d.drafted} drafted")
+          for name, d in stats.drafts.items() if name != "forced"),
         ("model time per pass", f"{1000 * stats.model_seconds_per_pass:.1f} ms"),
         ("constraint time per pass", f"{1000 * stats.constraint_seconds_per_pass:.2f} ms"),
         ("compile", f"{1000 * stats.compile_seconds:.1f} ms ({stats.compile_source})"),

@@ -162,3 +162,15 @@ def test_an_unusable_schema_stops_the_job_before_any_record(byte_lm: structspec.
     with pytest.raises(jobs.JobConfigError, match="invalid regex"):
         jobs.run_job(byte_lm, bad, [jobs.InputRecord("a", "line 1", "x")], tmp_path / "out.jsonl", OPTIONS)
     assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_draft_names_pass_through_and_unknown_draft_models_are_configuration_errors(byte_lm: structspec.LM) -> None:
+    assert jobs.resolve_draft(None) is None and jobs.resolve_draft("prompt_lookup") == "prompt_lookup"
+    with pytest.raises(jobs.JobConfigError, match="--draft no-such-model"):
+        jobs.resolve_draft("no-such-model")
+    record = jobs.InputRecord("x", "line 1", 'Item 3 is {"flag":true,"size":"small"} here.')
+    drafted = jobs.run_record(byte_lm, SCHEMA, record, jobs.JobOptions(OPTIONS.template, OPTIONS.generate | {
+        "draft": "prompt_lookup"}))
+    plain = jobs.run_record(byte_lm, SCHEMA, record, OPTIONS)
+    assert drafted["value"] == plain["value"]  # verified greedy drafting keeps the output
+    assert "prompt_lookup" in drafted["stats"]["drafts"] and "prompt_lookup" not in plain["stats"]["drafts"]
