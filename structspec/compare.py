@@ -169,6 +169,11 @@ HEADERS = ["method", "forward\npasses", "passes /\nout token", "output\ntokens",
            "tokens/s vs\nunconstr.", "valid\nJSON %", "schema-\nvalid %", "field\naccuracy"]
 
 
+def flat(header: str) -> str:
+    """A two-line terminal header on one line."""
+    return header.replace("-\n", "-").replace("\n", " ")
+
+
 def table_rows(summaries: list[Summary]) -> list[list[str]]:
     """The report table's cells, one row per method, in `HEADERS` order (the first summary is the baseline)."""
     base = summaries[0].tokens_per_second
@@ -230,7 +235,7 @@ def chart_png(by_method: dict[str, list[Run]]) -> bytes:
 def report_html(title: str, note: str, summaries: list[Summary], png: bytes, tasks: list[Task],
                 by_method: dict[str, list[Run]], lm: LM) -> str:
     """The whole report as one self-contained page: table, chart, then each task's outputs as token views."""
-    head = "".join(f"<th>{html.escape(h.replace(chr(10), ' '))}</th>" for h in HEADERS)
+    head = "".join(f"<th>{html.escape(flat(h))}</th>" for h in HEADERS)
     rows = "".join(
         "<tr>" + "".join(f'<td{"" if i == 0 else " class=num"}>{html.escape(c)}</td>' for i, c in enumerate(row))
         + "</tr>" for row in table_rows(summaries))
