@@ -16,7 +16,7 @@ from structspec import jobs
 from structspec.display import stats_table
 from structspec.drafts import SHORT_NAMES
 from structspec.explain import explain_html, legend_rich, to_rich, token_views
-from structspec.lm import DEFAULT_MODEL, LM
+from structspec.lm import DEFAULT_MODEL
 
 EXIT_OK, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 2, 130
 EXIT_CODES = f"""exit codes:
@@ -63,13 +63,6 @@ def demo(model: str, explain: bool, html: str | None) -> int:
     return EXIT_OK
 
 
-def _load_model(name: str) -> LM:
-    try:
-        return structspec.load(name)
-    except structspec.ModelNotFoundError as e:
-        raise jobs.JobConfigError(str(e)) from None
-
-
 def extract(args: argparse.Namespace) -> int:
     """Run an extraction job (see `structspec.jobs`), with a progress bar and a summary on stderr."""
     err = Console(stderr=True)
@@ -82,7 +75,7 @@ def extract(args: argparse.Namespace) -> int:
     draft = jobs.resolve_draft(args.draft)
     if draft is not None:
         generate["draft"] = draft
-    lm = _load_model(args.model)
+    lm = jobs.load_model(args.model)
 
     progress = Progress(TextColumn("extract"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rates]}"),
                         TimeElapsedColumn(), console=err, disable=args.quiet)

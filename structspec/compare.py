@@ -35,7 +35,7 @@ from rich.table import Table
 import structspec
 from structspec.bench import spread
 from structspec.explain import html_page, legend_html, no_pass_tokens, tokens_html, token_views
-from structspec.jobs import JobConfigError, resolve_draft
+from structspec.jobs import JobConfigError, load_model
 from structspec.lm import LM
 from structspec.peers import unconstrained_greedy
 from structspec.tasks import Task, extraction_prompt, field_accuracy, load_tasks
@@ -305,11 +305,8 @@ def main(args: argparse.Namespace) -> int:
         raise JobConfigError(f"cannot load the tasks: {e}") from None
     if not tasks:
         raise JobConfigError(f"{args.tasks} has no tasks")
-    draft = resolve_draft(args.draft)
-    try:
-        lm = structspec.load(args.model)
-    except structspec.ModelNotFoundError as e:
-        raise JobConfigError(str(e)) from None
+    draft = load_model(args.draft) if args.draft else None
+    lm = load_model(args.model)
     console = Console() if Console().is_terminal else Console(width=170)
     by_method = run_methods(lm, tasks, methods(draft), args.max_new_tokens, console)
 

@@ -385,13 +385,19 @@ def run_job(
     return summary
 
 
-def resolve_draft(name: str | None) -> Any:
-    """``generate_result``'s ``draft=`` for ``--draft NAME``: a drafter's name as is, else a model to load."""
-    if name is None:
-        return None
-    if name in SHORT_NAMES:
-        return name
+def load_model(name: str) -> LM:
+    """`structspec.load`, with an unknown name as a `JobConfigError`."""
     try:
         return structspec.load(name)
     except StructspecError as e:
+        raise JobConfigError(str(e)) from None
+
+
+def resolve_draft(name: str | None) -> Any:
+    """``generate_result``'s ``draft=`` for ``--draft NAME``: a drafter's name as is, else a model to load."""
+    if name is None or name in SHORT_NAMES:
+        return name
+    try:
+        return load_model(name)
+    except JobConfigError as e:
         raise JobConfigError(f"--draft {name}: {e}") from None
