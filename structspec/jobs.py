@@ -262,11 +262,17 @@ def stats_record(stats: Stats | None, sources: list[str]) -> dict[str, Any]:
     """A generation's stats as JSON fields, with ``no_pass_tokens`` counted from the sources."""
     if stats is None:
         return {}
-    out = {k: round(v, 4) if isinstance(v, float) else v
-           for k, v in dataclasses.asdict(stats).items() if k != "tokens_fed"}
-    out["passes_per_token"] = round(stats.passes_per_token, 4)
+    out = {k: v for k, v in dataclasses.asdict(stats).items() if k != "tokens_fed"}
+    out["passes_per_token"] = stats.passes_per_token
     out["no_pass_tokens"] = no_pass_tokens(sources)
-    return out
+    return _rounded(out)
+
+
+def _rounded(value: Any) -> Any:
+    """Floats to 4 decimals, inside dicts too: seconds and shares need no more in a JSONL line."""
+    if isinstance(value, float):
+        return round(value, 4)
+    return {k: _rounded(v) for k, v in value.items()} if isinstance(value, dict) else value
 
 
 def _jsonable(value: Any) -> Any:
