@@ -1,6 +1,6 @@
-"""Benchmark: structspec against outlines on the extraction tasks, same model, same prompts.
+"""Benchmark: structspec against outlines and transformers on the extraction tasks, same model, same prompts.
 
-    python -m structspec.bench [--model smollm2-135m] [--limit N] [--max-new-tokens 200]
+    python -m structspec.bench [--model smollm2-135m] [--draft-model NAME] [--limit N] [--max-new-tokens 200]
 
 Measuring and printing are separate: `run_tasks` and `measure_compile` return
 plain records, `print_report` renders them. A method is a function
@@ -19,6 +19,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pydantic
 import torch
@@ -29,7 +30,15 @@ import structspec
 from structspec import fsm
 from structspec.fastforward import FastForward
 from structspec.lm import DEFAULT_MODEL, LM
-from structspec.peers import outlines_backend, outlines_greedy, unconstrained_greedy
+from structspec.drafts import early_exit
+from structspec.peers import (
+    PeerRun,
+    hf_assisted,
+    hf_prompt_lookup,
+    outlines_backend,
+    outlines_greedy,
+    unconstrained_greedy,
+)
 from structspec.tasks import Task, extraction_prompt, field_accuracy, load_tasks
 
 REFERENCE, PEER = "structspec", "outlines"  # plain masked decoding in both: the oracle pair
@@ -44,43 +53,67 @@ class MethodRun:
     finished: bool  # False: max_new_tokens ran out
     forward_passes: int
     model_seconds: float = 0.0
-    constraint_seconds: float = 0.0
+    constraint_seconds: float = 0.0  # for peers: inside their logits processor
+    draft_passes: int = 0
+    draft_seconds: float = 0.0
+    drafts: tuple[tuple[str, int, int], ...] = ()  # (source, drafted, accepted)
 
 
 Method = Callable[[LM, Task, list[int]], MethodRun]
 
 
-def methods(max_new_tokens: int) -> dict[str, Method]:
-    """The compared methods, in table order: plain masked decoding first (the oracle pair), then speed-ups."""
+def methods(max_new_tokens: int, draft_model: LM | None = None) -> dict[str, Method]:
+    """The compared methods, in table order: plain masked decoding first (the oracle pair), then speed-ups,
+    then transformers' own (unconstrained) speculative decoding."""
 
-    def structspec_method(fast_forward: FastForward) -> Method:
+    def structspec_method(fast_forward: FastForward, draft: Any = None) -> Method:
         def run(lm: LM, task: Task, prompt_ids: list[int]) -> MethodRun:
-            return _run_structspec(lm, task, max_new_tokens, fast_forward)
+            return _run_structspec(lm, task, max_new_tokens, fast_forward, draft)
         return run
 
-    def run_outlines(lm: LM, task: Task, prompt_ids: list[int]) -> MethodRun:
-        p = outlines_greedy(lm, structspec.to_regex(task.schema), prompt_ids, max_new_tokens)
-        finished = p.forward_passes > p.output_tokens  # the last pass produced EOS
-        return MethodRun(p.token_ids, p.text, finished, p.forward_passes, p.seconds - p.mask_seconds, p.mask_seconds)
+    def peer(generate: Callable[[LM, Task, list[int]], PeerRun]) -> Method:
+        def run(lm: LM, task: Task, prompt_ids: list[int]) -> MethodRun:
+            p = generate(lm, task, prompt_ids)
+            finished = len(p.token_ids) < max_new_tokens
+            return MethodRun(p.token_ids, p.text, finished, p.forward_passes, p.seconds - p.mask_seconds,
+                             p.mask_seconds)
+        return run
 
-    return {
+    rows = {
         REFERENCE: structspec_method("off"),
-        PEER: run_outlines,
+        PEER: peer(lambda lm, task, ids: outlines_greedy(lm, structspec.to_regex(task.schema), ids, max_new_tokens)),
         "structspec ff-exact": structspec_method("exact"),
         "structspec ff-canonical": structspec_method("canonical"),
+        "structspec ff + prompt lookup": structspec_method("exact", "prompt_lookup"),
+        "structspec ff + self-draft": structspec_method("exact", "self"),
+        "structspec ff + threshold": structspec_method("exact", "threshold"),
+        "structspec ff + auto": structspec_method("exact", "auto"),
     }
+    if draft_model is not None:
+        rows[f"structspec ff + draft {draft_model.name}"] = structspec_method("exact", draft_model)
+    rows |= {
+        "HF greedy (unconstrained)": peer(lambda lm, task, ids: unconstrained_greedy(lm, ids, max_new_tokens)),
+        "HF prompt lookup (unconstrained)": peer(lambda lm, task, ids: hf_prompt_lookup(lm, ids, max_new_tokens)),
+        "HF assisted, self-draft (unconstrained)": peer(
+            lambda lm, task, ids: hf_assisted(lm, early_exit(lm), ids, max_new_tokens)),
+    }
+    if draft_model is not None:
+        rows[f"HF assisted, {draft_model.name} (unconstrained)"] = peer(
+            lambda lm, task, ids: hf_assisted(lm, draft_model, ids, max_new_tokens))
+    return rows
 
 
-def _run_structspec(lm: LM, task: Task, max_new_tokens: int, fast_forward: FastForward) -> MethodRun:
+def _run_structspec(lm: LM, task: Task, max_new_tokens: int, fast_forward: FastForward, draft: Any) -> MethodRun:
     """structspec greedy on the task's prompt; its numbers are its own `Stats`."""
     try:
         r = structspec.generate_result(lm, task.schema, extraction_prompt(task.text, task.schema),
-                                       max_new_tokens=max_new_tokens, fast_forward=fast_forward)
+                                       max_new_tokens=max_new_tokens, fast_forward=fast_forward, draft=draft)
+        ids, text, finished, s = r.token_ids, r.text, True, r.stats
     except structspec.TokenBudgetExceeded as e:  # the partial output and its stats
-        s = e.stats
-        return MethodRun(e.token_ids, e.text, False, s.target_forward_passes, s.model_seconds, s.constraint_seconds)
-    s = r.stats
-    return MethodRun(r.token_ids, r.text, True, s.target_forward_passes, s.model_seconds, s.constraint_seconds)
+        ids, text, finished, s = e.token_ids, e.text, False, e.stats
+    drafts = tuple((name, d.drafted, d.accepted) for name, d in s.drafts.items())
+    return MethodRun(ids, text, finished, s.target_forward_passes, s.model_seconds, s.constraint_seconds,
+                     s.draft_passes, s.draft_seconds, drafts)
 
 
 def spread(tasks: list[Task], limit: int | None) -> list[Task]:
@@ -156,6 +189,8 @@ class Summary:
     output_tokens: int
     model_seconds: float
     constraint_seconds: float
+    draft_passes: int
+    draft_seconds: float
     valid: float  # share of all tasks whose output validates against the schema
     accuracy: float  # mean field accuracy over tasks with an expected value (invalid output: 0)
 
@@ -165,7 +200,7 @@ class Summary:
 
     @property
     def tokens_per_second(self) -> float:
-        return self.output_tokens / max(self.model_seconds + self.constraint_seconds, 1e-9)
+        return self.output_tokens / max(self.model_seconds + self.constraint_seconds + self.draft_seconds, 1e-9)
 
     @property
     def constraint_ms_per_pass(self) -> float:
@@ -198,6 +233,8 @@ def summarize(task_runs: list[TaskRun], name: str) -> Summary:
         output_tokens=sum(len(r.token_ids) for r in speed),
         model_seconds=sum(r.model_seconds for r in speed),
         constraint_seconds=sum(r.constraint_seconds for r in speed),
+        draft_passes=sum(r.draft_passes for r in speed),
+        draft_seconds=sum(r.draft_seconds for r in speed),
         valid=sum(v is not None for _, v in values) / max(len(values), 1),
         accuracy=_mean(scored),
     )
@@ -211,7 +248,7 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
 
 
 _COLUMNS = [  # header, format
-    ("forward\npasses", "{:,}"), ("passes /\nout token", "{:.3f}"), ("output\ntokens", "{:,}"),
+    ("forward\npasses", "{:,}"), ("passes /\nout token", "{:.3f}"), ("draft\npasses", "{:,}"), ("output\ntokens", "{:,}"),
     ("tokens/s", "{:.1f}"), ("constraint\nms/step", "{:.3f}"), ("model\nms/pass", "{:.1f}"),
     ("compile\ncold s", "{:.3f}"), ("compile\ncached s", "{:.3f}"), ("valid %", "{:.1f}"),
     ("field\naccuracy", "{:.3f}"),
@@ -221,7 +258,7 @@ _COLUMNS = [  # header, format
 def _row(s: Summary, compile_seconds: tuple[float | None, float | None]) -> list[float | None]:
     """A method's values in `_COLUMNS` order (None: not applicable)."""
     cold, cached = compile_seconds
-    return [s.forward_passes, s.passes_per_token, s.output_tokens, s.tokens_per_second, s.constraint_ms_per_pass,
+    return [s.forward_passes, s.passes_per_token, s.draft_passes, s.output_tokens, s.tokens_per_second, s.constraint_ms_per_pass,
             s.model_ms_per_pass, cold, cached, 100 * s.valid, s.accuracy]
 
 
@@ -240,12 +277,28 @@ def print_report(console: Console, lm: LM, task_runs: list[TaskRun], compile_tim
     table.add_column("method", style="bold")
     for header, _ in _COLUMNS:
         table.add_column(header, justify="right")
+    table.add_column(f"tokens/s\n÷ {PEER}", justify="right")
+    speed = _COLUMNS.index(("tokens/s", "{:.1f}"))
     for name in names:
-        table.add_row(name, *("—" if v is None else fmt.format(v) for v, (_, fmt) in zip(values[name], _COLUMNS)))
-    for name in [n for n in names if n != PEER and PEER in values]:
-        ratios = [None if a is None or not b else a / b for a, b in zip(values[name], values[PEER])]
-        table.add_row(f"{name} / {PEER}", *("—" if r is None else f"×{r:.3f}" for r in ratios), style="italic")
+        cells = ("—" if v is None else fmt.format(v) for v, (_, fmt) in zip(values[name], _COLUMNS))
+        ratio = values[name][speed] / values[PEER][speed] if PEER in values else None
+        table.add_row(name, *cells, "—" if ratio is None else f"×{ratio:.2f}")
     console.print(table)
+
+    accept = Table(title="drafts per source: accepted / drafted (acceptance rate)", title_justify="left")
+    accept.add_column("method", style="bold")
+    sources = sorted({d[0] for tr in task_runs for r in tr.runs.values() for d in r.drafts})
+    for source in sources:
+        accept.add_column(source, justify="right")
+    for name in names:
+        totals = {src: [0, 0] for src in sources}
+        for tr in task_runs:
+            for src, drafted, accepted in tr.runs[name].drafts:
+                totals[src][0] += drafted
+                totals[src][1] += accepted
+        if any(d for d, _ in totals.values()):
+            accept.add_row(name, *(f"{a:,} / {d:,} ({a / d:.0%})" if d else "—" for d, a in totals.values()))
+    console.print(accept)
 
     budget = [tr.task.id for tr in task_runs if not all(r.finished for r in tr.runs.values())]
     console.print(
@@ -287,7 +340,12 @@ def print_report(console: Console, lm: LM, task_runs: list[TaskRun], compile_tim
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m structspec.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--draft-model", default=None,
+                        help="a shipped model or local dir as draft model (another tokenizer is translated through text)")
     parser.add_argument("--limit", type=int, default=None, help="run N tasks, taken in turn from each schema")
+    parser.add_argument("--only", default=None,
+                        help="run only methods whose name contains one of these comma-separated words "
+                             f"(plus {REFERENCE!r} and {PEER!r})")
     parser.add_argument("--max-new-tokens", type=int, default=200)
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (1 keeps timings sane when other processes share the cores)")
@@ -297,13 +355,18 @@ def main(argv: list[str] | None = None) -> None:
 
     console = Console() if Console().is_terminal else Console(width=160)
     lm = structspec.load(args.model)  # before moving the cache: the converted model stays where it is
+    draft_model = structspec.load(args.draft_model) if args.draft_model else None
     tasks = spread(load_tasks(), args.limit)
     saved = os.environ.get("STRUCTSPEC_CACHE")
     with tempfile.TemporaryDirectory(prefix="structspec-bench-") as cache:
         os.environ["STRUCTSPEC_CACHE"] = cache  # an empty FSM cache, so the first compile is cold
         try:
             compile_times = measure_compile(lm, tasks)
-            task_runs = run_tasks(lm, tasks, methods(args.max_new_tokens), console)
+            rows = methods(args.max_new_tokens, draft_model)
+            if args.only:
+                words = args.only.split(",")
+                rows = {n: m for n, m in rows.items() if n in (REFERENCE, PEER) or any(w in n for w in words)}
+            task_runs = run_tasks(lm, tasks, rows, console)
         finally:
             os.environ.pop("STRUCTSPEC_CACHE")
             if saved is not None:

@@ -358,15 +358,22 @@ def early_exit(lm: Any, layers: int | None = None) -> Any:
     config.num_hidden_layers = k
     if getattr(config, "layer_types", None):
         config.layer_types = config.layer_types[:k]
-    body = copy.copy(model.model)
-    body._modules = dict(body._modules)  # a module dict of its own, so the next line leaves `lm` intact
+    body = _module_copy(model.model)
     body.layers = torch.nn.ModuleList(model.model.layers[:k])
     body.config = config
-    head = copy.copy(model)
-    head._modules = dict(head._modules)
+    head = _module_copy(model)
     head.model = body
     head.config = config
     return LM(head, lm.tokenizer, name=f"{lm.name}[:{k}]")
+
+
+def _module_copy(module: torch.nn.Module) -> Any:
+    """A shallow copy of ``module`` with dicts of its own (submodules, hooks), sharing every tensor."""
+    new = copy.copy(module)
+    for name, value in vars(module).items():
+        if isinstance(value, dict):
+            setattr(new, name, copy.copy(value))
+    return new
 
 
 SHORT_NAMES = ("prompt_lookup", "self", "threshold", "auto")

@@ -68,3 +68,15 @@ def test_bench_first_difference():
     assert first_difference([1, 2, 3], [1, 2, 3]) is None
     assert first_difference([1, 2, 3], [1, 5, 3]) == 1
     assert first_difference([1, 2], [1, 2, 3]) == 2
+
+
+def test_transformers_speculative_peers_are_counted_by_target_pass(byte_lm) -> None:
+    from structspec.drafts import early_exit
+    from structspec.peers import hf_assisted, hf_prompt_lookup, unconstrained_greedy
+
+    ids = byte_lm.encode_prompt("Alice is 31. Alice is 31. Alice is")
+    plain = unconstrained_greedy(byte_lm, ids, 24)
+    assert plain.forward_passes == len(plain.token_ids) + (len(plain.token_ids) < 24)
+    for run in (hf_prompt_lookup(byte_lm, ids, 24), hf_assisted(byte_lm, early_exit(byte_lm, 1), ids, 24)):
+        assert run.token_ids == plain.token_ids  # greedy speculative decoding is lossless
+        assert 0 < run.forward_passes <= plain.forward_passes  # draft passes are not target passes
