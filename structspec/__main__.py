@@ -16,7 +16,7 @@ from structspec import jobs
 from structspec.display import stats_table
 from structspec.drafts import SHORT_NAMES
 from structspec.explain import explain_html, legend_rich, to_rich, token_views
-from structspec.lm import DEFAULT_MODEL
+from structspec.lm import DEFAULT_MODEL, LM
 
 EXIT_OK, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 2, 130
 EXIT_CODES = f"""exit codes:
@@ -42,23 +42,20 @@ class NewHire(BaseModel):
     seniority: Literal["junior", "mid", "senior", "executive"]
 
 
-def demo(model: str, explain: bool, html: str | None) -> int:
-    """Extract one record with the shipped default model; show the object, its stats and its tokens by source."""
-    console = Console()
-    with console.status(f"loading {model} (the first run converts its GGUF, ~20 s)"):
-        lm = structspec.load(model)
+def demo(lm: LM, console: Console, explain: bool = True, html: str | None = None) -> int:
+    """Extract one record; show the object, its stats and (``explain``) its tokens by how they were produced."""
     prompt = [{"role": "user", "content": f"Extract the new hire as JSON.\n\n{DEMO_DOCUMENT}"}]
     result = structspec.generate_result(lm, NewHire, prompt, max_new_tokens=200)
     console.print(f"[bold]document:[/bold] {DEMO_DOCUMENT}\n")
     console.print(result.value)
-    console.print(stats_table(result.stats, title=f"{model}, greedy, stop: {result.stop_reason}"))
+    console.print(stats_table(result.stats, title=f"{lm.name}, greedy, stop: {result.stop_reason}"))
     views = token_views(lm.vocab.token_bytes, result.token_ids, result.sources)
     if explain:
         console.print("\n[bold]output tokens by how they were produced:[/bold]")
         console.print(to_rich(views))
         console.print(legend_rich(views))
     if html:
-        Path(html).write_text(explain_html(f"structspec demo: {model}", views), encoding="utf-8")
+        Path(html).write_text(explain_html(f"structspec demo: {lm.name}", views), encoding="utf-8")
         console.print(f"token view written to {html}")
     return EXIT_OK
 
@@ -154,7 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "demo":
-            return demo(args.model, args.explain, args.html)
+            console = Console()
+            with console.status(f"loading {args.model} (the first run converts its GGUF, ~20 s)"):
+                lm = jobs.load_model(args.model)
+            return demo(lm, console, args.explain, args.html)
         if args.command == "extract":
             return extract(args)
         return compare(args)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,8 +14,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
-from structspec.__main__ import EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, main
+import structspec
+from structspec.__main__ import EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, demo, main
 from structspec.testing import byte_level_tokenizer, tiny_llama
 
 N_RECORDS = 24
@@ -132,3 +136,15 @@ def test_help_documents_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> No
         main(["extract", "--help"])
     text = capsys.readouterr().out
     assert "exit codes:" in text and "130" in text and "malformed_input" in text and "too_long" in text
+
+
+@pytest.mark.real_model
+def test_demo_shows_the_object_stats_and_token_view(smollm2: structspec.LM, tmp_path: Path) -> None:
+    console = Console(file=io.StringIO(), width=100)
+    assert demo(smollm2, console, explain=True, html=str(tmp_path / "demo.html")) == EXIT_OK
+    out = console.file.getvalue()
+    assert "name='Dr. Maria Okafor'" in out and "target forward passes" in out
+    assert "forced by the schema (no forward pass)" in out and "chosen by the target model" in out
+    page = (tmp_path / "demo.html").read_text()
+    tokens = page[page.index('<div class="tokens">'):]
+    assert tokens.count("<span") > 50 and "Maria Okafor" in re.sub(r"<[^>]+>", "", tokens)
