@@ -1,8 +1,9 @@
 """The Character example from the guided-generation literature, on SmolLM2-135M.
 
 Prints the object and, for each fast-forward mode, how many target forward passes
-it took: with canonical fast-forward the field names, punctuation and the rest of
-each enum value after its first letters cost no pass.
+it took: the field names, punctuation and the rest of each enum value after its
+first letters cost no pass of their own (``exact`` verifies them in the next pass,
+``canonical`` appends them unconditionally).
 
     python examples/character.py
 """
