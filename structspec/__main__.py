@@ -79,7 +79,7 @@ def extract(args: argparse.Namespace) -> int:
     task = progress.add_task("extract", total=len(records), rates="")
 
     def show(s: jobs.JobSummary) -> None:
-        rates = (f"{s.written / s.seconds:.2f} rec/s · {s.output_tokens / s.seconds:.1f} tok/s · "
+        rates = (f"{s.written / s.seconds:.3g} rec/s · {s.output_tokens / s.seconds:.3g} tok/s · "
                  f"{s.no_pass_tokens / max(s.output_tokens, 1):.0%} tokens without a pass")
         progress.update(task, completed=s.skipped + s.written, rates=rates)
 
