@@ -7,7 +7,8 @@ JSON) on each task. The unconstrained row is what a user would do without
 structspec: plain greedy ``model.generate``, then parse the text as JSON. The
 other rows are `generate_result` with the keywords in `methods`. Numbers come
 from each run's `Stats` (structspec) or `PeerRun` (unconstrained); wall time is
-decoding time (model + constraint; the whole ``generate`` call for the peer),
+decoding time (model, constraint and drafter time; the whole ``generate`` call
+for the peer),
 with compilation excluded because it is cached per schema.
 
 Writes ``compare.png`` (forward passes per record by method), ``compare.html``
