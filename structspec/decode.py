@@ -161,7 +161,8 @@ def draft_candidate(
         drafter.begin()
     while len(cand.tokens) < limit and not fsm.is_complete(state):
         t0 = time.perf_counter()
-        spliced, spliced_states = forcer.spelled(state) if forcer else ([], [])
+        # canonical mode appends forced text itself at the top of the loop; splicing is exact mode's lever
+        spliced, spliced_states = forcer.spelled(state) if forcer and forcer.mode == "exact" else ([], [])
         if spliced:
             n = min(len(spliced), limit - len(cand.tokens))
             cand.tokens += spliced[:n]

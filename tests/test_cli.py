@@ -20,7 +20,7 @@ import structspec
 from structspec.__main__ import EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, demo, main
 from structspec.testing import byte_level_tokenizer, tiny_llama
 
-N_RECORDS = 24
+N_RECORDS = 200  # enough work left after the third line that a signal always lands mid-job
 SCHEMA = {
     "type": "object",
     "properties": {"flag": {"type": "boolean"}, "size": {"enum": ["small", "medium", "large"]}},
