@@ -64,7 +64,10 @@ def _expected_ids() -> Counter[str]:
 
 def _interrupt_after_lines(job: dict[str, Path], output: Path, sig: int, lines: int = 3) -> int:
     """Start the job, send ``sig`` once ``output`` has ``lines`` lines, and return the exit code."""
-    proc = subprocess.Popen(_command(job, output), env=_env(job), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # A shell's background jobs start with SIGINT ignored, and Python then installs no Ctrl-C handler:
+    # restore the default so the job sees SIGINT as a user's Ctrl-C, wherever the tests run.
+    proc = subprocess.Popen(_command(job, output), env=_env(job), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     while proc.poll() is None and (not output.exists() or output.read_text().count("\n") < lines):
         time.sleep(0.02)
     proc.send_signal(sig)
