@@ -169,7 +169,8 @@ def _generate_and_validate(schema: Any) -> list[int]:
 
     import structspec
 
-    validator = jsonschema.validators.validator_for(schema)(schema, format_checker=jsonschema.FormatChecker())
+    cls = jsonschema.validators.validator_for(schema)
+    validator = cls(schema, format_checker=cls.FORMAT_CHECKER)  # the draft's checker, not all drafts' mixed
     counts = [0, 0, 0]
     for seed in range(_WORKER["generate"]):
         options = {"temperature": 1.0, "do_sample": True, "seed": seed} if seed else {}

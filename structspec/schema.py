@@ -147,7 +147,9 @@ def _json_constraint(
         regex = regex.replace(f'"{marker}"', f"({hole})")
     if parse is None:
         kept = translation.kept
-        validator = jsonschema.validators.validator_for(kept)(kept, format_checker=jsonschema.FormatChecker())
+        cls = jsonschema.validators.validator_for(kept)
+        # the draft's own format checker: a bare FormatChecker() mixes drafts (draft 3's "time" rejects "Z")
+        validator = cls(kept, format_checker=cls.FORMAT_CHECKER)
 
         def parse(text: str) -> Any:
             value = json.loads(text)

@@ -254,3 +254,9 @@ def test_formats_stay_inside_the_json_string(fmt: str, good: str, bad: str) -> N
     regex = to_regex({"type": "string", "format": fmt})
     assert full(regex, good) and json.loads(good)
     assert not full(regex, bad)
+
+
+def test_a_valid_rfc3339_time_parses(byte_lm) -> None:
+    """Parsing validates formats with the schema draft's own checker (a bare FormatChecker rejects "Z")."""
+    constraint = constraint_of({"type": "string", "format": "time"})
+    assert constraint.parse('"00:31:56Z"') == "00:31:56Z"
