@@ -12,7 +12,6 @@ its p-value shows what a correct sampler scores at this sample size.
 from __future__ import annotations
 
 import argparse
-from collections import Counter
 
 from rich.console import Console
 from rich.table import Table
@@ -20,7 +19,7 @@ from rich.table import Table
 import structspec
 from structspec.drafts import make_drafter
 from structspec.sampling import SamplingConfig
-from structspec.testing import chi_square_pvalue, exact_output_distribution, tiny_lm
+from structspec.testing import chi_square_pvalue, exact_output_distribution, sample_outputs, tiny_lm
 
 SPEC = structspec.Regex(r"(ab|ba|a|b)c{0,2}")
 PROMPT = "pick one of ab, bacc, abc, b:"
@@ -47,15 +46,8 @@ def main(argv: list[str] | None = None) -> None:
     for header in ("method", "chi-square p", "total variation", "drafted", "accepted"):
         table.add_column(header, justify="left" if header == "method" else "right")
     for name, draft in drafts.items():
-        drafter = make_drafter(draft, target)
-        counts: Counter[tuple[int, ...]] = Counter()
-        drafted = accepted = 0
-        for seed in range(args.samples):
-            r = structspec.generate_result(target, SPEC, PROMPT, temperature=TEMPERATURE, seed=seed, draft=drafter,
-                                           fast_forward="off", max_new_tokens=10)
-            counts[tuple(r.token_ids)] += 1
-            drafted += sum(d.drafted for d in r.stats.drafts.values())
-            accepted += sum(d.accepted for d in r.stats.drafts.values())
+        counts, drafted, accepted = sample_outputs(target, SPEC, PROMPT, make_drafter(draft, target), args.samples,
+                                                   TEMPERATURE)
         tv = 0.5 * sum(abs(counts.get(k, 0) / args.samples - p) for k, p in exact.items())
         table.add_row(name, f"{chi_square_pvalue(counts, exact):.3f}", f"{tv:.4f}", f"{drafted:,}", f"{accepted:,}")
     Console().print(table)

@@ -210,7 +210,7 @@ def _count_output(stats: Stats, fsm: TokenFSM, out: list[int], sources: list[str
     stats.output_tokens = len(out)
     stats.forced_tokens = sources[: len(out)].count(FORCED)
     stats.model_tokens = sources[: len(out)].count(MODEL)
-    stats.forced_bytes = sum(len(fsm.vocab.token_bytes[t] or b"") for t, s in zip(out, sources) if s == "forced")
+    stats.forced_bytes = sum(len(fsm.vocab.token_bytes[t] or b"") for t, s in zip(out, sources) if s == FORCED)
 
 
 def _out_of_budget(

@@ -165,12 +165,15 @@ class ModelDrafter:
     lm: Any
     name: str = "draft_model"
     policy: Policy = field(default_factory=Schedule)
-    passes: int = 0
     _context: _CachedContext = field(init=False)
     _probs: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._context = _CachedContext(self.lm)
+
+    @property
+    def passes(self) -> int:
+        return self._context.passes
 
     def begin(self) -> None:
         self._probs = []
@@ -180,7 +183,6 @@ class ModelDrafter:
         if not self.policy.keep_going(self._probs):
             return None
         logits = _fit(self._context.logits_after(context), fsm.logits_width)
-        self.passes = self._context.passes
         fsm.mask_logits_inplace(logits[None], [state])
         # A candidate cannot carry EOS, so the draft distribution is q without EOS: drawing from full q and
         # dropping an EOS draw would bias speculative sampling.
@@ -216,7 +218,6 @@ class CrossTokenizerDrafter:
     target_vocab: Any
     name: str = "draft_model"
     policy: Schedule = field(default_factory=lambda: Schedule(confidence=None))
-    passes: int = 0
     _context: _CachedContext = field(init=False)
     _buffer: list[int] = field(default_factory=list)  # translated tokens, proposed from _base on
     _base: int = 0
@@ -224,6 +225,10 @@ class CrossTokenizerDrafter:
 
     def __post_init__(self) -> None:
         self._context = _CachedContext(self.lm)
+
+    @property
+    def passes(self) -> int:
+        return self._context.passes
 
     def begin(self) -> None:
         self._count = 0
@@ -251,13 +256,13 @@ class CrossTokenizerDrafter:
             if token == self.lm.vocab.eos_token_id:
                 break
             drafted.append(token)
-        self.passes = self._context.passes
         new_text = self.lm.vocab.spell(drafted)
         try:
             ids = self.target_tokenizer.encode(new_text.decode("utf-8"), add_special_tokens=False)[:-1]
         except UnicodeDecodeError:
             ids = []
-        if self.target_vocab.spell(ids) != new_text[: len(self.target_vocab.spell(ids))]:
+        spelled = self.target_vocab.spell(ids)
+        if spelled != new_text[: len(spelled)]:
             ids = []  # the tokenizer normalized the text: no faithful translation
         self._buffer, self._base = ids, len(context)
 

@@ -14,6 +14,7 @@ cover the two tokenizer families `structspec.vocab` handles:
 from __future__ import annotations
 
 import json
+from collections import Counter
 from functools import lru_cache
 from typing import Any, Literal
 
@@ -236,6 +237,24 @@ def exact_output_distribution(
             else:
                 stack.append((prefix + (token,), fsm.next_state(state, token), prob * float(p[token])))
     return out
+
+
+def sample_outputs(
+    lm: Any, spec: Any, prompt: str, drafter: Any, samples: int, temperature: float
+) -> tuple[Counter[tuple[int, ...]], int, int]:
+    """Complete outputs of ``samples`` seeded runs (seeds 0..samples-1, plain masked decoding plus ``drafter``),
+    counted by token ids, with the draft tokens proposed and accepted over all runs."""
+    from structspec.api import generate_result
+
+    counts: Counter[tuple[int, ...]] = Counter()
+    drafted = accepted = 0
+    for seed in range(samples):
+        r = generate_result(lm, spec, prompt, temperature=temperature, seed=seed, draft=drafter,
+                            fast_forward="off", max_new_tokens=10)
+        counts[tuple(r.token_ids)] += 1
+        drafted += sum(d.drafted for d in r.stats.drafts.values())
+        accepted += sum(d.accepted for d in r.stats.drafts.values())
+    return counts, drafted, accepted
 
 
 def chi_square_pvalue(counts: dict[Any, int], probs: dict[Any, float]) -> float:

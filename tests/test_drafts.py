@@ -23,7 +23,7 @@ from structspec.drafts import (
 )
 from structspec.sampling import SamplingConfig
 from structspec.tasks import extraction_prompt, load_tasks
-from structspec.testing import CountingLM, chi_square_pvalue, exact_output_distribution, tiny_lm
+from structspec.testing import CountingLM, chi_square_pvalue, exact_output_distribution, sample_outputs, tiny_lm
 from structspec.verify import residual, verify_greedy, verify_sampled
 
 
@@ -156,14 +156,7 @@ def test_speculative_sampling_keeps_the_constrained_distribution(draft: str, byt
     exact = exact_output_distribution(byte_lm, fsm, prompt_ids, config)
     assert abs(sum(exact.values()) - 1) < 1e-6 and len(exact) > 5
     drafter = make_drafter(other_byte_lm if draft == "other_model" else draft, byte_lm)
-    counts: Counter[tuple[int, ...]] = Counter()
-    drafted = accepted = 0
-    for seed in range(600):
-        r = structspec.generate_result(byte_lm, spec, "pick:", temperature=1.5, seed=seed, draft=drafter,
-                                       fast_forward="off", max_new_tokens=10)
-        counts[tuple(r.token_ids)] += 1
-        d = r.stats.drafts.get(drafter.name)
-        drafted, accepted = drafted + (d.drafted if d else 0), accepted + (d.accepted if d else 0)
+    counts, drafted, accepted = sample_outputs(byte_lm, spec, "pick:", drafter, 600, temperature=1.5)
     assert 0 < accepted < drafted  # drafts were sampled from q and some were rejected
     assert chi_square_pvalue(counts, exact) > 0.001
 
