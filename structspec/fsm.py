@@ -1,7 +1,8 @@
 """The token-level FSM: a regex compiled over a tokenizer's vocabulary.
 
 A `TokenFSM` is immutable and cached (in memory and on disk); decode state is a
-plain ``int``. Walking a token sequence returns the list of states visited, so
+plain ``int``. Token masks come from `structspec.automaton.TokenIndex`, which
+builds each state's mask when it is first visited instead of all of them up front. Walking a token sequence returns the list of states visited, so
 rolling back is indexing that list, not undoing mutations.
 """
 
@@ -9,22 +10,21 @@ from __future__ import annotations
 
 import hashlib
 import pickle
-import re
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from importlib.metadata import version
 
 import torch
-from outlines_core import Index, Vocabulary
 
+from structspec.automaton import LazyDFA, TokenIndex
 from structspec.cache import cache_dir, write_atomic
-from structspec.errors import RegexError
 from structspec.vocab import TokenVocab
 
 # Masks of visited states are kept up to this many bytes per FSM.
 _MASK_CACHE_BYTES = 256 * 2**20
-_MEMORY: dict[str, Index] = {}
+_MEMORY: dict[str, TokenIndex] = {}
+# Bumped when the pickled automaton changes shape, so stale disk entries are not read.
+_FORMAT = "lazy-dfa-1"
 
 
 @dataclass(frozen=True)
@@ -37,10 +37,10 @@ class CompileInfo:
 
 @dataclass(eq=False)
 class TokenFSM:
-    """A regex over token ids; states are ints, transitions come from outlines-core's `Index`."""
+    """A regex over token ids; states are ints, transitions come from a `TokenIndex`."""
 
     regex: str
-    index: Index
+    index: TokenIndex
     vocab: TokenVocab
     logits_width: int
     info: CompileInfo
@@ -55,17 +55,17 @@ class TokenFSM:
         ids are never allowed).
         """
         start = time.perf_counter()
-        key = hashlib.sha256(
-            f"{version('outlines_core')}\0{vocab.fingerprint}\0{regex}".encode()
-        ).hexdigest()[:40]
-        path = cache_dir("fsm") / f"{key}.index"
+        # The automaton does not depend on the tokenizer: one disk entry serves every model.
+        key = hashlib.sha256(f"{_FORMAT}\0{regex}".encode()).hexdigest()[:40]
+        path = cache_dir("fsm") / f"{key}.dfa"
+        key += vocab.fingerprint
         if key in _MEMORY:
             index, source = _MEMORY[key], "memory"
         elif path.exists():
-            index, source = pickle.loads(path.read_bytes()), "disk"
+            index, source = TokenIndex(pickle.loads(path.read_bytes()), vocab), "disk"
         else:
-            index, source = _build_index(regex, vocab), "compiled"
-            write_atomic(path, pickle.dumps(index))
+            index, source = TokenIndex.from_regex(regex, vocab), "compiled"
+            write_atomic(path, pickle.dumps(index.dfa, protocol=pickle.HIGHEST_PROTOCOL))
         _MEMORY[key] = index
         info = CompileInfo(time.perf_counter() - start, source)
         return cls(regex, index, vocab, logits_width or len(vocab), info)
@@ -129,25 +129,3 @@ class TokenFSM:
         for row, state in zip(logits, states):
             row.masked_fill_(self.blocked_mask(state), float("-inf"))
         return logits
-
-
-_VOCABULARIES: dict[str, Vocabulary] = {}
-
-
-def _outlines_vocabulary(vocab: TokenVocab) -> Vocabulary:
-    """outlines-core's `Vocabulary`, built once per tokenizer (it takes a good part of a cold compile)."""
-    if vocab.fingerprint not in _VOCABULARIES:
-        _VOCABULARIES[vocab.fingerprint] = Vocabulary(vocab.eos_token_id, vocab.outlines_map())
-    return _VOCABULARIES[vocab.fingerprint]
-
-
-def _build_index(regex: str, vocab: TokenVocab) -> Index:
-    try:
-        return Index(regex, _outlines_vocabulary(vocab))
-    except ValueError as e:
-        reason = str(e)
-    try:  # Python's parser says where the syntax breaks; outlines-core only that it does
-        re.compile(regex)
-    except re.error as e:
-        reason = f"{e.msg} at position {e.pos}"
-    raise RegexError(regex, reason)
