@@ -1,4 +1,4 @@
-# `make demo` and `make test` set up .venv on first use (Python ≥ 3.10 with venv, no GPU needed).
+# `make demo` and `make test` set up .venv on first use (Python ≥ 3.11 with venv, no GPU needed).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
