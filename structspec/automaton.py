@@ -133,24 +133,100 @@ class _Unsupported(Exception):
     pass
 
 
+# Escapes, whole character classes, and parentheses: what a scan for groups must tell apart.
+_GROUP_SCAN = re.compile(r"\\.|\[\^?\]?(?:\\.|[^\]\\])*\]|[()]", re.DOTALL)
+_HOLE = 0xF0000  # private-use code points stand in for groups cut out of a regex
+_HOLE_MIN = 48  # groups shorter than this are parsed in place
+
+
+def _parse(regex: str, cache: dict[str, list]) -> list:
+    """Parse ``regex`` into `re._parser` items, parsing each distinct large group's text once.
+
+    Translated JSON Schemas repeat subschemas verbatim (outlines-core spells k optional
+    properties in O(k²) text), and Python's parser costs microseconds per character.
+    Large groups are cut out, replaced by one placeholder character each, and parsed
+    separately through ``cache``; identical groups then share one subtree.
+    """
+    found = cache.get(regex)
+    if found is not None:
+        return found
+    pieces, holes, depth, start, last = [], [], 0, 0, 0
+    if not any(_HOLE <= ord(c) < _HOLE + 0x10000 for c in set(regex)):
+        for m in _GROUP_SCAN.finditer(regex):
+            if m.group() == "(":
+                start, depth = (m.start() if depth == 0 else start), depth + 1
+            elif m.group() == ")" and depth:
+                depth -= 1
+                body = start + 3 if regex.startswith("(?:", start) else start + 1
+                if depth or m.end() - start < _HOLE_MIN or regex[body] == "?" or len(holes) == 0x10000:
+                    continue  # nested, small, or another kind of (?...) group: parsed in place
+                pieces += [regex[last:start], chr(_HOLE + len(holes))]
+                holes.append(regex[body : m.end() - 1])
+                last = m.end()
+    tree = list(parser.parse("".join(pieces) + regex[last:]))
+    found = cache[regex] = _fill(tree, [_parse(h, cache) for h in holes]) if holes else tree
+    return found
+
+
+def _fill(items: list, subtrees: list[list]) -> list:
+    """``items`` with each placeholder literal replaced by its group's subtree."""
+    def hole(op: C._NamedIntConstant, arg: object) -> bool:
+        return op is C.LITERAL and _HOLE <= arg < _HOLE + len(subtrees)
+
+    out = []
+    for op, arg in items:
+        if hole(op, arg):
+            op, arg = C.SUBPATTERN, (None, 0, 0, subtrees[arg - _HOLE])
+        elif op is C.IN and any(hole(*item) for item in arg):  # the parser turned `(…)|(…)` into a set
+            others = [item for item in arg if not hole(*item)]
+            alternatives = [subtrees[a - _HOLE] for o, a in arg if hole(o, a)] + ([[(C.IN, others)]] if others else [])
+            op, arg = C.BRANCH, (None, alternatives)
+        elif op is C.SUBPATTERN:
+            arg = (*arg[:3], _fill(arg[3], subtrees))
+        elif op is C.BRANCH:
+            arg = (arg[0], [_fill(alt, subtrees) for alt in arg[1]])
+        elif op in _REPEATS:
+            arg = (arg[0], arg[1], _fill(arg[2], subtrees))
+        out.append((op, arg))
+    return out
+
+
+_REPEATS = (C.MAX_REPEAT, C.MIN_REPEAT, C.POSSESSIVE_REPEAT)
+
+
 class ByteNFA:
-    """Thompson NFA over bytes: byte-range edges and epsilon edges; one start, one accept state."""
+    """Thompson NFA over bytes: byte-range edges and epsilon edges; one start, one accept state.
+
+    Construction is hash-consed: an item (by structure) built from a state it was
+    already built from returns the same end state. Both ends have the same set of
+    strings leading to them, so merging them changes no language, and the O(k²)
+    spelling of optional properties becomes an O(k) automaton: the alternatives
+    ``(a,)?b``, ``(a,)?(b,)?c``, … share their common prefixes.
+    """
 
     def __init__(self, regex: str) -> None:
         try:
-            tree = parser.parse(regex)
-        except re.error as e:
-            raise RegexError(regex, f"{e.msg} at position {e.pos}") from None
-        if tree.state.flags & (re.IGNORECASE | re.MULTILINE | re.DOTALL | re.VERBOSE):
+            tree = _parse(regex, {})
+        except re.error:
+            try:  # the whole regex again, so that the position refers to it
+                parser.parse(regex)
+            except re.error as e:
+                raise RegexError(regex, f"{e.msg} at position {e.pos}") from None
+            raise
+        if re.match(r"\(\?[aiLmsux]+\)", regex):
             raise RegexError(regex, "inline flags such as (?i) are not supported")
         self.edges: list[list[tuple[int, int, int]]] = []
         self.eps: list[list[int]] = []
+        self._keys: dict[int, int] = {}  # id(items) → structural key (ints, so hashing stays cheap)
+        self._interned: dict[tuple, int] = {}
+        self._built: dict[tuple[object, int], int] = {}
         self.start = self._new()
         try:
             self.accept = self._sequence(tree, self.start)
         except _Unsupported as e:
             raise RegexError(regex, str(e)) from None
         self._closures: dict[int, frozenset[int]] = {}
+        del self._keys, self._interned, self._built
 
     def __len__(self) -> int:
         return len(self.edges)
@@ -160,24 +236,45 @@ class ByteNFA:
         self.eps.append([])
         return len(self.edges) - 1
 
-    def _sequence(self, items: parser.SubPattern | list, state: int) -> int:
+    def _key(self, items: list) -> int:
+        """A small int naming the structure of ``items``, a sequence of the parsed tree."""
+        key = self._keys.get(id(items))  # the tree outlives the build, so ids are not reused
+        if key is None:
+            parts = tuple(self._item_key(op, arg) for op, arg in items)
+            key = self._keys[id(items)] = self._interned.setdefault(parts, len(self._interned))
+        return key
+
+    def _item_key(self, op: C._NamedIntConstant, arg: object) -> tuple:
+        if op is C.SUBPATTERN:
+            return op, arg[1], arg[2], self._key(arg[3])
+        if op is C.BRANCH:
+            return op, tuple(map(self._key, arg[1]))
+        if op in _REPEATS:
+            return op, arg[0], arg[1], self._key(arg[2])
+        return op, (tuple(arg) if op is C.IN else arg)
+
+    def _sequence(self, items: list, state: int) -> int:
         for op, arg in items:
-            state = self._item(op, arg, state)
+            memo = (self._item_key(op, arg), state)
+            end = self._built.get(memo)
+            if end is None:
+                end = self._built[memo] = self._item(op, arg, state)
+            state = end
         return state
 
     def _item(self, op: C._NamedIntConstant, arg: object, state: int) -> int:
         if op in (C.LITERAL, C.NOT_LITERAL, C.ANY, C.IN):
             return self._chars(self._char_ranges(op, arg), state)
         if op is C.SUBPATTERN:
+            if arg[1] or arg[2]:
+                raise _Unsupported("inline flags such as (?i) are not supported")
             return self._sequence(arg[3], state)
-        if op is C.BRANCH:
+        if op is C.BRANCH:  # alternatives start at `state` itself, so equal prefixes are shared
             end = self._new()
             for alternative in arg[1]:
-                begin = self._new()
-                self.eps[state].append(begin)
-                self.eps[self._sequence(alternative, begin)].append(end)
+                self.eps[self._sequence(alternative, state)].append(end)
             return end
-        if op in (C.MAX_REPEAT, C.MIN_REPEAT, C.POSSESSIVE_REPEAT):
+        if op in _REPEATS:
             low, high, body = arg
             for _ in range(low):
                 state = self._sequence(body, state)

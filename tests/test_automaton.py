@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from outlines_core import Index, Vocabulary
 
-from structspec.automaton import DEAD, ByteNFA, LazyDFA, TokenIndex, _utf8_sequences
+from structspec.automaton import DEAD, ByteNFA, LazyDFA, TokenIndex, _byte_sequences, _normalize
 from structspec.errors import RegexError
 from structspec.schema import constraint_of
 
@@ -34,7 +34,7 @@ def _matches(sequences: list[list[tuple[int, int]]], data: bytes) -> bool:
 @settings(max_examples=200, deadline=None)
 def test_utf8_sequences_match_exactly_the_encodings_of_the_range(lo: int, width: int, data) -> None:
     hi = min(lo + width, 0x10FFFF)
-    sequences = _utf8_sequences(lo, hi)
+    sequences = _byte_sequences(_normalize(((lo, hi),)))  # surrogates are taken out first
     for cp in data.draw(st.lists(st.integers(max(0, lo - 5), min(hi + 5, 0x10FFFF)), max_size=30)):
         if 0xD800 <= cp <= 0xDFFF:
             continue
@@ -138,3 +138,30 @@ def test_states_are_built_only_when_reached() -> None:
 def test_unsupported_or_invalid_regexes_are_refused_by_name(regex: str, message: str) -> None:
     with pytest.raises(RegexError, match=re.escape(message)):
         ByteNFA(regex)
+
+
+def _object_schema(k: int, depth: int) -> dict:
+    leaf = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(k)}}
+    return leaf if depth == 1 else {"type": "object", "properties": {f"o{i}": _object_schema(k, depth - 1) for i in range(k)}}
+
+
+def test_repeated_groups_are_shared_and_the_language_kept() -> None:
+    # outlines-core spells k optional properties in O(k²) text; hash-consing makes the NFA O(k).
+    sizes = {k: len(ByteNFA(constraint_of(_object_schema(k, 1)).regex)) for k in (16, 32)}
+    assert sizes[32] < 2.5 * sizes[16]
+    schema = {"anyOf": [_object_schema(4, 2), {"type": "array", "items": _object_schema(3, 1)}]}
+    regex = constraint_of(schema).regex
+    dfa, rng = LazyDFA(ByteNFA(regex)), random.Random(0)
+
+    def sample(node: dict) -> str:
+        if node.get("type") == "integer":
+            return str(rng.randint(-5, 50))
+        keys = [k for k in node["properties"] if rng.random() < 0.5]
+        return "{" + ",".join(f'"{k}":{sample(node["properties"][k])}' for k in keys) + "}"
+
+    texts = [sample(_object_schema(4, 2)) for _ in range(100)]
+    texts += ["[" + ",".join(sample(_object_schema(3, 1)) for _ in range(rng.randint(0, 3))) + "]" for _ in range(50)]
+    mutated = [t.replace(",", ",,", 1) for t in texts] + [t[:-1] for t in texts] + [t.replace("p1", "p9") for t in texts]
+    for text in texts + mutated:
+        accepted = dfa.is_final(dfa.step(dfa.initial, text.encode()))
+        assert accepted == bool(re.fullmatch(regex, text)), text
