@@ -74,15 +74,12 @@ def decode(
     sources: list[str] = []
     while True:
         t0 = time.perf_counter()
-        forced = forcer.force(state, out, states) if forcer else None
-        if forced:  # replaces out[replace_from:], which is still pending
-            dropped = len(out) - forced.replace_from
-            model_made = len(forced.token_ids) - forced.forced_count
-            del out[forced.replace_from:], states[forced.replace_from:], sources[forced.replace_from:]
-            pending = pending[: len(pending) - dropped] + forced.token_ids
+        forced = forcer.force(state, out) if forcer else None
+        if forced:
+            pending += forced.token_ids
             out += forced.token_ids
             states += forced.states
-            sources += [MODEL] * model_made + [FORCED] * forced.forced_count
+            sources += [FORCED] * len(forced.token_ids)
             state = states[-1]
         stats.constraint_seconds += time.perf_counter() - t0
         if len(out) > options.max_new_tokens:

@@ -9,17 +9,22 @@ Two modes (``"off"`` is plain masked decoding):
   would use for that text in context. A token FSM rarely has a single choice
   (``{"`` can be spelled ``{`` + ``"``), so this is where the savings are.
 
-The forced text comes from walking the same outlines-core `Index` byte by byte
+The forced text comes from walking the same token FSM byte by byte
 (a byte is forced when every allowed token starts with it), so the
 character-level view agrees with the token FSM by construction.
 
-Boundaries. The model's last token is still pending (not yet fed), so the
-forced text is re-tokenized together with it: ``"`` + ``,"age":`` becomes the
-canonical ``",`` + ``"age":``. At the far end, the tokens of the last
-pre-token of the forced text could merge with the text that follows (``"`` +
-``Alice`` → ``"Alice``), so they are held back and left to the model — unless
-the pre-tokenizer splits there for every byte that may follow, or the output is
-complete. Tokenizers without a pre-tokenizer hold back the last two tokens.
+Boundaries. The forced text is tokenized after the whole output, as
+``tokenizer.encode`` sees the final text, and the model's tokens keep their
+spelling: forced tokens start at the first canonical token boundary at or
+after the end of the model's text. SmolLM2 writes ``",`` + ``"`` where the
+canonical spelling is ``","``, so after ``",`` nothing is forced until the
+model has written the ``"`` (rewriting its ``",`` into ``","`` would show it a
+spelling it did not choose, which costs field accuracy). At the far end, the
+tokens of the last pre-token of the forced text could merge with the text that
+follows (``"`` + ``Alice`` → ``"Alice``), so they are held back and left to the
+model — unless the pre-tokenizer splits there for every byte that may follow,
+or the output is complete. Tokenizers without a pre-tokenizer hold back the
+last two tokens.
 """
 
 from __future__ import annotations
@@ -39,12 +44,10 @@ _HOLDBACK_TOKENS = 2
 
 @dataclass
 class Forced:
-    """Tokens to put in place of ``out[replace_from:]``, and the FSM states after each."""
+    """Tokens to append without a model call, and the FSM states after each."""
 
-    replace_from: int
     token_ids: list[int]
     states: list[int]
-    forced_count: int  # how many of token_ids carry only forced text
 
 
 @dataclass(eq=False)
@@ -69,21 +72,21 @@ class Forcer:
         self._byte_level = is_byte_level(self.tokenizer)
         self._pre_tokenizer = self._backend.pre_tokenizer if self._backend is not None else None
 
-    def force(self, state: int, out: list[int], states: list[int]) -> Forced | None:
-        """Forced tokens after ``out`` (``states[i]`` is the state after ``out[i]``), or None."""
+    def force(self, state: int, out: list[int]) -> Forced | None:
+        """Forced tokens after the output ``out``, which has led to ``state``; None if there are none."""
         if self.mode == "exact":
-            return self._force_exact(state, len(out))
+            return self._force_exact(state)
         if self.mode == "canonical":
-            return self._force_canonical(state, out, states)
+            return self._force_canonical(state, out)
         return None
 
-    def _force_exact(self, state: int, n: int) -> Forced | None:
+    def _force_exact(self, state: int) -> Forced | None:
         tokens, visited = [], []
         while len(allowed := self.fsm.allowed_token_ids(state)) == 1 and allowed[0] != self.fsm.eos_token_id:
             state = self.fsm.next_state(state, allowed[0])
             tokens.append(allowed[0])
             visited.append(state)
-        return Forced(n, tokens, visited, len(tokens)) if tokens else None
+        return Forced(tokens, visited) if tokens else None
 
     def forced_bytes(self, state: int) -> tuple[bytes, int]:
         """The forced text from ``state`` and the state after it (cached; does not change anything)."""
@@ -139,28 +142,25 @@ class Forcer:
             out += [head] + self._respell(rest) if rest is not None else [t]
         return out
 
-    def _force_canonical(self, state: int, out: list[int], states: list[int]) -> Forced | None:
+    def _force_canonical(self, state: int, out: list[int]) -> Forced | None:
         forced, end_state = self.forced_bytes(state)
         if not forced:
             return None
-        # Re-tokenize the pending model token together with the forced text.
-        join = 1 if out else 0
-        base_state = states[-2] if len(out) >= 2 else self.fsm.initial_state
-        prefix = (self.fsm.vocab.token_bytes[out[-1]] or b"") if join else b""
-        ids = self._encode(prefix + forced)
-        if ids is None and join:  # the join does not tokenize cleanly: force the text alone
-            join, prefix, base_state = 0, b"", state
-            ids = self._encode(forced)
+        # The whole text, as tokenizer.encode sees it: forced text can merge into the model's last pre-token.
+        written = self.fsm.vocab.spell(out)
+        ids = self._encode(written + forced)
         if ids is None:
-            return self._force_exact(state, len(out))
-        if not self.fsm.is_complete(end_state):
-            ids = ids[: self._keep(prefix + forced, ids, end_state)]
-        visited = self.fsm.walk(base_state, ids)
-        assert len(visited) == len(ids), "tokens that spell allowed bytes are allowed"
-        if len(ids) <= join:
+            return self._force_exact(state)
+        skip = self._tokens_covering(ids, len(written))
+        if len(self.fsm.vocab.spell(ids[:skip])) != len(written):
+            return None  # a canonical token spans the end of the model's text: the model goes on
+        keep = len(ids) if self.fsm.is_complete(end_state) else self._keep(written + forced, ids, end_state)
+        ids = ids[skip:keep]
+        if not ids:
             return None
-        model_tokens = self._tokens_covering(ids, len(prefix))
-        return Forced(len(out) - join, ids, visited, len(ids) - model_tokens)
+        visited = self.fsm.walk(state, ids)
+        assert len(visited) == len(ids), "tokens that spell allowed bytes are allowed"
+        return Forced(ids, visited)
 
     def _encode(self, text: bytes) -> list[int] | None:
         """Canonical token ids of ``text`` if they spell exactly ``text``, else None."""
@@ -187,10 +187,11 @@ class Forcer:
         if self._pre_tokenizer is None:
             return max(len(ids) - _HOLDBACK_TOKENS, 0)
         s = text.decode("utf-8")
-        if self._boundary_is_hard(s, end_state):
-            return len(ids)
         pieces = self._pre_tokenizer.pre_tokenize_str(s)
-        last_start = len(s[: pieces[-1][1][0]].encode("utf-8")) if pieces else 0
+        last = pieces[-1][1][0] if pieces else 0
+        if self._boundary_is_hard(s[last:], end_state):
+            return len(ids)
+        last_start = len(s[:last].encode("utf-8"))
         keep, covered = 0, 0
         for t in ids:
             covered += len(self.fsm.vocab.token_bytes[t] or b"")
@@ -200,7 +201,7 @@ class Forcer:
         return keep
 
     def _boundary_is_hard(self, s: str, end_state: int) -> bool:
-        """Whether the pre-tokenizer splits after ``s`` whatever first character the FSM allows next."""
+        """Whether the pre-tokenizer splits after ``s`` (the last pre-token) whatever character the FSM allows next."""
         key = (end_state, s)
         if key not in self._hard_end:
             nexts = {

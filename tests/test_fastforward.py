@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import pytest
+import torch
 from pydantic import BaseModel, Field
 
 import structspec
@@ -96,6 +97,28 @@ def test_canonical_forced_tokens_match_the_tokenizer(kind: str, request) -> None
             except TokenBudgetExceeded:
                 continue
             assert noncanonical_forced(lm.tokenizer, lm.vocab, result.token_ids, result.sources) == 0
+
+
+class ShortestTokenLM(CountingLM):
+    """Prefers the shortest allowed token, so it never spells ``","`` or ``":"`` in one token, as SmolLM2 doesn't."""
+
+    def forward(self, token_ids: list[int], cache, logits_to_keep: int = 1) -> torch.Tensor:
+        logits = super().forward(token_ids, cache, logits_to_keep)
+        scores = torch.zeros(logits.shape[-1])  # columns past the vocabulary are masked anyway
+        scores[: len(self.vocab.token_bytes)] = -torch.tensor([float(len(b or b"")) for b in self.vocab.token_bytes])
+        return scores.expand_as(logits).clone()
+
+
+@pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
+def test_canonical_keeps_the_models_spelling(kind: str, request) -> None:
+    lm = ShortestTokenLM(request.getfixturevalue(kind))
+    result = run(lm, Hero, "canonical")
+    spelled = [lm.vocab.token_bytes[t] for t in result.token_ids]
+    # every token the model chose is still there as it chose it: none was re-tokenized into its forced neighbour
+    assert all(len(b) == 1 for b, source in zip(spelled, result.sources) if source == "model")
+    assert result.stats.forced_tokens > 0  # keys are still forced, from the boundary after the model's "
+    # canonical in the whole text, also where forced text ends a word the model began its own way (f, a, l + se)
+    assert noncanonical_forced(lm.tokenizer, lm.vocab, result.token_ids, result.sources) == 0
 
 
 def test_budget_error_carries_stats(byte_lm) -> None:
