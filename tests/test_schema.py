@@ -87,18 +87,21 @@ def test_parsers_return_the_promised_values() -> None:
         ({"type": "object", "properties": {"a": {"type": "number", "multipleOf": 2}}}, "multipleOf", "/properties/a"),
         ({"type": "array", "items": {"type": "string"}, "uniqueItems": True}, "uniqueItems", "/"),
         ({"type": "object", "properties": {"a": {"type": "string"}}, "minProperties": 1}, "minProperties", "/"),
-        ({"type": "object", "patternProperties": {"^x": {"type": "string"}}}, "patternProperties", "/"),
-        ({"allOf": [{"type": "integer"}, {"type": "number"}]}, "allOf", "/"),
+        ({"type": "object", "properties": {"xa": {"type": "integer"}}, "patternProperties": {"^x": {"type": "string"}}},
+         "patternProperties", "/"),  # "xa" would need both schemas
+        ({"type": "object", "patternProperties": {"(^a$|b)": {"type": "string"}}}, "patternProperties", "/"),
+        ({"type": "object", "patternProperties": {"^a": {"type": "string"}, "b": {"type": "integer"}}},
+         "patternProperties", "/"),  # "ab" matches both
+        ({"allOf": [{"type": "string", "pattern": "^a"}, {"pattern": "b$"}]}, "allOf", "/"),
         ({"oneOf": [{"type": "integer"}, {"type": "integer"}]}, "oneOf", "/"),
         ({"type": "string", "maxLength": 3, "pattern": "a+b"}, "pattern", "/"),
         ({"type": "string", "format": "uri-template"}, "format", "/"),
         ({"not": {"type": "string"}}, "not", "/"),
         ({"enum": [1], "type": "string"}, "enum", "/"),
-        ({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["b"]}, "required", "/"),
+        ({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["b"], "additionalProperties": False},
+         "required", "/"),
         ({"$defs": {"n": {"type": "object", "properties": {"next": {"$ref": "#/$defs/n"}}}},
           "$ref": "#/$defs/n"}, "$ref", "/$defs/n/properties/next"),
-        ({"$schema": "http://json-schema.org/draft-07/schema#", "type": "array", "items": [{"type": "string"}]},
-         "items", "/"),
         ({"type": "integer", "maximum": "ten"}, "type", "/maximum"),  # not a schema at all
     ],
 )
@@ -168,6 +171,8 @@ def test_enum_keeps_only_values_of_the_node_type() -> None:
         ("^[^,]+$", '"a;b"', '"a\\b"'),  # nor a negated class a backslash
         (r"^\S+$", '"ab"', '"a\u0001"'),
         (r"^[a-z\s]+$", '"a b"', '"a\tb"'),  # \s narrows to a space
+        (r"^\S$", '"a"', '"\ufeff"'),  # ECMA's \s includes U+FEFF
+        ("^.$", '"a"', '"\u2028"'),  # and . stops at a line terminator
     ],
 )
 def test_patterns_stay_inside_the_json_string(pattern: str, good: str, bad: str) -> None:
@@ -185,7 +190,7 @@ def test_repeated_class_pattern_takes_length_bounds() -> None:
 def test_not_strict_drops_unenforceable_keywords_with_a_warning() -> None:
     schema = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"},
                                                           "uniqueItems": True}},
-              "patternProperties": {"^x": {"type": "string"}}}
+              "patternProperties": {"^t": {"type": "string"}}}  # matches "tags" too: not enforced
     with pytest.raises(SchemaError, match="patternProperties"):
         to_regex(schema)
     with pytest.warns(UserWarning) as caught:
@@ -260,3 +265,101 @@ def test_a_valid_rfc3339_time_parses(byte_lm) -> None:
     """Parsing validates formats with the schema draft's own checker (a bare FormatChecker rejects "Z")."""
     constraint = constraint_of({"type": "string", "format": "time"})
     assert constraint.parse('"00:31:56Z"') == "00:31:56Z"
+
+
+@pytest.mark.parametrize(
+    ("schema", "good", "bad"),
+    [
+        # allOf merges into one node: a value must match every subschema
+        ({"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+                    {"properties": {"a": {"minimum": 1}, "b": {"type": "string"}}, "required": ["b"]}]},
+         ['{"a":1,"b":"x"}'], ['{"a":0,"b":"x"}', '{"a":1}', '{"b":"x"}']),
+        ({"allOf": [{"type": "number"}, {"type": "integer", "maximum": 5}]}, ["5", "-2"], ["6", "1.5"]),
+        # keywords beside anyOf/oneOf/$ref hold in every branch
+        ({"type": "string", "anyOf": [{"enum": ["a", 1]}, {"maxLength": 1}]}, ['"a"', '"b"'], ["1", '"bc"']),
+        ({"type": "string", "oneOf": [{"const": "x"}, {"const": "y"}]}, ['"x"', '"y"'], ['"z"']),
+        ({"$defs": {"p": {"type": "object", "properties": {"n": {"type": "integer"}}}},
+          "$ref": "#/$defs/p", "required": ["n"]}, ['{"n":3}'], ["{}", '{"n":"3"}']),
+        # oneOf branches told apart by a required property's value work as anyOf
+        ({"oneOf": [{"type": "object", "properties": {"k": {"const": "a"}, "x": {"type": "integer"}},
+                     "required": ["k", "x"]},
+                    {"type": "object", "properties": {"k": {"const": "b"}, "y": {"type": "string"}},
+                     "required": ["k", "y"]}]},
+         ['{"k":"a","x":1}', '{"k":"b","y":"s"}'], ['{"k":"a","y":"s"}', '{"k":"c","x":1}']),
+        # keywords of other types constrain nothing; additionalItems follows only the array form of items
+        ({"type": "array", "items": {"type": "integer"}, "additionalItems": False, "properties": {"a": {}},
+          "maxLength": 2}, ["[1,2,3]"], ['["a"]', "{}"]),
+        # the array form of items: exactly those items (a narrowing of "at most")
+        ({"$schema": "http://json-schema.org/draft-07/schema#", "type": "array",
+          "items": [{"type": "string"}, {"type": "integer"}]}, ['["a",1]'], ['[1,"a"]', '["a",1,2]']),
+        # required names missing from properties take the additionalProperties schema
+        ({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["b"],
+          "additionalProperties": {"type": "integer"}}, ['{"b":1}', '{"a":"s","b":2}'], ['{"b":"s"}', "{}"]),
+        # min/maxProperties that the listed properties always meet
+        ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+          "required": ["a"], "minProperties": 1, "maxProperties": 2}, ['{"a":1}', '{"a":1,"b":2}'], ["{}"]),
+    ],
+)
+def test_merged_and_narrowed_keywords_are_enforced(schema: dict, good: list[str], bad: list[str]) -> None:
+    regex = to_regex(schema)
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    for text in good:
+        assert full(regex, text) and validator.is_valid(json.loads(text)), text
+    for text in bad:
+        assert not full(regex, text), text
+
+
+@pytest.mark.parametrize(
+    ("schema", "good", "bad"),
+    [
+        ({"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"],
+          "patternProperties": {"^x-": {"type": "string"}}, "additionalProperties": False},
+         ['{"id":1}', '{"id":1,"x-a":"s","x-b":""}'], ['{"id":1,"y":"s"}', '{"id":1,"x-a":2}', '{"x-a":"s"}']),
+        # a pattern searches: unanchored, it matches inside a name
+        ({"type": "object", "patternProperties": {"[0-9]": {"type": "number"}}, "additionalProperties": False},
+         ["{}", '{"a1b":1.5,"2":0}'], ['{"ab":1}', '{"a1":"x"}']),
+        ({"type": "object", "patternProperties": {"^[a-z]+$": {"type": "boolean"}, "^[0-9]+$": {"type": "null"}}},
+         ['{"ab":true,"12":null}'], ['{"ab":null}', '{"12":true}', '{"a1":true}']),
+        # a required name that a pattern matches gets that pattern's schema
+        ({"type": "object", "patternProperties": {"^line[1-3]$": {"type": "string"}}, "required": ["line1"],
+          "additionalProperties": False}, ['{"line1":"a"}', '{"line1":"a","line2":"b"}'], ["{}", '{"line1":1}']),
+    ],
+)
+def test_pattern_properties_are_enforced(schema: dict, good: list[str], bad: list[str]) -> None:
+    regex = to_regex(schema)
+    for text in good:
+        assert full(regex, text) and jsonschema.Draft202012Validator(schema).is_valid(json.loads(text)), text
+    for text in bad:
+        assert not full(regex, text), text
+
+
+@pytest.mark.parametrize(
+    ("schema", "keyword"),
+    [
+        ({"type": "object", "minProperties": 2}, "minProperties"),  # outlines-core counts only to one
+        ({"type": "object", "additionalProperties": {"type": "integer"}, "maxProperties": 3}, "maxProperties"),
+        ({"type": "object", "properties": {"a": {}, "b": {}}, "minProperties": 1}, "minProperties"),
+        ({"allOf": [{"type": "string"}, {"type": "integer"}]}, "allOf"),  # nothing matches both
+        ({"type": "string", "anyOf": [{"type": "integer"}, {"type": "null"}]}, "anyOf"),
+    ],
+)
+def test_uncountable_or_unsatisfiable_object_keywords_are_rejected(schema: dict, keyword: str) -> None:
+    with pytest.raises(SchemaError) as err:
+        to_regex(schema)
+    assert err.value.keyword == keyword
+
+
+def test_a_cycle_in_an_ignored_keyword_is_left_alone() -> None:
+    # beside properties outlines-core reads no additionalProperties (no extra names), so "#" is never followed
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": {"$ref": "#"}}
+    regex = to_regex(schema)
+    assert full(regex, '{"a":1}')
+    assert not full(regex, '{"a":1,"b":{}}')
+
+
+def test_any_value_is_one_group() -> None:
+    # outlines-core's own regex for {} is a bare alternation, which would bind looser than '"a":'
+    regex = to_regex({"type": "object", "properties": {"a": {}}, "required": ["a"]})
+    assert full(regex, '{"a":1}') and full(regex, '{"a":[null,"x"]}')
+    assert not full(regex, "{null}")
+    assert not full(to_regex({"prefixItems": [{}, {}], "items": False}), "[1,2,3]")
