@@ -63,11 +63,7 @@ class Forcer:
     _splits: dict[int, int] = field(default_factory=dict)  # token → the shorter first token the target prefers
 
     def __post_init__(self) -> None:
-        # a token id for every single byte, to walk the FSM one byte at a time
-        self._byte_token: dict[int, int] = {}
-        for i, b in enumerate(self.fsm.vocab.token_bytes):
-            if b is not None and len(b) == 1 and i != self.fsm.eos_token_id:
-                self._byte_token.setdefault(b[0], i)
+        self._byte_token = self.fsm.vocab.single_byte_tokens  # to walk the FSM one byte at a time
         self._backend = getattr(self.tokenizer, "backend_tokenizer", None)
         self._byte_level = is_byte_level(self.tokenizer)
         self._pre_tokenizer = self._backend.pre_tokenizer if self._backend is not None else None

@@ -356,10 +356,7 @@ def json_safe_pattern(pattern: str) -> str | None:
     while i < len(pattern):
         c = pattern[i]
         if c == "[":
-            j = i + 1 + (pattern[i + 1 : i + 2] == "^")
-            j += pattern[j : j + 1] == "]"
-            while j < len(pattern) and pattern[j] != "]":
-                j += 2 if pattern[j] == "\\" else 1
+            j = _class_end(pattern, i)
             atom, i = pattern[i : j + 1], j + 1
             if not atom.startswith("[^"):
                 atom = atom.replace("\\s", " ")

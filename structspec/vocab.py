@@ -19,7 +19,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 _BYTE_FALLBACK = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
@@ -65,6 +65,15 @@ class TokenVocab:
     def decode(self, token_ids: list[int]) -> str:
         """Text of a token sequence (special tokens omitted)."""
         return self.spell(token_ids).decode("utf-8", "replace")
+
+    @cached_property
+    def single_byte_tokens(self) -> dict[int, int]:
+        """byte → the lowest token id spelling exactly that byte (EOS excluded): for walking an FSM byte by byte."""
+        out: dict[int, int] = {}
+        for i, b in enumerate(self.token_bytes):
+            if b is not None and len(b) == 1 and i != self.eos_token_id:
+                out.setdefault(b[0], i)
+        return out
 
     def outlines_map(self) -> dict[bytes, list[int]]:
         """bytes → token ids, the form `outlines_core.Vocabulary` takes (EOS excluded)."""
