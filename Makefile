@@ -17,10 +17,10 @@ $(VENV)/.installed: pyproject.toml Makefile
 	touch $@
 
 demo: setup
-	$(PY) -m structspec demo
+	$(VENV)/bin/structspec demo
 
 test: setup
 	$(PY) -m pytest -q
 
 bench: setup
-	$(PY) -m structspec.bench
+	$(VENV)/bin/structspec bench

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 from rich.console import Console
 
 import structspec
-from structspec.explain import legend_rich, to_rich, token_views
+from structspec.tools.explain import legend_rich, to_rich, token_views
 
 
 class Contact(BaseModel):

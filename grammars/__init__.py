@@ -1,1 +1,1 @@
-"""The grammar catalogue as package data, installed as ``structspec.grammar_data``; read by `structspec.grammars`."""
+"""The grammar catalogue as package data, installed as ``structspec.grammar_data``; read by `structspec.schema.grammars`."""

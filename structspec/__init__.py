@@ -13,11 +13,12 @@ from structspec.errors import (
 )
 from structspec.lm import LM, from_transformers, load
 from structspec.result import Result, Stats
-from structspec.schema import Regex, to_regex
+from structspec.schema import grammars
+from structspec.schema.translate import Regex, to_regex
 
 __all__ = [
     "LM", "Compiled", "ModelNotFoundError", "PromptError", "Regex", "RegexError", "Result",
     "SchemaError", "SpecError", "Stats", "StructspecError", "TokenBudgetExceeded",
     "VocabularyMismatchError", "compile", "from_transformers", "generate", "generate_result",
-    "load", "to_regex",
+    "grammars", "load", "to_regex",
 ]

@@ -18,14 +18,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from structspec.decode import DecodeOptions, decode
-from structspec.drafts import Drafter, make_drafter
-from structspec.fastforward import FastForward
-from structspec.fsm import TokenFSM
+from structspec.decoding.loop import DecodeOptions, decode
+from structspec.decoding.drafters import Drafter, make_drafter
+from structspec.decoding.fastforward import FastForward
+from structspec.automaton.fsm import TokenFSM
 from structspec.lm import LM, Prompt, load
 from structspec.result import Result
-from structspec.sampling import SamplingConfig
-from structspec.schema import COMPACT, Constraint, constraint_of
+from structspec.decoding.sampling import SamplingConfig
+from structspec.schema.translate import COMPACT, Constraint, constraint_of
 
 
 @dataclass(frozen=True)

@@ -220,7 +220,7 @@ def exact_output_distribution(
     final) is drawn from the masked, warped logits. Branches below
     ``min_prob`` are dropped, so keep the language small.
     """
-    from structspec.sampling import probabilities
+    from structspec.decoding.sampling import probabilities
 
     out: dict[tuple[int, ...], float] = {}
     stack: list[tuple[tuple[int, ...], int, float]] = [((), fsm.initial_state, 1.0)]

@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from outlines_core import Index, Vocabulary
 
-from structspec.automaton import DEAD, ByteNFA, LazyDFA, TokenIndex, _byte_sequences, _normalize
+from structspec.automaton.index import DEAD, ByteNFA, LazyDFA, TokenIndex, _byte_sequences, _normalize
 from structspec.errors import RegexError
-from structspec.schema import constraint_of
+from structspec.schema.translate import constraint_of
 
 REGEXES = [
     r'\{"name":"([^"\\\x00-\x1F\x7F-\x9F]|\\["\\/bfnrt])*","age":(0|[1-9][0-9]*)\}',

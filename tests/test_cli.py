@@ -17,7 +17,7 @@ import pytest
 from rich.console import Console
 
 import structspec
-from structspec.__main__ import EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, demo, main
+from structspec.tools.cli import EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, demo, main
 from structspec.testing import byte_level_tokenizer, tiny_llama
 
 N_RECORDS = 200  # enough work left after the third line that a signal always lands mid-job
@@ -46,7 +46,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _command(job: dict[str, Path], output: Path) -> list[str]:
-    return [sys.executable, "-m", "structspec", "extract", "--schema", str(job["schema"]), "--input",
+    return [sys.executable, "-m", "structspec.tools", "extract", "--schema", str(job["schema"]), "--input",
             str(job["input"]), "--output", str(output), "--model", str(job["model"]), "--max-new-tokens", "24"]
 
 

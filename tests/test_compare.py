@@ -12,8 +12,8 @@ from pydantic import BaseModel
 from rich.console import Console
 
 import structspec
-from structspec import compare
-from structspec.tasks import Task
+from structspec.tools import compare
+from structspec.tools.tasks import Task
 
 
 class Box(BaseModel):

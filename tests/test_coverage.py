@@ -11,8 +11,8 @@ import pytest
 
 import structspec
 from structspec import SchemaError
-from structspec.coverage import in_layout, summarize
-from structspec.schema import constraint_of
+from structspec.tools.coverage import in_layout, summarize
+from structspec.schema.translate import constraint_of
 
 ROWS = [json.loads(line) for line in (Path(__file__).parent / "data" / "jsonschemabench_sample.jsonl").open()]
 

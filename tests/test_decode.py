@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 import structspec
 from structspec import PromptError, Regex, RegexError, TokenBudgetExceeded, VocabularyMismatchError
-from structspec.fsm import _MEMORY, TokenFSM
+from structspec.automaton.fsm import _MEMORY, TokenFSM
 from structspec.testing import CountingLM, byte_level_tokenizer, tiny_llama
 
 

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 
 import structspec
 from structspec import Regex, SpecError, TokenBudgetExceeded
-from structspec.drafts import (
+from structspec.decoding.drafters import (
     Composite,
     ModelDrafter,
     PromptLookup,
@@ -21,10 +21,10 @@ from structspec.drafts import (
     early_exit,
     make_drafter,
 )
-from structspec.sampling import SamplingConfig
-from structspec.tasks import extraction_prompt, load_tasks
+from structspec.decoding.sampling import SamplingConfig
+from structspec.tools.tasks import extraction_prompt, load_tasks
 from structspec.testing import CountingLM, chi_square_pvalue, exact_output_distribution, sample_outputs, tiny_lm
-from structspec.verify import residual, verify_greedy, verify_sampled
+from structspec.decoding.verify import residual, verify_greedy, verify_sampled
 
 
 class Order(BaseModel):
@@ -264,7 +264,7 @@ def test_composite_switches_off_a_fallback_that_does_not_pay(byte_lm, other_byte
 
 
 def test_forced_text_is_respelled_the_way_the_target_prefers(byte_lm) -> None:
-    from structspec.fastforward import Forcer
+    from structspec.decoding.fastforward import Forcer
 
     fsm = structspec.compile(Regex(r'\{"weapon":"(mace|sword)"\}'), byte_lm).fsm
     forcer = Forcer(fsm, byte_lm.tokenizer, "exact")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from structspec.explain import (
+from structspec.tools.explain import (
     SOURCE_COLORS,
     explain_html,
     legend_html,

@@ -10,8 +10,8 @@ from pydantic import BaseModel, Field
 
 import structspec
 from structspec import Regex, TokenBudgetExceeded
-from structspec.fastforward import Forcer, noncanonical_forced
-from structspec.tasks import extraction_prompt, load_tasks
+from structspec.decoding.fastforward import Forcer, noncanonical_forced
+from structspec.tools.tasks import extraction_prompt, load_tasks
 from structspec.testing import CountingLM
 
 

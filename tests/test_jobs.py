@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import structspec
-from structspec import jobs
+from structspec.tools import jobs
 from structspec.testing import CountingLM
 
 SCHEMA = {  # short outputs, so the tiny random model finishes records

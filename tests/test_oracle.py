@@ -20,8 +20,8 @@ from pydantic import BaseModel, Field
 
 import structspec
 from structspec import Regex, TokenBudgetExceeded
-from structspec.peers import outlines_greedy
-from structspec.tasks import extraction_prompt, load_tasks
+from structspec.tools.peers import outlines_greedy
+from structspec.tools.tasks import extraction_prompt, load_tasks
 
 NEAR_TIE = 1e-3
 

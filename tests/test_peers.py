@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from structspec.tasks import extraction_prompt, field_accuracy, load_tasks
+from structspec.tools.tasks import extraction_prompt, field_accuracy, load_tasks
 
 
 def test_tasks_load_with_unique_ids_and_known_schemas():
@@ -53,7 +53,7 @@ def test_field_accuracy_is_one_for_the_expected_value_itself():
 
 
 def test_bench_limit_takes_every_schema_in_turn():
-    from structspec.bench import spread
+    from structspec.tools.bench import spread
 
     tasks = load_tasks()
     assert [t.schema_name for t in spread(tasks, 7)] == [
@@ -63,7 +63,7 @@ def test_bench_limit_takes_every_schema_in_turn():
 
 
 def test_bench_first_difference():
-    from structspec.bench import first_difference
+    from structspec.tools.bench import first_difference
 
     assert first_difference([1, 2, 3], [1, 2, 3]) is None
     assert first_difference([1, 2, 3], [1, 5, 3]) == 1
@@ -71,8 +71,8 @@ def test_bench_first_difference():
 
 
 def test_transformers_speculative_peers_are_counted_by_target_pass(byte_lm) -> None:
-    from structspec.drafts import early_exit
-    from structspec.peers import hf_assisted, hf_prompt_lookup, unconstrained_greedy
+    from structspec.decoding.drafters import early_exit
+    from structspec.tools.peers import hf_assisted, hf_prompt_lookup, unconstrained_greedy
 
     ids = byte_lm.encode_prompt("Alice is 31. Alice is 31. Alice is")
     plain = unconstrained_greedy(byte_lm, ids, 24)

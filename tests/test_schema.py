@@ -12,7 +12,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from structspec import Regex, SchemaError, SpecError, to_regex
-from structspec.schema import constraint_of
+from structspec.schema.translate import constraint_of
 
 
 class Color(enum.Enum):

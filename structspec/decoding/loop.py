@@ -9,7 +9,7 @@ Each turn reads as the algorithm:
 4. one target pass over every pending token plus the candidate, keeping
    logits for the candidate positions and the bonus position;
 5. mask every row by the FSM state it was computed in and verify (greedy
-   prefix match or speculative sampling, `structspec.verify`);
+   prefix match or speculative sampling, `structspec.decoding.verify`);
 6. keep the accepted prefix and the target's own token, crop the KV cache
    back over the rejected rest. FSM states are kept per output position, so
    rollback is indexing.
@@ -23,13 +23,13 @@ from typing import Any
 
 import torch
 
-from structspec.drafts import Drafter
+from structspec.decoding.drafters import Drafter
 from structspec.errors import TokenBudgetExceeded
-from structspec.fastforward import FastForward, Forcer
-from structspec.fsm import TokenFSM
+from structspec.decoding.fastforward import FastForward, Forcer
+from structspec.automaton.fsm import TokenFSM
 from structspec.result import DraftStats, Stats, StopReason
-from structspec.sampling import SamplingConfig
-from structspec.verify import verify_greedy, verify_sampled
+from structspec.decoding.sampling import SamplingConfig
+from structspec.decoding.verify import verify_greedy, verify_sampled
 
 FORCED, MODEL = "forced", "model"  # sources besides drafter names
 

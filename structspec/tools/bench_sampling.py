@@ -1,6 +1,6 @@
 """Does speculative sampling keep the target's constrained distribution? Thousands of samples per drafter.
 
-    python -m structspec.bench_sampling [--samples 5000]
+    python -m structspec.tools.bench_sampling [--samples 5000]
 
 On a tiny random-weight model with a small language, the exact distribution of
 complete outputs under plain masked sampling is enumerated over the token tree;
@@ -17,8 +17,8 @@ from rich.console import Console
 from rich.table import Table
 
 import structspec
-from structspec.drafts import make_drafter
-from structspec.sampling import SamplingConfig
+from structspec.decoding.drafters import make_drafter
+from structspec.decoding.sampling import SamplingConfig
 from structspec.testing import chi_square_pvalue, exact_output_distribution, sample_outputs, tiny_lm
 
 SPEC = structspec.Regex(r"(ab|ba|a|b)c{0,2}")
@@ -27,7 +27,7 @@ TEMPERATURE = 1.5
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m structspec.bench_sampling", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m structspec.tools.bench_sampling", description=__doc__.split("\n")[0])
     parser.add_argument("--samples", type=int, default=5000)
     args = parser.parse_args(argv)
 

@@ -34,12 +34,12 @@ from rich.console import Console
 from rich.table import Table
 
 import structspec
-from structspec.bench import spread
-from structspec.explain import html_page, legend_html, no_pass_tokens, tokens_html, token_views
-from structspec.jobs import JobConfigError, load_model
+from structspec.tools.bench import spread
+from structspec.tools.explain import html_page, legend_html, no_pass_tokens, tokens_html, token_views
+from structspec.tools.jobs import JobConfigError, load_model
 from structspec.lm import LM
-from structspec.peers import unconstrained_greedy
-from structspec.tasks import Task, extraction_prompt, field_accuracy, load_tasks
+from structspec.tools.peers import unconstrained_greedy
+from structspec.tools.tasks import Task, extraction_prompt, field_accuracy, load_tasks
 
 UNCONSTRAINED = "unconstrained"
 Method = tuple[str, dict[str, Any]]  # (label, generate_result keywords)

@@ -1,4 +1,4 @@
-"""JSON Schema coverage benchmark on JSONSchemaBench: ``python -m structspec.coverage``.
+"""JSON Schema coverage benchmark on JSONSchemaBench: ``python -m structspec.tools.coverage``.
 
 For every schema of each split (one ``<split>.jsonl.gz`` per split), compiles it
 with structspec and, as the baseline, with outlines-core alone (its regex, its
@@ -150,8 +150,8 @@ def _run_task(engine: str, row: dict[str, Any]) -> dict[str, Any]:
     import structspec
     from structspec.errors import SchemaError
 
-    from structspec.fsm import TokenFSM
-    from structspec.schema import constraint_of
+    from structspec.automaton.fsm import TokenFSM
+    from structspec.schema.translate import constraint_of
 
     lm, schema = _WORKER["lm"], row["schema"]
     if engine == "generate":
@@ -316,7 +316,7 @@ def markdown(table: dict[str, dict[str, dict[str, str]]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m structspec.coverage", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m structspec.tools.coverage", description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder of <split>.jsonl.gz files")
     parser.add_argument("--splits", nargs="*", help="splits to run (default: every file in --data)")
     parser.add_argument("--limit", type=int, help="rows per split (default: all)")

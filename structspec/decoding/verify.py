@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from structspec.sampling import SamplingConfig, probabilities, sample
+from structspec.decoding.sampling import SamplingConfig, probabilities, sample
 
 
 def verify_greedy(logits: torch.Tensor, candidate: list[int]) -> tuple[int, int]:

@@ -8,7 +8,7 @@ and invalid examples. Grammars are reached by Python name or catalogue name::
     structspec.generate(lm, structspec.grammars.e164_phone, "Call me at")
     structspec.grammars.get("e164-phone")  # the same Regex
 
-JSON Schema ``format`` keywords use the same patterns (see `structspec.schema`).
+JSON Schema ``format`` keywords use the same patterns (see `structspec.schema.translate`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from functools import cache
 from importlib.resources import files
 from typing import Any
 
-from structspec import schema
+from structspec.schema import translate as schema
 from structspec.errors import SpecError
 
 _REFERENCE = re.compile(r"\$\{([a-z0-9-]+)\}")
@@ -68,7 +68,7 @@ def __getattr__(attr: str) -> Any:
     """``structspec.grammars.e164_phone``: the grammar as a `Regex`."""
     name = attr.replace("_", "-")
     if name not in catalogue():
-        raise AttributeError(f"module 'structspec.grammars' has no grammar {attr!r}; "
+        raise AttributeError(f"module 'structspec.schema.grammars' has no grammar {attr!r}; "
                              f"the grammars are: {', '.join(n.replace('-', '_') for n in names())}")
     return get(name)
 

@@ -1,7 +1,7 @@
 """The token-level FSM: a regex compiled over a tokenizer's vocabulary.
 
 A `TokenFSM` is immutable and cached (in memory and on disk); decode state is a
-plain ``int``. Token masks come from `structspec.automaton.TokenIndex`, which
+plain ``int``. Token masks come from `structspec.automaton.index.TokenIndex`, which
 builds each state's mask when it is first visited instead of all of them up
 front. Walking a token sequence returns the list of states visited, so rolling
 back is indexing that list, not undoing mutations.
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from structspec.automaton import TokenIndex
+from structspec.automaton.index import TokenIndex
 from structspec.cache import cache_dir, write_atomic
 from structspec.vocab import TokenVocab
 

@@ -30,8 +30,8 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from structspec.errors import SpecError
-from structspec.fsm import TokenFSM
-from structspec.sampling import SamplingConfig, probabilities, sample
+from structspec.automaton.fsm import TokenFSM
+from structspec.decoding.sampling import SamplingConfig, probabilities, sample
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Benchmark: structspec against outlines and transformers on the extraction tasks, same model, same prompts.
 
-    python -m structspec.bench [--model smollm2-135m] [--draft-model NAME] [--limit N] [--max-new-tokens 200]
+    python -m structspec.tools.bench [--model smollm2-135m] [--draft-model NAME] [--limit N] [--max-new-tokens 200]
 
 Measuring and printing are separate: `run_tasks` and `measure_compile` return
 plain records, `print_report` renders them. A method is a function
@@ -27,11 +27,11 @@ from rich.console import Console
 from rich.table import Table
 
 import structspec
-from structspec import fsm
-from structspec.fastforward import FastForward
+from structspec.automaton import fsm
+from structspec.decoding.fastforward import FastForward
 from structspec.lm import DEFAULT_MODEL, LM
-from structspec.drafts import early_exit
-from structspec.peers import (
+from structspec.decoding.drafters import early_exit
+from structspec.tools.peers import (
     PeerRun,
     hf_assisted,
     hf_prompt_lookup,
@@ -39,7 +39,7 @@ from structspec.peers import (
     outlines_greedy,
     unconstrained_greedy,
 )
-from structspec.tasks import Task, extraction_prompt, field_accuracy, load_tasks
+from structspec.tools.tasks import Task, extraction_prompt, field_accuracy, load_tasks
 
 REFERENCE, PEER = "structspec", "outlines"  # plain masked decoding in both: the oracle pair
 
@@ -338,7 +338,7 @@ def print_report(console: Console, lm: LM, task_runs: list[TaskRun], compile_tim
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m structspec.bench", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m structspec.tools.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--draft-model", default=None,
                         help="a shipped model or local dir as draft model (another tokenizer is translated through text)")

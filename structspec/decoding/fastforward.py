@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from structspec.fsm import TokenFSM
+from structspec.automaton.fsm import TokenFSM
 from structspec.vocab import is_byte_level
 
 FastForward = Literal["off", "exact", "canonical"]

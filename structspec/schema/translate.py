@@ -28,7 +28,7 @@ import jsonschema
 import pydantic
 from outlines_core.json_schema import build_regex_from_schema
 
-from structspec import grammars
+from structspec.schema import grammars
 from structspec.errors import SchemaError, SpecError
 
 COMPACT = ""

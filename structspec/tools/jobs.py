@@ -33,12 +33,12 @@ from typing import Any
 from pydantic import BaseModel
 
 import structspec
-from structspec.drafts import SHORT_NAMES
+from structspec.decoding.drafters import SHORT_NAMES
 from structspec.errors import StructspecError
-from structspec.explain import no_pass_tokens
+from structspec.tools.explain import no_pass_tokens
 from structspec.lm import LM, Prompt
 from structspec.result import Stats
-from structspec.schema import Regex
+from structspec.schema.translate import Regex
 
 ERROR_KINDS = {
     "malformed_input": "the input line or file could not be read as a record",
@@ -61,7 +61,7 @@ def load_spec(arg: str) -> Any:
 
     Forms: ``package.module:Model`` (imported, the current directory first),
     ``path/to/file.py:Model`` (imported by path), ``schema.json`` (a JSON Schema
-    file) and ``grammar:NAME`` (a regex from `structspec.grammars`).
+    file) and ``grammar:NAME`` (a regex from `structspec.schema.grammars`).
     """
     if arg.startswith("grammar:"):
         return _grammar(arg.removeprefix("grammar:"))
@@ -110,9 +110,9 @@ def _import_path(path: str) -> Any:
 
 def _grammar(name: str) -> Regex:
     try:
-        from structspec import grammars  # type: ignore[attr-defined]
+        from structspec.schema import grammars  # type: ignore[attr-defined]
     except ImportError:
-        raise JobConfigError("grammar:NAME needs structspec.grammars, which this structspec does not have") from None
+        raise JobConfigError("grammar:NAME needs structspec.schema.grammars, which this structspec does not have") from None
     try:
         found = grammars.get(name)
     except (StructspecError, LookupError) as e:

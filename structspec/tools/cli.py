@@ -12,10 +12,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import structspec
-from structspec import jobs
-from structspec.display import stats_table
-from structspec.drafts import SHORT_NAMES
-from structspec.explain import explain_html, legend_rich, to_rich, token_views
+from structspec.tools import jobs
+from structspec.tools.display import stats_table
+from structspec.decoding.drafters import SHORT_NAMES
+from structspec.tools.explain import explain_html, legend_rich, to_rich, token_views
 from structspec.lm import DEFAULT_MODEL, LM
 
 EXIT_OK, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 2, 130
@@ -61,7 +61,7 @@ def demo(lm: LM, console: Console, explain: bool = True, html: str | None = None
 
 
 def extract(args: argparse.Namespace) -> int:
-    """Run an extraction job (see `structspec.jobs`), with a progress bar and a summary on stderr."""
+    """Run an extraction job (see `structspec.tools.jobs`), with a progress bar and a summary on stderr."""
     err = Console(stderr=True)
     spec = jobs.load_spec(args.schema)
     records = jobs.read_inputs(args.input, args.text_field, args.id_field)
@@ -91,7 +91,7 @@ def extract(args: argparse.Namespace) -> int:
 
 
 def compare(args: argparse.Namespace) -> int:
-    from structspec import compare as report  # matplotlib is imported only for this command
+    from structspec.tools import compare as report  # matplotlib is imported only for this command
 
     return report.main(args)
 
