@@ -22,6 +22,7 @@ from structspec.decoding.loop import DecodeOptions, decode
 from structspec.decoding.drafters import Drafter, make_drafter
 from structspec.decoding.fastforward import FastForward
 from structspec.automaton.fsm import TokenFSM
+from structspec.errors import TokenBudgetExceeded
 from structspec.lm import LM, Prompt, load
 from structspec.result import Result
 from structspec.decoding.sampling import SamplingConfig
@@ -78,8 +79,9 @@ def generate_result(
     first layers), ``"threshold"`` (self-draft with threshold decoding),
     ``"auto"`` (prompt lookup, then self-draft) or a `Drafter`. Drafts are
     verified by the target, so greedy output is token-identical without them.
-    Raises `TokenBudgetExceeded` (with the partial text) when ``max_new_tokens``
-    runs out.
+    Stopping is a result: when ``max_new_tokens`` runs out, the `Result` has
+    ``stop_reason="max_new_tokens"``, ``value=None`` and the partial text,
+    tokens and stats.
     """
     if do_sample is None:
         do_sample = temperature != 1.0 or top_k is not None or top_p is not None
@@ -96,13 +98,17 @@ def generate_result(
     decoded.stats.compile_seconds = compiled.fsm.info.seconds
     decoded.stats.compile_source = compiled.fsm.info.source
     text = lm.vocab.decode(decoded.token_ids)
-    value = compiled.constraint.parse(text)
+    value = compiled.constraint.parse(text) if decoded.stop_reason != "max_new_tokens" else None
     return Result(value, text, decoded.token_ids, decoded.stop_reason, decoded.stats, decoded.sources)
 
 
 def generate(model: LM | str, spec: Any, prompt: Prompt, **options: Any) -> Any:
     """Generate and return the validated value: a Pydantic instance, a parsed JSON value, or a `str` for a regex.
 
-    Takes the options of `generate_result`.
+    Takes the options of `generate_result`; raises `TokenBudgetExceeded` (carrying the partial
+    text, tokens and stats) when ``max_new_tokens`` runs out.
     """
-    return generate_result(model, spec, prompt, **options).value
+    result = generate_result(model, spec, prompt, **options)
+    if not result.complete:
+        raise TokenBudgetExceeded(options.get("max_new_tokens", 512), result)
+    return result.value

@@ -50,21 +50,20 @@ class ModelNotFoundError(StructspecError, LookupError):
 
 
 class TokenBudgetExceeded(StructspecError):
-    """`max_new_tokens` ran out before the output was complete.
+    """`generate` could not return a value: `max_new_tokens` ran out before the output was complete.
 
-    Carries the partial output so nothing generated is lost; the partial text
-    is a valid prefix of the language but not a complete value.
+    Carries the partial `Result` (text, token ids, sources, stats) so nothing
+    generated is lost; `generate_result` returns that result instead of raising.
     """
 
-    def __init__(
-        self, max_new_tokens: int, text: str, token_ids: list[int], stats: Any = None, sources: list[str] | None = None
-    ) -> None:
+    def __init__(self, max_new_tokens: int, result: Any) -> None:
         self.max_new_tokens = max_new_tokens
-        self.text = text
-        self.token_ids = token_ids
-        self.stats = stats  # the run's `Stats` up to the point the budget ran out
-        self.sources = sources or []  # per token: "forced" or "model"
+        self.result = result
+        self.text: str = result.text
+        self.token_ids: list[int] = result.token_ids
+        self.stats = result.stats
+        self.sources: list[str] = result.sources
         super().__init__(
             f"max_new_tokens={max_new_tokens} ran out before the output was complete "
-            f"(partial output: {text[-120:]!r}); raise max_new_tokens"
+            f"(partial output: {self.text[-120:]!r}); raise max_new_tokens"
         )

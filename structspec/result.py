@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-StopReason = Literal["eos", "fsm_complete"]
-"""``eos``: the model chose EOS in a final state; ``fsm_complete``: the FSM allowed nothing but EOS."""
+StopReason = Literal["eos", "fsm_complete", "max_new_tokens"]
+"""``eos``: the model chose EOS in a final state; ``fsm_complete``: the FSM allowed nothing but EOS;
+``max_new_tokens``: the budget ran out first (the output is a valid prefix, not a value)."""
 
 
 @dataclass
@@ -75,7 +76,8 @@ class Stats:
 
 @dataclass
 class Result:
-    """A finished generation: ``value`` is the parsed, validated output."""
+    """A finished generation: ``value`` is the parsed, validated output, or None when ``stop_reason``
+    says the output is incomplete (``text``, ``token_ids`` and ``stats`` are kept either way)."""
 
     value: Any
     text: str
@@ -83,3 +85,8 @@ class Result:
     stop_reason: StopReason
     stats: Stats
     sources: list[str] = field(default_factory=list)  # per token: "forced", "model" or a drafter's name
+
+    @property
+    def complete(self) -> bool:
+        """Whether the output is a whole value of the spec (``value`` is set)."""
+        return self.stop_reason in ("eos", "fsm_complete")

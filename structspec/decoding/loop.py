@@ -24,7 +24,6 @@ from typing import Any
 import torch
 
 from structspec.decoding.drafters import Drafter
-from structspec.errors import TokenBudgetExceeded
 from structspec.decoding.fastforward import FastForward, Forcer
 from structspec.automaton.fsm import TokenFSM
 from structspec.result import DraftStats, Stats, StopReason
@@ -83,7 +82,9 @@ def decode(
             state = states[-1]
         stats.constraint_seconds += time.perf_counter() - t0
         if len(out) > options.max_new_tokens:
-            raise _out_of_budget(options, fsm, out[: options.max_new_tokens], sources, stats)
+            del out[options.max_new_tokens :], sources[options.max_new_tokens :]
+            stop = "max_new_tokens"
+            break
         if fsm.is_complete(state):
             stop: StopReason = "fsm_complete"
             break
@@ -125,7 +126,8 @@ def decode(
             stop = "eos"
             break
         if len(out) == options.max_new_tokens:
-            raise _out_of_budget(options, fsm, out, sources, stats)
+            stop = "max_new_tokens"
+            break
         state = fsm.next_state(state, token)
         assert state is not None, "a masked choice is always allowed"
         out.append(token)
@@ -209,9 +211,3 @@ def _count_output(stats: Stats, fsm: TokenFSM, out: list[int], sources: list[str
     stats.model_tokens = sources[: len(out)].count(MODEL)
     stats.forced_bytes = sum(len(fsm.vocab.token_bytes[t] or b"") for t, s in zip(out, sources) if s == FORCED)
 
-
-def _out_of_budget(
-    options: DecodeOptions, fsm: TokenFSM, out: list[int], sources: list[str], stats: Stats
-) -> TokenBudgetExceeded:
-    _count_output(stats, fsm, out, sources)
-    return TokenBudgetExceeded(options.max_new_tokens, fsm.vocab.decode(out), out, stats, sources[: len(out)])
