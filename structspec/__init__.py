@@ -3,6 +3,7 @@
 from structspec.api import Compiled, compile, generate, generate_result
 from structspec.errors import (
     ModelNotFoundError,
+    OptionError,
     PromptError,
     RegexError,
     SchemaError,
@@ -17,7 +18,7 @@ from structspec.schema import grammars
 from structspec.schema.translate import Regex, to_regex
 
 __all__ = [
-    "LM", "Compiled", "ModelNotFoundError", "PromptError", "Regex", "RegexError", "Result",
+    "LM", "Compiled", "ModelNotFoundError", "OptionError", "PromptError", "Regex", "RegexError", "Result",
     "SchemaError", "SpecError", "Stats", "StructspecError", "TokenBudgetExceeded",
     "VocabularyMismatchError", "compile", "from_transformers", "generate", "generate_result",
     "grammars", "load", "to_regex",

@@ -37,6 +37,10 @@ class SpecError(StructspecError, TypeError):
     """An output spec of a kind structspec does not know (not a schema, regex or type)."""
 
 
+class OptionError(StructspecError, ValueError):
+    """A generation option out of range (``temperature=0`` with sampling, ``top_p=1.5``, ...)."""
+
+
 class PromptError(StructspecError, ValueError):
     """An empty or malformed prompt."""
 

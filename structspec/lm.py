@@ -1,27 +1,53 @@
-"""The one module that imports transformers: loading models and running forward passes.
+"""The one module of the core that imports transformers: loading models, running forward passes,
+and model surgery (early exit).
 
-Everything else talks to `LM`, so a fake LM for tests needs only ``vocab``,
-``logits_width``, ``encode_prompt``, ``new_cache``, ``forward`` and ``crop``.
+Everything else talks to the `LanguageModel` protocol, so a fake LM for tests
+needs only what the protocol lists.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib.metadata as md
 import os
 import shutil
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
 from structspec.cache import cache_dir
-from structspec.errors import ModelNotFoundError, PromptError, VocabularyMismatchError
+from structspec.errors import ModelNotFoundError, OptionError, PromptError, SpecError, VocabularyMismatchError
 from structspec.vocab import TokenVocab, vocab_from_tokenizer
 
 Prompt = str | list[dict[str, str]]
 _TRANSFORMERS_MAJOR = int(md.version("transformers").split(".")[0])
+
+
+@runtime_checkable
+class LanguageModel(Protocol):
+    """What the decode loop and the drafters need of a model (`LM` is the transformers one)."""
+
+    name: str
+    tokenizer: Any
+
+    @property
+    def vocab(self) -> TokenVocab: ...
+
+    @property
+    def logits_width(self) -> int: ...
+
+    def encode_prompt(self, prompt: Prompt) -> list[int]: ...
+
+    def new_cache(self) -> Any: ...
+
+    def forward(self, token_ids: list[int], cache: Any, logits_to_keep: int = 1) -> torch.Tensor: ...
+
+    def crop(self, cache: Any, length: int) -> None: ...
+
+    def early_exit(self, layers: int | None = None) -> LanguageModel: ...
 
 
 class LM:
@@ -85,6 +111,36 @@ class LM:
         if extra > 0:
             # transformers 5 takes how many positions to remove (negative); 4.x took the length to keep
             cache.crop(-extra if _TRANSFORMERS_MAJOR >= 5 else length)
+
+    def early_exit(self, layers: int | None = None) -> LM:
+        """A draft LM made of this model's first ``layers`` decoder layers (default: a quarter) and its
+        final norm and LM head. Shares every weight: no extra memory. Does not change this LM."""
+        model = self.model
+        total = len(model.model.layers)
+        k = layers if layers is not None else max(total // 4, 1)
+        if not 1 <= k <= total:
+            raise SpecError(f"self-draft layers must be in 1..{total}, got {k}")
+        config = copy.copy(model.config)
+        config.num_hidden_layers = k
+        if getattr(config, "layer_types", None):
+            config.layer_types = config.layer_types[:k]
+        body = _module_copy(model.model)
+        body.layers = torch.nn.ModuleList(model.model.layers[:k])
+        body.config = config
+        head = _module_copy(model)
+        head.model = body
+        head.config = config
+        return LM(head, self.tokenizer, name=f"{self.name}[:{k}]")
+
+
+def _module_copy(module: torch.nn.Module) -> Any:
+    """A shallow copy of ``module`` with dicts of its own (submodules, hooks), sharing every tensor."""
+    new = copy.copy(module)
+    for name, value in vars(module).items():
+        if isinstance(value, dict):
+            setattr(new, name, copy.copy(value))
+    return new
+
 
 
 def from_transformers(model: Any, tokenizer: Any) -> LM:

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Any
 
+from structspec.errors import VocabularyMismatchError
+
 _BYTE_FALLBACK = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 
 
@@ -96,7 +98,7 @@ def is_byte_level(tokenizer: Any) -> bool:
 def vocab_from_tokenizer(tokenizer: Any) -> TokenVocab:
     """Build the byte vocabulary of a Hugging Face tokenizer (fast or slow)."""
     if tokenizer.eos_token_id is None:
-        raise ValueError("the tokenizer has no eos_token_id; set tokenizer.eos_token first")
+        raise VocabularyMismatchError("the tokenizer has no eos_token_id; set tokenizer.eos_token first")
     size = max(tokenizer.get_vocab().values()) + 1
     special = set(tokenizer.all_special_ids)
     added = getattr(tokenizer, "added_tokens_decoder", {}) or {}

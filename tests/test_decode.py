@@ -76,15 +76,18 @@ def test_token_budget_raises_with_the_partial_output(byte_lm) -> None:
     [
         (lambda lm: structspec.generate(lm, Pet, ""), PromptError, "empty"),
         (lambda lm: structspec.generate(lm, Pet, []), PromptError, "non-empty"),
-        (lambda lm: structspec.generate(lm, Pet, "x", max_new_tokens=0), ValueError, "max_new_tokens"),
+        (lambda lm: structspec.generate(lm, Pet, "x", max_new_tokens=0), structspec.OptionError, "max_new_tokens"),
         (lambda lm: structspec.generate(lm, Regex("(ab"), "x"), RegexError, "position"),
-        (lambda lm: structspec.generate(lm, Pet, "x", temperature=0.0), ValueError, "temperature"),
+        (lambda lm: structspec.generate(lm, Pet, "x", temperature=0.0), structspec.OptionError, "do_sample=False"),
+        (lambda lm: structspec.generate(lm, Pet, "x", top_p=1.5), structspec.OptionError, "top_p"),
+        (lambda lm: structspec.generate(lm, Pet, "x", top_k=0), structspec.OptionError, "top_k"),
         (lambda lm: structspec.generate(lm, 3.5, "x"), structspec.SpecError, "unsupported output spec"),
     ],
 )
 def test_bad_input_gets_a_specific_error(byte_lm, call, error, message) -> None:
-    with pytest.raises(error, match=message):
+    with pytest.raises(error, match=message) as err:
         call(byte_lm)
+    assert isinstance(err.value, structspec.StructspecError)
 
 
 def test_vocab_mismatch_is_refused() -> None:

@@ -13,8 +13,8 @@ checks every token anyway. After the target's verdict the loop calls
   the FSM, with its own KV cache kept in sync by common prefix. Its `Policy`
   decides the draft length: `Schedule` (+2/−1, stop below a confidence) or
   `Threshold` (cumulative probability above an adaptive threshold).
-* `early_exit`: the target's first layers plus its final norm and LM head, a
-  draft model for any target (self-draft).
+* self-draft: a `ModelDrafter` over `LM.early_exit` (the target's first layers
+  plus its final norm and LM head), a draft model for any target.
 * `CrossTokenizerDrafter`: a draft model with another tokenizer, translated
   through text.
 * `Composite`: prompt lookup first, a model drafter where lookup has nothing.
@@ -22,7 +22,6 @@ checks every token anyway. After the target's verdict the loop calls
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -30,6 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from structspec.errors import SpecError
+from structspec.lm import LanguageModel
 from structspec.automaton.fsm import TokenFSM
 from structspec.decoding.sampling import SamplingConfig, probabilities, sample
 
@@ -159,21 +159,27 @@ class Threshold:
 
 
 @dataclass(eq=False)
-class ModelDrafter:
-    """A draft LM with the target's tokenizer, drafting under the FSM mask (see module doc)."""
+class _DraftModel:
+    """What the model drafters share: a draft LM and its KV cache over the token stream."""
 
-    lm: Any
-    name: str = "draft_model"
-    policy: Policy = field(default_factory=Schedule)
-    _context: _CachedContext = field(init=False)
-    _probs: list[float] = field(default_factory=list)
+    lm: LanguageModel
 
     def __post_init__(self) -> None:
         self._context = _CachedContext(self.lm)
 
     @property
     def passes(self) -> int:
+        """Draft forward passes so far."""
         return self._context.passes
+
+
+@dataclass(eq=False)
+class ModelDrafter(_DraftModel):
+    """A draft LM with the target's tokenizer, drafting under the FSM mask (see module doc)."""
+
+    name: str = "draft_model"
+    policy: Policy = field(default_factory=Schedule)
+    _probs: list[float] = field(default_factory=list)
 
     def begin(self) -> None:
         self._probs = []
@@ -202,7 +208,7 @@ class ModelDrafter:
 
 
 @dataclass(eq=False)
-class CrossTokenizerDrafter:
+class CrossTokenizerDrafter(_DraftModel):
     """A draft LM with a different tokenizer: it continues the text greedily (unconstrained, in its own
     vocabulary) and the text is re-tokenized with the target's tokenizer.
 
@@ -213,22 +219,13 @@ class CrossTokenizerDrafter:
     merge with the text that follows).
     """
 
-    lm: Any
     target_tokenizer: Any
     target_vocab: Any
     name: str = "draft_model"
     policy: Schedule = field(default_factory=lambda: Schedule(confidence=None))
-    _context: _CachedContext = field(init=False)
     _buffer: list[int] = field(default_factory=list)  # translated tokens, proposed from _base on
     _base: int = 0
     _count: int = 0
-
-    def __post_init__(self) -> None:
-        self._context = _CachedContext(self.lm)
-
-    @property
-    def passes(self) -> int:
-        return self._context.passes
 
     def begin(self) -> None:
         self._count = 0
@@ -320,7 +317,7 @@ class Composite:
 class _CachedContext:
     """An LM with a KV cache over a token stream that changes at the end: feeds only what is new."""
 
-    def __init__(self, lm: Any) -> None:
+    def __init__(self, lm: LanguageModel) -> None:
         self.lm = lm
         self.cache: Any = None
         self.seen: list[int] = []
@@ -349,59 +346,25 @@ def _fit(logits: torch.Tensor, width: int) -> torch.Tensor:
     return torch.cat([logits, logits.new_full((width - len(logits),), float("-inf"))])
 
 
-def early_exit(lm: Any, layers: int | None = None) -> Any:
-    """A draft LM made of ``lm``'s first ``layers`` decoder layers (default: a quarter) and its final
-    norm and LM head. Shares every weight with ``lm``: no extra memory."""
-    from structspec.lm import LM
-
-    model = lm.model
-    total = len(model.model.layers)
-    k = layers if layers is not None else max(total // 4, 1)
-    if not 1 <= k <= total:
-        raise SpecError(f"self-draft layers must be in 1..{total}, got {k}")
-    config = copy.copy(model.config)
-    config.num_hidden_layers = k
-    if getattr(config, "layer_types", None):
-        config.layer_types = config.layer_types[:k]
-    body = _module_copy(model.model)
-    body.layers = torch.nn.ModuleList(model.model.layers[:k])
-    body.config = config
-    head = _module_copy(model)
-    head.model = body
-    head.config = config
-    return LM(head, lm.tokenizer, name=f"{lm.name}[:{k}]")
-
-
-def _module_copy(module: torch.nn.Module) -> Any:
-    """A shallow copy of ``module`` with dicts of its own (submodules, hooks), sharing every tensor."""
-    new = copy.copy(module)
-    for name, value in vars(module).items():
-        if isinstance(value, dict):
-            setattr(new, name, copy.copy(value))
-    return new
-
-
 SHORT_NAMES = ("prompt_lookup", "self", "threshold", "auto")
 
 
-def make_drafter(draft: Any, target: Any) -> Drafter | None:
+def make_drafter(draft: Drafter | LanguageModel | str | None, target: LanguageModel) -> Drafter | None:
     """The drafter for ``draft=``: None, a `Drafter`, a loaded LM (draft model) or one of `SHORT_NAMES`."""
-    from structspec.lm import LM
-
     if draft is None or isinstance(draft, Drafter):
         return draft
-    if isinstance(draft, LM):
+    if isinstance(draft, LanguageModel):
         if draft.vocab.fingerprint == target.vocab.fingerprint:
             return ModelDrafter(draft)
         return CrossTokenizerDrafter(draft, target.tokenizer, target.vocab)
     if draft == "prompt_lookup":
         return PromptLookup()
     if draft == "self":
-        return ModelDrafter(early_exit(target), name="self_draft")
+        return ModelDrafter(target.early_exit(), name="self_draft")
     if draft == "threshold":
-        return ModelDrafter(early_exit(target), name="threshold", policy=Threshold())
+        return ModelDrafter(target.early_exit(), name="threshold", policy=Threshold())
     if draft == "auto":
-        return Composite(PromptLookup(), ModelDrafter(early_exit(target), name="self_draft"))
+        return Composite(PromptLookup(), ModelDrafter(target.early_exit(), name="self_draft"))
     raise SpecError(
         f"draft={draft!r} is not a drafter: use None, a loaded LM (draft model), a Drafter, "
         f"or one of {', '.join(map(repr, SHORT_NAMES))}"

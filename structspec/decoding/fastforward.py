@@ -1,30 +1,22 @@
-"""Fast-forward: append the tokens the FSM forces without asking the model.
+"""Fast-forward: tokens the FSM forces cost no forward pass of their own.
 
-Two modes (``"off"`` is plain masked decoding):
+``fast_forward="exact"`` (the default; ``"off"`` is plain masked decoding) is
+lossless — the output is token-identical to plain masked decoding, greedy or
+sampled — through two levers:
 
-* ``exact``: while the token FSM allows exactly one token, append it. Output is
-  token-identical to plain masked decoding.
-* ``canonical``: find the forced *text* — the longest byte string every
-  continuation of the state starts with — and append the tokens the tokenizer
-  would use for that text in context. A token FSM rarely has a single choice
-  (``{"`` can be spelled ``{`` + ``"``), so this is where the savings are.
+* while the token FSM allows exactly one token, append it without a model call
+  (`Forcer.force`);
+* the forced *text* — the longest byte string every continuation of the state
+  starts with — is spelled canonically (`Forcer.spelled`) and spliced into the
+  candidate the target verifies in its next pass anyway. Where the target
+  agrees, those tokens cost nothing; where it prefers another spelling (SmolLM2
+  writes ``":`` + ``"`` rather than ``":"``) its own token wins and the forcer
+  learns that split for the rest of the output (`Forcer.learn`).
 
-The forced text comes from walking the same token FSM byte by byte
-(a byte is forced when every allowed token starts with it), so the
-character-level view agrees with the token FSM by construction.
-
-Boundaries. The forced text is tokenized after the whole output, as
-``tokenizer.encode`` sees the final text, and the model's tokens keep their
-spelling: forced tokens start at the first canonical token boundary at or
-after the end of the model's text. SmolLM2 writes ``",`` + ``"`` where the
-canonical spelling is ``","``, so after ``",`` nothing is forced until the
-model has written the ``"`` (rewriting its ``",`` into ``","`` would show it a
-spelling it did not choose, which costs field accuracy). At the far end, the
-tokens of the last pre-token of the forced text could merge with the text that
-follows (``"`` + ``Alice`` → ``"Alice``), so they are held back and left to the
-model — unless the pre-tokenizer splits there for every byte that may follow,
-or the output is complete. Tokenizers without a pre-tokenizer hold back the
-last two tokens.
+The forced text comes from walking the same token FSM byte by byte (a byte is
+forced when every allowed token starts with it), so the character-level view
+agrees with the token FSM by construction. A token FSM rarely has a single
+choice (``{"`` is also ``{`` + ``"``), so the second lever carries the savings.
 """
 
 from __future__ import annotations
@@ -35,11 +27,10 @@ from typing import Any, Literal
 from structspec.automaton.fsm import TokenFSM
 from structspec.vocab import is_byte_level
 
-FastForward = Literal["off", "exact", "canonical"]
+FastForward = Literal["off", "exact"]
 
 # Forced runs longer than this are cut (keeps one pass's input bounded).
 _MAX_FORCED_BYTES = 512
-_HOLDBACK_TOKENS = 2
 
 
 @dataclass
@@ -56,9 +47,7 @@ class Forcer:
 
     fsm: TokenFSM
     tokenizer: Any
-    mode: FastForward
     _forced_bytes: dict[int, tuple[bytes, int]] = field(default_factory=dict)
-    _hard_end: dict[tuple[int, str], bool] = field(default_factory=dict)
     _spelled: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)
     _splits: dict[int, int] = field(default_factory=dict)  # token → the shorter first token the target prefers
 
@@ -66,21 +55,15 @@ class Forcer:
         self._byte_token = self.fsm.vocab.single_byte_tokens  # to walk the FSM one byte at a time
         self._backend = getattr(self.tokenizer, "backend_tokenizer", None)
         self._byte_level = is_byte_level(self.tokenizer)
-        self._pre_tokenizer = self._backend.pre_tokenizer if self._backend is not None else None
 
-    def force(self, state: int, out: list[int]) -> Forced | None:
-        """Forced tokens after the output ``out``, which has led to ``state``; None if there are none."""
-        if self.mode == "exact":
-            return self._force_exact(state)
-        if self.mode == "canonical":
-            return self._force_canonical(state, out)
-        return None
-
-    def _force_exact(self, state: int) -> Forced | None:
+    def force(self, state: int) -> Forced | None:
+        """The tokens forced from ``state`` (while the FSM allows exactly one token, not EOS), or None.
+        Does not change anything."""
         tokens, visited = [], []
         while len(allowed := self.fsm.allowed_token_ids(state)) == 1 and allowed[0] != self.fsm.eos_token_id:
-            state = self.fsm.next_state(state, allowed[0])
-            tokens.append(allowed[0])
+            token = int(allowed[0])
+            state = self.fsm.next_state(state, token)
+            tokens.append(token)
             visited.append(state)
         return Forced(tokens, visited) if tokens else None
 
@@ -138,26 +121,6 @@ class Forcer:
             out += [head] + self._respell(rest) if rest is not None else [t]
         return out
 
-    def _force_canonical(self, state: int, out: list[int]) -> Forced | None:
-        forced, end_state = self.forced_bytes(state)
-        if not forced:
-            return None
-        # The whole text, as tokenizer.encode sees it: forced text can merge into the model's last pre-token.
-        written = self.fsm.vocab.spell(out)
-        ids = self._encode(written + forced)
-        if ids is None:
-            return self._force_exact(state)
-        skip = self._tokens_covering(ids, len(written))
-        if len(self.fsm.vocab.spell(ids[:skip])) != len(written):
-            return None  # a canonical token spans the end of the model's text: the model goes on
-        keep = len(ids) if self.fsm.is_complete(end_state) else self._keep(written + forced, ids, end_state)
-        ids = ids[skip:keep]
-        if not ids:
-            return None
-        visited = self.fsm.walk(state, ids)
-        assert len(visited) == len(ids), "tokens that spell allowed bytes are allowed"
-        return Forced(ids, visited)
-
     def _encode(self, text: bytes) -> list[int] | None:
         """Canonical token ids of ``text`` if they spell exactly ``text``, else None."""
         try:
@@ -169,66 +132,3 @@ class Forcer:
         else:  # SentencePiece-style: the BPE model alone, without the normalizer's leading "▁"
             ids = [piece.id for piece in self._backend.model.tokenize(s.replace(" ", "▁"))]
         return ids if self.fsm.vocab.spell(ids) == text else None
-
-    def _tokens_covering(self, ids: list[int], n_bytes: int) -> int:
-        """How many leading tokens of ``ids`` it takes to cover the first ``n_bytes`` bytes."""
-        covered, count = 0, 0
-        while covered < n_bytes:
-            covered += len(self.fsm.vocab.token_bytes[ids[count]] or b"")
-            count += 1
-        return count
-
-    def _keep(self, text: bytes, ids: list[int], end_state: int) -> int:
-        """How many tokens of ``ids`` (spelling ``text``) cannot merge with what follows."""
-        if self._pre_tokenizer is None:
-            return max(len(ids) - _HOLDBACK_TOKENS, 0)
-        s = text.decode("utf-8")
-        pieces = self._pre_tokenizer.pre_tokenize_str(s)
-        last = pieces[-1][1][0] if pieces else 0
-        if self._boundary_is_hard(s[last:], end_state):
-            return len(ids)
-        last_start = len(s[:last].encode("utf-8"))
-        keep, covered = 0, 0
-        for t in ids:
-            covered += len(self.fsm.vocab.token_bytes[t] or b"")
-            if covered > last_start:
-                break
-            keep += 1
-        return keep
-
-    def _boundary_is_hard(self, s: str, end_state: int) -> bool:
-        """Whether the pre-tokenizer splits after ``s`` (the last pre-token) whatever character the FSM allows next."""
-        key = (end_state, s)
-        if key not in self._hard_end:
-            nexts = {
-                b[:1] for t in self.fsm.allowed_token_ids(end_state)
-                if (b := self.fsm.vocab.token_bytes[t])
-            }
-            chars = {c.decode("utf-8", "ignore") or "é" for c in nexts}  # any non-ASCII byte: a letter
-            self._hard_end[key] = all(
-                any(end == len(s) for _, (_, end) in self._pre_tokenizer.pre_tokenize_str(s + c)) for c in chars
-            )
-        return self._hard_end[key]
-
-
-
-def noncanonical_forced(tokenizer: Any, vocab: Any, token_ids: list[int], sources: list[str]) -> int:
-    """How many forced tokens differ from ``tokenizer.encode`` of the final text at the same byte span.
-
-    The measure of canonical mode (target 0). Leading bytes the tokenizer adds
-    itself (SentencePiece's ``▁`` before the first word) are allowed for.
-    """
-    text = vocab.spell(token_ids)
-    canonical = tokenizer.encode(text.decode("utf-8", "replace"), add_special_tokens=False)
-    pos = len(text) - len(vocab.spell(canonical))  # ≤ 0: bytes the tokenizer prepended
-    spans = set()
-    for t in canonical:
-        n = len(vocab.token_bytes[t] or b"")
-        spans.add((pos, t))
-        pos += n
-    count, pos = 0, 0
-    for t, source in zip(token_ids, sources):
-        if source == "forced" and (pos, t) not in spans:
-            count += 1
-        pos += len(vocab.token_bytes[t] or b"")
-    return count

@@ -26,6 +26,8 @@ import torch
 from structspec.decoding.drafters import Drafter
 from structspec.decoding.fastforward import FastForward, Forcer
 from structspec.automaton.fsm import TokenFSM
+from structspec.errors import OptionError
+from structspec.lm import LanguageModel
 from structspec.result import DraftStats, Stats, StopReason
 from structspec.decoding.sampling import SamplingConfig
 from structspec.decoding.verify import verify_greedy, verify_sampled
@@ -43,9 +45,14 @@ class DecodeOptions:
 
     def __post_init__(self) -> None:
         if self.max_new_tokens <= 0:
-            raise ValueError(f"max_new_tokens must be ≥ 1, got {self.max_new_tokens}")
-        if self.fast_forward not in ("off", "exact", "canonical"):
-            raise ValueError(f"fast_forward must be 'off', 'exact' or 'canonical', got {self.fast_forward!r}")
+            raise OptionError(f"max_new_tokens must be ≥ 1, got {self.max_new_tokens}")
+        if self.fast_forward == "canonical":
+            raise OptionError(
+                "fast_forward='canonical' was retired: use 'exact', which splices the canonical spelling into "
+                "verified drafts, is lossless and needs fewer passes"
+            )
+        if self.fast_forward not in ("off", "exact"):
+            raise OptionError(f"fast_forward must be 'off' or 'exact', got {self.fast_forward!r}")
 
 
 @dataclass
@@ -59,12 +66,12 @@ class Decoded:
 
 
 def decode(
-    lm: Any, fsm: TokenFSM, prompt_ids: list[int], options: DecodeOptions, drafter: Drafter | None = None
+    lm: LanguageModel, fsm: TokenFSM, prompt_ids: list[int], options: DecodeOptions, drafter: Drafter | None = None
 ) -> Decoded:
     """Constrained decoding of ``fsm``'s language after ``prompt_ids`` with ``lm`` (see module doc)."""
     stats = Stats(prompt_tokens=len(prompt_ids))
     generator = torch.Generator().manual_seed(options.seed) if options.seed is not None else None
-    forcer = Forcer(fsm, lm.tokenizer, options.fast_forward) if options.fast_forward != "off" else None
+    forcer = Forcer(fsm, lm.tokenizer) if options.fast_forward == "exact" else None
     cache, cached = lm.new_cache(), 0  # cached: positions the target's KV cache holds
     state = fsm.initial_state
     pending = list(prompt_ids)  # tokens the target has not seen yet, all fed at the next pass
@@ -73,7 +80,7 @@ def decode(
     sources: list[str] = []
     while True:
         t0 = time.perf_counter()
-        forced = forcer.force(state, out) if forcer else None
+        forced = forcer.force(state) if forcer else None
         if forced:
             pending += forced.token_ids
             out += forced.token_ids
@@ -160,8 +167,7 @@ def draft_candidate(
         drafter.begin()
     while len(cand.tokens) < limit and not fsm.is_complete(state):
         t0 = time.perf_counter()
-        # canonical mode appends forced text itself at the top of the loop; splicing is exact mode's lever
-        spliced, spliced_states = forcer.spelled(state) if forcer and forcer.mode == "exact" else ([], [])
+        spliced, spliced_states = forcer.spelled(state) if forcer else ([], [])
         if spliced:
             n = min(len(spliced), limit - len(cand.tokens))
             cand.tokens += spliced[:n]

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from structspec.errors import OptionError
+
 
 @dataclass(frozen=True)
 class SamplingConfig:
@@ -18,11 +20,11 @@ class SamplingConfig:
 
     def __post_init__(self) -> None:
         if self.temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {self.temperature} (use do_sample=False for greedy)")
+            raise OptionError(f"temperature must be > 0, got {self.temperature} (use do_sample=False for greedy)")
         if self.top_k is not None and self.top_k < 1:
-            raise ValueError(f"top_k must be ≥ 1, got {self.top_k}")
+            raise OptionError(f"top_k must be ≥ 1, got {self.top_k}")
         if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+            raise OptionError(f"top_p must be in (0, 1], got {self.top_p}")
 
 
 def warp_logits(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
