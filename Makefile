@@ -20,6 +20,7 @@ demo: setup
 	$(VENV)/bin/structspec demo
 
 test: setup
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q
 
 bench: setup
