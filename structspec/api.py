@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from structspec.decoding.loop import DecodeOptions, decode
+from structspec.decoding.loop import decode
+from structspec.decoding.row import DecodeOptions
 from structspec.decoding.drafters import Drafter, make_drafter
 from structspec.decoding.fastforward import FastForward
 from structspec.automaton.fsm import TokenFSM

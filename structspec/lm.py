@@ -39,6 +39,9 @@ class LanguageModel(Protocol):
     @property
     def logits_width(self) -> int: ...
 
+    @property
+    def max_context(self) -> int | None: ...
+
     def encode_prompt(self, prompt: Prompt) -> list[int]: ...
 
     def new_cache(self) -> Any: ...
@@ -71,6 +74,16 @@ class LM:
     def logits_width(self) -> int:
         return self.model.get_output_embeddings().weight.shape[0]
 
+    @cached_property
+    def max_context(self) -> int | None:
+        """Positions the model was trained for (prompt and output together); None if the config is silent."""
+        return getattr(self.model.config, "max_position_embeddings", None)
+
+    @property
+    def device(self) -> torch.device:
+        """Where inputs go: the input embeddings' device (also for models spread with ``device_map``)."""
+        return self.model.get_input_embeddings().weight.device
+
     def encode_prompt(self, prompt: Prompt) -> list[int]:
         """Token ids of a prompt: a string as is, or chat messages through the chat template."""
         if isinstance(prompt, str):
@@ -99,7 +112,7 @@ class LM:
     def forward(self, token_ids: list[int], cache: Any, logits_to_keep: int = 1) -> torch.Tensor:
         """Feed ``token_ids`` after what ``cache`` holds; returns the last ``logits_to_keep`` rows [k, vocab]."""
         out = self.model(
-            input_ids=torch.tensor([token_ids]), past_key_values=cache, use_cache=True,
+            input_ids=torch.tensor([token_ids], device=self.device), past_key_values=cache, use_cache=True,
             logits_to_keep=logits_to_keep,
         )
         return out.logits[0, -logits_to_keep:].float()

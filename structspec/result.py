@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-StopReason = Literal["eos", "fsm_complete", "max_new_tokens"]
+StopReason = Literal["eos", "fsm_complete", "max_new_tokens", "max_context", "error"]
 """``eos``: the model chose EOS in a final state; ``fsm_complete``: the FSM allowed nothing but EOS;
-``max_new_tokens``: the budget ran out first (the output is a valid prefix, not a value)."""
+``max_new_tokens``: the budget ran out first; ``max_context``: the model's context filled up first (in
+both, the output is a valid prefix, not a value); ``error``: the row could not run (``Result.error``)."""
 
 
 @dataclass

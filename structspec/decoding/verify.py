@@ -35,7 +35,11 @@ def verify_greedy(logits: torch.Tensor, candidate: list[int]) -> tuple[int, int]
     ``logits`` is [len(candidate) + 1, vocab], masked. Returns (accepted count,
     next token): the target's argmax at the first mismatch, or at the bonus row.
     """
-    choices = logits.argmax(-1).tolist()  # [n + 1]
+    return accept_greedy(logits.argmax(-1).tolist(), candidate)
+
+
+def accept_greedy(choices: list[int], candidate: list[int]) -> tuple[int, int]:
+    """`verify_greedy` from the target's argmax at each row (``choices``, len(candidate) + 1 ids)."""
     for i, x in enumerate(candidate):
         if choices[i] != x:
             return i, choices[i]

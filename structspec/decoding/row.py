@@ -1,0 +1,262 @@
+"""One output's decode as plain values: fast-forward, draft, then verify what a target pass computed.
+
+`RowDecode` is the algorithm of one row; the drivers (`structspec.decoding.loop`
+for one sequence, `structspec.decoding.batch` for many per pass) own the model,
+its KV cache and the masks. Each turn:
+
+1. `prepare`: fast-forward the tokens the FSM forces (no model call), stop if
+   the output is complete or a budget is spent, and draft a candidate under the
+   FSM — forced text in its canonical spelling (spliced for free) and the
+   drafter's tokens. Returns the window to feed: pending tokens + candidate.
+2. the driver runs one target pass over the window, keeping logits for the
+   candidate positions and the bonus position, masked by `mask_states`;
+3. `accept`: verify (greedy prefix match or speculative sampling,
+   `structspec.decoding.verify`), keep the accepted prefix and the target's own
+   token. FSM states are kept per output position, so rollback is indexing;
+   the driver drops the rejected rest from its cache.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from structspec.automaton.fsm import TokenFSM
+from structspec.decoding.drafters import Drafter
+from structspec.decoding.fastforward import FastForward, Forcer
+from structspec.decoding.sampling import SamplingConfig
+from structspec.decoding.verify import verify_greedy, verify_sampled
+from structspec.errors import OptionError
+from structspec.result import DraftStats, Stats, StopReason
+
+FORCED, MODEL = "forced", "model"  # sources besides drafter names
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """How to decode; ``max_new_tokens`` counts output tokens (EOS is not output)."""
+
+    max_new_tokens: int = 512
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    seed: int | None = None
+    fast_forward: FastForward = "exact"
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens <= 0:
+            raise OptionError(f"max_new_tokens must be ≥ 1, got {self.max_new_tokens}")
+        if self.fast_forward == "canonical":
+            raise OptionError(
+                "fast_forward='canonical' was retired: use 'exact', which splices the canonical spelling into "
+                "verified drafts, is lossless and needs fewer passes"
+            )
+        if self.fast_forward not in ("off", "exact"):
+            raise OptionError(f"fast_forward must be 'off' or 'exact', got {self.fast_forward!r}")
+
+
+@dataclass
+class Decoded:
+    """Raw loop output, before parsing: tokens, how each was produced, why it stopped."""
+
+    token_ids: list[int]
+    sources: list[str]  # per token: "forced", "model" or the drafter's name
+    stop_reason: StopReason
+    stats: Stats
+
+
+@dataclass(eq=False)
+class RowDecode:
+    """The decode state of one output after ``prompt_ids``; changed by `prepare` and `accept` only.
+
+    ``cached`` counts the positions the target's KV cache holds for this row
+    (prompt and output tokens it has seen); ``pending`` are tokens it has not
+    seen yet, fed at the next pass.
+    """
+
+    fsm: TokenFSM
+    prompt_ids: list[int]
+    options: DecodeOptions
+    forcer: Forcer | None
+    drafter: Drafter | None
+    generator: torch.Generator | None
+    stats: Stats
+    max_context: int | None = None  # the model's positions; None: unbounded
+    cached: int = 0
+    pending: list[int] = field(default_factory=list)
+    out: list[int] = field(default_factory=list)
+    states: list[int] = field(default_factory=list)  # states[i]: the FSM state after out[i]
+    sources: list[str] = field(default_factory=list)
+    stop: StopReason | None = None
+    candidate: Candidate = field(default_factory=lambda: Candidate())
+
+    @classmethod
+    def start(
+        cls, fsm: TokenFSM, tokenizer: object, prompt_ids: list[int], options: DecodeOptions,
+        drafter: Drafter | None, generator: torch.Generator | None, max_context: int | None = None,
+    ) -> RowDecode:
+        """A row before its first pass: the whole prompt is pending."""
+        forcer = Forcer(fsm, tokenizer) if options.fast_forward == "exact" else None
+        stats = Stats(prompt_tokens=len(prompt_ids))
+        return cls(fsm, list(prompt_ids), options, forcer, drafter, generator, stats, max_context,
+                   pending=list(prompt_ids))
+
+    @property
+    def state(self) -> int:
+        return self.states[-1] if self.states else self.fsm.initial_state
+
+    def prepare(self) -> list[int] | None:
+        """Fast-forward and draft; the window to feed next (pending + candidate), or None once stopped."""
+        if self.stop is not None:
+            return None
+        t0 = time.perf_counter()
+        forced = self.forcer.force(self.state) if self.forcer else None
+        if forced:
+            self.pending += forced.token_ids
+            self.out += forced.token_ids
+            self.states += forced.states
+            self.sources += [FORCED] * len(forced.token_ids)
+        self.stats.constraint_seconds += time.perf_counter() - t0
+        budget = self.options.max_new_tokens
+        if len(self.out) > budget:
+            del self.out[budget:], self.states[budget:], self.sources[budget:]
+            return self._finish("max_new_tokens")
+        if self.fsm.is_complete(self.state):
+            return self._finish("fsm_complete")
+        limit = budget - len(self.out)  # candidate tokens
+        if self.max_context is not None:
+            room = self.max_context - self.cached - len(self.pending)
+            if room < 0:  # the pending tokens do not fit: the context is full
+                return self._finish("max_context")
+            limit = min(limit, room)
+        self.candidate = draft_candidate(
+            self.drafter, self.forcer, self.fsm, self.prompt_ids + self.out, self.state,
+            limit, self.options, self.generator, self.stats,
+        )
+        return self.pending + self.candidate.tokens
+
+    def mask_states(self) -> list[int]:
+        """The FSM state each logits row of the last window is masked by: the state before each candidate
+        token, then the bonus row's. Does not change anything."""
+        return [self.state] + self.candidate.states
+
+    def verify(self, logits: torch.Tensor) -> tuple[int, int]:
+        """The target's verdict on the candidate from its masked ``logits`` [len(candidate) + 1, vocab]:
+        (accepted count, next token). Draws from the row's generator when sampling; changes nothing else."""
+        cand = self.candidate
+        if self.options.sampling.do_sample:
+            return verify_sampled(logits, cand.tokens, cand.q, self.options.sampling, self.generator)
+        return verify_greedy(logits, cand.tokens)
+
+    def accept(self, accepted: int, token: int) -> int:
+        """Keep the candidate's first ``accepted`` tokens and the target's ``token`` (EOS ends the row).
+        Returns how many fed tokens stay in the KV cache (pending + accepted); the driver drops the rest."""
+        t0 = time.perf_counter()
+        cand, fed = self.candidate, len(self.pending)
+        if accepted < len(cand.tokens) and self.forcer and cand.sources[accepted] == FORCED:
+            self.forcer.learn(cand.tokens[accepted], token)
+        state = self.state
+        self.out += cand.tokens[:accepted]
+        self.states += cand.states[:accepted]
+        self.sources += cand.sources[:accepted]
+        self.cached += fed + accepted
+        self.pending = []
+        _count_drafts(self.stats, self.drafter, cand, accepted)
+        self.candidate = Candidate()
+        if accepted:
+            state = self.states[-1]
+        if self.fsm.is_complete(state):  # the candidate finished the output; the target's token is EOS
+            self._finish("fsm_complete")
+        elif token == self.fsm.eos_token_id:
+            self._finish("eos")
+        elif len(self.out) == self.options.max_new_tokens:
+            self._finish("max_new_tokens")
+        else:
+            self.out.append(token)
+            self.states.append(self.fsm.next_state(state, token))
+            self.sources.append(MODEL)
+            self.pending = [token]
+        self.stats.constraint_seconds += time.perf_counter() - t0
+        return fed + accepted
+
+    def decoded(self) -> Decoded:
+        """The row's output so far as a `Decoded` (call once stopped). Does not change the row."""
+        _count_output(self.stats, self.fsm, self.out, self.sources)
+        assert self.stop is not None, "decoded() is called on a stopped row"
+        return Decoded(self.out, self.sources, self.stop, self.stats)
+
+    def _finish(self, reason: StopReason) -> None:
+        self.stop = reason
+
+
+@dataclass
+class Candidate:
+    """Drafted tokens with the FSM state after each, who proposed it, and its draft distribution."""
+
+    tokens: list[int] = field(default_factory=list)
+    states: list[int] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+    q: list[torch.Tensor | None] = field(default_factory=list)  # None: a point mass
+
+
+def draft_candidate(
+    drafter: Drafter | None, forcer: Forcer | None, fsm: TokenFSM, context: list[int], state: int, limit: int,
+    options: DecodeOptions, generator: torch.Generator | None, stats: Stats,
+) -> Candidate:
+    """Up to ``limit`` tokens after ``context`` (in ``state``): forced text spelled canonically wherever the
+    FSM forces some, the drafter's tokens elsewhere; every token is allowed by the FSM."""
+    cand = Candidate()
+    if drafter is not None:
+        drafter.begin()
+    while len(cand.tokens) < limit and not fsm.is_complete(state):
+        t0 = time.perf_counter()
+        spliced, spliced_states = forcer.spelled(state) if forcer else ([], [])
+        if spliced:
+            n = min(len(spliced), limit - len(cand.tokens))
+            cand.tokens += spliced[:n]
+            cand.states += spliced_states[:n]
+            cand.sources += [FORCED] * n
+            cand.q += [None] * n
+            state = spliced_states[n - 1]
+            stats.constraint_seconds += time.perf_counter() - t0
+            continue
+        if drafter is None:
+            break
+        passes = drafter.passes
+        step = drafter.next(context + cand.tokens, state, fsm, options.sampling, generator)
+        entry = stats.drafts.setdefault(step.source if step else drafter.name, DraftStats())
+        entry.seconds += time.perf_counter() - t0
+        entry.draft_passes += drafter.passes - passes
+        next_state = fsm.next_state(state, step.token) if step else None
+        if step is None or next_state is None:
+            break
+        cand.tokens.append(step.token)
+        cand.states.append(next_state)
+        cand.sources.append(step.source)
+        cand.q.append(step.q)
+        state = next_state
+    return cand
+
+
+def _count_drafts(stats: Stats, drafter: Drafter | None, cand: Candidate, accepted: int) -> None:
+    """Per-source drafted/accepted counts of one verified candidate; tells the drafter how it did."""
+    drafted: dict[str, int] = {}
+    kept: dict[str, int] = {}
+    for i, source in enumerate(cand.sources):
+        drafted[source] = drafted.get(source, 0) + 1
+        kept[source] = kept.get(source, 0) + (i < accepted)
+    for source, n in drafted.items():
+        entry = stats.drafts.setdefault(source, DraftStats())
+        entry.drafted += n
+        entry.accepted += kept[source]
+        entry.verify_passes += 1
+    if drafter is not None:
+        drafter.feedback(drafted, kept)
+
+
+def _count_output(stats: Stats, fsm: TokenFSM, out: list[int], sources: list[str]) -> None:
+    stats.output_tokens = len(out)
+    stats.forced_tokens = sources[: len(out)].count(FORCED)
+    stats.model_tokens = sources[: len(out)].count(MODEL)
+    stats.forced_bytes = sum(len(fsm.vocab.token_bytes[t] or b"") for t, s in zip(out, sources) if s == FORCED)
+
