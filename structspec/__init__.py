@@ -1,6 +1,6 @@
 """structspec: constrained structured generation with exact forward-pass accounting."""
 
-from structspec.api import Compiled, compile, generate, generate_result
+from structspec.api import Compiled, clear_cache, compile, generate, generate_batch, generate_result, iter_batch
 from structspec.errors import (
     ModelNotFoundError,
     OptionError,
@@ -20,6 +20,6 @@ from structspec.schema.translate import Regex, to_regex
 __all__ = [
     "LM", "Compiled", "ModelNotFoundError", "OptionError", "PromptError", "Regex", "RegexError", "Result",
     "SchemaError", "SpecError", "Stats", "StructspecError", "TokenBudgetExceeded",
-    "VocabularyMismatchError", "compile", "from_transformers", "generate", "generate_result",
+    "VocabularyMismatchError", "clear_cache", "compile", "from_transformers", "generate", "generate_batch", "generate_result", "iter_batch",
     "grammars", "load", "to_regex",
 ]

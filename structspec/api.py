@@ -1,4 +1,4 @@
-"""The public entry points: `compile`, `generate` and `generate_result`.
+"""The public entry points: `compile`, `generate`, `generate_result`, `generate_batch`, `iter_batch`.
 
 Typical use::
 
@@ -11,22 +11,28 @@ Typical use::
 
     lm = structspec.load("smollm2-135m")
     person = structspec.generate(lm, Person, "Alice is 31. As JSON:")
+    results = structspec.generate_batch(lm, Person, ["Alice is 31.", "Bob is 45."], batch_size=8)
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from structspec.decoding.loop import decode
-from structspec.decoding.row import DecodeOptions
+import torch
+
+from structspec.automaton import fsm as _fsm
+from structspec.automaton.fsm import TokenFSM
+from structspec.decoding.batch import RowInput, decode_batch, shared_prefix
 from structspec.decoding.drafters import Drafter, make_drafter
 from structspec.decoding.fastforward import FastForward
-from structspec.automaton.fsm import TokenFSM
-from structspec.errors import TokenBudgetExceeded
-from structspec.lm import LM, Prompt, load
-from structspec.result import Result
+from structspec.decoding.loop import decode
+from structspec.decoding.row import Decoded, DecodeOptions
 from structspec.decoding.sampling import SamplingConfig
+from structspec.errors import OptionError, PromptError, StructspecError, TokenBudgetExceeded
+from structspec.lm import LM, Prompt, load
+from structspec.result import Result, Stats
 from structspec.schema.translate import COMPACT, Constraint, constraint_of
 
 
@@ -72,8 +78,8 @@ def generate_result(
     """Generate output that matches ``spec`` and return it with its tokens and stats.
 
     ``do_sample=None`` samples when ``temperature``, ``top_k`` or ``top_p`` is set
-    and decodes greedily otherwise. ``fast_forward`` ("off", "exact", "canonical")
-    says how tokens the FSM forces are appended without a model call; ``strict``
+    and decodes greedily otherwise. ``fast_forward`` ("off" or "exact") says
+    whether tokens the FSM forces are appended without a model call; ``strict``
     is as in `compile`. ``draft`` turns
     on speculative decoding: a loaded LM (draft model; another tokenizer is
     translated through text), ``"prompt_lookup"``, ``"self"`` (the target's
@@ -82,34 +88,131 @@ def generate_result(
     verified by the target, so greedy output is token-identical without them.
     Stopping is a result: when ``max_new_tokens`` runs out, the `Result` has
     ``stop_reason="max_new_tokens"``, ``value=None`` and the partial text,
-    tokens and stats.
+    tokens and stats (likewise ``"max_context"`` when the model's context fills
+    up). A prompt that does not fit the model's context raises `PromptError`.
     """
-    if do_sample is None:
-        do_sample = temperature != 1.0 or top_k is not None or top_p is not None
-    options = DecodeOptions(
-        max_new_tokens=max_new_tokens,
-        sampling=SamplingConfig(do_sample, temperature, top_k, top_p),
-        seed=seed,
-        fast_forward=fast_forward,
-    )
+    options = _options(max_new_tokens, do_sample, temperature, top_k, top_p, seed, fast_forward)
     lm = load(model) if isinstance(model, str) else model
-    prompt_ids = lm.encode_prompt(prompt)
+    prompt_ids = _prompt_ids(lm, prompt)
     compiled = compile(spec, lm, whitespace_pattern, strict)
-    decoded = decode(lm, compiled.fsm, prompt_ids, options, make_drafter(draft, lm))
-    decoded.stats.compile_seconds = compiled.fsm.info.seconds
-    decoded.stats.compile_source = compiled.fsm.info.source
-    text = lm.vocab.decode(decoded.token_ids)
-    value = compiled.constraint.parse(text) if decoded.stop_reason != "max_new_tokens" else None
-    return Result(value, text, decoded.token_ids, decoded.stop_reason, decoded.stats, decoded.sources)
+    return _result(lm, compiled, decode(lm, compiled.fsm, prompt_ids, options, make_drafter(draft, lm)))
 
 
 def generate(model: LM | str, spec: Any, prompt: Prompt, **options: Any) -> Any:
     """Generate and return the validated value: a Pydantic instance, a parsed JSON value, or a `str` for a regex.
 
     Takes the options of `generate_result`; raises `TokenBudgetExceeded` (carrying the partial
-    text, tokens and stats) when ``max_new_tokens`` runs out.
+    text, tokens and stats) when ``max_new_tokens`` (or the model's context) runs out.
     """
     result = generate_result(model, spec, prompt, **options)
     if not result.complete:
         raise TokenBudgetExceeded(options.get("max_new_tokens", 512), result)
     return result.value
+
+
+def iter_batch(
+    model: LM | str,
+    spec: Any,
+    prompts: list[Prompt],
+    *,
+    batch_size: int = 8,
+    max_new_tokens: int = 512,
+    do_sample: bool | None = None,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
+    whitespace_pattern: str = COMPACT,
+    strict: bool = True,
+    fast_forward: FastForward = "exact",
+    draft: LM | str | None = None,
+) -> Iterator[tuple[int, Result]]:
+    """Decode ``prompts`` ``batch_size`` rows per target pass; yields ``(index, Result)`` as each row finishes.
+
+    ``spec`` is one spec for every row or a list with one spec per prompt.
+    Options are `generate_result`'s. A finished row's place is refilled with the
+    next prompt; the prompts' shared token prefix is prefilled once. A row that
+    cannot run (an empty prompt, a prompt longer than the context, a bad spec)
+    is a `Result` with ``stop_reason="error"`` and the `StructspecError` in
+    ``error``; other rows are unaffected. When sampling, row ``i`` draws from
+    its own generator seeded with ``seed + i``, so its sample does not depend on
+    ``batch_size`` or refill order. ``draft`` is a name or a loaded LM (each row
+    gets its own drafter); a draft model's passes run row by row.
+    """
+    options = _options(max_new_tokens, do_sample, temperature, top_k, top_p, seed, fast_forward)
+    if not isinstance(prompts, list):
+        raise OptionError(f"prompts must be a list of prompts, got {type(prompts).__name__}")
+    specs = spec if isinstance(spec, list) else [spec] * len(prompts)
+    if len(specs) != len(prompts):
+        raise OptionError(f"spec is a list of {len(specs)} specs for {len(prompts)} prompts: pass one spec, or one per prompt")
+    if batch_size < 1:
+        raise OptionError(f"batch_size must be ≥ 1, got {batch_size}")
+    if isinstance(draft, Drafter):
+        raise OptionError("a Drafter instance holds one row's state: pass a drafter name or a loaded LM")
+    lm = load(model) if isinstance(model, str) else model
+    compiled: dict[int, Compiled] = {}  # by id of the spec object: a repeated spec compiles once
+    row_compiled: dict[int, Compiled] = {}
+    rows: list[RowInput] = []
+    for i, (row_spec, prompt) in enumerate(zip(specs, prompts)):
+        try:
+            prompt_ids = _prompt_ids(lm, prompt)
+            if id(row_spec) not in compiled:
+                compiled[id(row_spec)] = compile(row_spec, lm, whitespace_pattern, strict)
+            generator = torch.Generator().manual_seed(seed + i) if seed is not None else None
+            row_compiled[i] = compiled[id(row_spec)]
+            rows.append(RowInput(i, row_compiled[i].fsm, prompt_ids, make_drafter(draft, lm), generator))
+        except StructspecError as error:
+            yield i, Result(None, "", [], "error", Stats(), error=_in_row(error, i))
+    prefix = shared_prefix([row.prompt_ids for row in rows])
+    for i, decoded in decode_batch(lm, iter(rows), options, batch_size, prefix):
+        yield i, _result(lm, row_compiled[i], decoded)
+
+
+def generate_batch(model: LM | str, spec: Any, prompts: list[Prompt], **options: Any) -> list[Result]:
+    """`iter_batch`, collected: one `Result` per prompt, in the prompts' order."""
+    results: list[Result | None] = [None] * len(prompts) if isinstance(prompts, list) else []
+    for i, result in iter_batch(model, spec, prompts, **options):
+        results[i] = result
+    return results  # type: ignore[return-value]
+
+
+def clear_cache(disk: bool = False) -> None:
+    """Forget compiled automata held in memory, and with ``disk=True`` those on disk too (changes the caches;
+    converted models stay)."""
+    _fsm.clear_cache(disk)
+
+
+def _options(
+    max_new_tokens: int, do_sample: bool | None, temperature: float, top_k: int | None, top_p: float | None,
+    seed: int | None, fast_forward: FastForward,
+) -> DecodeOptions:
+    if do_sample is None:
+        do_sample = temperature != 1.0 or top_k is not None or top_p is not None
+    return DecodeOptions(max_new_tokens, SamplingConfig(do_sample, temperature, top_k, top_p), seed, fast_forward)
+
+
+def _prompt_ids(lm: LM, prompt: Prompt) -> list[int]:
+    """The prompt's token ids; `PromptError` if it leaves no room for output in the model's context."""
+    ids = lm.encode_prompt(prompt)
+    if lm.max_context is not None and len(ids) >= lm.max_context:
+        raise PromptError(
+            f"the prompt has {len(ids)} tokens but {lm.name} has {lm.max_context} positions for prompt and "
+            "output together: shorten the prompt"
+        )
+    return ids
+
+
+def _in_row(error: StructspecError, row: int) -> StructspecError:
+    """``error`` with the batch row it concerns in its message (its type and fields unchanged)."""
+    error.args = (f"row {row}: {error}",)
+    error.row = row  # type: ignore[attr-defined]
+    return error
+
+
+def _result(lm: LM, compiled: Compiled, decoded: Decoded) -> Result:
+    decoded.stats.compile_seconds = compiled.fsm.info.seconds
+    decoded.stats.compile_source = compiled.fsm.info.source
+    text = lm.vocab.decode(decoded.token_ids)
+    complete = decoded.stop_reason in ("eos", "fsm_complete")
+    value = compiled.constraint.parse(text) if complete else None
+    return Result(value, text, decoded.token_ids, decoded.stop_reason, decoded.stats, decoded.sources)

@@ -117,6 +117,77 @@ class LM:
         )
         return out.logits[0, -logits_to_keep:].float()
 
+    @cached_property
+    def batchable(self) -> bool:
+        """Whether rows can share passes through a slot cache with holes: not with sliding-window layers
+        (Gemma 3), whose window counts slots, not a row's kept positions."""
+        types = getattr(self.model.config, "layer_types", None) or []
+        return not any("sliding" in t for t in types)
+
+    @torch.no_grad()
+    def forward_slots(
+        self, windows: list[list[int]], positions: list[int], attend: torch.Tensor, cache: Any,
+        rows: list[tuple[int, int]],
+    ) -> torch.Tensor:
+        """One pass over a batch of windows appended to ``cache`` (changes the cache).
+
+        ``windows[b]`` is right-padded to the longest; its token ``j`` sits at
+        position ``positions[b] + j``. ``attend`` [B, W, cached + W] (bool, any
+        device) says which slots each query sees. Returns float32 logits on the
+        model's device for the (row, window index) pairs in ``rows`` only: the
+        LM head never runs on padding or prompt rows.
+        """
+        device, dtype = self.device, self.model.dtype
+        W = max(len(w) for w in windows)
+        ids = torch.tensor([w + [0] * (W - len(w)) for w in windows], device=device)
+        pos = (torch.tensor(positions)[:, None] + torch.arange(W)[None, :]).to(device)
+        # an additive mask (0 or the dtype's minimum) works for both SDPA and eager attention
+        mask = torch.zeros(attend.shape, dtype=dtype, device=device)
+        mask.masked_fill_(~attend.to(device), torch.finfo(dtype).min)
+        hidden = self.model.base_model(
+            input_ids=ids, position_ids=pos, attention_mask=mask[:, None], past_key_values=cache, use_cache=True
+        ).last_hidden_state
+        index = torch.tensor(rows, device=device)
+        logits = self.model.get_output_embeddings()(hidden[index[:, 0], index[:, 1]]).float()
+        cap = getattr(self.model.config, "final_logit_softcapping", None)
+        return torch.tanh(logits / cap) * cap if cap else logits
+
+    @staticmethod
+    def cache_place(cache: Any, batch_rows: int, row: int, source: Any, length: int) -> None:
+        """Copy the first ``length`` positions of the one-row ``source`` cache into row ``row`` of the batch
+        ``cache`` (slots ``[0, length)``), widening every row with empty slots if needed (changes ``cache``)."""
+        if length == 0:
+            return
+        for dst, src in zip(cache.layers, source.layers):
+            k, v = src.keys[:, :, :length], src.values[:, :, :length]
+            if not dst.is_initialized:
+                dst.lazy_initialization(k, v)
+                dst.keys = k.new_zeros((batch_rows, *k.shape[1:]))
+                dst.values = v.new_zeros((batch_rows, *v.shape[1:]))
+            if dst.keys.shape[2] < length:
+                grow = (0, 0, 0, length - dst.keys.shape[2])
+                dst.keys = torch.nn.functional.pad(dst.keys, grow)
+                dst.values = torch.nn.functional.pad(dst.values, grow)
+            dst.keys[row, :, :length] = k[0]
+            dst.values[row, :, :length] = v[0]
+
+    @staticmethod
+    def cache_gather(cache: Any, index: torch.Tensor) -> None:
+        """Rewrite each row's slots as ``slots[index[b]]`` (index [B, T']; compaction; changes ``cache``)."""
+        for layer in cache.layers:
+            if layer.is_initialized:
+                i = index.to(layer.keys.device)[:, None, :, None]
+                layer.keys = layer.keys.gather(2, i.expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3]))
+                layer.values = layer.values.gather(2, i.expand(-1, layer.values.shape[1], -1, layer.values.shape[3]))
+
+    @staticmethod
+    def cache_select(cache: Any, rows: list[int]) -> None:
+        """Keep only batch rows ``rows`` of ``cache`` (changes it)."""
+        for layer in cache.layers:
+            if layer.is_initialized:
+                index = torch.tensor(rows, dtype=torch.long, device=layer.keys.device)
+                layer.keys, layer.values = layer.keys[index], layer.values[index]
+
     @staticmethod
     def crop(cache: Any, length: int) -> None:
         """Drop cached positions from ``length`` on (in place)."""

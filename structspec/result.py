@@ -37,7 +37,9 @@ class Stats:
 
     prompt_tokens: int = 0
     output_tokens: int = 0
-    target_forward_passes: int = 0
+    target_forward_passes: int = 0  # passes that chose output tokens (a batched row's prefill is apart)
+    prefill_passes: int = 0  # batched rows: the pass that fed the prompt before the first choosing pass
+    prefix_tokens_reused: int = 0  # batched rows: prompt tokens whose KV came from the prompts' shared prefix
     tokens_fed: list[int] = field(default_factory=list)  # tokens fed to the target, per pass
     model_seconds: float = 0.0  # inside the target's forward passes
     constraint_seconds: float = 0.0  # masking, token choice, FSM bookkeeping
@@ -86,6 +88,7 @@ class Result:
     stop_reason: StopReason
     stats: Stats
     sources: list[str] = field(default_factory=list)  # per token: "forced", "model" or a drafter's name
+    error: Exception | None = None  # with stop_reason="error": the `StructspecError` that kept the row from running
 
     @property
     def complete(self) -> bool:

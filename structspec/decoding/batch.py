@@ -1,0 +1,163 @@
+"""Decoding many rows per target pass, with continuous batching.
+
+Each row is a `RowDecode` (plain values: FSM state, output, its own forcer,
+drafter and generator). A turn:
+
+1. every row `prepare`s its window (pending tokens, forced text, draft); a row
+   that stopped leaves and its slot is refilled with the next prompt, prefilled
+   on its own (from the KV of the prompts' shared prefix) and written into the
+   slot, so a job never waits for its slowest document;
+2. one target pass over all windows, right-padded to the longest, with explicit
+   positions and a 4-D mask over cache slots (`structspec.decoding.slots`);
+   logits only for each row's candidate and bonus positions;
+3. one packed bitmask for all those logits rows, applied in one operation;
+   greedy rows read one argmax per logits row, sampled rows verify on the CPU
+   with their own generator;
+4. each row `accept`s; its rejected slots become holes.
+
+A row's tokens equal the row decoded alone (`structspec.decoding.loop`) up to
+float rounding: batch shapes change the order of float sums.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from structspec.automaton.fsm import TokenFSM, apply_token_bitmask_inplace
+from structspec.decoding.drafters import Drafter
+from structspec.decoding.row import Decoded, DecodeOptions, RowDecode
+from structspec.decoding.slots import Slots
+from structspec.decoding.verify import accept_greedy
+from structspec.lm import LM
+
+
+@dataclass(frozen=True)
+class RowInput:
+    """One row to decode: its index in the caller's list, FSM, prompt ids, drafter and generator."""
+
+    index: int
+    fsm: TokenFSM
+    prompt_ids: list[int]
+    drafter: Drafter | None
+    generator: torch.Generator | None
+
+
+def shared_prefix(prompts: list[list[int]]) -> list[int]:
+    """The longest token prefix all ``prompts`` share, short of each prompt's last token (which every row
+    feeds in its first pass)."""
+    if not prompts:
+        return []
+    n = min(len(p) for p in prompts) - 1
+    first = prompts[0]
+    for p in prompts[1:]:
+        n = next((i for i in range(n) if p[i] != first[i]), n)
+    return first[: max(n, 0)]
+
+
+def decode_batch(
+    lm: LM, rows: Iterator[RowInput], options: DecodeOptions, batch_size: int, prefix: list[int] | None = None
+) -> Iterator[tuple[int, Decoded]]:
+    """Decode ``rows`` ``batch_size`` at a time; yields ``(index, Decoded)`` as each row stops.
+
+    ``prefix`` (token ids every prompt starts with) is prefilled once and its KV
+    copied into every row's prefill. Models with sliding-window layers
+    (`LM.batchable` is False) decode their rows one at a time.
+    """
+    if not lm.batchable:
+        batch_size = 1
+    prefix_cache = None
+    if prefix:
+        prefix_cache = lm.new_cache()
+        lm.forward(prefix, prefix_cache)
+    queue = iter(rows)
+    first = [item for _, item in zip(range(batch_size), queue)]
+    live: list[RowDecode] = []
+    index = [item.index for item in first]
+    cache, slots = lm.new_cache(), Slots(len(first))
+
+    def prefill(slot: int, item: RowInput) -> RowDecode:
+        """A new row in ``slot``: its prompt but the last token in the slot's KV (one prefill pass)."""
+        t0 = time.perf_counter()
+        row = RowDecode.start(item.fsm, lm.tokenizer, item.prompt_ids, options, item.drafter, item.generator,
+                              lm.max_context)
+        ids, reused = item.prompt_ids, len(prefix or [])
+        own = copy.deepcopy(prefix_cache) if prefix_cache is not None else lm.new_cache()
+        if len(ids) - 1 > reused:
+            lm.forward(ids[reused:-1], own)
+            row.stats.prefill_passes += 1
+        lm.cache_place(cache, len(first), slot, own, len(ids) - 1)
+        slots.place(slot, len(ids) - 1)
+        row.cached, row.pending = len(ids) - 1, ids[-1:]
+        row.stats.prefix_tokens_reused = reused
+        row.stats.model_seconds += time.perf_counter() - t0
+        return row
+
+    live = [prefill(slot, item) for slot, item in enumerate(first)]
+
+    while live:
+        windows: dict[int, list[int]] = {}
+        for slot in range(len(live)):
+            while (window := live[slot].prepare()) is None:
+                yield index[slot], live[slot].decoded()
+                item = next(queue, None)
+                if item is None:
+                    break
+                index[slot] = item.index
+                live[slot] = prefill(slot, item)
+            if window is not None:
+                windows[slot] = window
+        if len(windows) < len(live):  # finished rows with nothing to refill leave the batch
+            keep = sorted(windows)
+            live, index = [live[s] for s in keep], [index[s] for s in keep]
+            lm.cache_select(cache, keep)
+            slots.select(keep)
+            windows = {new: windows[old] for new, old in enumerate(keep)}
+        if not live:
+            break
+        _one_pass(lm, cache, slots, live, [windows[s] for s in range(len(live))], options)
+        if (order := slots.compaction()) is not None:
+            lm.cache_gather(cache, order)
+
+
+def _one_pass(
+    lm: LM, cache: object, slots: Slots, live: list[RowDecode], windows: list[list[int]], options: DecodeOptions
+) -> None:
+    """One target pass over every row's window, then mask, verify and accept per row."""
+    t0 = time.perf_counter()
+    wanted: list[tuple[int, int]] = []  # (row, window index) of each candidate and bonus position
+    for b, (row, window) in enumerate(zip(live, windows)):
+        n = len(row.candidate.tokens) + 1
+        wanted += [(b, j) for j in range(len(window) - n, len(window))]
+    logits = lm.forward_slots(windows, [row.cached for row in live], slots.window_mask([len(w) for w in windows]),
+                              cache, wanted)
+    t1 = time.perf_counter()
+    bitmask = live[0].fsm.allocate_token_bitmask(len(wanted))
+    r = 0
+    for row in live:
+        for state in row.mask_states():
+            row.fsm.fill_next_token_bitmask(bitmask, r, state)
+            r += 1
+    apply_token_bitmask_inplace(logits, bitmask.to(logits.device, non_blocking=True))
+    if options.sampling.do_sample:
+        logits = logits.cpu()  # each row draws from its own CPU generator, so samples do not depend on the device
+        choices = None
+    else:
+        choices = logits.argmax(-1).tolist()  # the one read-back of the pass
+    t2 = time.perf_counter()
+    kept, r = [], 0
+    for row, window in zip(live, windows):
+        n = len(row.candidate.tokens) + 1
+        stats = row.stats
+        stats.target_forward_passes += 1
+        stats.tokens_fed.append(len(window))
+        stats.model_seconds += (t1 - t0) / len(live)  # a shared pass costs each row its share
+        stats.constraint_seconds += (t2 - t1) / len(live)
+        verdict = accept_greedy(choices[r : r + n], row.candidate.tokens) if choices else row.verify(logits[r : r + n])
+        kept.append(row.accept(*verdict))
+        r += n
+    slots.keep(kept, max(len(w) for w in windows))

@@ -1,0 +1,72 @@
+"""Which KV-cache slots each row of a batch may attend to: holes instead of moved KV.
+
+A batched pass appends one window of W slots to every row's cache. A row keeps
+the slots of the tokens it fed and the target accepted; its padding and its
+rejected drafts become holes, masked out for good, so no key or value moves on
+the hot path. `compaction` gathers the kept slots to the front when holes pile up.
+Plain torch on the CPU: the driver copies one mask per pass to the model's device.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class Slots:
+    """``valid[b, t]``: whether row ``b`` may attend to cache slot ``t`` (its kept tokens, in order)."""
+
+    def __init__(self, rows: int) -> None:
+        self.valid = torch.zeros(rows, 0, dtype=torch.bool)
+
+    @property
+    def width(self) -> int:
+        """Slots per row in the cache (kept and holes)."""
+        return self.valid.shape[1]
+
+    def place(self, row: int, length: int) -> None:
+        """Row ``row`` now holds a fresh sequence in slots ``[0, length)`` (refill); changes the table."""
+        self.grow(length)
+        self.valid[row] = False
+        self.valid[row, :length] = True
+
+    def grow(self, width: int) -> None:
+        """Widen every row to at least ``width`` slots with holes (changes the table)."""
+        if width > self.width:
+            self.valid = torch.cat([self.valid, torch.zeros(len(self.valid), width - self.width, dtype=torch.bool)], 1)
+
+    def window_mask(self, widths: list[int]) -> torch.Tensor:
+        """Bool [rows, W, width + W], True where query ``j`` of row ``b``'s window may attend: the row's kept
+        slots, then its own window causally. Padding queries (``j ≥ widths[b]``) see only themselves, so
+        their states stay finite. Does not change the table."""
+        w = torch.tensor(widths)
+        W = int(w.max())
+        live = torch.arange(W)[None, :] < w[:, None]  # [rows, W]
+        causal = torch.ones(W, W, dtype=torch.bool).tril()
+        window = causal & live[:, :, None] & live[:, None, :]
+        window |= torch.eye(W, dtype=torch.bool) & ~live[:, :, None]
+        past = self.valid[:, None, :] & live[:, :, None]
+        return torch.cat([past, window], dim=2)
+
+    def keep(self, kept: list[int], W: int) -> None:
+        """After a pass over windows of ``W`` slots: row ``b`` keeps the first ``kept[b]`` of its window's
+        slots; the rest are holes (changes the table)."""
+        start = self.width
+        self.grow(start + W)
+        for b, n in enumerate(kept):
+            self.valid[b, start : start + n] = True
+
+    def select(self, rows: list[int]) -> None:
+        """Keep only ``rows`` (in that order), as the cache does when finished rows leave the batch."""
+        self.valid = self.valid[rows]
+
+    def compaction(self) -> torch.Tensor | None:
+        """If holes outnumber kept slots, the gather index [rows, new width] that moves every row's kept slots
+        to the front (and the table is rewritten to match); else None. The caller gathers the cache with it."""
+        counts = self.valid.sum(1)
+        longest = int(counts.max()) if len(counts) else 0
+        if self.width <= 2 * longest + 64:
+            return None
+        # stable sort puts kept slots first, in their order; the tail of each row points at holes
+        order = torch.sort((~self.valid).to(torch.int8), dim=1, stable=True).indices[:, :longest]
+        self.valid = torch.arange(longest)[None, :] < counts[:, None]
+        return order
