@@ -1,16 +1,21 @@
-"""The lazy byte automaton and its token index, checked against outlines-core's `Index`."""
+"""The automaton stack (UTF-8 ranges, NFA, lazy DFA, token FSM), checked against outlines-core's `Index`."""
 
 from __future__ import annotations
 
 import random
 import re
+import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from outlines_core import Index, Vocabulary
 
-from structspec.automaton.index import DEAD, ByteNFA, LazyDFA, TokenIndex, _byte_sequences, _normalize
+from structspec.automaton.dfa import DEAD, LazyDFA
+from structspec.automaton.fsm import _MEMORY_LIMIT, TokenFSM, clear_cache
+from structspec.automaton.nfa import ByteNFA
+from structspec.automaton.utf8 import byte_sequences, normalize
 from structspec.errors import RegexError
 from structspec.schema.translate import constraint_of
 
@@ -34,7 +39,7 @@ def _matches(sequences: list[list[tuple[int, int]]], data: bytes) -> bool:
 @settings(max_examples=200, deadline=None)
 def test_utf8_sequences_match_exactly_the_encodings_of_the_range(lo: int, width: int, data) -> None:
     hi = min(lo + width, 0x10FFFF)
-    sequences = _byte_sequences(_normalize(((lo, hi),)))  # surrogates are taken out first
+    sequences = byte_sequences(normalize(((lo, hi),)))  # surrogates are taken out first
     for cp in data.draw(st.lists(st.integers(max(0, lo - 5), min(hi + 5, 0x10FFFF)), max_size=30)):
         if 0xD800 <= cp <= 0xDFFF:
             continue
@@ -48,7 +53,7 @@ def test_utf8_sequences_match_exactly_the_encodings_of_the_range(lo: int, width:
 
 @pytest.mark.parametrize("regex", REGEXES)
 @pytest.mark.parametrize("kind", ["byte_level", "sentencepiece"])
-def test_token_index_agrees_with_outlines_core(regex: str, kind: str, request) -> None:
+def test_token_fsm_agrees_with_outlines_core(regex: str, kind: str, request) -> None:
     vocab = request.getfixturevalue(f"{'byte' if kind == 'byte_level' else 'sp'}_lm").vocab
     # A closing character follows, as in JSON: at the very end of a regex outlines-core
     # drops continuations past a match (see test_longer_alternatives_survive_...).
@@ -56,7 +61,7 @@ def test_token_index_agrees_with_outlines_core(regex: str, kind: str, request) -
     assert ours == theirs
 
 
-def test_token_index_agrees_with_outlines_core_on_schema_regexes(byte_lm) -> None:
+def test_token_fsm_agrees_with_outlines_core_on_schema_regexes(byte_lm) -> None:
     schema = {
         "type": "object",
         "properties": {
@@ -72,26 +77,27 @@ def test_token_index_agrees_with_outlines_core_on_schema_regexes(byte_lm) -> Non
 
 
 def _random_walks(regex: str, vocab, walks: int) -> tuple[list, list]:
-    """(allowed, final) per visited state for both indexes, along the same random token paths.
+    """(allowed, final) per visited state for our FSM and outlines-core's Index, along the same random token paths.
 
     Tokens that are not whole UTF-8 characters are left out of the comparison:
     after the first character outlines-core stops allowing them (a byte-level
     model can still spell a character in two tokens; we allow it).
     """
     whole = {i for i, b in enumerate(vocab.token_bytes) if b and _is_utf8(b)} | {vocab.eos_token_id}
-    ours, theirs = TokenIndex.from_regex(regex, vocab), Index(regex, Vocabulary(vocab.eos_token_id, vocab.outlines_map()))
+    ours, theirs = TokenFSM.from_regex(regex, vocab), Index(regex, Vocabulary(vocab.eos_token_id, vocab.outlines_map()))
     seen_ours, seen_theirs, rng = [], [], random.Random(0)
     for _ in range(walks):
-        a, b = ours.get_initial_state(), theirs.get_initial_state()
+        a, b = ours.initial_state, theirs.get_initial_state()
         for _ in range(25):
-            allowed_a, allowed_b = set(ours.get_allowed_tokens(a)) & whole, set(theirs.get_allowed_tokens(b)) & whole
-            seen_ours.append((sorted(allowed_a), ours.is_final_state(a)))
+            allowed_a = set(ours.allowed_token_ids(a).tolist()) & whole
+            allowed_b = set(theirs.get_allowed_tokens(b)) & whole
+            seen_ours.append((sorted(allowed_a), ours.is_final(a)))
             seen_theirs.append((sorted(allowed_b), theirs.is_final_state(b)))
             choices = sorted(allowed_b - {vocab.eos_token_id})
             if not choices or allowed_a != allowed_b:
                 break
             token = rng.choice(choices)
-            a, b = ours.get_next_state(a, token), theirs.get_next_state(b, token)
+            a, b = ours.next_state(a, token), theirs.get_next_state(b, token)
     return seen_ours, seen_theirs
 
 
@@ -103,22 +109,32 @@ def _is_utf8(data: bytes) -> bool:
     return True
 
 
-def test_longer_alternatives_survive_at_the_end_of_a_regex(byte_lm) -> None:
+def test_longer_alternatives_survive_at_the_end_of_a_regex() -> None:
     # outlines-core's Index accepts only "a" here; the language has "ab" too.
-    index = TokenIndex.from_regex("(a|ab)", byte_lm.vocab)
-    dfa = index.dfa
+    dfa = LazyDFA(ByteNFA("(a|ab)"))
     after_a = dfa.step(dfa.initial, b"a")
     assert dfa.is_final(after_a) and dfa.is_final(dfa.step(after_a, b"b"))
     assert dfa.step(dfa.initial, b"abb") == DEAD
 
 
 def test_eos_is_allowed_exactly_in_final_states_and_leads_nowhere(byte_lm) -> None:
-    index = TokenIndex.from_regex("ab?", byte_lm.vocab)
+    fsm = TokenFSM.from_regex("ab?", byte_lm.vocab)
     eos = byte_lm.vocab.eos_token_id
-    start = index.get_initial_state()
-    assert eos not in index.get_allowed_tokens(start)
-    a = index.get_next_state(start, byte_lm.tokenizer.convert_tokens_to_ids("a"))
-    assert eos in index.get_allowed_tokens(a) and index.get_next_state(a, eos) is None
+    start = fsm.initial_state
+    assert eos not in fsm.allowed_token_ids(start)
+    a = fsm.next_state(start, byte_lm.tokenizer.convert_tokens_to_ids("a"))
+    assert eos in fsm.allowed_token_ids(a) and fsm.next_state(a, eos) is None and fsm.is_final(a)
+
+
+def test_allowed_token_ids_are_one_sorted_read_only_array_per_state(sp_lm) -> None:
+    fsm = TokenFSM.from_regex("(ab|b)?", sp_lm.vocab)  # final at the start: EOS (a low id here) is allowed
+    allowed = fsm.allowed_token_ids(fsm.initial_state)
+    assert sp_lm.vocab.eos_token_id in allowed and list(allowed) == sorted(allowed)
+    assert not allowed.flags.writeable
+    assert fsm.allowed_token_ids(fsm.initial_state) is allowed
+    assert not fsm.is_complete(fsm.initial_state)
+    after = fsm.walk(fsm.initial_state, [sp_lm.vocab.token_bytes.index(b"b")])
+    assert len(after) == 1 and fsm.is_complete(after[0])
 
 
 def test_states_are_built_only_when_reached() -> None:
@@ -165,3 +181,56 @@ def test_repeated_groups_are_shared_and_the_language_kept() -> None:
     for text in texts + mutated:
         accepted = dfa.is_final(dfa.step(dfa.initial, text.encode()))
         assert accepted == bool(re.fullmatch(regex, text)), text
+
+
+def test_the_compile_cache_is_bounded_and_cleared_by_its_owner(byte_lm) -> None:
+    vocab = byte_lm.vocab
+    assert TokenFSM.from_regex("clear-[0-9]", vocab).info.source in ("compiled", "disk")
+    assert TokenFSM.from_regex("clear-[0-9]", vocab).info.source == "memory"
+    clear_cache()
+    assert TokenFSM.from_regex("clear-[0-9]", vocab).info.source == "disk"
+    clear_cache(disk=True)
+    assert TokenFSM.from_regex("clear-[0-9]", vocab).info.source == "compiled"
+    for i in range(_MEMORY_LIMIT):  # the first one is now the least recently used
+        TokenFSM.from_regex(f"bound-{i}", vocab)
+    assert TokenFSM.from_regex("clear-[0-9]", vocab).info.source == "disk"
+    assert TokenFSM.from_regex(f"bound-{_MEMORY_LIMIT - 1}", vocab).info.source == "memory"
+
+
+def _observe(fsm: TokenFSM, tokens: list[int]) -> list[tuple[list[int], bool, list[int]]]:
+    """(allowed ids, final, packed mask) at each state along ``tokens``: answers, not state numbers."""
+    bitmask = fsm.allocate_token_bitmask(len(tokens) + 1)
+    states = [fsm.initial_state] + fsm.walk(fsm.initial_state, tokens)
+    out = []
+    for row, state in enumerate(states):
+        fsm.fill_next_token_bitmask(bitmask, row, state)
+        out.append((fsm.allowed_token_ids(state).tolist(), fsm.is_final(state), bitmask[row].tolist()))
+    return out
+
+
+def test_threads_sharing_an_fsm_get_the_answers_of_one_thread(byte_lm) -> None:
+    # The lazy DFA and the mask caches are built during reads; interleave those builds across threads.
+    regex = constraint_of({"type": "array", "items": {"type": "object", "properties": {
+        "name": {"type": "string", "maxLength": 6}, "n": {"type": "integer"}, "ok": {"type": "boolean"}}}}).regex
+    clear_cache()
+    reference = TokenFSM.from_regex(regex, byte_lm.vocab)
+    paths = []
+    for seed in range(6):
+        rng, state, path = random.Random(seed), reference.initial_state, []
+        while len(path) < 30 and not reference.is_complete(state):
+            token = rng.choice([t for t in reference.allowed_token_ids(state).tolist() if t != reference.eos_token_id])
+            path.append(token)
+            state = reference.next_state(state, token)
+        paths.append(path)
+    expected = [_observe(reference, path) for path in paths]
+    clear_cache()
+    shared = TokenFSM.from_regex(regex, byte_lm.vocab)  # read back from disk: nothing built yet
+    assert shared.info.source == "disk" and shared.index is not reference.index
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        with ThreadPoolExecutor(len(paths)) as pool:
+            observed = list(pool.map(lambda path: _observe(shared, path), paths))
+    finally:
+        sys.setswitchinterval(interval)
+    assert observed == expected

@@ -1,1 +1,8 @@
+"""Regex → token FSM as a straight stack: utf8 → parse → nfa → dfa → index → fsm.
 
+Each module imports only those before it; this wing imports no other.
+"""
+
+from structspec.automaton.fsm import TokenFSM, apply_token_bitmask_inplace, clear_cache
+
+__all__ = ["TokenFSM", "apply_token_bitmask_inplace", "clear_cache"]

@@ -1,31 +1,53 @@
-"""The token-level FSM: a regex compiled over a tokenizer's vocabulary.
+"""The token-level FSM: a regex compiled over a tokenizer's vocabulary, and its compile cache.
 
-A `TokenFSM` is immutable and cached (in memory and on disk); decode state is a
-plain ``int``. Token masks come from `structspec.automaton.index.TokenIndex`, which
-builds each state's mask when it is first visited instead of all of them up
-front. Walking a token sequence returns the list of states visited, so rolling
-back is indexing that list, not undoing mutations.
+A `TokenFSM` is cached (in memory and on disk) and its language never changes;
+decode state is a plain ``int``. Walking a token sequence returns the list of
+states visited, so rolling back is indexing that list, not undoing mutations.
+Masks follow the allocate / fill / apply trio other engines speak::
+
+    masks = fsm.allocate_token_bitmask(len(states))
+    for row, state in enumerate(states):
+        fsm.fill_next_token_bitmask(masks, row, state)
+    apply_token_bitmask_inplace(logits, masks.to(logits.device))
 """
 
 from __future__ import annotations
 
 import hashlib
 import pickle
+import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 
+from structspec.automaton.dfa import DEAD, LazyDFA
 from structspec.automaton.index import TokenIndex
+from structspec.automaton.nfa import ByteNFA
 from structspec.cache import cache_dir, write_atomic
 from structspec.vocab import TokenVocab
 
-# Masks of visited states are kept up to this many bytes per FSM.
-_MASK_CACHE_BYTES = 256 * 2**20
-_MEMORY: dict[str, TokenIndex] = {}
-# Bumped when the pickled automaton changes shape, so stale disk entries are not read.
-_FORMAT = "lazy-dfa-1"
+# Compiled indexes kept in memory, least recently used first; each keeps the masks of the states it visited.
+_MEMORY: OrderedDict[str, TokenIndex] = OrderedDict()
+_MEMORY_LIMIT = 64
+_MEMORY_LOCK = threading.Lock()
+# Bumped when the pickled automaton changes shape (or module), so stale disk entries are not read.
+_FORMAT = "lazy-dfa-2"
+
+
+def clear_cache(disk: bool = False) -> None:
+    """Forget the compiled automata kept in memory and, with ``disk=True``, delete the on-disk ones too.
+
+    FSMs already returned keep working; the next `TokenFSM.from_regex` compiles
+    (or reads the disk) again.
+    """
+    with _MEMORY_LOCK:
+        _MEMORY.clear()
+    if disk:
+        for path in cache_dir("fsm").glob("*.dfa"):
+            path.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
@@ -36,97 +58,151 @@ class CompileInfo:
     source: str
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True, eq=False)
 class TokenFSM:
-    """A regex over token ids; states are ints, transitions come from a `TokenIndex`."""
+    """A regex over token ids; states are ints.
+
+    Every read below leaves the language unchanged. Reads that meet a state for
+    the first time build the DFA rows they reach and cache that state's answer,
+    under a lock, so threads sharing an FSM get the answers one thread would.
+    """
 
     regex: str
     index: TokenIndex
-    vocab: TokenVocab
-    logits_width: int
     info: CompileInfo
-    _allowed: dict[int, list[int]] = field(default_factory=dict, repr=False)
-    _blocked: OrderedDict[int, torch.Tensor] = field(default_factory=OrderedDict, repr=False)
 
     @classmethod
     def from_regex(cls, regex: str, vocab: TokenVocab, logits_width: int | None = None) -> TokenFSM:
         """Compile (or load from cache) the FSM of ``regex`` over ``vocab``.
 
-        ``logits_width`` is the model's logits size (≥ the tokenizer's size; extra
-        ids are never allowed).
+        ``logits_width`` is the model's logits size (default: the tokenizer's
+        size); ids the tokenizer does not have are never allowed. `RegexError` if
+        the regex is invalid or uses what a DFA cannot do.
         """
         start = time.perf_counter()
+        width = logits_width or len(vocab)
         # The automaton does not depend on the tokenizer: one disk entry serves every model.
-        key = hashlib.sha256(f"{_FORMAT}\0{regex}".encode()).hexdigest()[:40]
-        path = cache_dir("fsm") / f"{key}.dfa"
-        key += vocab.fingerprint
-        if key in _MEMORY:
-            index, source = _MEMORY[key], "memory"
+        digest = hashlib.sha256(f"{_FORMAT}\0{regex}".encode()).hexdigest()[:40]
+        path = cache_dir("fsm") / f"{digest}.dfa"
+        key = f"{digest}{vocab.fingerprint}:{width}"
+        with _MEMORY_LOCK:
+            index = _MEMORY.get(key)
+        if index is not None:
+            source = "memory"
         elif path.exists():
-            index, source = TokenIndex(pickle.loads(path.read_bytes()), vocab), "disk"
+            index, source = TokenIndex(pickle.loads(path.read_bytes()), vocab, width), "disk"
         else:
-            index, source = TokenIndex.from_regex(regex, vocab), "compiled"
-            write_atomic(path, pickle.dumps(index.dfa, protocol=pickle.HIGHEST_PROTOCOL))
-        _MEMORY[key] = index
-        info = CompileInfo(time.perf_counter() - start, source)
-        return cls(regex, index, vocab, logits_width or len(vocab), info)
+            dfa = LazyDFA(ByteNFA(regex))
+            write_atomic(path, pickle.dumps(dfa, protocol=pickle.HIGHEST_PROTOCOL))
+            index, source = TokenIndex(dfa, vocab, width), "compiled"
+        with _MEMORY_LOCK:
+            _MEMORY[key] = index
+            _MEMORY.move_to_end(key)
+            if len(_MEMORY) > _MEMORY_LIMIT:
+                _MEMORY.popitem(last=False)
+        return cls(regex, index, CompileInfo(time.perf_counter() - start, source))
+
+    @property
+    def vocab(self) -> TokenVocab:
+        return self.index.vocab
+
+    @property
+    def logits_width(self) -> int:
+        return self.index.logits_width
 
     @property
     def initial_state(self) -> int:
-        return self.index.get_initial_state()
+        return self.index.dfa.initial
 
     @property
     def eos_token_id(self) -> int:
         return self.vocab.eos_token_id
 
     def is_final(self, state: int) -> bool:
-        """Whether the text so far is a complete match (EOS is allowed)."""
-        return self.index.is_final_state(state)
+        """Whether the text so far is a complete match (EOS is allowed). Does not change anything."""
+        return self.index.dfa.is_final(state)
 
-    def allowed_token_ids(self, state: int) -> list[int]:
-        """Token ids allowed in ``state`` (EOS included when final). Does not change anything."""
-        ids = self._allowed.get(state)
-        if ids is None:
-            ids = self._allowed[state] = self.index.get_allowed_tokens(state)
-        return ids
+    def allowed_token_ids(self, state: int) -> np.ndarray:
+        """Token ids allowed in ``state``, ascending, EOS included when final: a read-only int array.
+
+        Use ``len``, indexing and ``in`` on it. Does not change the language; the
+        first call per state walks the vocabulary (the DFA table grows) and caches the answer.
+        """
+        return self.index.allowed_token_ids(state)
 
     def is_complete(self, state: int) -> bool:
-        """Whether EOS is the only way on: the output is finished without asking the model."""
-        return self.allowed_token_ids(state) == [self.eos_token_id]
+        """Whether EOS is the only way on: the output is finished without asking the model.
+
+        Does not change the language (caches like `allowed_token_ids`).
+        """
+        allowed = self.allowed_token_ids(state)
+        return len(allowed) == 1 and allowed[0] == self.eos_token_id
 
     def next_state(self, state: int, token_id: int) -> int | None:
-        """The state after ``token_id``, or None if the token is not allowed."""
-        return self.index.get_next_state(state, token_id)
+        """The state after ``token_id``, or None if the token is not allowed (EOS leads to no state).
+
+        Builds the rows it reaches: the table grows, the language does not.
+        """
+        token_bytes = self.vocab.token_bytes
+        data = token_bytes[token_id] if 0 <= token_id < len(token_bytes) else None
+        if token_id == self.eos_token_id or not data:
+            return None
+        nxt = self.index.dfa.step(state, data)
+        return None if nxt == DEAD else nxt
 
     def walk(self, state: int, token_ids: list[int]) -> list[int]:
         """States after each token of ``token_ids``; stops before the first rejected token.
 
         ``len(result) < len(token_ids)`` means ``token_ids[len(result)]`` is rejected.
+        Builds the rows it reaches: the table grows, the language does not.
         """
         states: list[int] = []
         for t in token_ids:
-            nxt = self.index.get_next_state(state, t)
+            nxt = self.next_state(state, t)
             if nxt is None:
                 break
             states.append(nxt)
             state = nxt
         return states
 
-    def blocked_mask(self, state: int) -> torch.Tensor:
-        """Bool row of width ``logits_width``, True where a token is NOT allowed (cached per state)."""
-        mask = self._blocked.get(state)
-        if mask is None:
-            mask = torch.ones(self.logits_width, dtype=torch.bool)
-            mask[torch.tensor(self.allowed_token_ids(state), dtype=torch.long)] = False
-            self._blocked[state] = mask
-            if len(self._blocked) * self.logits_width > _MASK_CACHE_BYTES:
-                self._blocked.popitem(last=False)
-        else:
-            self._blocked.move_to_end(state)
-        return mask
+    def allocate_token_bitmask(self, rows: int) -> torch.Tensor:
+        """A new CPU int32 bitmask [rows, ceil(logits_width / 32)], every bit set (an unfilled row masks nothing).
+
+        Does not change the FSM.
+        """
+        return torch.full((rows, -(-self.logits_width // 32)), -1, dtype=torch.int32)
+
+    def fill_next_token_bitmask(self, bitmask: torch.Tensor, row: int, state: int) -> None:
+        """Write the mask of ``state`` into ``bitmask[row]`` (bit j of word i ⇔ token 32*i+j allowed).
+
+        Changes ``bitmask`` only; the packed row is computed once per state and cached.
+        """
+        bitmask[row].copy_(torch.from_numpy(self.index.packed_mask(state)))
 
     def mask_logits_inplace(self, logits: torch.Tensor, states: list[int]) -> torch.Tensor:
-        """Set disallowed logits to -inf; row ``i`` of ``logits`` is masked by ``states[i]``."""
-        for row, state in zip(logits, states):
-            row.masked_fill_(self.blocked_mask(state), float("-inf"))
+        """Set disallowed logits to -inf; row ``i`` of ``logits`` [rows, width] is masked by ``states[i]``.
+
+        Changes ``logits`` (returned for chaining), not the FSM. Built on the bitmask trio.
+        """
+        bitmask = self.allocate_token_bitmask(len(states))
+        for row, state in enumerate(states):
+            self.fill_next_token_bitmask(bitmask, row, state)
+        apply_token_bitmask_inplace(logits[: len(states)], bitmask)
         return logits
+
+
+def apply_token_bitmask_inplace(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
+    """Set ``logits[r, t]`` to -inf wherever bit t of ``bitmask[r]`` is clear.
+
+    ``logits`` is [rows, width] (float32, bfloat16, ...; any device); ``bitmask`` is
+    int32 [rows, words] on the same device or the CPU, bit j of word i standing
+    for token 32*i+j. Ids at or past 32*words are disallowed; bits past ``width``
+    are ignored. All rows in one vectorized op; changes ``logits`` and nothing else.
+    """
+    width = logits.shape[-1]
+    shifts = torch.arange(32, dtype=torch.int32, device=logits.device)
+    words = bitmask.to(logits.device, non_blocking=True)
+    allowed = ((words.unsqueeze(-1) >> shifts) & 1).flatten(-2).bool()  # [rows, 32 * words]
+    covered = min(width, allowed.shape[-1])
+    logits[..., :covered].masked_fill_(~allowed[..., :covered], float("-inf"))
+    logits[..., covered:] = float("-inf")

@@ -1,0 +1,98 @@
+"""Byte NFA → DFA by the subset construction, one state at a time, as states are reached."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from structspec.automaton.nfa import ByteNFA
+
+DEAD = 0
+
+
+class LazyDFA:
+    """The subset construction of a `ByteNFA`, built as states are reached.
+
+    State 0 is dead. ``table[d, byte]`` is the next state once row ``d`` is
+    built (``built[d]``); rows are built for whole batches of states at once.
+    Reads build the rows they need under a lock, so threads sharing one DFA see
+    the same language as one thread would (state numbers follow the build order).
+    """
+
+    def __init__(self, nfa: ByteNFA) -> None:
+        self.nfa = nfa
+        self._sets: list[frozenset[int]] = [frozenset()]
+        self._ids: dict[frozenset[int], int] = {frozenset(): DEAD}
+        self.table = np.zeros((64, 256), dtype=np.int32)
+        self.built = np.zeros(64, dtype=bool)
+        self.built[DEAD] = True
+        self._lock = threading.Lock()
+        self.initial = self._intern(nfa.closure(nfa.start))
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        del state["_lock"]  # locks do not pickle; the disk cache stores DFAs
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._sets)
+
+    def _intern(self, states: frozenset[int]) -> int:
+        d = self._ids.get(states)
+        if d is None:
+            d = self._ids[states] = len(self._sets)
+            self._sets.append(states)
+            # Grow by doubling; the table first, so an id read from it always fits in `built`.
+            if d >= len(self.built):
+                self.table = np.concatenate([self.table, np.zeros_like(self.table)])
+                self.built = np.concatenate([self.built, np.zeros_like(self.built)])
+        return d
+
+    def is_final(self, d: int) -> bool:
+        """Whether ``d`` accepts. Does not change the DFA."""
+        return self.nfa.accept in self._sets[d]
+
+    def ensure(self, states: np.ndarray) -> None:
+        """Build the rows of every state in ``states`` not built yet.
+
+        Builds the rows it reaches: the table grows, the language does not.
+        """
+        if self.built[states].all():
+            return
+        with self._lock:  # re-read under the lock: another thread may have built some meanwhile
+            for d in np.unique(states[~self.built[states]]).tolist():
+                self._build(d)
+
+    def _build(self, d: int) -> None:
+        targets: list[set[int]] = [set() for _ in range(256)]
+        for s in self._sets[d]:
+            for lo, hi, to in self.nfa.edges[s]:
+                for byte in range(lo, hi + 1):
+                    targets[byte].add(to)
+        interned: dict[frozenset[int], int] = {}
+        row = np.empty(256, dtype=np.int32)
+        for byte, to in enumerate(targets):
+            key = frozenset(to)
+            if key not in interned:
+                interned[key] = self._intern(frozenset().union(*map(self.nfa.closure, key)))
+            row[byte] = interned[key]
+        self.table[d] = row  # after interning, which may have grown (and copied) the table
+        self.built[d] = True
+
+    def step(self, d: int, data: bytes) -> int:
+        """The state after ``data`` from ``d`` (DEAD if it leaves the language).
+
+        Builds the rows it reaches: the table grows, the language does not.
+        """
+        for byte in data:
+            if not self.built[d]:
+                self.ensure(np.array([d]))
+            d = int(self.table[d, byte])
+            if d == DEAD:
+                return DEAD
+        return d

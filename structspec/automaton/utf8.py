@@ -1,0 +1,108 @@
+"""Characters as bytes: code point ranges → UTF-8 byte-range sequences, and the Unicode classes.
+
+A byte automaton matches a character class by the byte sequences of its UTF-8
+encodings. Ranges here are tuples of inclusive ``(lo, hi)`` code points; the
+surrogates are never in them (they have no UTF-8 encoding, so nothing matches them).
+"""
+
+from __future__ import annotations
+
+import re._constants as C  # the parser's names for \d, \s, \w
+import unicodedata
+from functools import cache
+
+Ranges = tuple[tuple[int, int], ...]
+
+MAX_CODEPOINT = 0x10FFFF
+_SURROGATES = (0xD800, 0xDFFF)
+
+
+def _utf8_sequences(lo: int, hi: int) -> list[list[tuple[int, int]]]:
+    """Byte-range sequences whose concatenations are exactly the UTF-8 encodings of ``lo..hi``.
+
+    Splits the range until every piece has one encoded length and aligned
+    continuation bytes; then each byte position ranges independently.
+    """
+    out, todo = [], [(lo, hi)]
+    while todo:
+        lo, hi = todo.pop()
+        bound = next((b for b in (0x7F, 0x7FF, 0xFFFF) if lo <= b < hi), None)
+        if bound is not None:
+            todo += [(lo, bound), (bound + 1, hi)]
+            continue
+        for i in range(1, len(chr(lo).encode())):
+            low_bits = (1 << (6 * i)) - 1
+            if lo & ~low_bits == hi & ~low_bits:
+                continue
+            if lo & low_bits:  # lo is not at the start of a block of 2^(6i) code points
+                todo += [(lo, lo | low_bits), ((lo | low_bits) + 1, hi)]
+                break
+            if hi & low_bits != low_bits:  # hi is not at the end of one
+                todo += [(lo, (hi & ~low_bits) - 1), (hi & ~low_bits, hi)]
+                break
+        else:
+            out.append(list(zip(chr(lo).encode(), chr(hi).encode())))
+    return out
+
+
+@cache
+def byte_sequences(ranges: Ranges) -> list[list[tuple[int, int]]]:
+    """The UTF-8 byte-range sequences of a character class (classes recur: computed once)."""
+    return [seq for lo, hi in ranges for seq in _utf8_sequences(lo, hi)]
+
+
+def normalize(ranges: Ranges) -> Ranges:
+    """Sorted, merged code point ranges without the surrogates."""
+    merged: list[list[int]] = []
+    for lo, hi in sorted(ranges):
+        if merged and lo <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    out = []
+    for lo, hi in merged:
+        for a, b in ((lo, min(hi, _SURROGATES[0] - 1)), (max(lo, _SURROGATES[1] + 1), hi)):
+            if a <= b:
+                out.append((a, b))
+    return tuple(out)
+
+
+@cache
+def complement(ranges: Ranges) -> Ranges:
+    """Every code point not in ``ranges`` (surrogates aside)."""
+    out, nxt = [], 0
+    for lo, hi in normalize(ranges):
+        if lo > nxt:
+            out.append((nxt, lo - 1))
+        nxt = hi + 1
+    if nxt <= MAX_CODEPOINT:
+        out.append((nxt, MAX_CODEPOINT))
+    return normalize(tuple(out))
+
+
+# Unicode's White_Space property, which Rust's regex (outlines-core) reads \s as.
+_WHITE_SPACE = ((0x09, 0x0D), (0x20, 0x20), (0x85, 0x85), (0xA0, 0xA0), (0x1680, 0x1680), (0x2000, 0x200A),
+                (0x2028, 0x2029), (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000))
+
+
+@cache
+def category(name: C._NamedIntConstant) -> Ranges:
+    """Code point ranges of ``\\d``, ``\\s``, ``\\w`` (and negations), as Rust's regex reads them."""
+    negated = {C.CATEGORY_NOT_DIGIT: C.CATEGORY_DIGIT, C.CATEGORY_NOT_SPACE: C.CATEGORY_SPACE,
+               C.CATEGORY_NOT_WORD: C.CATEGORY_WORD}
+    if name in negated:
+        return complement(category(negated[name]))
+    if name is C.CATEGORY_SPACE:
+        return _WHITE_SPACE
+    # \d is Nd; \w is letters, marks, Nd, Nl, Pc and the two joiners (Python's own \w differs).
+    wanted = {"Nd"} if name is C.CATEGORY_DIGIT else {"Nd", "Nl", "Mn", "Mc", "Me", "Pc"}
+    letters = name is C.CATEGORY_WORD
+    ranges: list[list[int]] = []
+    for cp in range(MAX_CODEPOINT + 1):
+        kind = unicodedata.category(chr(cp))
+        if kind in wanted or (letters and (kind[0] == "L" or cp in (0x200C, 0x200D))):
+            if ranges and ranges[-1][1] == cp - 1:
+                ranges[-1][1] = cp
+            else:
+                ranges.append([cp, cp])
+    return tuple((lo, hi) for lo, hi in ranges)
