@@ -4,7 +4,7 @@
 # Interrupt it (Ctrl-C) and run it again: it skips what is already in the output.
 set -e
 cd "$(dirname "$0")/.."
-.venv/bin/python -m structspec extract \
+.venv/bin/structspec extract \
     --schema examples/invoice.schema.json \
     --input examples/invoices.jsonl \
     --prompt-template examples/invoice_prompt.txt \

@@ -141,6 +141,26 @@ def test_help_documents_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> No
     assert "exit codes:" in text and "130" in text and "malformed_input" in text and "too_long" in text
 
 
+def test_fast_forward_is_off_or_exact(job: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(_command(job, tmp_path / "out.jsonl")[3:] + ["--fast-forward", "canonical"])
+    assert exit_.value.code == 2 and "invalid choice: 'canonical'" in capsys.readouterr().err
+
+
+def test_compare_with_an_unreadable_schemas_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compare", "--schemas", str(tmp_path / "missing.py")]) == EXIT_CONFIG
+    assert "structspec compare: cannot load the tasks: no Python file" in capsys.readouterr().err
+
+
+def test_the_benchmark_is_a_subcommand_and_a_module() -> None:
+    done = subprocess.run([sys.executable, "-m", "structspec.tools.bench", "--help"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == EXIT_OK, done.stderr
+    assert "usage: structspec bench" in done.stdout
+    assert all(option in done.stdout for option in ("--model", "--draft-model", "--limit", "--only",
+                                                    "--max-new-tokens", "--threads"))
+
+
 @pytest.mark.real_model
 def test_demo_shows_the_object_stats_and_token_view(smollm2: structspec.LM, tmp_path: Path) -> None:
     console = Console(file=io.StringIO(), width=100)

@@ -1,4 +1,5 @@
-"""The savings report on a tiny random model: runs, judging, the table, and the written PNG/HTML/JSON."""
+"""The shared harness and the savings report on a tiny random model: runs, judging, summaries, the table, and
+the written PNG/HTML/JSON."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from pydantic import BaseModel
 from rich.console import Console
 
 import structspec
-from structspec.tools import compare
+from structspec.tools import compare, harness
+from structspec.tools.harness import Run
 from structspec.tools.tasks import Task
 
 
@@ -28,27 +30,25 @@ TASKS = [
 
 
 @pytest.fixture(scope="module")
-def by_method(byte_lm: structspec.LM) -> dict[str, list[compare.Run]]:
-    return compare.run_methods(byte_lm, TASKS, compare.methods(), 24, Console(file=io.StringIO()))
+def by_method(byte_lm: structspec.LM) -> dict[str, list[Run]]:
+    return harness.run_tasks(byte_lm, TASKS, compare.rows(), 24, Console(file=io.StringIO()))
 
 
-def test_every_method_runs_every_task_with_the_unconstrained_peer_first(
-        by_method: dict[str, list[compare.Run]]) -> None:
-    assert list(by_method) == ["unconstrained", "plain masked", "fast-forward", "fast-forward canonical",
-                              "+ prompt lookup"]
+def test_every_method_runs_every_task_with_the_unconstrained_peer_first(by_method: dict[str, list[Run]]) -> None:
+    assert list(by_method) == ["unconstrained", "plain masked", "fast-forward", "+ prompt lookup"]
     assert all([r.task_id for r in runs] == ["box-1", "box-2"] for runs in by_method.values())
     assert all(r.sources == ["model"] * len(r.token_ids) for r in by_method["unconstrained"])
 
 
-def test_fast_forward_saves_passes_and_keeps_plain_masked_tokens(by_method: dict[str, list[compare.Run]]) -> None:
+def test_fast_forward_saves_passes_and_keeps_plain_masked_tokens(by_method: dict[str, list[Run]]) -> None:
     for plain, fast, lookup in zip(by_method["plain masked"], by_method["fast-forward"], by_method["+ prompt lookup"]):
         assert fast.token_ids == plain.token_ids == lookup.token_ids  # greedy speed-ups keep the tokens
         assert fast.forward_passes == plain.forward_passes - fast.sources.count("forced") < plain.forward_passes
         assert plain.schema_valid and plain.valid_json
 
 
-def test_summary_and_table_read_from_the_runs(by_method: dict[str, list[compare.Run]]) -> None:
-    summaries = [compare.summarize(runs) for runs in by_method.values()]
+def test_summary_and_table_read_from_the_runs(by_method: dict[str, list[Run]]) -> None:
+    summaries = [harness.summarize(runs) for runs in by_method.values()]
     fast = summaries[2]
     assert fast.forward_passes == sum(r.forward_passes for r in by_method["fast-forward"])
     assert fast.no_pass_tokens == sum(r.sources.count("forced") for r in by_method["fast-forward"])
@@ -60,16 +60,16 @@ def test_summary_and_table_read_from_the_runs(by_method: dict[str, list[compare.
 
 def test_judging_reads_json_as_a_user_would() -> None:
     task = TASKS[0]
-    fenced = compare.judge("m", task, [], [], '```json\n{"flag": true, "size": "small"}\n```', True, 1, 0.1)
+    fenced = harness.judge(task, '```json\n{"flag": true, "size": "small"}\n```')
     assert fenced.valid_json and fenced.schema_valid and fenced.accuracy == 1.0
-    partial = compare.judge("m", task, [], [], '{"flag": true}', True, 1, 0.1)
+    partial = harness.judge(task, '{"flag": true}')
     assert partial.valid_json and not partial.schema_valid and partial.accuracy == 0.5
-    prose = compare.judge("m", task, [], [], "Sure! Here it is: {", False, 1, 0.1)
+    prose = harness.judge(task, "Sure! Here it is: {")
     assert not prose.valid_json and prose.accuracy == 0.0
-    assert compare.judge("m", TASKS[1], [], [], "[]", True, 1, 0.1).accuracy is None
+    assert harness.judge(TASKS[1], "[]").accuracy is None
 
 
-def test_the_report_files_hold_the_table_chart_and_token_views(by_method: dict[str, list[compare.Run]],
+def test_the_report_files_hold_the_table_chart_and_token_views(by_method: dict[str, list[Run]],
                                                                byte_lm: structspec.LM, tmp_path: Path) -> None:
     png, page, raw = compare.write_report(tmp_path, "title", "a note", TASKS, by_method, byte_lm)
     assert png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")

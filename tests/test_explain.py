@@ -1,9 +1,14 @@
-"""The token view: text per token (split UTF-8 included), colors per source, HTML and terminal rendering."""
+"""How results are shown: the stats table, and the token view (text per token, split UTF-8 included; colors per
+source; HTML and terminal rendering)."""
 
 from __future__ import annotations
 
+import io
 import re
 
+from rich.console import Console
+
+from structspec.result import DraftStats, Stats
 from structspec.tools.explain import (
     SOURCE_COLORS,
     explain_html,
@@ -11,6 +16,7 @@ from structspec.tools.explain import (
     legend_rich,
     no_pass_tokens,
     source_colors,
+    stats_table,
     to_rich,
     token_views,
 )
@@ -69,3 +75,14 @@ def test_adjacent_tokens_of_one_source_alternate_shades() -> None:
                       f"black on {SOURCE_COLORS['model'][0]}"]
     assert text.plain == '{"a":<b>↵\n'
     assert "forced" in legend_rich(views).plain and "2 (67%)" in legend_rich(views).plain
+
+
+def test_the_stats_table_lists_passes_forced_tokens_and_each_drafter_once() -> None:
+    stats = Stats(prompt_tokens=12, output_tokens=40, target_forward_passes=10, forced_tokens=18,
+                  drafts={"forced": DraftStats(6, 5), "prompt_lookup": DraftStats(20, 12)})
+    console = Console(file=io.StringIO(), width=80)
+    console.print(stats_table(stats, title="run"))
+    out = console.file.getvalue()
+    assert "target forward passes" in out and "0.250" in out and "18 (45%)" in out
+    assert "accepted from prompt_lookup" in out and "12 of 20 drafted" in out
+    assert "accepted from forced" not in out  # forced text is in the forced-tokens row already

@@ -102,6 +102,7 @@ def test_a_token_budget_that_runs_out_keeps_the_partial_output_and_stats(byte_lm
     options = jobs.JobOptions(OPTIONS.template, {"max_new_tokens": 3})
     row = jobs.run_record(byte_lm, SCHEMA, jobs.InputRecord("x", "line 1", "Alice is 31."), options)
     assert row["error"]["kind"] == "token_budget"
+    assert row["error"]["message"].startswith("max_new_tokens=3 ran out before the output was complete")
     assert row["stats"]["output_tokens"] == 3
     assert row["error"]["partial_text"].startswith('{"')
 

@@ -1,10 +1,18 @@
-"""The benchmark task set: loading, expected values, and field accuracy (no model needed)."""
+"""The benchmark task set (loading, expected values, field accuracy), the peers, and the benchmark's report."""
 
 from __future__ import annotations
 
-import pytest
+import io
+from pathlib import Path
+from typing import Literal
 
-from structspec.tools.tasks import extraction_prompt, field_accuracy, load_tasks
+import pytest
+from pydantic import BaseModel
+from rich.console import Console
+
+import structspec
+from structspec.tools.jobs import JobConfigError
+from structspec.tools.tasks import Task, extraction_prompt, field_accuracy, load_schemas, load_tasks
 
 
 def test_tasks_load_with_unique_ids_and_known_schemas():
@@ -12,6 +20,19 @@ def test_tasks_load_with_unique_ids_and_known_schemas():
     assert len(tasks) == 36
     assert len({t.id for t in tasks}) == len(tasks)
     assert {t.schema_name for t in tasks} == {"invoice", "contact", "jobposting", "event", "productreview", "shipment"}
+
+
+def test_tasks_load_from_any_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the default paths fall back to the repository's examples/
+    assert len(load_tasks()) == 36
+
+
+def test_a_schemas_file_that_cannot_be_imported_is_a_configuration_error(tmp_path: Path) -> None:
+    with pytest.raises(JobConfigError, match="no Python file"):
+        load_schemas(tmp_path / "missing.py")
+    (tmp_path / "broken.py").write_text("SCHEMAS = {\n")
+    with pytest.raises(JobConfigError, match="importing .*broken.py failed: SyntaxError"):
+        load_schemas(tmp_path / "broken.py")
 
 
 def test_every_expected_value_validates_against_its_schema():
@@ -52,8 +73,8 @@ def test_field_accuracy_is_one_for_the_expected_value_itself():
         assert field_accuracy(task.expected, task.expected) == 1.0
 
 
-def test_bench_limit_takes_every_schema_in_turn():
-    from structspec.tools.bench import spread
+def test_a_limit_takes_every_schema_in_turn():
+    from structspec.tools.harness import spread
 
     tasks = load_tasks()
     assert [t.schema_name for t in spread(tasks, 7)] == [
@@ -71,12 +92,38 @@ def test_bench_first_difference():
 
 
 def test_transformers_speculative_peers_are_counted_by_target_pass(byte_lm) -> None:
-    from structspec.decoding.drafters import early_exit
     from structspec.tools.peers import hf_assisted, hf_prompt_lookup, unconstrained_greedy
 
     ids = byte_lm.encode_prompt("Alice is 31. Alice is 31. Alice is")
     plain = unconstrained_greedy(byte_lm, ids, 24)
     assert plain.forward_passes == len(plain.token_ids) + (len(plain.token_ids) < 24)
-    for run in (hf_prompt_lookup(byte_lm, ids, 24), hf_assisted(byte_lm, early_exit(byte_lm, 1), ids, 24)):
+    for run in (hf_prompt_lookup(byte_lm, ids, 24), hf_assisted(byte_lm, byte_lm.early_exit(1), ids, 24)):
         assert run.token_ids == plain.token_ids  # greedy speculative decoding is lossless
         assert 0 < run.forward_passes <= plain.forward_passes  # draft passes are not target passes
+
+
+class Box(BaseModel):
+    flag: bool
+    size: Literal["small", "medium", "large"]
+
+
+def test_bench_runs_every_row_and_checks_the_speed_ups_against_plain_masked_decoding(
+        byte_lm: structspec.LM, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from structspec.tools import bench
+    from structspec.tools.harness import PLAIN, run_tasks
+
+    monkeypatch.setenv("STRUCTSPEC_CACHE", str(tmp_path))  # empty, so the first compile is cold
+    tasks = [Task(f"box-{i}", "box", Box, f"Item {i} is a {size} box.", {"flag": True, "size": size})
+             for i, size in enumerate(["small", "large"])]
+    console = Console(file=io.StringIO(), width=300)
+    compared = bench.rows()
+    compile_times = bench.measure_compile(byte_lm, tasks)
+    by_method = run_tasks(byte_lm, tasks, compared, 24, console)
+    bench.print_report(console, byte_lm, compared, by_method, compile_times, 24)
+    out = console.file.getvalue()
+    assert list(by_method)[:3] == [PLAIN, bench.PEER, "fast-forward"] and "canonical" not in out
+    assert list(compile_times) == ["box"]
+    assert f"Oracle: {PLAIN} and {bench.PEER} produced the same token ids on" in out
+    for name in ("fast-forward", "+ prompt lookup", "+ self-draft", "+ threshold", "+ auto"):
+        assert f"{name}: same token ids as {PLAIN} on 2/2 tasks" in out  # greedy speed-ups are lossless
+    assert all(r.sources == ["model"] * len(r.token_ids) for r in by_method["HF greedy (unconstrained)"])

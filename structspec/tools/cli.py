@@ -1,4 +1,4 @@
-"""Command line: ``structspec demo``, ``structspec extract`` and ``structspec compare``."""
+"""Command line: ``structspec demo``, ``structspec extract``, ``structspec compare`` and ``structspec bench``."""
 
 from __future__ import annotations
 
@@ -12,11 +12,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import structspec
-from structspec.tools import jobs
-from structspec.tools.display import stats_table
 from structspec.decoding.drafters import SHORT_NAMES
-from structspec.tools.explain import explain_html, legend_rich, to_rich, token_views
 from structspec.lm import DEFAULT_MODEL, LM
+from structspec.tools import bench, compare, jobs
+from structspec.tools.explain import explain_html, legend_rich, stats_table, to_rich, token_views
 
 EXIT_OK, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 2, 130
 EXIT_CODES = f"""exit codes:
@@ -90,12 +89,6 @@ def extract(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def compare(args: argparse.Namespace) -> int:
-    from structspec.tools import compare as report  # matplotlib is imported only for this command
-
-    return report.main(args)
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="structspec", description=__doc__, epilog=EXIT_CODES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -125,7 +118,7 @@ def _parser() -> argparse.ArgumentParser:
     p_ext.add_argument("--id-field", default="id", help="JSONL field / CSV column of the record id (id)")
     p_ext.add_argument("--prompt-template", metavar="FILE", help="a file with a {document} placeholder")
     p_ext.add_argument("--max-new-tokens", type=int, default=256)
-    p_ext.add_argument("--fast-forward", choices=["off", "exact", "canonical"], default="exact")
+    p_ext.add_argument("--fast-forward", choices=["off", "exact"], default="exact")
     p_ext.add_argument("--temperature", type=float, help="sample at this temperature (default: greedy)")
     p_ext.add_argument("--top-k", type=int)
     p_ext.add_argument("--top-p", type=float)
@@ -144,6 +137,23 @@ def _parser() -> argparse.ArgumentParser:
     p_cmp.add_argument("--max-new-tokens", type=int, default=200)
     p_cmp.add_argument("--out", default="compare-report", help="folder for compare.png, compare.html, compare.json")
     p_cmp.add_argument("--threads", type=int, help="torch CPU threads")
+
+    p_bench = sub.add_parser(
+        "bench", help="structspec against outlines and transformers on the example tasks: speed, passes, compile",
+        description="The benchmark (also python -m structspec.tools.bench): every structspec mode, outlines and "
+                    "transformers' own decoding on examples/tasks.jsonl, same model, same prompts.",
+        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p_bench.add_argument("--model", default=DEFAULT_MODEL)
+    p_bench.add_argument("--draft-model", default=None,
+                         help="a shipped model or local dir as draft model (another tokenizer is translated through "
+                              "text)")
+    p_bench.add_argument("--limit", type=int, default=None, help="run N tasks, taken in turn from each schema")
+    p_bench.add_argument("--only", default=None,
+                         help="run only methods whose name contains one of these comma-separated words "
+                              f"(plus {bench.PLAIN!r} and {bench.PEER!r})")
+    p_bench.add_argument("--max-new-tokens", type=int, default=200)
+    p_bench.add_argument("--threads", type=int, default=None,
+                         help="torch CPU threads (1 keeps timings sane when other processes share the cores)")
     return parser
 
 
@@ -155,9 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             with console.status(f"loading {args.model} (the first run converts its GGUF, ~20 s)"):
                 lm = jobs.load_model(args.model)
             return demo(lm, console, args.explain, args.html)
-        if args.command == "extract":
-            return extract(args)
-        return compare(args)
+        return {"extract": extract, "compare": compare.main, "bench": bench.main}[args.command](args)
     except jobs.JobConfigError as e:
         Console(stderr=True).print(f"structspec {args.command}: {e}", highlight=False, markup=False, soft_wrap=True)
         return EXIT_CONFIG

@@ -5,11 +5,11 @@
 Every method gets the same prompt (`tasks.extraction_prompt`, which asks for
 JSON) on each task. The unconstrained row is what a user would do without
 structspec: plain greedy ``model.generate``, then parse the text as JSON. The
-other rows are `generate_result` with the keywords in `methods`. Numbers come
-from each run's `Stats` (structspec) or `PeerRun` (unconstrained); wall time is
-decoding time (model, constraint and drafter time; the whole ``generate`` call
-for the peer),
-with compilation excluded because it is cached per schema.
+other rows are `generate_result` with the keywords in `harness.methods`, run by
+the harness that `bench` uses too. Numbers come from each run's `Stats`
+(structspec) or `PeerRun` (unconstrained); wall time is decoding time (model,
+constraint and drafter time; the whole ``generate`` call for the peer), with
+compilation excluded because it is cached per schema.
 
 Writes ``compare.png`` (forward passes per record by method), ``compare.html``
 (the table, the chart, and every output's tokens colored by how they were
@@ -23,147 +23,32 @@ import base64
 import html
 import io
 import json
-import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import torch
 from rich.console import Console
 from rich.table import Table
 
-import structspec
-from structspec.tools.bench import spread
-from structspec.tools.explain import html_page, legend_html, no_pass_tokens, tokens_html, token_views
-from structspec.tools.jobs import JobConfigError, load_model
 from structspec.lm import LM
-from structspec.tools.peers import unconstrained_greedy
-from structspec.tools.tasks import Task, extraction_prompt, field_accuracy, load_tasks
+from structspec.tools.explain import html_page, legend_html, tokens_html, token_views
+from structspec.tools.harness import Method, Run, Summary, methods, run_tasks, spread, summarize
+from structspec.tools.jobs import JobConfigError, load_model
+from structspec.tools.peers import PeerRun, unconstrained_greedy
+from structspec.tools.tasks import Task, load_tasks
 
 UNCONSTRAINED = "unconstrained"
-Method = tuple[str, dict[str, Any]]  # (label, generate_result keywords)
 
 
-def methods(draft_model: LM | None = None) -> list[Method]:
-    """structspec's rows in table order, after the unconstrained one: plain masked decoding, then the speed-ups."""
-    rows: list[Method] = [
-        ("plain masked", {"fast_forward": "off"}),
-        ("fast-forward", {"fast_forward": "exact"}),
-        ("fast-forward canonical", {"fast_forward": "canonical"}),
-        ("+ prompt lookup", {"fast_forward": "exact", "draft": "prompt_lookup"}),
-    ]
-    if draft_model is not None:
-        rows.append(("+ draft model", {"fast_forward": "exact", "draft": draft_model}))
-    return rows
+def rows(draft_model: LM | None = None) -> dict[str, Method]:
+    """The report's rows in table order: the unconstrained peer, then structspec's `harness.methods`."""
+    return {UNCONSTRAINED: _unconstrained} | methods(draft_model)
 
 
-@dataclass(frozen=True)
-class Run:
-    """One method on one task: its tokens and their sources, its cost, and how good the output is."""
-
-    method: str
-    task_id: str
-    token_ids: list[int]
-    sources: list[str]
-    text: str
-    finished: bool  # False: max_new_tokens ran out
-    forward_passes: int
-    seconds: float
-    valid_json: bool
-    schema_valid: bool
-    accuracy: float | None  # None: the task has no expected value
-
-
-def parse_json(text: str) -> Any:
-    """``text`` as JSON, as a user would read a model's answer: outer whitespace and a ``` fence removed.
-
-    Raises ValueError when it is not JSON.
-    """
-    fenced = re.fullmatch(r"\s*```(?:json)?\s*(.*?)\s*```\s*", text, re.DOTALL)
-    return json.loads(fenced.group(1) if fenced else text)
-
-
-def judge(method: str, task: Task, token_ids: list[int], sources: list[str], text: str, finished: bool,
-          forward_passes: int, seconds: float) -> Run:
-    """A `Run` with the output checked: valid JSON, valid against the task's schema, field accuracy."""
-    try:
-        value = parse_json(text)
-        valid_json = True
-    except ValueError:
-        value, valid_json = None, False
-    schema_valid = valid_json and _validates(task, value)
-    accuracy = None
-    if task.expected:  # fields of any JSON object count, so an almost-right peer answer gets partial credit
-        accuracy = field_accuracy(value, task.expected) if isinstance(value, dict) else 0.0
-    return Run(method, task.id, token_ids, sources, text, finished, forward_passes, seconds, valid_json,
-               schema_valid, accuracy)
-
-
-def _validates(task: Task, value: Any) -> bool:
-    try:
-        task.schema.model_validate(value, strict=False)
-    except ValueError:  # pydantic.ValidationError
-        return False
-    return True
-
-
-def run_unconstrained(lm: LM, task: Task, max_new_tokens: int) -> Run:
-    prompt_ids = lm.encode_prompt(extraction_prompt(task.text, task.schema))
-    p = unconstrained_greedy(lm, prompt_ids, max_new_tokens)
-    finished = p.forward_passes > p.output_tokens  # the last pass produced EOS
-    return judge(UNCONSTRAINED, task, p.token_ids, ["model"] * len(p.token_ids), p.text, finished,
-                 p.forward_passes, p.seconds)
-
-
-def run_structspec(lm: LM, task: Task, method: Method, max_new_tokens: int) -> Run:
-    label, keywords = method
-    prompt = extraction_prompt(task.text, task.schema)
-    try:
-        r = structspec.generate_result(lm, task.schema, prompt, max_new_tokens=max_new_tokens, **keywords)
-        ids, sources, text, stats, finished = r.token_ids, r.sources, r.text, r.stats, True
-    except structspec.TokenBudgetExceeded as e:  # the partial output still counts its passes
-        ids, sources, text, stats, finished = e.token_ids, e.sources, e.text, e.stats, False
-    return judge(label, task, ids, sources, text, finished, stats.target_forward_passes,
-                 stats.model_seconds + stats.constraint_seconds + stats.draft_seconds)
-
-
-@dataclass(frozen=True)
-class Summary:
-    """One method over all tasks."""
-
-    method: str
-    forward_passes: int
-    output_tokens: int
-    no_pass_tokens: int
-    seconds: float
-    valid_json: float
-    schema_valid: float
-    accuracy: float | None
-    unfinished: int
-
-    @property
-    def passes_per_token(self) -> float:
-        return self.forward_passes / max(self.output_tokens, 1)
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.output_tokens / max(self.seconds, 1e-9)
-
-
-def summarize(runs: list[Run]) -> Summary:
-    scored = [r.accuracy for r in runs if r.accuracy is not None]
-    return Summary(
-        method=runs[0].method,
-        forward_passes=sum(r.forward_passes for r in runs),
-        output_tokens=sum(len(r.token_ids) for r in runs),
-        no_pass_tokens=sum(no_pass_tokens(r.sources) for r in runs),
-        seconds=sum(r.seconds for r in runs),
-        valid_json=sum(r.valid_json for r in runs) / len(runs),
-        schema_valid=sum(r.schema_valid for r in runs) / len(runs),
-        accuracy=sum(scored) / len(scored) if scored else None,
-        unfinished=sum(not r.finished for r in runs),
-    )
+def _unconstrained(lm: LM, task: Task, prompt_ids: list[int], max_new_tokens: int) -> PeerRun:
+    """What a user would run without structspec: plain greedy ``model.generate`` on the prompt asking for JSON."""
+    return unconstrained_greedy(lm, prompt_ids, max_new_tokens)
 
 
 HEADERS = ["method", "forward\npasses", "passes /\nout token", "output\ntokens", "tokens\nw/o pass", "wall s",
@@ -267,20 +152,6 @@ def report_html(title: str, note: str, summaries: list[Summary], png: bytes, tas
     return html_page(title, "\n".join(parts))
 
 
-def run_methods(lm: LM, tasks: list[Task], rows: list[Method], max_new_tokens: int,
-                console: Console) -> dict[str, list[Run]]:
-    """Every method on every task, the unconstrained peer first; a progress line per task."""
-    unconstrained_greedy(lm, lm.encode_prompt("warm-up"), 2)  # first-call overheads out of the way
-    by_method: dict[str, list[Run]] = {UNCONSTRAINED: []} | {label: [] for label, _ in rows}
-    for n, task in enumerate(tasks, 1):
-        by_method[UNCONSTRAINED].append(run_unconstrained(lm, task, max_new_tokens))
-        for method in rows:
-            by_method[method[0]].append(run_structspec(lm, task, method, max_new_tokens))
-        line = " · ".join(f"{name} {runs[-1].forward_passes}" for name, runs in by_method.items())
-        console.print(f"[{n}/{len(tasks)}] {task.id}: forward passes {line}", highlight=False)
-    return by_method
-
-
 def write_report(out: Path, title: str, note: str, tasks: list[Task], by_method: dict[str, list[Run]],
                  lm: LM) -> list[Path]:
     """Write compare.png, compare.html and compare.json into ``out``; returns their paths."""
@@ -291,9 +162,14 @@ def write_report(out: Path, title: str, note: str, tasks: list[Task], by_method:
     paths[0].write_bytes(png)
     paths[1].write_text(report_html(title, note, summaries, png, tasks, by_method, lm), encoding="utf-8")
     paths[2].write_text(json.dumps(
-        {"title": title, "summaries": [asdict(s) for s in summaries],
-         "runs": [asdict(r) for runs in by_method.values() for r in runs]}, ensure_ascii=False), encoding="utf-8")
+        {"title": title, "summaries": [_record(s) for s in summaries],
+         "runs": [_record(r) for runs in by_method.values() for r in runs]}, ensure_ascii=False), encoding="utf-8")
     return paths
+
+
+def _record(x: Run | Summary) -> dict:
+    """A run or summary as JSON fields, with its decoding time in ``seconds``."""
+    return asdict(x) | {"seconds": x.seconds}
 
 
 def main(args: argparse.Namespace) -> int:
@@ -302,14 +178,14 @@ def main(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     try:
         tasks = spread(load_tasks(args.tasks, args.schemas), args.limit)
-    except (OSError, KeyError, ValueError) as e:
+    except (OSError, KeyError, ValueError, JobConfigError) as e:
         raise JobConfigError(f"cannot load the tasks: {e}") from None
     if not tasks:
         raise JobConfigError(f"{args.tasks} has no tasks")
     draft = load_model(args.draft) if args.draft else None
     lm = load_model(args.model)
     console = Console() if Console().is_terminal else Console(width=170)
-    by_method = run_methods(lm, tasks, methods(draft), args.max_new_tokens, console)
+    by_method = run_tasks(lm, tasks, rows(draft), args.max_new_tokens, console)
 
     summaries = [summarize(runs) for runs in by_method.values()]
     title = f"{lm.name}: {len(tasks)} records, greedy, max_new_tokens={args.max_new_tokens}"

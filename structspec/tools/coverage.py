@@ -34,7 +34,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "jsonschemabench"
+DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "jsonschemabench"
 ENGINES = ("structspec", "outlines-core")
 
 
@@ -103,11 +103,12 @@ _WORKER: dict[str, Any] = {}
 
 def _worker_setup(memory_gb: float, model: str, generate: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (int(memory_gb * 2**30),) * 2)
-    import structspec
     from outlines_core import Vocabulary
-    from structspec.testing import tiny_lm
 
-    lm = structspec.load(model)  # from the user's cache; FSMs go to a fresh one, so cold means cold
+    from structspec.testing import tiny_lm
+    from structspec.tools.jobs import load_model
+
+    lm = load_model(model)  # from the user's cache; FSMs go to a fresh one, so cold means cold
     os.environ["STRUCTSPEC_CACHE"] = tempfile.mkdtemp(prefix="structspec-coverage-")
     _WORKER["lm"] = lm
     _WORKER["outlines_vocab"] = Vocabulary(lm.vocab.eos_token_id, lm.vocab.outlines_map())
@@ -115,33 +116,50 @@ def _worker_setup(memory_gb: float, model: str, generate: int) -> None:
     _WORKER["generate"] = generate
 
 
-def _byte_states(index: Any, text: str) -> Iterator[int | None]:
+class _OutlinesIndex:
+    """outlines-core's `Index` under `TokenFSM`'s names, so one walk serves both engines. Reads only."""
+
+    def __init__(self, index: Any) -> None:
+        self.index = index
+
+    @property
+    def initial_state(self) -> int:
+        return self.index.get_initial_state()
+
+    def next_state(self, state: int, token_id: int) -> int | None:
+        return self.index.get_next_state(state, token_id)
+
+    def is_final(self, state: int) -> bool:
+        return self.index.is_final_state(state)
+
+
+def _byte_states(fsm: Any, text: str) -> Iterator[int | None]:
     """The states ``text`` leads through, one single-byte token at a time, from the initial one; None on rejection."""
     byte_token = _WORKER["lm"].vocab.single_byte_tokens
-    state = index.get_initial_state()
+    state = fsm.initial_state
     yield state
     for byte in text.encode():
         token = byte_token.get(byte)
-        state = None if token is None else index.get_next_state(state, token)
+        state = None if token is None else fsm.next_state(state, token)
         yield state
         if state is None:
             return
 
 
-def _accepts(index: Any, text: str) -> bool:
-    """Whether the token FSM accepts ``text``."""
-    *_, last = _byte_states(index, text)
-    return last is not None and index.is_final_state(last)
+def _accepts(fsm: Any, text: str) -> bool:
+    """Whether the token FSM (a `TokenFSM` or an `_OutlinesIndex`) accepts ``text``."""
+    *_, last = _byte_states(fsm, text)
+    return last is not None and fsm.is_final(last)
 
 
-def _mask_seconds(index: Any, texts: list[str]) -> list[float]:
+def _mask_seconds(fsm: Any, texts: list[str]) -> list[float]:
     """Seconds to compute the token mask of each state the first instance passes through (up to 64)."""
     seconds = []
-    for state in islice(_byte_states(index, texts[0]), 64) if texts else ():
+    for state in islice(_byte_states(fsm, texts[0]), 64) if texts else ():
         if state is None:
             break
         start = time.perf_counter()
-        index.get_allowed_tokens(state)
+        fsm.allowed_token_ids(state)
         seconds.append(time.perf_counter() - start)
     return seconds
 
@@ -162,7 +180,7 @@ def _run_task(engine: str, row: dict[str, Any]) -> dict[str, Any]:
         if engine == "structspec":
             regex = constraint_of(schema).regex
             out["regex_s"] = time.perf_counter() - start
-            index = TokenFSM.from_regex(regex, lm.vocab, lm.logits_width).index
+            fsm: Any = TokenFSM.from_regex(regex, lm.vocab, lm.logits_width)
             out["compile_s"] = time.perf_counter() - start
             start = time.perf_counter()
             structspec.compile(schema, lm)
@@ -173,19 +191,19 @@ def _run_task(engine: str, row: dict[str, Any]) -> dict[str, Any]:
 
             regex = build_regex_from_schema(json.dumps(schema), "")
             out["regex_s"] = time.perf_counter() - start
-            index = Index(regex, _WORKER["outlines_vocab"])
+            fsm = _OutlinesIndex(Index(regex, _WORKER["outlines_vocab"]))
             out["compile_s"] = time.perf_counter() - start
     except SchemaError as e:
         return {"status": "schema_error", "keyword": e.keyword}
     except Exception as e:  # noqa: BLE001 — every other failure is a result to report
         return {"status": "error", "error": f"{type(e).__name__}: {str(e)[:160]}"}
     # Ours is built lazily: its size is the NFA's; outlines-core's is the states of its Index.
-    out["states"] = len(index.dfa.nfa) if engine == "structspec" else len(index.get_transitions())
+    out["states"] = len(fsm.index.dfa.nfa) if engine == "structspec" else len(fsm.index.get_transitions())
     out["regex_chars"] = len(regex)
     tests = [(t["valid"], in_layout(t["data"], schema, schema)) for t in row.get("tests") or [] if "data" in t]
     if engine == "structspec":  # what laziness moves into decoding: each new state's mask
-        out["mask_s"] = _mask_seconds(index, [text for valid, text in tests if valid])
-    results = [(valid, _accepts(index, text)) for valid, text in tests]
+        out["mask_s"] = _mask_seconds(fsm, [text for valid, text in tests if valid])
+    results = [(valid, _accepts(fsm, text)) for valid, text in tests]
     out["valid_accepted"] = [sum(1 for v, a in results if v and a), sum(1 for v, _ in results if v)]
     out["invalid_rejected"] = [sum(1 for v, a in results if not v and not a), sum(1 for v, _ in results if not v)]
     return out
@@ -204,13 +222,13 @@ def _generate_and_validate(schema: Any) -> list[int]:
         options = {"temperature": 1.0, "do_sample": True, "seed": seed} if seed else {}
         try:
             result = structspec.generate_result(_WORKER["tiny"], schema, "JSON:", max_new_tokens=128, **options)
-        except structspec.TokenBudgetExceeded:
-            counts[2] += 1
-            continue
         except jsonschema.ValidationError:  # the parser validates the original schema too
             counts[1] += 1
             continue
-        counts[0 if validator.is_valid(json.loads(result.text)) else 1] += 1
+        if not result.complete:
+            counts[2] += 1
+        else:
+            counts[0 if validator.is_valid(json.loads(result.text)) else 1] += 1
     return counts
 
 

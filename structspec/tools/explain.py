@@ -1,4 +1,5 @@
-"""The token view: each output token shown in the color of how it was produced.
+"""How results are shown: the stats table, and the token view (each output token in the color of how it
+was produced).
 
 A source is a name from `Result.sources`: ``forced`` (fast-forward, no model
 call), ``model`` (the target chose it after a forward pass), and the drafters
@@ -8,7 +9,8 @@ fallback palette, so a new drafter shows up without changes here.
 
 Typical use::
 
-    views = token_views(lm.vocab, result.token_ids, result.sources)
+    console.print(stats_table(result.stats))
+    views = token_views(lm.vocab.token_bytes, result.token_ids, result.sources)
     console.print(to_rich(views)); console.print(legend_rich(views))
     Path("out.html").write_text(html_page("explain", tokens_html(views)))
 
@@ -23,7 +25,34 @@ import html
 from collections import Counter
 from dataclasses import dataclass
 
+from rich.table import Table
 from rich.text import Text
+
+from structspec.result import Stats
+
+def stats_table(stats: Stats, title: str = "stats") -> Table:
+    """A two-column table of one generation's stats."""
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    forced_share = stats.forced_tokens / max(stats.output_tokens, 1)
+    rows = [
+        ("prompt tokens", f"{stats.prompt_tokens}"),
+        ("output tokens", f"{stats.output_tokens}"),
+        ("target forward passes", f"{stats.target_forward_passes}"),
+        ("passes per output token", f"{stats.passes_per_token:.3f}"),
+        ("forced tokens (no model call)", f"{stats.forced_tokens} ({forced_share:.0%})"),
+        # forced text verified as a draft is already counted in the row above
+        *((f"accepted from {name}", f"{d.accepted} of {d.drafted} drafted")
+          for name, d in stats.drafts.items() if name != "forced"),
+        ("model time per pass", f"{1000 * stats.model_seconds_per_pass:.1f} ms"),
+        ("constraint time per pass", f"{1000 * stats.constraint_seconds_per_pass:.2f} ms"),
+        ("compile", f"{1000 * stats.compile_seconds:.1f} ms ({stats.compile_source})"),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
 
 # source → (shade, alternate shade), light enough for black text on top.
 SOURCE_COLORS: dict[str, tuple[str, str]] = {

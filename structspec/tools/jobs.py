@@ -28,6 +28,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from pydantic import BaseModel
@@ -38,7 +39,6 @@ from structspec.errors import StructspecError
 from structspec.tools.explain import no_pass_tokens
 from structspec.lm import LM, Prompt
 from structspec.result import Stats
-from structspec.schema.translate import Regex
 
 ERROR_KINDS = {
     "malformed_input": "the input line or file could not be read as a record",
@@ -61,7 +61,7 @@ def load_spec(arg: str) -> Any:
 
     Forms: ``package.module:Model`` (imported, the current directory first),
     ``path/to/file.py:Model`` (imported by path), ``schema.json`` (a JSON Schema
-    file) and ``grammar:NAME`` (a regex from `structspec.schema.grammars`).
+    file) and ``grammar:NAME`` (a regex from `structspec.grammars`).
     """
     if arg.startswith("grammar:"):
         return _grammar(arg.removeprefix("grammar:"))
@@ -75,7 +75,7 @@ def load_spec(arg: str) -> Any:
         raise JobConfigError(
             f"--schema {arg!r}: use package.module:Model, path/to/file.py:Model, schema.json or grammar:NAME"
         )
-    module = _import_path(module_name) if module_name.endswith(".py") else _import_module(module_name)
+    module = import_file(module_name) if module_name.endswith(".py") else _import_module(module_name)
     try:
         obj: Any = module
         for part in attr.split("."):
@@ -95,9 +95,13 @@ def _import_module(name: str) -> Any:
         sys.path.remove(os.getcwd())
 
 
-def _import_path(path: str) -> Any:
+def import_file(path: str | Path) -> ModuleType:
+    """The Python file at ``path``, imported by path (a fresh module each call, not put in `sys.modules`).
+
+    Any failure (no such file, an error in the file) is a `JobConfigError` saying which.
+    """
     file = Path(path)
-    spec = importlib.util.spec_from_file_location(f"_structspec_job_{file.stem}", file)
+    spec = importlib.util.spec_from_file_location(f"_structspec_file_{file.stem}", file)
     if not file.is_file() or spec is None or spec.loader is None:
         raise JobConfigError(f"no Python file {path}")
     module = importlib.util.module_from_spec(spec)
@@ -108,16 +112,12 @@ def _import_path(path: str) -> Any:
     return module
 
 
-def _grammar(name: str) -> Regex:
+def _grammar(name: str) -> structspec.Regex:
     try:
-        from structspec.schema import grammars  # type: ignore[attr-defined]
-    except ImportError:
-        raise JobConfigError("grammar:NAME needs structspec.schema.grammars, which this structspec does not have") from None
-    try:
-        found = grammars.get(name)
+        found = structspec.grammars.get(name)
     except (StructspecError, LookupError) as e:
         raise JobConfigError(str(e)) from None
-    return Regex(found) if isinstance(found, str) else found
+    return structspec.Regex(found) if isinstance(found, str) else found
 
 
 def default_template(spec: Any) -> str:
@@ -258,10 +258,8 @@ def prepare_output(path: str | Path, retry_errors: bool = False) -> Counter[str]
     return Counter(row["id"] for row in rows)
 
 
-def stats_record(stats: Stats | None, sources: list[str]) -> dict[str, Any]:
+def stats_record(stats: Stats, sources: list[str]) -> dict[str, Any]:
     """A generation's stats as JSON fields, with ``no_pass_tokens`` counted from the sources."""
-    if stats is None:
-        return {}
     out = {k: v for k, v in dataclasses.asdict(stats).items() if k != "tokens_fed"}
     out["passes_per_token"] = stats.passes_per_token
     out["no_pass_tokens"] = no_pass_tokens(sources)
@@ -304,7 +302,7 @@ def run_record(lm: LM, spec: Any, record: InputRecord, options: JobOptions) -> d
         return row | {"error": {"kind": kind, "message": message}}
     prompt = build_prompt(lm, options.template, record.text)
     max_new_tokens = options.generate.get("max_new_tokens", 512)
-    context = getattr(lm.model.config, "max_position_embeddings", None)
+    context = lm.max_context
     prompt_tokens = len(lm.encode_prompt(prompt))
     if context and prompt_tokens + max_new_tokens > context:
         message = (f"the prompt is {prompt_tokens} tokens; with max_new_tokens={max_new_tokens} that needs "
@@ -312,12 +310,14 @@ def run_record(lm: LM, spec: Any, record: InputRecord, options: JobOptions) -> d
         return row | {"error": {"kind": "too_long", "message": message, "prompt_tokens": prompt_tokens}}
     try:
         result = structspec.generate_result(lm, spec, prompt, **options.generate)
-    except structspec.TokenBudgetExceeded as e:
-        error = {"kind": "token_budget", "message": str(e), "partial_text": e.text}
-        return row | {"error": error, "stats": stats_record(e.stats, e.sources)}
     except (StructspecError, ValueError) as e:  # one record's failure; the job goes on
         return row | {"error": {"kind": "generation_failed", "message": f"{type(e).__name__}: {e}"}}
-    return row | {"value": _jsonable(result.value), "stats": stats_record(result.stats, result.sources)}
+    stats = stats_record(result.stats, result.sources)
+    if not result.complete:  # max_new_tokens ran out (the context cannot: checked above); `generate`'s message
+        message = str(structspec.TokenBudgetExceeded(max_new_tokens, result))
+        error = {"kind": "token_budget", "message": message, "partial_text": result.text}
+        return row | {"error": error, "stats": stats}
+    return row | {"value": _jsonable(result.value), "stats": stats}
 
 
 @dataclass

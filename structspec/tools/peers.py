@@ -123,7 +123,7 @@ def _generate(lm: LM, prompt_ids: list[int], max_new_tokens: int, processor: _Ti
 
     eos = lm.tokenizer.eos_token_id
     pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else eos
-    input_ids = torch.tensor([prompt_ids])  # [1, prompt]
+    input_ids = torch.tensor([prompt_ids], device=lm.device)  # [1, prompt]
     # A fresh config: no sampling or penalty settings from the model's generation_config.
     config = GenerationConfig(do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad)
     start = time.perf_counter()

@@ -6,7 +6,6 @@ short and neutral: it names the fields and asks for JSON, nothing more.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from dataclasses import dataclass
@@ -15,7 +14,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-_REPO_ROOT = Path(__file__).resolve().parent.parent
+from structspec.tools.jobs import import_file
+
+_REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -38,14 +39,8 @@ def _resolve(path: str | Path) -> Path:
 
 
 def load_schemas(path: str | Path = "examples/schemas.py") -> dict[str, type[BaseModel]]:
-    """The ``SCHEMAS`` dict of a Python file, imported by path."""
-    file = _resolve(path)
-    spec = importlib.util.spec_from_file_location(f"_structspec_schemas_{file.stem}", file)
-    if spec is None or spec.loader is None:
-        raise FileNotFoundError(f"cannot import schemas from {file}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.SCHEMAS
+    """The ``SCHEMAS`` dict of a Python file, imported by path (`JobConfigError` when it cannot be)."""
+    return import_file(_resolve(path)).SCHEMAS
 
 
 def load_tasks(path: str | Path = "examples/tasks.jsonl", schemas: str | Path = "examples/schemas.py") -> list[Task]:

@@ -1,0 +1,227 @@
+"""The measuring harness that `bench` and `compare` share: methods, one runner, one summary.
+
+A method is a row of a report: structspec's are `generate_result` keywords
+(`methods`), a peer is a function that decodes the same prompt its own way
+(`structspec.tools.peers`). `run_tasks` runs every method on every task with the
+same prompt (`tasks.extraction_prompt`) and judges each output as a user would
+read it (`judge`); `summarize` adds one method's runs up. structspec's numbers
+come from its `Stats`, a peer's from its `PeerRun`: the harness times nothing.
+
+Typical use::
+
+    by_method = run_tasks(lm, spread(load_tasks(), 6), methods(), 200, Console())
+    summaries = [summarize(runs) for runs in by_method.values()]
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from rich.console import Console
+
+import structspec
+from structspec.lm import LM
+from structspec.tools.explain import no_pass_tokens
+from structspec.tools.peers import PeerRun, unconstrained_greedy
+from structspec.tools.tasks import Task, extraction_prompt, field_accuracy
+
+PLAIN = "plain masked"  # plain masked decoding: the row every speed-up must match token for token
+
+Keywords = dict[str, Any]  # `generate_result`'s keywords
+Peer = Callable[[LM, Task, list[int], int], PeerRun]  # (lm, task, prompt ids, max_new_tokens) → its run
+Method = Keywords | Peer
+
+
+def methods(draft_model: LM | None = None, self_draft: bool = False) -> dict[str, Keywords]:
+    """structspec's rows in table order: plain masked decoding, fast-forward, then drafting on top of it.
+
+    ``self_draft`` adds the drafters built from the target's own first layers
+    (self-draft, threshold, auto); ``draft_model`` adds a draft-model row.
+    """
+    rows: dict[str, Keywords] = {
+        PLAIN: {"fast_forward": "off"},
+        "fast-forward": {"fast_forward": "exact"},
+        "+ prompt lookup": {"fast_forward": "exact", "draft": "prompt_lookup"},
+    }
+    if self_draft:
+        rows |= {f"+ {name}": {"fast_forward": "exact", "draft": draft}
+                 for name, draft in [("self-draft", "self"), ("threshold", "threshold"), ("auto", "auto")]}
+    if draft_model is not None:
+        rows["+ draft model"] = {"fast_forward": "exact", "draft": draft_model}
+    return rows
+
+
+def spread(tasks: list[Task], limit: int | None) -> list[Task]:
+    """The first ``limit`` tasks taking one of each schema in turn (all tasks, in file order, without a limit)."""
+    if limit is None:
+        return tasks
+    by_schema: dict[str, list[Task]] = {}
+    for task in tasks:
+        by_schema.setdefault(task.schema_name, []).append(task)
+    turns = [group[i] for i in range(len(tasks)) for group in by_schema.values() if i < len(group)]
+    return turns[:limit]
+
+
+@dataclass(frozen=True)
+class Run:
+    """One method on one task: its tokens and their sources, its cost, and how good the output is."""
+
+    method: str
+    task_id: str
+    token_ids: list[int]
+    sources: list[str]  # per token, as in `Result.sources`; a peer's tokens all count as "model"
+    text: str
+    finished: bool  # False: max_new_tokens ran out
+    forward_passes: int  # of the target
+    model_seconds: float
+    constraint_seconds: float  # for a peer: inside its logits processor
+    draft_passes: int
+    draft_seconds: float
+    drafts: tuple[tuple[str, int, int], ...]  # (source, drafted, accepted)
+    valid_json: bool
+    schema_valid: bool
+    accuracy: float | None  # None: the task has no expected value
+
+    @property
+    def seconds(self) -> float:
+        """Decoding time: model, constraint and drafter (a peer's whole ``generate`` call)."""
+        return self.model_seconds + self.constraint_seconds + self.draft_seconds
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How a user would judge an output: is it JSON, does it fit the schema, how many fields are right."""
+
+    valid_json: bool
+    schema_valid: bool
+    accuracy: float | None  # None: the task has no expected value
+
+
+def parse_json(text: str) -> Any:
+    """``text`` as JSON, as a user would read a model's answer: outer whitespace and a ``` fence removed.
+
+    Raises ValueError when it is not JSON.
+    """
+    fenced = re.fullmatch(r"\s*```(?:json)?\s*(.*?)\s*```\s*", text, re.DOTALL)
+    return json.loads(fenced.group(1) if fenced else text)
+
+
+def judge(task: Task, text: str) -> Verdict:
+    """Check ``text`` against ``task``: valid JSON, valid against the schema, field accuracy."""
+    try:
+        value = parse_json(text)
+        valid_json = True
+    except ValueError:
+        value, valid_json = None, False
+    schema_valid = valid_json and _validates(task, value)
+    accuracy = None
+    if task.expected:  # fields of any JSON object count, so an almost-right peer answer gets partial credit
+        accuracy = field_accuracy(value, task.expected) if isinstance(value, dict) else 0.0
+    return Verdict(valid_json, schema_valid, accuracy)
+
+
+def _validates(task: Task, value: Any) -> bool:
+    try:
+        task.schema.model_validate(value, strict=False)
+    except ValueError:  # pydantic.ValidationError
+        return False
+    return True
+
+
+def run_structspec(lm: LM, task: Task, label: str, keywords: Keywords, max_new_tokens: int) -> Run:
+    """``generate_result`` with ``keywords`` on the task's prompt; a run out of budget keeps its partial output."""
+    r = structspec.generate_result(lm, task.schema, extraction_prompt(task.text, task.schema),
+                                   max_new_tokens=max_new_tokens, **keywords)
+    s = r.stats
+    return Run(method=label, task_id=task.id, token_ids=r.token_ids, sources=r.sources, text=r.text,
+               finished=r.complete, forward_passes=s.target_forward_passes, model_seconds=s.model_seconds,
+               constraint_seconds=s.constraint_seconds, draft_passes=s.draft_passes, draft_seconds=s.draft_seconds,
+               drafts=tuple((name, d.drafted, d.accepted) for name, d in s.drafts.items()),
+               **asdict(judge(task, r.text)))
+
+
+def run_peer(lm: LM, task: Task, label: str, peer: Peer, prompt_ids: list[int], max_new_tokens: int) -> Run:
+    """A peer on the task's prompt ids; it finished if it stopped before ``max_new_tokens``."""
+    p = peer(lm, task, prompt_ids, max_new_tokens)
+    return Run(method=label, task_id=task.id, token_ids=p.token_ids, sources=["model"] * len(p.token_ids),
+               text=p.text, finished=len(p.token_ids) < max_new_tokens, forward_passes=p.forward_passes,
+               model_seconds=p.seconds - p.mask_seconds, constraint_seconds=p.mask_seconds, draft_passes=0,
+               draft_seconds=0.0, drafts=(), **asdict(judge(task, p.text)))
+
+
+def run_tasks(lm: LM, tasks: list[Task], rows: Mapping[str, Method], max_new_tokens: int,
+              console: Console) -> dict[str, list[Run]]:
+    """Every method on every task, one after the other, in ``rows`` order; a progress line per task."""
+    unconstrained_greedy(lm, lm.encode_prompt("warm-up"), 2)  # first-call overheads out of the way
+    by_method: dict[str, list[Run]] = {label: [] for label in rows}
+    for n, task in enumerate(tasks, 1):
+        prompt_ids = lm.encode_prompt(extraction_prompt(task.text, task.schema))
+        for label, method in rows.items():
+            run = (run_structspec(lm, task, label, method, max_new_tokens) if isinstance(method, dict)
+                   else run_peer(lm, task, label, method, prompt_ids, max_new_tokens))
+            by_method[label].append(run)
+        line = " · ".join(f"{label} {runs[-1].forward_passes}" + ("" if runs[-1].finished else " (budget ran out)")
+                          for label, runs in by_method.items())
+        console.print(f"[{n}/{len(tasks)}] {task.id}: forward passes {line}", highlight=False)
+    return by_method
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One method over all tasks, finished or out of budget."""
+
+    method: str
+    forward_passes: int
+    output_tokens: int
+    no_pass_tokens: int
+    model_seconds: float
+    constraint_seconds: float
+    draft_passes: int
+    draft_seconds: float
+    valid_json: float  # share of all tasks
+    schema_valid: float  # share of all tasks
+    accuracy: float | None  # mean over the tasks with an expected value; None: no task has one
+    unfinished: int
+
+    @property
+    def seconds(self) -> float:
+        return self.model_seconds + self.constraint_seconds + self.draft_seconds
+
+    @property
+    def passes_per_token(self) -> float:
+        return self.forward_passes / max(self.output_tokens, 1)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.output_tokens / max(self.seconds, 1e-9)
+
+    @property
+    def constraint_ms_per_pass(self) -> float:
+        return 1000 * self.constraint_seconds / max(self.forward_passes, 1)
+
+    @property
+    def model_ms_per_pass(self) -> float:
+        return 1000 * self.model_seconds / max(self.forward_passes, 1)
+
+
+def summarize(runs: list[Run]) -> Summary:
+    """One method's runs added up (``runs`` all of one method)."""
+    scored = [r.accuracy for r in runs if r.accuracy is not None]
+    return Summary(
+        method=runs[0].method,
+        forward_passes=sum(r.forward_passes for r in runs),
+        output_tokens=sum(len(r.token_ids) for r in runs),
+        no_pass_tokens=sum(no_pass_tokens(r.sources) for r in runs),
+        model_seconds=sum(r.model_seconds for r in runs),
+        constraint_seconds=sum(r.constraint_seconds for r in runs),
+        draft_passes=sum(r.draft_passes for r in runs),
+        draft_seconds=sum(r.draft_seconds for r in runs),
+        valid_json=sum(r.valid_json for r in runs) / len(runs),
+        schema_valid=sum(r.schema_valid for r in runs) / len(runs),
+        accuracy=sum(scored) / len(scored) if scored else None,
+        unfinished=sum(not r.finished for r in runs),
+    )
