@@ -54,7 +54,8 @@ class ModelNotFoundError(StructspecError, LookupError):
 
 
 class TokenBudgetExceeded(StructspecError):
-    """`generate` could not return a value: `max_new_tokens` ran out before the output was complete.
+    """`generate` could not return a value: `max_new_tokens` (or the model's context) ran out before the
+    output was complete.
 
     Carries the partial `Result` (text, token ids, sources, stats) so nothing
     generated is lost; `generate_result` returns that result instead of raising.
@@ -67,7 +68,9 @@ class TokenBudgetExceeded(StructspecError):
         self.token_ids: list[int] = result.token_ids
         self.stats = result.stats
         self.sources: list[str] = result.sources
-        super().__init__(
-            f"max_new_tokens={max_new_tokens} ran out before the output was complete "
-            f"(partial output: {self.text[-120:]!r}); raise max_new_tokens"
+        budget = (
+            "the model's context filled up" if result.stop_reason == "max_context"
+            else f"max_new_tokens={max_new_tokens} ran out"
         )
+        fix = "shorten the prompt" if result.stop_reason == "max_context" else "raise max_new_tokens"
+        super().__init__(f"{budget} before the output was complete (partial output: {self.text[-120:]!r}); {fix}")

@@ -147,7 +147,7 @@ class LM:
         hidden = self.model.base_model(
             input_ids=ids, position_ids=pos, attention_mask=mask[:, None], past_key_values=cache, use_cache=True
         ).last_hidden_state
-        index = torch.tensor(rows, device=device)
+        index = torch.tensor(rows, device=hidden.device)  # the last layer's device under device_map
         logits = self.model.get_output_embeddings()(hidden[index[:, 0], index[:, 1]]).float()
         cap = getattr(self.model.config, "final_logit_softcapping", None)
         return torch.tanh(logits / cap) * cap if cap else logits
@@ -280,13 +280,18 @@ SHIPPED: dict[str, Callable[[], Path]] = {
 DEFAULT_MODEL = "smollm2-135m"
 
 
-def load(name: str = DEFAULT_MODEL) -> LM:
+def load(name: str = DEFAULT_MODEL, device: str = "auto", dtype: str | torch.dtype | None = None) -> LM:
     """Load a shipped model by name (see `SHIPPED`) or a local Hugging Face model directory.
 
     A shipped model is converted from its GGUF once and cached as safetensors
-    under ``$STRUCTSPEC_CACHE/models``; later loads take seconds.
+    under ``$STRUCTSPEC_CACHE/models``; later loads take seconds. ``device="auto"``
+    picks CUDA when available, else the CPU; ``dtype`` (``"float32"``,
+    ``"bfloat16"``, ``"float16"`` or a torch dtype) defaults to float32 on the
+    CPU and bfloat16 on CUDA.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    where, precision = resolve_device(device, dtype)
 
     if name in SHIPPED:
         converted = cache_dir("models") / name
@@ -308,5 +313,28 @@ def load(name: str = DEFAULT_MODEL) -> LM:
         raise ModelNotFoundError(
             f"unknown model {name!r}: use one of {', '.join(SHIPPED)} or a local model directory"
         )
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=precision).to(where)
     return LM(model, AutoTokenizer.from_pretrained(path), name=name)
+
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(device: str = "auto", dtype: str | torch.dtype | None = None) -> tuple[torch.device, torch.dtype]:
+    """The device and dtype ``load`` uses for ``device``/``dtype`` options (``"auto"``: CUDA if available).
+    Does not change anything."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        where = torch.device(device)
+    except RuntimeError:
+        raise OptionError(f"device={device!r} is not a torch device: use 'auto', 'cpu', 'cuda' or 'cuda:N'") from None
+    if where.type == "cuda" and not torch.cuda.is_available():
+        raise OptionError(f"device={device!r} but torch sees no CUDA device: use device='cpu' or 'auto'")
+    if dtype is None:
+        return where, torch.bfloat16 if where.type == "cuda" else torch.float32
+    if isinstance(dtype, torch.dtype):
+        return where, dtype
+    if dtype not in _DTYPES:
+        raise OptionError(f"dtype={dtype!r} is not one of {', '.join(_DTYPES)}")
+    return where, _DTYPES[dtype]

@@ -182,10 +182,10 @@ def tiny_llama(
 _TOKENIZERS = {"byte_level": byte_level_tokenizer, "sentencepiece": sentencepiece_tokenizer}
 
 
-def tiny_lm(kind: Literal["byte_level", "sentencepiece"] = "byte_level", seed: int = 0) -> LM:
-    """`tiny_llama` with the ``kind`` tokenizer, wrapped as a `structspec.LM`."""
+def tiny_lm(kind: Literal["byte_level", "sentencepiece"] = "byte_level", seed: int = 0, device: str = "cpu") -> LM:
+    """`tiny_llama` with the ``kind`` tokenizer on ``device``, wrapped as a `structspec.LM`."""
     tokenizer = _TOKENIZERS[kind]()
-    return from_transformers(tiny_llama(tokenizer, seed), tokenizer)
+    return from_transformers(tiny_llama(tokenizer, seed).to(device), tokenizer)
 
 
 class CountingLM:

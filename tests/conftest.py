@@ -11,6 +11,9 @@ import structspec
 from structspec.errors import ModelNotFoundError
 from structspec.testing import tiny_lm
 
+# Where the tiny models run: "cpu" in CI; STRUCTSPEC_TEST_DEVICE=cuda runs the same tests on a GPU.
+DEVICE = os.environ.get("STRUCTSPEC_TEST_DEVICE", "cpu")
+
 # The developer's cache, saved before `isolated_cache` points STRUCTSPEC_CACHE at a temp dir.
 _USER_CACHE = os.environ.get("STRUCTSPEC_CACHE")
 
@@ -34,13 +37,13 @@ def isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def byte_lm() -> structspec.LM:
     """Tiny random Llama with the byte-level BPE tokenizer (SmolLM2/Qwen style)."""
-    return tiny_lm("byte_level")
+    return tiny_lm("byte_level", device=DEVICE)
 
 
 @pytest.fixture(scope="session")
 def sp_lm() -> structspec.LM:
     """Tiny random Llama with the SentencePiece-style tokenizer (Llama 2 style)."""
-    return tiny_lm("sentencepiece")
+    return tiny_lm("sentencepiece", device=DEVICE)
 
 
 def _load_shipped(name: str, isolated_cache: str) -> structspec.LM:

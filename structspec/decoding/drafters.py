@@ -196,7 +196,7 @@ class ModelDrafter(_DraftModel):
         if torch.isinf(logits).all():
             return None
         if sampling.do_sample:
-            q = probabilities(logits, sampling)
+            q = probabilities(logits.cpu(), sampling)  # verified on the CPU, next to the target's p
             token = sample(q, generator)
         else:
             q, token = None, int(logits.argmax())

@@ -28,6 +28,8 @@ def decode(
         row.stats.tokens_fed.append(len(window))
         row.stats.model_seconds += t1 - t0
         fsm.mask_logits_inplace(logits, row.mask_states())  # the bonus row too
+        if options.sampling.do_sample:
+            logits = logits.cpu()  # draws use the CPU generator, so a seed gives the same sample on any device
         row.stats.constraint_seconds += time.perf_counter() - t1
         if row.accept(*row.verify(logits)) < len(window):  # the rejected rest leaves the cache
             lm.crop(cache, row.cached)

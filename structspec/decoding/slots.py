@@ -15,6 +15,8 @@ import torch
 class Slots:
     """``valid[b, t]``: whether row ``b`` may attend to cache slot ``t`` (its kept tokens, in order)."""
 
+    slack = 64  # holes tolerated beyond the kept slots before compacting (a gather copies the whole cache)
+
     def __init__(self, rows: int) -> None:
         self.valid = torch.zeros(rows, 0, dtype=torch.bool)
 
@@ -64,7 +66,7 @@ class Slots:
         to the front (and the table is rewritten to match); else None. The caller gathers the cache with it."""
         counts = self.valid.sum(1)
         longest = int(counts.max()) if len(counts) else 0
-        if self.width <= 2 * longest + 64:
+        if self.width <= 2 * longest + self.slack:
             return None
         # stable sort puts kept slots first, in their order; the tail of each row points at holes
         order = torch.sort((~self.valid).to(torch.int8), dim=1, stable=True).indices[:, :longest]

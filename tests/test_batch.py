@@ -1,0 +1,174 @@
+"""Batched decoding: every row equals the same row decoded alone; errors stay in their row."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import pytest
+import torch
+from pydantic import BaseModel, Field
+
+import structspec
+from structspec import Regex
+from structspec.decoding.batch import shared_prefix
+from structspec.decoding.slots import Slots
+from structspec.lm import LM
+from structspec.testing import chi_square_pvalue, exact_output_distribution, tiny_lm
+from structspec.decoding.sampling import SamplingConfig
+
+from conftest import DEVICE
+
+
+class Order(BaseModel):
+    customer: Annotated[str, Field(pattern=r"[A-Z][a-z]{1,8}")]
+    city: Literal["Paris", "London", "Tokyo", "Berlin"]
+    items: Annotated[int, Field(json_schema_extra={"maxDigits": 2})]
+    paid: bool
+
+
+# mixed specs and prompt lengths: rows finish at different times and are refilled
+SPECS = [Order, Regex(r"(red|green|blue) (small|large) [a-z]{2,6}"), Order,
+         {"type": "array", "items": {"enum": ["Oslo", "Lima"]}, "maxItems": 3}, Regex(r"[a-z]{3,30}"), Order,
+         Regex(r"(yes|no)"), Order]
+PROMPTS = ["Alice from Paris ordered 12 items, paid: true. Alice lives in Paris.", "Bob",
+           "Carol from London ordered 3 items and has not paid. " * 4, "x y z", "Dave, Tokyo", "Eve paid.",
+           "Is it?", "Frank from Berlin, 7 items, paid: false. Frank lives in Berlin."]
+MODES = {"off": {"fast_forward": "off"}, "exact": {}, "prompt_lookup": {"draft": "prompt_lookup"},
+         "self": {"draft": "self"}}
+
+
+def alone(lm, specs, prompts, **options) -> list[structspec.Result]:
+    return [structspec.generate_result(lm, s, p, max_new_tokens=40, **options) for s, p in zip(specs, prompts)]
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
+def test_every_row_equals_the_row_decoded_alone(kind: str, mode: str, request) -> None:
+    lm = request.getfixturevalue(kind)
+    single = alone(lm, SPECS, PROMPTS, **MODES[mode])
+    for batch_size in (1, 3, 8):
+        batch = structspec.generate_batch(lm, SPECS, PROMPTS, batch_size=batch_size, max_new_tokens=40, **MODES[mode])
+        assert [r.token_ids for r in batch] == [r.token_ids for r in single], batch_size
+        assert [r.stop_reason for r in batch] == [r.stop_reason for r in single]
+        assert [r.value for r in batch] == [r.value for r in single]
+        # the same passes choose the same tokens; only the prefill is a pass of its own
+        assert [r.stats.target_forward_passes for r in batch] == [r.stats.target_forward_passes for r in single]
+    assert {r.stop_reason for r in single} >= {"fsm_complete", "max_new_tokens"}  # rows end at different times
+
+
+def test_a_draft_model_with_the_targets_tokenizer_is_lossless_in_a_batch(byte_lm) -> None:
+    draft = tiny_lm("byte_level", seed=7, device=DEVICE)  # another random model: many rejected drafts
+    single = alone(byte_lm, SPECS, PROMPTS, draft=draft)
+    batch = structspec.generate_batch(byte_lm, SPECS, PROMPTS, batch_size=4, max_new_tokens=40, draft=draft)
+    assert [r.token_ids for r in batch] == [r.token_ids for r in single]
+    assert sum(r.stats.drafts["draft_model"].drafted for r in batch) > sum(
+        r.stats.drafts["draft_model"].accepted for r in batch) > 0
+
+
+def test_holes_from_rejected_drafts_are_compacted(byte_lm, monkeypatch) -> None:
+    gathers = []
+    original = LM.cache_gather
+    monkeypatch.setattr(LM, "cache_gather", staticmethod(lambda cache, index: (gathers.append(index.shape),
+                                                                             original(cache, index))[1]))
+    monkeypatch.setattr(Slots, "slack", 0)  # compact as soon as holes outnumber kept slots
+    draft = tiny_lm("byte_level", seed=7, device=DEVICE)
+    single = alone(byte_lm, SPECS, PROMPTS, draft=draft)
+    batch = structspec.generate_batch(byte_lm, SPECS, PROMPTS, batch_size=4, max_new_tokens=40, draft=draft)
+    assert len(gathers) >= 2  # compacted more than once, between refills too
+    assert [r.token_ids for r in batch] == [r.token_ids for r in single]
+
+
+def test_iter_batch_yields_each_row_once_as_it_finishes(byte_lm) -> None:
+    seen = [i for i, _ in structspec.iter_batch(byte_lm, SPECS, PROMPTS, batch_size=3, max_new_tokens=40)]
+    assert sorted(seen) == list(range(len(PROMPTS)))
+    assert seen != list(range(len(PROMPTS)))  # short rows come back before long ones
+
+
+def test_the_shared_prompt_prefix_is_prefilled_once(byte_lm) -> None:
+    instruction = "Extract the order as JSON. Use the customer's first name and the city they live in. Text: "
+    prompts = [instruction + p for p in PROMPTS[:4]]
+    batch = structspec.generate_batch(byte_lm, Order, prompts, batch_size=2, max_new_tokens=40)
+    assert [r.token_ids for r in batch] == [r.token_ids for r in alone(byte_lm, [Order] * 4, prompts)]
+    reused = [r.stats.prefix_tokens_reused for r in batch]
+    assert len(set(reused)) == 1 and reused[0] >= len(byte_lm.encode_prompt(instruction)) - 2
+
+
+def test_shared_prefix_leaves_every_prompt_its_last_token() -> None:
+    assert shared_prefix([[1, 2, 3], [1, 2, 3, 4]]) == [1, 2]
+    assert shared_prefix([[1, 2, 3], [1, 5, 3]]) == [1]
+    assert shared_prefix([[7], [7, 8]]) == []
+
+
+def test_slots_mask_kept_slots_causal_windows_and_padding() -> None:
+    slots = Slots(2)
+    slots.place(0, 2)  # row 0 holds 2 prompt slots, row 1 none
+    mask = slots.window_mask([2, 1])  # [rows, W=2, 2 + 2]
+    assert mask[0].tolist() == [[True, True, True, False], [True, True, True, True]]
+    assert mask[1].tolist() == [[False, False, True, False], [False, False, False, True]]  # padding sees itself
+    slots.keep([1, 1], 2)
+    assert slots.valid.tolist() == [[True, True, True, False], [False, False, True, False]]
+
+
+def test_compaction_moves_kept_slots_to_the_front() -> None:
+    slots = Slots(2)
+    slots.valid = torch.zeros(2, 200, dtype=torch.bool)
+    slots.valid[0, [3, 50, 199]] = True
+    slots.valid[1, [7]] = True
+    order = slots.compaction()
+    assert order.tolist() == [[3, 50, 199], [7, 0, 1]]  # kept slots first; the rest of a row points at holes
+    assert slots.valid.tolist() == [[True, True, True], [True, False, False]]
+
+
+def test_sampled_rows_keep_the_distribution_and_do_not_depend_on_the_batch(byte_lm) -> None:
+    spec, prompt, temperature = Regex(r"(ab|b|ba|a){1,3}"), "pick:", 1.5
+    fsm = structspec.compile(spec, byte_lm).fsm
+    exact = exact_output_distribution(byte_lm, fsm, byte_lm.encode_prompt(prompt), SamplingConfig(True, temperature))
+    n = 400
+    batch = structspec.generate_batch(byte_lm, spec, [prompt] * n, batch_size=8, temperature=temperature, seed=0,
+                                      draft="prompt_lookup")
+    counts: dict[tuple[int, ...], int] = {}
+    for r in batch:
+        counts[tuple(r.token_ids)] = counts.get(tuple(r.token_ids), 0) + 1
+    assert chi_square_pvalue(counts, exact) > 0.001
+    # row i samples with seed + i: the same draws at another batch size and alone
+    again = structspec.generate_batch(byte_lm, spec, [prompt] * 12, batch_size=5, temperature=temperature, seed=0)
+    assert [r.token_ids for r in again] == [r.token_ids for r in batch[:12]]
+    assert [structspec.generate_result(byte_lm, spec, prompt, temperature=temperature, seed=i).token_ids
+            for i in range(4)] == [r.token_ids for r in batch[:4]]
+
+
+def test_bad_rows_are_results_and_other_rows_are_unaffected(byte_lm) -> None:
+    long_prompt = "word " * (byte_lm.max_context + 10)
+    prompts = [PROMPTS[0], "", long_prompt, PROMPTS[1]]
+    specs = [Order, Order, Order, Regex("(ab")]
+    results = structspec.generate_batch(byte_lm, specs, prompts, batch_size=4, max_new_tokens=40)
+    assert results[0].token_ids == alone(byte_lm, [Order], PROMPTS[:1])[0].token_ids
+    for i, kind, words in [(1, structspec.PromptError, "empty"), (2, structspec.PromptError, "shorten the prompt"),
+                           (3, structspec.RegexError, "(ab")]:
+        assert results[i].stop_reason == "error" and results[i].value is None
+        assert isinstance(results[i].error, kind) and words in str(results[i].error)
+        assert f"row {i}" in str(results[i].error)
+
+
+def test_batch_arguments_are_checked_before_any_pass(byte_lm) -> None:
+    with pytest.raises(structspec.OptionError, match="2 specs for 3 prompts"):
+        structspec.generate_batch(byte_lm, [Order, Order], PROMPTS[:3])
+    with pytest.raises(structspec.OptionError, match="batch_size"):
+        structspec.generate_batch(byte_lm, Order, PROMPTS[:3], batch_size=0)
+    with pytest.raises(structspec.OptionError, match="list of prompts"):
+        structspec.generate_batch(byte_lm, Order, "one prompt")
+
+
+def test_a_full_context_stops_the_row_with_its_partial_text() -> None:
+    lm = tiny_lm("byte_level", device=DEVICE)
+    prompt, room = PROMPTS[2], 9
+    lm.max_context = len(lm.encode_prompt(prompt)) + room  # the model's positions, as its config would say
+    spec = Regex(r"[a-z]{40}")
+    single = structspec.generate_result(lm, spec, prompt, max_new_tokens=40)
+    batch = structspec.generate_batch(lm, [spec, spec], [prompt, "Bob"], batch_size=2, max_new_tokens=40)
+    assert single.stop_reason == batch[0].stop_reason == "max_context" and single.value is None
+    assert len(single.token_ids) == room + 1  # every position used, and the last choice kept
+    assert batch[0].token_ids == single.token_ids
+    assert batch[1].stop_reason != "max_context"
+    with pytest.raises(structspec.PromptError, match=f"{lm.max_context} positions"):
+        structspec.generate_result(lm, spec, prompt * 2)
