@@ -1,0 +1,138 @@
+"""What a batched verify pass costs: seconds per pass against rows and tokens fed, on any device.
+
+    python -m structspec.tools.pass_cost --model qwen2.5-coder-0.5b --dtype bfloat16
+    python -m structspec.tools.pass_cost --config qwen2.5-7b --device cuda --batch-sizes 1,8,16,32,64
+
+``--config`` builds a random-weight model from a named architecture (no weights
+needed: on a GPU machine without a model hub this is the way to measure), with
+the tiny in-process byte-level tokenizer for the masks. Each cell times the
+engine's own pass — `LM.forward_slots` over B rows of W-token windows on a
+cache of ``--context`` kept slots per row, one packed bitmask filled for every
+logits row and applied, one argmax read back — as the batched loop runs it.
+Tokens/s assumes ``--accepted`` output tokens per row and pass (acceptance
+comes from a run on real weights: random weights rarely agree with a draft).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from typing import Any
+
+import torch
+
+import structspec
+from structspec.automaton import apply_token_bitmask_inplace
+from structspec.decoding.slots import Slots
+from structspec.lm import LM, load, resolve_device
+
+# Architectures for random-weight models (the published configs' shapes).
+CONFIGS: dict[str, dict[str, Any]] = {
+    "qwen2.5-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                         num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768,
+                         tie_word_embeddings=True),
+    "qwen2.5-7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+                       num_key_value_heads=4, vocab_size=152064, max_position_embeddings=32768,
+                       tie_word_embeddings=False),
+}
+
+
+def random_model(name: str, device: torch.device, dtype: torch.dtype) -> LM:
+    """A random-weight model of architecture ``name`` (see `CONFIGS`), built directly on ``device``."""
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    from structspec.testing import byte_level_tokenizer
+
+    config = Qwen2Config(**CONFIGS[name])
+    with device:
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    return LM(model, byte_level_tokenizer(), name=f"random {name}")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+@torch.no_grad()
+def pass_seconds(lm: LM, rows: int, window: int, context: int, repeats: int) -> tuple[float, float]:
+    """Median seconds of one engine pass (B=``rows`` windows of ``window`` tokens after ``context`` kept
+    slots), and of its model forward alone."""
+    device = lm.device
+    fsm = structspec.compile(structspec.Regex(r"[a-z ]{1,4000}"), lm).fsm
+    generator = torch.Generator().manual_seed(0)
+    vocab = min(len(lm.vocab), lm.logits_width)
+    cache, slots = lm.new_cache(), Slots(rows)
+    prompt = torch.randint(3, vocab, (rows, context), generator=generator).tolist()
+    lm.forward_slots(prompt, [0] * rows, slots.window_mask([context] * rows), cache, [(b, context - 1) for b in range(rows)])
+    slots.keep([context] * rows, context)
+    times, forwards = [], []
+    for step in range(repeats + 1):
+        windows = torch.randint(3, vocab, (rows, window), generator=generator).tolist()
+        _sync(device)
+        t0 = time.perf_counter()
+        wanted = [(b, j) for b in range(rows) for j in range(window)]
+        logits = lm.forward_slots(windows, [context + step * window] * rows, slots.window_mask([window] * rows),
+                                  cache, wanted)
+        _sync(device)
+        forward = time.perf_counter() - t0
+        bitmask = fsm.allocate_token_bitmask(len(wanted))
+        for r in range(len(wanted)):
+            fsm.fill_next_token_bitmask(bitmask, r, fsm.initial_state)
+        apply_token_bitmask_inplace(logits, bitmask.to(device, non_blocking=True))
+        logits.argmax(-1).tolist()
+        _sync(device)
+        if step:  # the first pass warms up kernels and allocators
+            times.append(time.perf_counter() - t0)
+            forwards.append(forward)
+        slots.keep([window] * rows, window)
+    return statistics.median(times), statistics.median(forwards)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="structspec pass-cost", description=__doc__.split("\n\n")[0])
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--model", help="a shipped model name or a local model directory")
+    source.add_argument("--config", choices=sorted(CONFIGS), help="a random-weight model of this architecture")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: per device)")
+    parser.add_argument("--batch-sizes", default="1,8,16")
+    parser.add_argument("--windows", default="1,4,8,16", help="tokens fed per row and pass")
+    parser.add_argument("--context", type=int, default=512, help="kept KV slots per row before the timed passes")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--accepted", type=float, default=3.0, help="output tokens per row and pass, for tokens/s")
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--json", help="also write the cells to this file")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device, dtype = resolve_device(args.device, args.dtype)
+    lm = random_model(args.config, device, dtype) if args.config else load(args.model, device=args.device, dtype=args.dtype)
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    print(f"{lm.name} on {gpu}, {str(dtype).removeprefix('torch.')}, context {args.context}")
+    cells = []
+    sizes = [int(b) for b in args.batch_sizes.split(",")]
+    windows = [int(w) for w in args.windows.split(",")]
+    base = None
+    print(f"{'rows':>5} {'fed/row':>8} {'ms/pass':>9} {'forward ms':>11} {'× 1×1':>7} {'tokens/s':>10}")
+    for rows in sizes:
+        for window in windows:
+            seconds, forward = pass_seconds(lm, rows, window, args.context, args.repeats)
+            base = base or seconds
+            accepted = min(args.accepted, window)
+            cell = {"rows": rows, "window": window, "ms": seconds * 1e3, "forward_ms": forward * 1e3,
+                    "relative": seconds / base, "tokens_per_s": rows * accepted / seconds}
+            cells.append(cell)
+            print(f"{rows:>5} {window:>8} {cell['ms']:>9.2f} {cell['forward_ms']:>11.2f} {cell['relative']:>7.2f} "
+                  f"{cell['tokens_per_s']:>10.0f}", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"model": lm.name, "device": gpu, "dtype": str(dtype), "context": args.context,
+                       "accepted": args.accepted, "cells": cells}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
