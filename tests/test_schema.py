@@ -11,8 +11,10 @@ import jsonschema
 import pytest
 from pydantic import BaseModel, Field
 
-from structspec import Regex, SchemaError, SpecError, to_regex
-from structspec.schema.translate import constraint_of
+from structspec import Regex, SchemaError, SpecError, StructspecError, to_regex
+from structspec.schema import constraint_of, validator
+from structspec.schema.emit import Rewrites
+from structspec.schema.pointers import Document
 
 
 class Color(enum.Enum):
@@ -102,7 +104,11 @@ def test_parsers_return_the_promised_values() -> None:
          "required", "/"),
         ({"$defs": {"n": {"type": "object", "properties": {"next": {"$ref": "#/$defs/n"}}}},
           "$ref": "#/$defs/n"}, "$ref", "/$defs/n/properties/next"),
-        ({"type": "integer", "maximum": "ten"}, "type", "/maximum"),  # not a schema at all
+        ({"type": "integer", "maximum": "ten"}, "maximum", "/"),  # not a schema at all
+        ({"type": "object", "properties": {"a": {"type": "strin"}}}, "type", "/properties/a"),
+        ({"type": "object", "required": ["a", 1]}, "required", "/"),
+        ({"$schema": "http://json-schema.org/draft-04/schema#", "type": "object",
+          "properties": {"n": {"type": "integer", "exclusiveMinimum": True}}}, "exclusiveMinimum", "/properties/n"),
     ],
 )
 def test_unenforceable_keywords_name_keyword_and_pointer(schema: dict, keyword: str, pointer: str) -> None:
@@ -203,8 +209,12 @@ def test_not_strict_drops_unenforceable_keywords_with_a_warning() -> None:
 
 def test_boolean_schemas() -> None:
     assert full(to_regex(True), "[1,null]")
-    with pytest.raises(SchemaError, match="false"):
+    with pytest.raises(SpecError, match="false admits no value"):
         to_regex(False)
+    with pytest.raises(SchemaError) as err:  # false inside a schema: named by the keyword that holds it
+        to_regex({"type": "object", "properties": {"a": False}})
+    assert (err.value.keyword, err.value.pointer) == ("properties", "/")
+    assert "/properties/a" in str(err.value)
 
 
 def test_annotations_and_keywords_of_other_types_are_fine() -> None:
@@ -231,7 +241,7 @@ def test_not_a_spec() -> None:
         to_regex("[a-z]+")  # a str is a JSON Schema document; a regex needs Regex(...)
     with pytest.raises(SpecError, match="unsupported output spec"):
         to_regex(3.5)
-    with pytest.raises(SchemaError, match="must be an object"):
+    with pytest.raises(SpecError, match="an object or a boolean"):
         to_regex(json.dumps([1, 2]))
 
 
@@ -302,9 +312,8 @@ def test_a_valid_rfc3339_time_parses(byte_lm) -> None:
 )
 def test_merged_and_narrowed_keywords_are_enforced(schema: dict, good: list[str], bad: list[str]) -> None:
     regex = to_regex(schema)
-    validator = jsonschema.validators.validator_for(schema)(schema)
     for text in good:
-        assert full(regex, text) and validator.is_valid(json.loads(text)), text
+        assert full(regex, text) and validator(schema).is_valid(json.loads(text)), text
     for text in bad:
         assert not full(regex, text), text
 
@@ -363,3 +372,97 @@ def test_any_value_is_one_group() -> None:
     assert full(regex, '{"a":1}') and full(regex, '{"a":[null,"x"]}')
     assert not full(regex, "{null}")
     assert not full(to_regex({"prefixItems": [{}, {}], "items": False}), "[1,2,3]")
+
+
+@pytest.mark.parametrize(
+    ("schema", "keyword", "pointer"),
+    [
+        ({"type": "string", "minLength": 5, "maxLength": 2}, "minLength", "/"),
+        ({"type": "object", "properties": {"a": {"type": "string", "pattern": "^a+$", "minLength": 3,
+                                                 "maxLength": 2}}}, "minLength", "/properties/a"),
+        ({"type": "array", "items": {"type": "integer"}, "minItems": 3, "maxItems": 1}, "minItems", "/"),
+        ({"type": "object", "minProperties": 1, "maxProperties": 0}, "minProperties", "/"),
+        ({"allOf": [{"type": "string", "minLength": 4}, {"maxLength": 3}]}, "minLength", "/"),
+    ],
+)
+def test_contradicting_counts_name_the_lower_bound(schema: dict, keyword: str, pointer: str) -> None:
+    with pytest.raises(SchemaError) as err:
+        to_regex(schema)
+    assert (err.value.keyword, err.value.pointer) == (keyword, pointer)
+    assert "greater than" in err.value.reason
+
+
+@pytest.mark.parametrize(
+    ("schema", "pointer"),
+    [
+        ({"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}}, "/properties/a"),
+        ({"type": "object", "properties": {"a": {"$ref": "other.json#/a"}}}, "/properties/a"),
+        ({"$defs": {"no": False}, "type": "array", "items": {"$ref": "#/$defs/no"}}, "/items"),
+        # a merged copy of a node is not where the user wrote the reference
+        ({"allOf": [{"type": "object"}, {"$ref": "#/nope"}]}, "/allOf/1"),
+        ({"$defs": {"p": {"type": "object", "properties": {"q": {"$ref": "x.json"}}}},
+          "$ref": "#/$defs/p", "required": ["q"]}, "/$defs/p/properties/q"),
+    ],
+)
+def test_reference_errors_point_where_the_reference_is_written(schema: dict, pointer: str) -> None:
+    with pytest.raises(SchemaError) as err:
+        to_regex(schema)
+    assert (err.value.keyword, err.value.pointer) == ("$ref", pointer)
+
+
+def test_errors_inside_a_merged_node_point_into_the_document() -> None:
+    schema = {"$defs": {"p": {"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 2}}}},
+              "$ref": "#/$defs/p", "required": ["n"]}
+    with pytest.raises(SchemaError) as err:
+        to_regex(schema)
+    assert (err.value.keyword, err.value.pointer) == ("multipleOf", "/$defs/p/properties/n")
+
+
+BAD_SPECS = [
+    False, "[1, 2]", "{not json", 3.5, object(), {"type": "integer", "maximum": "ten"},
+    {"type": "string", "minLength": 5, "maxLength": 2}, {"type": "object", "properties": {"a": False}},
+    {"type": "array", "items": False}, {"anyOf": [{"type": "string"}, False]},
+    {"$ref": "#/$defs/x"}, {"$ref": "x.json"}, {"$defs": {"r": [1]}, "$ref": "#/$defs/r/0"},
+    {"type": "integer", "exclusiveMinimum": 3, "maximum": 3}, {"type": "string", "format": "uri-template"},
+    {"not": {}}, {"oneOf": [{}, {}]}, {"enum": [{"a": 1}]}, {"type": "string", "enum": [1]},
+]
+
+
+@pytest.mark.parametrize("spec", BAD_SPECS, ids=repr)
+def test_bad_specs_raise_structspec_errors_naming_a_keyword_the_schema_holds(spec) -> None:
+    with pytest.raises(StructspecError) as err:
+        to_regex(spec)
+    if isinstance(err.value, SchemaError):  # no stand-in keyword: the one the user wrote, at its node
+        assert f'"{err.value.keyword}"' in json.dumps(spec), err.value
+        assert err.value.pointer.startswith("/")
+
+
+@pytest.mark.parametrize(
+    ("schema", "keyword", "pointer"),
+    [
+        ({"type": "object", "properties": {"a": {"type": "array", "items": True}}}, "items", "/properties/a"),
+        ({"anyOf": [{"type": "string"}, True]}, "anyOf", "/"),
+        ({"$defs": {"any": True}, "$ref": "#/$defs/any"}, "$ref", "/"),
+    ],
+)
+def test_a_true_subschema_outlines_core_cannot_read_is_named(schema: dict, keyword: str, pointer: str) -> None:
+    with pytest.raises(SchemaError, match="true") as err:
+        to_regex(schema)
+    assert (err.value.keyword, err.value.pointer) == (keyword, pointer)
+    assert full(to_regex({"type": "object", "additionalProperties": True}), '{"a":1}')  # read there
+
+
+def test_a_node_of_unknown_keywords_only_names_one() -> None:
+    # JSON Schema ignores unknown keywords, but outlines-core cannot translate a node that holds only those
+    with pytest.raises(SchemaError) as err:
+        to_regex({"type": "object", "properties": {"a": {"ref": "#/$defs/b"}}})
+    assert (err.value.keyword, err.value.pointer) == ("ref", "/properties/a")
+    assert full(to_regex({"type": "string", "x-note": 1}), '"a"')  # beside a keyword it knows, no matter
+
+
+def test_an_outlines_core_failure_still_names_its_keyword() -> None:
+    # the checker lets nothing through that outlines-core rejects; if it did, the keyword is still named
+    schema = {"type": "string", "minLength": 3, "maxLength": 2}
+    with pytest.raises(SchemaError) as err:
+        Rewrites(Document(schema), "").regex(schema, "/a")
+    assert (err.value.keyword, err.value.pointer) == ("maxLength", "/a")

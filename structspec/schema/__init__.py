@@ -1,1 +1,17 @@
+"""Spec → constraint: output specs (Pydantic models, JSON Schemas, types, regexes) resolved to the regex that
+constrains decoding and the parser of its output.
 
+Modules, each one concept: `constraint` (the `Regex` and `Constraint` types), `spec`
+(resolving a spec), `keywords` (keyword tables, JSON types), `pointers` (JSON pointers
+and `$ref`), `validation` (a schema's draft: metaschema check, output validator),
+`checker` (rejecting what the translation would ignore), `merge` (two nodes as one),
+`emit` (the checked schema as a regex, through outlines-core), `bounds` (numeric
+bounds as digit regexes), `patterns` (ECMA patterns as JSON-safe regexes) and
+`grammars` (the named-grammar catalogue).
+"""
+
+from structspec.schema.constraint import COMPACT, Constraint, Regex
+from structspec.schema.spec import constraint_of, to_regex
+from structspec.schema.validation import validator
+
+__all__ = ["COMPACT", "Constraint", "Regex", "constraint_of", "to_regex", "validator"]

@@ -8,7 +8,7 @@ and invalid examples. Grammars are reached by Python name or catalogue name::
     structspec.generate(lm, structspec.grammars.e164_phone, "Call me at")
     structspec.grammars.get("e164-phone")  # the same Regex
 
-JSON Schema ``format`` keywords use the same patterns (see `structspec.schema.translate`).
+JSON Schema ``format`` keywords use the same patterns (see `structspec.schema.checker`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from functools import cache
 from importlib.resources import files
 from typing import Any
 
-from structspec.schema import translate as schema
 from structspec.errors import SpecError
+from structspec.schema.constraint import Regex
 
 _REFERENCE = re.compile(r"\$\{([a-z0-9-]+)\}")
 
@@ -56,12 +56,12 @@ def names() -> list[str]:
     return sorted(catalogue())
 
 
-def get(name: str) -> schema.Regex:
+def get(name: str) -> Regex:
     """The grammar called ``name`` in the catalogue (``"e164-phone"``) or in Python (``"e164_phone"``)."""
     grammar = catalogue().get(name) or catalogue().get(name.replace("_", "-"))
     if grammar is None:
         raise SpecError(f"unknown grammar {name!r}; the grammars are: {', '.join(names())}")
-    return schema.Regex(grammar.pattern)
+    return Regex(grammar.pattern)
 
 
 def __getattr__(attr: str) -> Any:

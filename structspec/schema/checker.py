@@ -1,0 +1,377 @@
+"""The keyword checker: every validation keyword outlines-core's translator would ignore is rejected
+(``strict=False``: dropped), so a compiled constraint is never looser than the schema.
+
+outlines-core silently ignores the keywords it does not implement. The checker walks
+a schema the way that translator dispatches and raises `SchemaError`, naming the
+keyword and the JSON pointer of its node, for each one it would drop. On the way it
+plans `Rewrites` into equivalent or narrower nodes that outlines-core gets right
+(``allOf`` and the siblings of ``$ref``, ``anyOf`` and ``oneOf`` merged, keywords of
+excluded types dropped) and the regexes structspec writes itself (numeric bounds,
+formats, objects with ``patternProperties``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jsonschema
+
+from structspec.errors import SchemaError
+from structspec.schema import grammars
+from structspec.schema.bounds import decimal_range_regex, integer_limits, integer_range_regex, read_bounds
+from structspec.schema.emit import Rewrites
+from structspec.schema.keywords import (
+    ANNOTATIONS,
+    BOUNDS,
+    COUNTS,
+    FORMATS,
+    KEYWORD_TYPES,
+    TYPE_KEYWORDS,
+    VALIDATION,
+    overlap,
+    same,
+    type_set,
+)
+from structspec.schema.merge import excludes, merge
+from structspec.schema.patterns import (
+    disjoint_patterns,
+    ecma_classes,
+    json_safe_pattern,
+    key_regex,
+    search,
+    with_lengths,
+)
+from structspec.schema.pointers import Document, join
+from structspec.schema.validation import check_metaschema
+
+# The keywords outlines-core dispatches on, in its order.
+_DISPATCH = ("properties", "patternProperties", "anyOf", "oneOf", "prefixItems", "enum", "const", "$ref", "type")
+
+
+def check(schema: dict[str, Any], strict: bool, whitespace_pattern: str) -> Rewrites:
+    """The rewrites that emit ``schema`` exactly; raises `SchemaError` if it is not a valid JSON Schema or
+    uses a keyword that would not be enforced (``strict=False``: drops it, listed in ``dropped``).
+
+    Does not change ``schema``.
+    """
+    check_metaschema(schema)
+    checker = _Checker(Rewrites(Document(schema), whitespace_pattern), strict)
+    checker.walk(schema, "", ())
+    return checker.rewrites
+
+
+class _Checker:
+    """One walk over one schema document, recording what it decides in ``rewrites``."""
+
+    def __init__(self, rewrites: Rewrites, strict: bool) -> None:
+        self.rewrites = rewrites
+        self.document = rewrites.document
+        self.strict = strict
+        self._walked: set[int] = set()  # id(node) of nodes checked without error
+
+    def walk(self, node: Any, ptr: str, refs: tuple[str, ...]) -> None:
+        """Check ``node``: ``ptr`` is where it sits if it is no node of the document (a merged copy),
+        ``refs`` the references followed to reach it."""
+        if node is True:
+            return
+        ptr = self.document.pointer(node, ptr)
+        if id(node) in self._walked:
+            return  # a definition met again: checked once, and without a cycle, so it stays checked
+        keys = [k for k in node if k in VALIDATION]
+        rewritten = self._rewritten(node, ptr, refs) if keys else None
+        if rewritten is not None:
+            self.rewrites.replace(node, rewritten[0])
+            self.walk(*rewritten)
+        elif keys:
+            kind = next((k for k in _DISPATCH if self._has(node, k)), None)
+            if kind is None:
+                for key in keys:
+                    self._unenforced(node, key, ptr, "keyword without 'type' is not supported")
+            else:
+                getattr(self, "_" + kind.strip("$"))(node, ptr, refs)
+        if id(node) not in self.rewrites.replaced and not any(self._has(node, k) for k in _DISPATCH):
+            self._reject_unknown(node, ptr)
+        self._walked.add(id(node))
+
+    def _reject_unknown(self, node: dict[str, Any], ptr: str) -> None:
+        """JSON Schema ignores unknown keywords, but outlines-core fails on a node left with nothing else."""
+        unknown = next((k for k in node if k not in VALIDATION and k not in ANNOTATIONS), None)
+        if unknown is not None:
+            raise SchemaError(unknown, ptr, "not a JSON Schema keyword (a misspelling, like 'ref' for '$ref'?), "
+                              "and outlines-core cannot translate a node that holds only unknown keywords")
+
+    def _sub(self, node: Any, ptr: str, refs: tuple[str, ...], keyword: str, *names: Any) -> None:
+        """Check the subschema of ``keyword`` (under ``names``) of the node at ``ptr``."""
+        if node is False:
+            raise SchemaError(keyword, ptr, f"the schema at {join(ptr, keyword, *names)} is false, "
+                              "which admits no value")
+        if node is True and keyword != "additionalProperties":  # the one place outlines-core reads true
+            raise SchemaError(keyword, ptr, f"the schema at {join(ptr, keyword, *names)} is true, which "
+                              "outlines-core cannot translate; write {} for any value")
+        self.walk(node, join(ptr, keyword, *names), refs)
+
+    def _rewritten(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...]) -> tuple[Any, str, tuple] | None:
+        """An equivalent or narrower node that outlines-core can translate (to walk with its pointer
+        and references), or None to keep ``node``.
+
+        Keywords of types the node excludes go; the array form of ``items`` becomes
+        ``prefixItems`` (exactly that many items); required names missing from
+        ``properties`` join it with the ``additionalProperties`` schema; the siblings
+        of ``allOf``, ``$ref``, ``anyOf`` and ``oneOf`` merge into their subschemas,
+        as a value must match both.
+        """
+        types = type_set(node["type"]) if "type" in node else None
+        inapplicable = {k for k in node if types is not None and k in KEYWORD_TYPES
+                        and not overlap(KEYWORD_TYPES[k], types)}
+        if "additionalItems" in node and not isinstance(node.get("items"), list):
+            inapplicable.add("additionalItems")  # it only follows the array form of items
+        if inapplicable:
+            return {k: v for k, v in node.items() if k not in inapplicable}, ptr, refs
+        if isinstance(node.get("items"), list) and "prefixItems" not in node:
+            rest = {k: v for k, v in node.items() if k not in ("items", "additionalItems")}
+            return rest | {"prefixItems": node["items"]}, ptr, refs
+        missing = [n for n in node.get("required", []) if n not in node.get("properties", {})]
+        if missing and "patternProperties" not in node:
+            extra = node.get("additionalProperties", True)
+            if extra is False:
+                raise SchemaError("required", ptr, f"required property {missing[0]!r} is neither in 'properties' "
+                                  "nor allowed by additionalProperties")
+            added = {n: {} if extra is True else extra for n in missing}
+            return node | {"properties": node.get("properties", {}) | added}, ptr, refs
+        siblings = [k for k in node if k in VALIDATION and k not in ("allOf", "$ref", "anyOf", "oneOf")]
+        if "allOf" in node:
+            merged: Any = {k: v for k, v in node.items() if k != "allOf"}
+            for sub in node["allOf"]:
+                merged = None if merged is None else merge(merged, sub, self.document)
+            return self._merged(node, "allOf", ptr, merged, refs)
+        if "$ref" in node and (siblings or "anyOf" in node or "oneOf" in node):
+            if node["$ref"] in refs:
+                raise SchemaError("$ref", ptr, f"recursive reference {node['$ref']!r} is not supported")
+            rest = {k: v for k, v in node.items() if k != "$ref"}
+            merged = merge(rest, self.document.resolve(node), self.document)
+            return self._merged(node, "$ref", ptr, merged, refs + (node["$ref"],))
+        for key in ("anyOf", "oneOf"):
+            if key in node and len(siblings) + ("anyOf" in node) + ("oneOf" in node) > 1:
+                rest = {k: v for k, v in node.items() if k != key}
+                branches = [merge(rest, sub, self.document) for sub in node[key]]
+                if any(b is None for b in branches):
+                    self._unenforced(node, key, ptr, "its branches cannot be merged with the keywords beside it")
+                    return None
+                if not any(branches):
+                    raise SchemaError(key, ptr, "no branch admits a value that matches the keywords beside it")
+                return {key: [b for b in branches if b is not False]}, ptr, refs
+        return None
+
+    def _merged(self, node: dict[str, Any], key: str, ptr: str, merged: Any, refs: tuple[str, ...]) -> Any:
+        if merged is False:
+            raise SchemaError(key, ptr, "no value matches all of its subschemas")
+        if merged is None:
+            self._unenforced(node, key, ptr, "its subschemas set the same keyword differently "
+                             "or interact (additionalProperties, items)")
+            return None
+        return merged, ptr, refs
+
+    def _unenforced(self, node: dict[str, Any], key: str, ptr: str, reason: str) -> None:
+        if self.strict:
+            raise SchemaError(key, ptr, reason)
+        self.rewrites.drop(node, key, ptr)
+
+    def _has(self, node: dict[str, Any], key: str) -> bool:
+        return self.rewrites.has(node, key)
+
+    def _reject_others(self, node: dict[str, Any], ptr: str, allowed: set[str]) -> None:
+        for key in node:
+            if key in VALIDATION and key not in allowed:
+                self._unenforced(node, key, ptr, "not enforced by the regex translation")
+
+    def _properties(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...]) -> None:
+        if "patternProperties" in node:
+            self._patternProperties(node, ptr, refs)
+            return
+        allowed = {"properties", "required", "type", "additionalProperties"}
+        # outlines-core writes each listed property at most once, the required ones always, and no others
+        if node.get("minProperties", 0) <= len(set(node.get("required", []))):
+            allowed.add("minProperties")
+        if node.get("maxProperties", len(node["properties"])) >= len(node["properties"]):
+            allowed.add("maxProperties")
+        self._reject_others(node, ptr, allowed)
+        for name in node.get("required", []):
+            if name not in node["properties"]:
+                raise SchemaError("required", ptr, f"required property {name!r} is not in 'properties'")
+        for name, sub in node["properties"].items():
+            self._sub(sub, ptr, refs, "properties", name)
+
+    def _patternProperties(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...]) -> None:
+        """Translate the object itself: listed properties in order, then any number of pattern-named ones.
+
+        Names that match no pattern are left out even where additionalProperties
+        would allow them (narrower: a regex cannot say "matches none of these").
+        """
+        props, patterns = node.get("properties", {}), node["patternProperties"]
+        required = list(dict.fromkeys(node.get("required", [])))
+        extra = node.get("additionalProperties", True)
+        self._reject_others(node, ptr, {"properties", "patternProperties", "additionalProperties", "required", "type"}
+                            | ({"minProperties"} if node.get("minProperties", 0) <= len(required) else set()))
+        keys = {p: key_regex(p) for p in patterns}
+        clash = next((f"pattern {p!r} cannot be read as a JSON-safe, anchored-or-not regular expression"
+                      for p, key in keys.items() if key is None), None)
+        clash = clash or next((f"pattern {p!r} also matches property {n!r}, whose value would need both schemas"
+                               for p in patterns for n in props if search(p, n)), None)
+        clash = clash or next((f"patterns {p!r} and {q!r} may match the same name with different schemas"
+                               for p in patterns for q in patterns if p < q and not same(patterns[p], patterns[q])
+                               and not disjoint_patterns(p, q)), None)
+        fields = [(n, props[n], n in required) for n in props]
+        takes_extra = False  # whether a required name no pattern matches takes the additionalProperties schema
+        for name in (n for n in required if n not in props):
+            matching = [p for p in patterns if search(p, name)]
+            if len(matching) > 1 or (not matching and extra is False):
+                clash = clash or f"required property {name!r} matches {len(matching)} patterns"
+            takes_extra = takes_extra or not matching
+            fields.append((name, patterns[matching[0]] if matching else {} if extra is True else extra, True))
+        if clash:
+            self._unenforced(node, "patternProperties", ptr, clash)
+            rest = {k: v for k, v in node.items() if k != "patternProperties"}
+            self.rewrites.replace(node, rest)
+            self.walk(rest, ptr, refs)
+            return
+        for name, sub in props.items():
+            self._sub(sub, ptr, refs, "properties", name)
+        if takes_extra:
+            self._sub(extra, ptr, refs, "additionalProperties")
+        for p, sub in patterns.items():
+            self._sub(sub, ptr, refs, "patternProperties", p)
+        self.rewrites.hole(node, self.rewrites.object_regex(fields, [(keys[p], sub) for p, sub in patterns.items()],
+                                                            ptr))
+
+    def _anyOf(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...]) -> None:
+        self._reject_others(node, ptr, {"anyOf"})
+        for i, sub in enumerate(node["anyOf"]):
+            self._sub(sub, ptr, refs, "anyOf", i)
+
+    def _oneOf(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...]) -> None:
+        self._reject_others(node, ptr, {"oneOf"})
+        subs = node["oneOf"]
+        if not all(excludes(x, y, self.document) for i, x in enumerate(subs) for j, y in enumerate(subs) if i != j):
+            self._unenforced(node, "oneOf", ptr, "branches may overlap (a value must match exactly one): they "
+                             "differ neither by type, nor by value, nor by a required property's value; "
+                             "use anyOf if any branch will do")
+            return
+        for i, sub in enumerate(subs):
+            self._sub(sub, ptr, refs, "oneOf", i)
+
+    def _prefixItems(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...]) -> None:
+        self._reject_others(node, ptr, {"prefixItems", "type", "items", "minItems", "maxItems"})
+        n = len(node["prefixItems"])
+        if node.get("minItems", 0) > n or node.get("maxItems", n) < n:
+            raise SchemaError("minItems" if node.get("minItems", 0) > n else "maxItems", ptr,
+                              "item count bounds that exclude exactly the prefix items")
+        for i, sub in enumerate(node["prefixItems"]):
+            self._sub(sub, ptr, refs, "prefixItems", i)
+
+    def _enum(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...]) -> None:
+        self._check_literals(node, ptr, "enum", node["enum"])
+
+    def _const(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...]) -> None:
+        self._check_literals(node, ptr, "const", [node["const"]])
+
+    def _check_literals(self, node: dict[str, Any], ptr: str, keyword: str, values: list[Any]) -> None:
+        self._reject_others(node, ptr, {keyword, "type"})
+        if any(isinstance(v, (dict, list)) for v in values):
+            self._unenforced(node, keyword, ptr, "object and array values are not supported")
+            return
+        if "type" in node:  # a value must match both: keep the values of the node's type
+            typed = [v for v in values if jsonschema.Draft202012Validator({"type": node["type"]}).is_valid(v)]
+            if not typed:
+                raise SchemaError(keyword, ptr, f"no value has the node's type {node['type']!r}")
+            self.rewrites.replace(node, {"enum": typed})
+
+    def _ref(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...]) -> None:
+        self._reject_others(node, ptr, {"$ref"})
+        ref = node["$ref"]
+        if ref in refs:
+            raise SchemaError("$ref", ptr, f"recursive reference {ref!r} is not supported")
+        target = self.document.resolve(node)
+        if not isinstance(target, dict):  # outlines-core cannot translate true either
+            raise SchemaError("$ref", ptr, f"reference {ref!r} leads to {json.dumps(target)[:60]}, not to a "
+                              "schema object; point it at one ({} for any value)")
+        self.walk(target, ref.lstrip("#"), refs + (ref,))
+
+    def _numeric_bounds(self, node: dict[str, Any], ptr: str, kind: str) -> None:
+        low, high = read_bounds(node)
+        if kind == "integer":
+            lo, hi = integer_limits(low, high)
+            if lo is not None and hi is not None and lo > hi:
+                raise SchemaError(low.keyword, ptr, "no integer lies within the bounds")
+            self.rewrites.hole(node, integer_range_regex(lo, hi))
+            return
+        fractional = next((b for b in (low, high) if b is not None and b.value != int(b.value)), None)
+        if fractional is not None:
+            self._unenforced(node, fractional.keyword, ptr, "bounds of a number must be integers")
+            return
+        lo, hi = (None if b is None else int(b.value) for b in (low, high))
+        lo_open, hi_open = low is not None and low.open, high is not None and high.open
+        if lo is not None and hi is not None and (lo > hi or (lo == hi and (lo_open or hi_open))):
+            raise SchemaError(low.keyword, ptr, "no number lies within the bounds")
+        self.rewrites.hole(node, decimal_range_regex(lo, lo_open, hi, hi_open))
+
+    def _string(self, node: dict[str, Any], ptr: str) -> None:
+        """Fold format, pattern and length bounds into one JSON-safe pattern where they need it."""
+        lengths = self._has(node, "minLength") or self._has(node, "maxLength")
+        pattern = None
+        if self._has(node, "format"):
+            if node["format"] not in FORMATS:
+                self._unenforced(node, "format", ptr, f"format {node['format']!r} is not supported "
+                                 f"(supported: {', '.join(sorted(FORMATS))})")
+            elif self._has(node, "pattern"):
+                self._unenforced(node, "format", ptr, "cannot be combined with pattern")
+            elif lengths:
+                self._unenforced(node, "format", ptr, "cannot be combined with minLength/maxLength")
+            else:
+                pattern = f"({grammars.get(node['format']).pattern})"  # catalogue patterns are JSON-safe
+        if self._has(node, "pattern"):
+            pattern = json_safe_pattern(ecma_classes(node["pattern"]))
+            if pattern is None:
+                self._unenforced(node, "pattern", ptr, "it can match a quote, backslash or control character, "
+                                 "which JSON strings hold only escaped")
+            elif lengths:
+                pattern = with_lengths(pattern, node.get("minLength", 0), node.get("maxLength"))
+                if pattern is None:
+                    self._unenforced(node, "pattern", ptr, "cannot be combined with minLength/maxLength "
+                                     "unless it is one character class repeated, like ^[a-z0-9]+$")
+        if pattern is not None:
+            self.rewrites.replace(node, {"type": "string", "pattern": pattern})
+
+    def _type(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...]) -> None:
+        types = [node["type"]] if isinstance(node["type"], str) else list(node["type"])
+        allowed = set().union(*(TYPE_KEYWORDS[t] for t in types)) | {"type"}
+        for key in node:  # (keywords of the types not listed are gone: see _rewritten)
+            if key in VALIDATION and key not in allowed:
+                self._unenforced(node, key, ptr, f"not enforced for type {node['type']!r}")
+        if len(types) > 1 and any(k in KEYWORD_TYPES and self._has(node, k) for k in node):
+            # rewrites (holes, patterns) are per type: split the node into one branch per type
+            branches = [{k: v for k, v in node.items() if t in KEYWORD_TYPES.get(k, {t}) and self._has(node, k)}
+                        | {"type": t} for t in types]
+            self.rewrites.replace(node, {"anyOf": branches})
+            for branch in branches:
+                self.walk(branch, ptr, refs)
+            return
+        for low, high in COUNTS:  # outlines-core would reject or loosen the contradiction
+            if self._has(node, low) and self._has(node, high) and node[low] > node[high]:
+                raise SchemaError(low, ptr, f"{low} {node[low]} is greater than {high} {node[high]}: "
+                                  "no value has both")
+        if types[0] in ("integer", "number") and any(self._has(node, k) for k in BOUNDS):
+            self._numeric_bounds(node, ptr, types[0])
+        if "string" in types:
+            self._string(node, ptr)
+        if "array" in types and "items" in node:
+            self._sub(node["items"], ptr, refs, "items")
+        if "object" in types:
+            # outlines-core tells only "no property" from "some": any other count goes unchecked
+            if self._has(node, "minProperties") and node["minProperties"] > 1:
+                self._unenforced(node, "minProperties", ptr, "only 0 or 1 is enforced without 'properties'")
+            if self._has(node, "maxProperties") and node["maxProperties"] > 0:
+                self._unenforced(node, "maxProperties", ptr, "only 0 is enforced without 'properties'")
+            extra = node.get("additionalProperties", True)
+            if extra is not False:
+                self._sub(extra, ptr, refs, "additionalProperties")

@@ -1,0 +1,29 @@
+"""What a spec becomes: `Regex` (a regex as output spec) and `Constraint` (the regex that constrains decoding
+and the parser of its output), and the default JSON layout `COMPACT`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+COMPACT = ""
+"""The default whitespace pattern: no whitespace between JSON tokens (``{"a":1,"b":[2,3]}``).
+
+One fixed form means no runaway whitespace and long forced spans."""
+
+
+@dataclass(frozen=True)
+class Regex:
+    """A regular expression as output spec: ``generate`` returns the matched ``str``."""
+
+    pattern: str
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A spec resolved to the regex that constrains decoding and the parser of its output."""
+
+    regex: str
+    parse: Callable[[str], Any]
+    json_schema: dict[str, Any] | None  # None for a plain regex

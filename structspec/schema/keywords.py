@@ -1,0 +1,97 @@
+"""JSON Schema keyword tables (which keywords constrain, which types each applies to, what structspec
+enforces) and the JSON types of values."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+ANNOTATIONS = frozenset(
+    "title description examples default $schema $id $comment $anchor deprecated readOnly "
+    "writeOnly contentEncoding contentMediaType discriminator $defs definitions".split()
+)
+"""Keywords that never constrain an instance; removed before translation."""
+
+VALIDATION = frozenset(
+    "type enum const multipleOf maximum exclusiveMaximum minimum exclusiveMinimum maxLength "
+    "minLength pattern format maxItems minItems uniqueItems maxContains minContains "
+    "maxProperties minProperties required dependentRequired dependencies properties "
+    "patternProperties additionalProperties propertyNames items prefixItems additionalItems "
+    "contains unevaluatedItems unevaluatedProperties allOf anyOf oneOf not if then else "
+    "dependentSchemas $ref $dynamicRef $recursiveRef".split()
+)
+"""Every validation keyword of JSON Schema drafts 4 to 2020-12. Keywords outside this set (vendor
+extensions) do not constrain instances for jsonschema either."""
+
+LITERALS = ("enum", "const")
+"""Keywords whose values are JSON data, not subschemas."""
+
+NAMED = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies",
+                   "dependentRequired"})
+"""Keywords whose value maps names (of properties, patterns, definitions) to subschemas or lists of names."""
+
+FORMATS = frozenset({"date-time", "date", "time", "duration", "email", "hostname", "ipv4", "ipv6", "uri", "uuid"})
+"""The formats structspec enforces, each by the catalogue grammar of the same name (outlines-core's own
+regexes can break the JSON string around them and read \\d as Unicode)."""
+
+BOUNDS = ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum")
+"""Numeric bounds, which structspec translates itself (outlines-core ignores them)."""
+
+COUNTS = (("minLength", "maxLength"), ("minItems", "maxItems"), ("minProperties", "maxProperties"))
+"""The lower and upper bounds of a count (of characters, items, properties) that structspec enforces."""
+
+TYPE_KEYWORDS = {
+    "string": {"minLength", "maxLength", "pattern", "format"},
+    "number": set(BOUNDS),
+    "integer": set(BOUNDS),
+    "boolean": set(),
+    "null": set(),
+    "array": {"items", "minItems", "maxItems"},
+    "object": {"additionalProperties", "minProperties", "maxProperties"},
+}
+"""The keywords outlines-core (or structspec) honours for each JSON type (besides "type")."""
+
+KEYWORD_TYPES: dict[str, set[str]] = {
+    **{k: {"string"} for k in ("minLength", "maxLength", "pattern", "format")},
+    **{k: {"number", "integer"} for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                                           "multipleOf")},
+    **{k: {"array"} for k in ("items", "minItems", "maxItems", "uniqueItems", "contains", "minContains",
+                               "maxContains", "prefixItems", "additionalItems", "unevaluatedItems")},
+    **{k: {"object"} for k in ("additionalProperties", "minProperties", "maxProperties", "required",
+                                "properties", "patternProperties", "propertyNames", "dependentRequired",
+                                "dependencies", "dependentSchemas", "unevaluatedProperties")},
+}
+"""The JSON types each validation keyword applies to (keywords absent here apply to all)."""
+
+
+def type_set(types: Any) -> set[str]:
+    """The value of ``type`` as a set."""
+    return {types} if isinstance(types, str) else set(types)
+
+
+def overlap(a: set[str], b: set[str]) -> bool:
+    """Whether a value can have a type of ``a`` and one of ``b`` (integers are numbers)."""
+    return bool(a & b) or ("integer" in a and "number" in b) or ("number" in a and "integer" in b)
+
+
+def types_of(node: dict[str, Any], made: bool) -> set[str] | None:
+    """The JSON types of the values ``node`` admits (``made``: that its translation yields); None: any."""
+    if "type" in node:
+        return type_set(node["type"])
+    if "enum" in node or "const" in node:
+        return {json_type(v) for v in node.get("enum", [node.get("const")])}
+    return {"object"} if made and "properties" in node else None  # outlines-core makes objects from it
+
+
+def json_type(value: Any) -> str:
+    """The JSON type of a value (``1.0`` is an integer, as JSON Schema says)."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "integer" if float(value).is_integer() else "number"
+    return {str: "string", list: "array", dict: "object"}.get(type(value), "null")
+
+
+def same(a: Any, b: Any) -> bool:
+    """JSON equality (``1`` and ``true`` differ, unlike in Python)."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)

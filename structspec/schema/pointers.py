@@ -1,0 +1,81 @@
+"""JSON pointers into the schema document the user wrote, and the one `$ref` resolver.
+
+Errors name the pointer of the node in that document: the checker walks
+rewritten and merged copies of nodes, which sit nowhere in it, so `Document`
+remembers where each original node and each ``$ref`` was written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from structspec.errors import SchemaError
+from structspec.schema.keywords import ANNOTATIONS, LITERALS, NAMED
+
+
+def join(pointer: str, *parts: Any) -> str:
+    """``pointer`` extended by ``parts`` (names or indexes), each escaped (``~`` → ``~0``, ``/`` → ``~1``)."""
+    return pointer + "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+class Document:
+    """A schema document: where each of its subschemas sits, and what its ``$ref`` s point at.
+
+    Built once per schema; only `adopt` changes it.
+    """
+
+    def __init__(self, root: Any) -> None:
+        self.root = root
+        self._pointers: dict[int, str] = {}  # id(subschema) → its pointer
+        self._ref_sites: dict[str, str] = {}  # a $ref value → the pointer of the first node that holds it
+        self._adopted: list[dict[str, Any]] = []  # kept alive: their ids stay theirs
+        self._index(root, "")
+
+    def adopt(self, copy: dict[str, Any], original: Any) -> None:
+        """Give ``copy``, a node made from ``original`` alone, the pointer of ``original``."""
+        if isinstance(original, dict) and id(original) in self._pointers:
+            self._pointers[id(copy)] = self._pointers[id(original)]
+            self._adopted.append(copy)
+
+    def _index(self, node: Any, pointer: str) -> None:
+        if isinstance(node, list):
+            for i, item in enumerate(node):
+                self._index(item, join(pointer, i))
+            return
+        if not isinstance(node, dict):
+            return
+        self._pointers.setdefault(id(node), pointer)
+        if isinstance(node.get("$ref"), str):
+            self._ref_sites.setdefault(node["$ref"], pointer)
+        for key, value in node.items():
+            if key in NAMED and isinstance(value, dict):
+                for name, sub in value.items():
+                    self._index(sub, join(pointer, key, name))
+            elif key not in LITERALS and key not in ANNOTATIONS:  # (values there are data)
+                self._index(value, join(pointer, key))
+
+    def pointer(self, node: Any, default: str) -> str:
+        """Where ``node`` sits in the document, or ``default`` for a node that is not in it (a merged copy)."""
+        return self._pointers.get(id(node), default) if isinstance(node, dict) else default
+
+    def resolve(self, node: dict[str, Any]) -> Any:
+        """The subschema ``node["$ref"]`` points at (``node`` itself without a ``$ref``).
+
+        Raises `SchemaError` at the pointer where the reference is written for an
+        external reference or one that does not resolve.
+        """
+        ref = node.get("$ref")
+        if ref is None:
+            return node
+        # every $ref structspec meets was written somewhere: a merged copy takes it from an original
+        where = self.pointer(node, self._ref_sites.get(ref, ""))
+        if not ref.startswith("#"):
+            raise SchemaError("$ref", where, f"external reference {ref!r} is not supported; "
+                              "inline it under $defs and refer to it as '#/$defs/...'")
+        target: Any = self.root
+        for part in filter(None, ref[1:].split("/")):
+            part = part.replace("~1", "/").replace("~0", "~")
+            if not isinstance(target, dict) or part not in target:
+                raise SchemaError("$ref", where, f"reference {ref!r} does not resolve: nothing is at {part!r}")
+            target = target[part]
+        return target

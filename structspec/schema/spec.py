@@ -1,0 +1,88 @@
+"""Output specs → `Constraint`: Pydantic models, JSON Schemas (dict, bool or str), `Regex`, and types
+(``int``, ``Literal[...]``, an ``Enum``) through the JSON Schema Pydantic derives for them."""
+
+from __future__ import annotations
+
+import enum
+import json
+import warnings
+from collections.abc import Callable
+from typing import Any, get_origin
+
+import pydantic
+
+from structspec.errors import SpecError
+from structspec.schema.checker import check
+from structspec.schema.constraint import COMPACT, Constraint, Regex
+from structspec.schema.validation import validator
+
+
+def to_regex(spec: Any, whitespace_pattern: str = COMPACT, strict: bool = True) -> str:
+    """The regex structspec constrains decoding with, for handing the same constraint to another engine."""
+    return constraint_of(spec, whitespace_pattern, strict).regex
+
+
+def constraint_of(spec: Any, whitespace_pattern: str = COMPACT, strict: bool = True) -> Constraint:
+    """Resolve any supported spec: `Regex`, Pydantic model class, JSON Schema (dict, bool or str), or type.
+
+    ``strict=False`` drops the schema keywords structspec cannot enforce, with a
+    warning that lists each keyword and its JSON pointer, instead of raising
+    `SchemaError`; the parser then validates only what was kept (a Pydantic model
+    still validates everything).
+    """
+    if isinstance(spec, Regex):
+        return Constraint(spec.pattern, lambda text: text, None)
+    if isinstance(spec, type) and issubclass(spec, pydantic.BaseModel):
+        return _json_constraint(spec.model_json_schema(), whitespace_pattern, strict, spec.model_validate_json)
+    if isinstance(spec, str):
+        try:
+            spec = json.loads(spec)
+        except json.JSONDecodeError as e:
+            raise SpecError(
+                f"a str spec must be a JSON Schema document, and this one is not valid JSON ({e}); "
+                "wrap a regex in structspec.Regex(...)"
+            ) from None
+        if not isinstance(spec, (dict, bool)):
+            raise SpecError(f"a str spec must be a JSON Schema document, an object or a boolean, and this one "
+                            f"is a {type(spec).__name__}; wrap a regex in structspec.Regex(...)")
+        return _json_constraint(spec, whitespace_pattern, strict, None)
+    if isinstance(spec, (dict, bool)):
+        return _json_constraint(spec, whitespace_pattern, strict, None)
+    if isinstance(spec, (type, enum.EnumMeta)) or get_origin(spec) is not None:
+        try:
+            adapter = pydantic.TypeAdapter(spec)
+            schema = adapter.json_schema()
+        except (pydantic.PydanticSchemaGenerationError, pydantic.PydanticUserError, TypeError) as e:
+            raise SpecError(f"cannot derive a JSON Schema from {spec!r}: {e}") from None
+        return _json_constraint(schema, whitespace_pattern, strict, adapter.validate_json)
+    raise SpecError(
+        f"unsupported output spec {spec!r} ({type(spec).__name__}); pass a Pydantic model class, "
+        "a JSON Schema (dict or str), structspec.Regex(...), a Literal/Enum, or int/float/bool/str"
+    )
+
+
+def _json_constraint(
+    schema: dict[str, Any] | bool, whitespace_pattern: str, strict: bool, parse: Callable[[str], Any] | None
+) -> Constraint:
+    """``parse=None``: parse JSON and validate it against the schema (less any dropped keywords)."""
+    if schema is False:
+        raise SpecError("the JSON Schema false admits no value, so there is nothing to generate; "
+                        "pass a schema that some value matches")
+    document = {} if schema is True else schema  # true: any JSON value
+    rewrites = check(document, strict, whitespace_pattern)
+    if rewrites.dropped:
+        warnings.warn(
+            "strict=False: these schema keywords are not enforced: "
+            + ", ".join(f"{key!r} at {ptr or '/'}" for key, ptr in rewrites.dropped),
+            stacklevel=3,
+        )
+    regex = rewrites.regex(document, "")
+    if parse is None:
+        validate = validator(rewrites.pruned(document)).validate
+
+        def parse(text: str) -> Any:
+            value = json.loads(text)
+            validate(value)
+            return value
+
+    return Constraint(regex, parse, schema)
