@@ -15,7 +15,7 @@ from structspec.errors import (
 from structspec.lm import LM, from_transformers, load
 from structspec.result import Result, Stats
 from structspec.schema import grammars
-from structspec.schema.translate import Regex, to_regex
+from structspec.schema import Regex, to_regex
 
 __all__ = [
     "LM", "Compiled", "ModelNotFoundError", "OptionError", "PromptError", "Regex", "RegexError", "Result",

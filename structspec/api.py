@@ -33,7 +33,7 @@ from structspec.decoding.sampling import SamplingConfig
 from structspec.errors import OptionError, PromptError, StructspecError, TokenBudgetExceeded
 from structspec.lm import LM, Prompt, load
 from structspec.result import Result, Stats
-from structspec.schema.translate import COMPACT, Constraint, constraint_of
+from structspec.schema import COMPACT, Constraint, constraint_of
 
 
 @dataclass(frozen=True)

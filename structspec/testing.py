@@ -280,3 +280,20 @@ def chi_square_pvalue(counts: dict[Any, int], probs: dict[Any, float]) -> float:
     dof = len(bins) - 1
     return float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64),
                                          torch.tensor(stat / 2, dtype=torch.float64)))
+
+
+def divergence_margin(lm: Any, fsm: Any, prompt_ids: list[int], ours: list[int], theirs: list[int]) -> float | None:
+    """At the first position where two outputs of ``fsm``'s language differ, the gap between the two best
+    allowed logits of ``lm`` (plain decoding, one pass over the common prefix); None if neither differs.
+
+    A small gap is a near-tie that float rounding (another batch shape or
+    dtype) may flip; a large one is a real difference.
+    """
+    i = next((k for k, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+    if ours == theirs:
+        return None
+    prefix = ours[:i]
+    logits = lm.forward(list(prompt_ids) + prefix, lm.new_cache())[-1:].float()
+    state = fsm.walk(fsm.initial_state, prefix)[-1] if prefix else fsm.initial_state
+    top = fsm.mask_logits_inplace(logits, [state])[0].topk(2).values
+    return float(top[0] - top[1])

@@ -17,7 +17,7 @@ from structspec.automaton.fsm import _MEMORY_LIMIT, TokenFSM, clear_cache
 from structspec.automaton.nfa import ByteNFA
 from structspec.automaton.utf8 import byte_sequences, normalize
 from structspec.errors import RegexError
-from structspec.schema.translate import constraint_of
+from structspec.schema import constraint_of
 
 REGEXES = [
     r'\{"name":"([^"\\\x00-\x1F\x7F-\x9F]|\\["\\/bfnrt])*","age":(0|[1-9][0-9]*)\}',

@@ -169,7 +169,7 @@ def _run_task(engine: str, row: dict[str, Any]) -> dict[str, Any]:
     from structspec.errors import SchemaError
 
     from structspec.automaton.fsm import TokenFSM
-    from structspec.schema.translate import constraint_of
+    from structspec.schema import constraint_of
 
     lm, schema = _WORKER["lm"], row["schema"]
     if engine == "generate":
@@ -215,8 +215,9 @@ def _generate_and_validate(schema: Any) -> list[int]:
 
     import structspec
 
-    cls = jsonschema.validators.validator_for(schema)
-    validator = cls(schema, format_checker=cls.FORMAT_CHECKER)  # the draft's checker, not all drafts' mixed
+    from structspec.schema import validator as schema_validator
+
+    validator = schema_validator(schema)
     counts = [0, 0, 0]
     for seed in range(_WORKER["generate"]):
         options = {"temperature": 1.0, "do_sample": True, "seed": seed} if seed else {}
