@@ -127,3 +127,29 @@ def test_bench_runs_every_row_and_checks_the_speed_ups_against_plain_masked_deco
     for name in ("fast-forward", "+ prompt lookup", "+ self-draft", "+ threshold", "+ auto"):
         assert f"{name}: same token ids as {PLAIN} on 2/2 tasks" in out  # greedy speed-ups are lossless
     assert all(r.sources == ["model"] * len(r.token_ids) for r in by_method["HF greedy (unconstrained)"])
+
+
+def test_batched_peers_left_pad_and_decode_each_row_as_it_decodes_alone(byte_lm: structspec.LM) -> None:
+    from structspec.tools.peers import (
+        outlines_batch,
+        outlines_greedy,
+        outlines_index,
+        unconstrained_batch,
+        unconstrained_greedy,
+    )
+
+    prompts = [byte_lm.encode_prompt(t) for t in ("Alice is 31.", "Bob is 45. He works in London as a teacher.")]
+    plain = unconstrained_batch(byte_lm, prompts, 16)
+    assert plain.token_ids == [unconstrained_greedy(byte_lm, p, 16).token_ids for p in prompts]
+    regexes = [structspec.to_regex(Box), r'\{"age":[1-9][0-9]?\}']
+    indexes = [outlines_index(byte_lm, r) for r in regexes]
+    mixed = outlines_batch(byte_lm, indexes, prompts, 24)  # one outlines processor per row
+    shared = outlines_batch(byte_lm, [indexes[0]] * 2, prompts, 24)  # outlines' own batched processor
+    assert mixed.token_ids == [outlines_greedy(byte_lm, r, p, 24).token_ids for r, p in zip(regexes, prompts)]
+    assert shared.token_ids == [outlines_greedy(byte_lm, regexes[0], p, 24).token_ids for p in prompts]
+    for batch in (plain, mixed, shared):
+        assert batch.texts == [byte_lm.vocab.decode(ids) for ids in batch.token_ids]
+        passes = [batch.row_passes(row) for row in range(2)]
+        assert batch.forward_passes == max(passes)  # a batch runs until its last row stops
+        assert passes == [len(ids) + eos for ids, eos in zip(batch.token_ids, batch.chose_eos)]
+    assert all(mixed.chose_eos) and mixed.mask_seconds > 0 and plain.mask_seconds == 0

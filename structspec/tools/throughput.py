@@ -1,0 +1,503 @@
+"""Throughput benchmark: records per second of batched structspec against outlines' and transformers' batched
+generation, one run, one machine, one model in one dtype.
+
+    python -m structspec.tools.throughput [--model qwen2.5-coder-0.5b] [--records 16] [--batch-sizes 1,8,16]
+        [--peer-batch-size 8] [--max-new-tokens 200] [--threads N] [--device auto] [--dtype float32] [--json PATH]
+    python -m structspec.tools.throughput --bf16-agreement [same options]
+
+Rows: structspec's three greedy modes (`harness.methods`: plain masked, exact
+fast-forward, exact + prompt lookup) at each batch size: B = 1 is
+`structspec.generate_result` one record at a time, B > 1 is
+`structspec.generate_batch` with one spec per record (schemas mixed in a batch,
+rows refilled as others finish); then, at ``--peer-batch-size``, outlines'
+processor in ``model.generate`` with one batch per schema (outlines takes one
+regex per batch), outlines' processors one per row in mixed batches, and
+transformers' unconstrained ``generate``, all left-padded.
+
+Throughput is wall-clock time around each row's calls: a batch's records share
+their passes, so no per-record time adds up to what a user waits for. Compiling
+is paid before any timing (structspec's FSMs cached in memory, outlines' Indexes
+built once). Passes per output token count, per record, the passes that chose
+its tokens (structspec's `Stats.target_forward_passes`, the peers' tokens plus
+EOS); model calls are forward calls of the model body, each over a whole batch.
+Every structspec row is checked token for token against plain masked decoding at
+B = 1 (greedy: batch shapes change float sums, so a divergence can only come
+from a near-tie).
+
+``--bf16-agreement`` instead decodes each record alone with plain masked decoding
+in float32, then batched with exact fast-forward and prompt lookup in bfloat16,
+and reports the share of records that agree token for token and the float32
+masked-logit margin where each first diverges.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+import structspec
+from structspec.errors import StructspecError
+from structspec.lm import LM
+from structspec.testing import divergence_margin
+from structspec.tools.bench import first_difference
+from structspec.tools.harness import PLAIN, Keywords, judge, methods, spread
+from structspec.tools.peers import PassCounter, PeerBatch, outlines_batch, outlines_index, unconstrained_batch
+from structspec.tools.tasks import Task, extraction_prompt, load_tasks
+
+DEFAULT_MODEL = "qwen2.5-coder-0.5b"
+LOOKUP = "+ prompt lookup"  # the speed reference at B = 1
+OUTLINES = "outlines, one batch per schema"  # the peer reference: outlines' own batched generation
+OUTLINES_MIXED = "outlines, mixed batch (a processor per row)"
+UNCONSTRAINED = "transformers, unconstrained"
+
+
+@dataclass(frozen=True)
+class Output:
+    """One record's output under one method."""
+
+    task_id: str
+    token_ids: list[int]
+    text: str
+    finished: bool  # False: max_new_tokens ran out
+    row_passes: int  # target passes that chose this record's tokens (its EOS included)
+    accuracy: float | None = None  # field accuracy; None: the task has no expected value
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One method at one batch size over every record: wall-clock time, passes, memory and outputs."""
+
+    method: str
+    batch_size: int
+    seconds: float
+    model_calls: int  # forward calls of the model body, each over a whole batch
+    peak_memory_mib: float
+    memory_growth_mib: float  # peak minus what was in use when the row started
+    outputs: list[Output]
+
+    @property
+    def records_per_second(self) -> float:
+        return len(self.outputs) / max(self.seconds, 1e-9)
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(len(o.token_ids) for o in self.outputs)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.output_tokens / max(self.seconds, 1e-9)
+
+    @property
+    def seconds_per_record(self) -> float:
+        return self.seconds / max(len(self.outputs), 1)
+
+    @property
+    def passes_per_token(self) -> float:
+        return sum(o.row_passes for o in self.outputs) / max(self.output_tokens, 1)
+
+    @property
+    def accuracy(self) -> float | None:
+        scored = [o.accuracy for o in self.outputs if o.accuracy is not None]
+        return sum(scored) / len(scored) if scored else None
+
+    @property
+    def finished(self) -> int:
+        return sum(o.finished for o in self.outputs)
+
+
+@dataclass(frozen=True)
+class Identity:
+    """How many records a method decoded token-identical to the reference, and where the others first differ."""
+
+    identical: int
+    records: int
+    divergences: list[tuple[str, int]]  # (task id, first differing output token)
+
+
+def identity(outputs: list[Output], reference: list[Output]) -> Identity:
+    """Compare ``outputs`` with ``reference`` record by record (both in task order)."""
+    firsts = [(o.task_id, first_difference(o.token_ids, r.token_ids)) for o, r in zip(outputs, reference)]
+    divergences = [(task_id, i) for task_id, i in firsts if i is not None]
+    return Identity(len(outputs) - len(divergences), len(outputs), divergences)
+
+
+@dataclass(frozen=True)
+class Report:
+    """A throughput run: where it ran and every measured row, structspec's first."""
+
+    model: str
+    device: str
+    dtype: str
+    threads: int
+    max_new_tokens: int
+    memory: str  # how peak memory was measured
+    rows: list[Measured] = field(default_factory=list)
+
+    def row(self, method: str, batch_size: int | None = None) -> Measured | None:
+        """The row of ``method`` at ``batch_size`` (at any batch size: the first); None if it did not run."""
+        return next((r for r in self.rows if r.method == method and batch_size in (None, r.batch_size)), None)
+
+    def identity(self, row: Measured) -> Identity | None:
+        """``row`` against plain masked decoding at B = 1; None for the unconstrained peer."""
+        reference = self.row(PLAIN, 1)
+        if reference is None or row.method == UNCONSTRAINED:
+            return None
+        return identity(row.outputs, reference.outputs)
+
+
+class PeakMemory:
+    """Peak memory inside a ``with`` block, in MiB (``peak``, ``growth``; ``how`` says how it was measured).
+
+    On CUDA: the allocator's peak on the model's device, reset on entry. On the
+    CPU: the process's resident-set high-water mark (Linux's VmHWM, reset on
+    entry through /proc/self/clear_refs); where it cannot be reset, the
+    process's high-water mark since it started (getrusage), which only grows.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device, self.peak, self.growth = device, 0.0, 0.0
+        if device.type == "cuda":
+            self.how = "peak CUDA memory allocated (torch), reset per row"
+        elif _resettable_rss():
+            self.how = "peak resident set (VmHWM), reset per row"
+        else:
+            self.how = "process resident-set high-water mark since start (getrusage)"
+
+    def __enter__(self) -> PeakMemory:
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self.start = torch.cuda.memory_allocated(self.device) / 2**20
+        else:
+            if _resettable_rss():
+                Path("/proc/self/clear_refs").write_text("5")  # 5: reset the peak resident set to the current one
+            self.start = _rss_mib("VmRSS")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.device.type == "cuda":
+            self.peak = torch.cuda.max_memory_allocated(self.device) / 2**20
+        elif _resettable_rss():
+            self.peak = _rss_mib("VmHWM")
+        else:
+            self.peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+        self.growth = self.peak - self.start
+
+
+def _rss_mib(key: str) -> float:
+    """``key`` (VmRSS, VmHWM) of /proc/self/status in MiB; 0 where there is no /proc."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return 0.0
+    found = re.search(rf"^{key}:\s+(\d+) kB", status, re.MULTILINE)
+    return int(found.group(1)) / 1024 if found else 0.0
+
+
+def _resettable_rss() -> bool:
+    return os.access("/proc/self/clear_refs", os.W_OK) and _rss_mib("VmHWM") > 0
+
+
+Decode = Callable[[], list[Output]]  # decodes every record, outputs in task order, unjudged
+
+
+def measure(lm: LM, tasks: list[Task], method: str, batch_size: int, decode: Decode) -> Measured:
+    """Run ``decode`` once under a wall clock, a model-call counter and a memory peak; then judge its outputs."""
+    with PeakMemory(lm.device) as memory, PassCounter(lm.model.base_model) as calls:
+        start = time.perf_counter()
+        outputs = decode()
+        seconds = time.perf_counter() - start
+    outputs = [replace(o, accuracy=judge(task, o.text).accuracy) for o, task in zip(outputs, tasks)]
+    return Measured(method, batch_size, seconds, calls.calls, memory.peak, memory.growth, outputs)
+
+
+def decode_structspec(lm: LM, tasks: list[Task], keywords: Keywords, batch_size: int, max_new_tokens: int) -> Decode:
+    """``generate_batch`` over the tasks with one spec per record; at B = 1, ``generate_result`` record by
+    record (the single-row loop: what one record at a time costs a user). A record that cannot run is a bug."""
+    def decode() -> list[Output]:
+        prompts = [extraction_prompt(t.text, t.schema) for t in tasks]
+        options = {"max_new_tokens": max_new_tokens, **keywords}
+        if batch_size == 1:
+            results = [structspec.generate_result(lm, t.schema, p, **options) for t, p in zip(tasks, prompts)]
+        else:
+            results = structspec.generate_batch(lm, [t.schema for t in tasks], prompts, batch_size=batch_size,
+                                                **options)
+        for r in results:
+            if r.error is not None:
+                raise r.error
+        return [Output(t.id, r.token_ids, r.text, r.complete, r.stats.target_forward_passes)
+                for t, r in zip(tasks, results)]
+
+    return decode
+
+
+def decode_peer(tasks: list[Task], batches: list[list[int]], generate: Callable[[list[int]], PeerBatch]) -> Decode:
+    """A peer over ``batches`` (lists of task positions), one ``generate`` call per batch."""
+    def decode() -> list[Output]:
+        outputs: dict[int, Output] = {}
+        for batch in batches:
+            run = generate(batch)
+            for row, i in enumerate(batch):
+                outputs[i] = Output(tasks[i].id, run.token_ids[row], run.texts[row], run.chose_eos[row],
+                                    run.row_passes(row))
+        return [outputs[i] for i in range(len(tasks))]
+
+    return decode
+
+
+def _chunks(items: list[int], size: int) -> list[list[int]]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def by_schema(tasks: list[Task], size: int) -> list[list[int]]:
+    """Task positions in batches of at most ``size``, one schema per batch (schemas in order of appearance)."""
+    groups: dict[str, list[int]] = {}
+    for i, task in enumerate(tasks):
+        groups.setdefault(task.schema_name, []).append(i)
+    return [batch for group in groups.values() for batch in _chunks(group, size)]
+
+
+def benchmark(lm: LM, tasks: list[Task], batch_sizes: list[int], peer_batch_size: int, max_new_tokens: int,
+              console: Console | None = None) -> Report:
+    """Every structspec mode at every batch size (B = 1 always: it is the reference), then the peers.
+
+    Compiles every schema and builds outlines' Indexes first, and warms up every
+    decoding path, so no row pays a first-call cost.
+    """
+    console = console or Console(quiet=True)
+    prompt_ids = [lm.encode_prompt(extraction_prompt(t.text, t.schema)) for t in tasks]
+    schemas = {t.schema_name: t.schema for t in tasks}
+    indexes = {}
+    for name, schema in schemas.items():
+        structspec.compile(schema, lm)  # cached in memory: every batched row finds it
+        indexes[name] = outlines_index(lm, structspec.to_regex(schema))
+    # first calls pay one-off costs (outlines' first processor call alone takes seconds)
+    prompts = [extraction_prompt(t.text, t.schema) for t in tasks[:2]]
+    structspec.generate_result(lm, tasks[0].schema, prompts[0], max_new_tokens=4)
+    structspec.generate_batch(lm, [t.schema for t in tasks[:2]], prompts, batch_size=2, max_new_tokens=4)
+    outlines_batch(lm, [indexes[t.schema_name] for t in tasks[:2]], prompt_ids[:2], 4)
+    unconstrained_batch(lm, prompt_ids[:2], 4)
+
+    memory = PeakMemory(lm.device).how
+    report = Report(lm.name, str(lm.device), str(lm.model.dtype).removeprefix("torch."), torch.get_num_threads(),
+                    max_new_tokens, memory)
+
+    def add(method: str, batch_size: int, decode: Decode) -> None:
+        report.rows.append(row := measure(lm, tasks, method, batch_size, decode))
+        console.print(f"{method}, B={batch_size}: {row.seconds:.1f} s, {row.records_per_second:.3f} records/s",
+                      highlight=False)
+
+    for b in sorted({1, *batch_sizes}):
+        for method, keywords in methods().items():
+            add(method, b, decode_structspec(lm, tasks, keywords, b, max_new_tokens))
+
+    def outlines(batch: list[int]) -> PeerBatch:
+        return outlines_batch(lm, [indexes[tasks[i].schema_name] for i in batch], [prompt_ids[i] for i in batch],
+                              max_new_tokens)
+
+    def unconstrained(batch: list[int]) -> PeerBatch:
+        return unconstrained_batch(lm, [prompt_ids[i] for i in batch], max_new_tokens)
+
+    in_order = _chunks(list(range(len(tasks))), peer_batch_size)
+    add(OUTLINES, peer_batch_size, decode_peer(tasks, by_schema(tasks, peer_batch_size), outlines))
+    add(OUTLINES_MIXED, peer_batch_size, decode_peer(tasks, in_order, outlines))
+    add(UNCONSTRAINED, peer_batch_size, decode_peer(tasks, in_order, unconstrained))
+    return report
+
+
+HEADERS = ["method", "B", "records/s", f"÷ {LOOKUP}\nB=1", "÷ outlines\nper schema", "output\ntokens/s",
+           "s/record", "passes /\nout token", "model\ncalls", "peak\nMiB", "growth\nMiB", "finished", "field\naccuracy",
+           "same ids as\nplain B=1"]
+
+
+def _ratio(value: float, reference: Measured | None) -> str:
+    return f"×{value / reference.records_per_second:.2f}" if reference else "—"
+
+
+def table_rows(report: Report) -> list[list[str]]:
+    """The report's rows as table cells, in `HEADERS` order."""
+    lookup, outlines = report.row(LOOKUP, 1), report.row(OUTLINES)
+    cells = []
+    for r in report.rows:
+        same = report.identity(r)
+        cells.append([
+            r.method, str(r.batch_size), f"{r.records_per_second:.3f}", _ratio(r.records_per_second, lookup),
+            _ratio(r.records_per_second, outlines), f"{r.tokens_per_second:.1f}", f"{r.seconds_per_record:.2f}",
+            f"{r.passes_per_token:.3f}", f"{r.model_calls:,}", f"{r.peak_memory_mib:,.0f}",
+            f"{r.memory_growth_mib:,.0f}", f"{r.finished}/{len(r.outputs)}",
+            "—" if r.accuracy is None else f"{r.accuracy:.3f}",
+            "—" if same is None else f"{same.identical}/{same.records}"
+            + "".join(f" {task_id}@{i}" for task_id, i in same.divergences),
+        ])
+    return cells
+
+
+def print_report(console: Console, report: Report) -> None:
+    """The table, then what its columns mean."""
+    records = len(report.rows[0].outputs) if report.rows else 0
+    table = Table(title=f"{report.model} on {report.device}, {report.dtype}: {records} records, greedy, "
+                        f"max_new_tokens={report.max_new_tokens}, {report.threads} threads", title_justify="left")
+    for header in HEADERS:
+        table.add_column(header, justify="left" if header == "method" else "right")
+    for cells in table_rows(report):
+        table.add_row(*cells)
+    console.print(table)
+    console.print(
+        "records/s and tokens/s: wall clock around each row's calls (compiling paid before). passes / out token: "
+        "per record, target passes that chose its tokens. model calls: forward calls of the model, each over a "
+        f"batch. Memory: {report.memory}; growth is the peak minus what was in use at the row's start. "
+        f"B=1: generate_result, one record at a time; B>1: generate_batch. same ids: records token-identical "
+        f"to {PLAIN} at B=1 (each record decoded alone), then task@first differing token. "
+        f"{OUTLINES}: outlines takes one regex per batch. Load average at the end (other processes skew "
+        f"timings): {os.getloadavg()[0]:.2f}.",
+        highlight=False,
+    )
+
+
+def report_json(report: Report) -> dict[str, Any]:
+    """The raw numbers: every row with its derived figures, identity and per-record outputs."""
+    rows = []
+    for r in report.rows:
+        same = report.identity(r)
+        rows.append(asdict(r) | {
+            "records_per_second": r.records_per_second, "output_tokens": r.output_tokens,
+            "tokens_per_second": r.tokens_per_second, "seconds_per_record": r.seconds_per_record,
+            "passes_per_token": r.passes_per_token, "accuracy": r.accuracy, "finished": r.finished,
+            "identity": None if same is None else asdict(same),
+        })
+    return asdict(report) | {"rows": rows}
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where a bfloat16 record first leaves its float32 decode, and how close float32's choice was there."""
+
+    task_id: str
+    position: int  # first differing output token
+    margin: float  # float32 masked logits there: top-1 minus top-2 (`structspec.testing.divergence_margin`)
+    float32_token: str  # what each chose there ("" where it had stopped)
+    bfloat16_token: str
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """bfloat16 batched decoding against float32 single-row decoding, record by record."""
+
+    model: str
+    batch_size: int
+    records: int
+    identical: int
+    divergences: list[Divergence]
+
+
+def agreement(full: LM, half: LM, tasks: list[Task], batch_size: int, max_new_tokens: int) -> Agreement:
+    """Decode every record alone with plain masked decoding on ``full`` (float32), then batched with exact
+    fast-forward and prompt lookup on ``half`` (bfloat16); compare token ids."""
+    prompts = [extraction_prompt(t.text, t.schema) for t in tasks]
+    alone = [structspec.generate_result(full, t.schema, p, max_new_tokens=max_new_tokens, fast_forward="off")
+             for t, p in zip(tasks, prompts)]
+    batched = structspec.generate_batch(half, [t.schema for t in tasks], prompts, batch_size=batch_size,
+                                        max_new_tokens=max_new_tokens, fast_forward="exact", draft="prompt_lookup")
+    divergences = []
+    for task, prompt, a, b in zip(tasks, prompts, alone, batched):
+        if b.error is not None:
+            raise b.error
+        i = first_difference(a.token_ids, b.token_ids)
+        if i is None:
+            continue
+        fsm = structspec.compile(task.schema, full).fsm
+        margin = divergence_margin(full, fsm, full.encode_prompt(prompt), a.token_ids, b.token_ids)
+        divergences.append(Divergence(task.id, i, margin, full.vocab.decode(a.token_ids[i:i + 1]),
+                                      half.vocab.decode(b.token_ids[i:i + 1])))
+    return Agreement(full.name, batch_size, len(tasks), len(tasks) - len(divergences), divergences)
+
+
+def print_agreement(console: Console, result: Agreement) -> None:
+    """The share of identical records, then one line per first divergence."""
+    console.print(f"[bold]bf16 agreement[/bold] ({result.model}): {result.identical}/{result.records} records "
+                  f"({result.identical / max(result.records, 1):.0%}) decoded batched (B={result.batch_size}, exact "
+                  "fast-forward + prompt lookup) in bfloat16 are token-identical to their float32 single-row plain "
+                  "masked decode.", highlight=False)
+    table = Table(title="first divergences: float32 masked-logit margin (top-1 − top-2) there", title_justify="left")
+    for header in ("task", "output token", "margin", "float32 chose", "bfloat16 chose"):
+        table.add_column(header, justify="left" if header in ("task", "float32 chose", "bfloat16 chose") else "right")
+    for d in result.divergences:
+        table.add_row(d.task_id, str(d.position), f"{d.margin:.4f}",
+                      repr(d.float32_token), repr(d.bfloat16_token))
+    if result.divergences:
+        console.print(table)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The benchmark's options on ``parser`` (for ``python -m structspec.tools.throughput`` and a CLI subcommand)."""
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="a shipped model name or a local HF model directory")
+    parser.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda or cuda:N")
+    parser.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: float32 on the CPU, "
+                                                      "bfloat16 on CUDA); every row runs in it")
+    parser.add_argument("--records", type=int, default=16, help="records of examples/tasks.jsonl, schemas in turn")
+    parser.add_argument("--batch-sizes", default="1,8,16",
+                        help="comma-separated batch sizes for structspec's rows (B=1 always runs: the reference)")
+    parser.add_argument("--peer-batch-size", type=int, default=8, help="batch size of the outlines and "
+                                                                       "transformers rows")
+    parser.add_argument("--max-new-tokens", type=int, default=200)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (torch.set_num_threads)")
+    parser.add_argument("--json", metavar="PATH", help="also write the raw numbers as JSON")
+    parser.add_argument("--bf16-agreement", action="store_true",
+                        help="instead: float32 single-row plain masked against bfloat16 batched exact + prompt "
+                             "lookup (B = the largest --batch-sizes), token identity and margins at divergences")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the benchmark (or the bf16 agreement) the options ask for; print it and write ``--json``."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    err = Console(stderr=True)
+    batch_sizes = [int(b) for b in args.batch_sizes.split(",") if b.strip().isdigit()]
+    if len(batch_sizes) != len(args.batch_sizes.split(",")) or min(batch_sizes + [args.peer_batch_size]) < 1:
+        err.print(f"throughput: batch sizes must be whole numbers ≥ 1, got --batch-sizes {args.batch_sizes} and "
+                  f"--peer-batch-size {args.peer_batch_size}", highlight=False, markup=False)
+        return 2
+    console = Console() if Console().is_terminal else Console(width=200)
+    tasks = spread(load_tasks(), args.records)
+    try:
+        if args.bf16_agreement:
+            full = structspec.load(args.model, args.device, "float32")
+            half = structspec.load(args.model, args.device, "bfloat16")
+            result = agreement(full, half, tasks, max(batch_sizes), args.max_new_tokens)
+            print_agreement(console, result)
+            raw: dict[str, Any] = asdict(result)
+        else:
+            lm = structspec.load(args.model, args.device, args.dtype)
+            report = benchmark(lm, tasks, batch_sizes, args.peer_batch_size, args.max_new_tokens, console)
+            print_report(console, report)
+            raw = report_json(report)
+    except StructspecError as e:  # an unknown model, device or dtype
+        err.print(f"throughput: {e}", highlight=False, markup=False)
+        return 2
+    if args.json:
+        Path(args.json).write_text(json.dumps(raw, indent=1), encoding="utf-8")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m structspec.tools.throughput``: parse ``argv`` and `run`."""
+    parser = argparse.ArgumentParser(prog="python -m structspec.tools.throughput", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
