@@ -4,5 +4,6 @@ Each module imports only those before it; this wing imports no other.
 """
 
 from structspec.automaton.fsm import TokenFSM, apply_token_bitmask_inplace, clear_cache
+from structspec.automaton.index import UnspellableError
 
-__all__ = ["TokenFSM", "apply_token_bitmask_inplace", "clear_cache"]
+__all__ = ["TokenFSM", "UnspellableError", "apply_token_bitmask_inplace", "clear_cache"]

@@ -84,6 +84,30 @@ class LazyDFA:
         self.table[d] = row  # after interning, which may have grown (and copied) the table
         self.built[d] = True
 
+    def next_characters(self, d: int, limit: int = 8) -> list[str]:
+        """Up to ``limit`` characters that can come next from ``d``, smallest first (mid-character: the
+        bytes that end it, as ``\\xNN``).
+
+        Builds the rows it reaches: the table grows, the language does not.
+        """
+        found: list[str] = []
+        todo = [(d, b"")]
+        while todo and len(found) < limit:
+            state, data = todo.pop()
+            try:
+                if data:
+                    found.append(data.decode())
+                    continue
+            except UnicodeDecodeError:
+                pass
+            self.ensure(np.array([state]))
+            live = np.flatnonzero(self.table[state] != DEAD).tolist()
+            if data and (len(data) == 4 or not live):  # began mid-character (a token ended inside one)
+                found.append(data.decode("utf-8", "backslashreplace"))
+                continue
+            todo += [(int(self.table[state, byte]), data + bytes([byte])) for byte in reversed(live)]
+        return found
+
     def step(self, d: int, data: bytes) -> int:
         """The state after ``data`` from ``d`` (DEAD if it leaves the language).
 

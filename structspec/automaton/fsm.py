@@ -34,7 +34,7 @@ _MEMORY: OrderedDict[str, TokenIndex] = OrderedDict()
 _MEMORY_LIMIT = 64
 _MEMORY_LOCK = threading.Lock()
 # Bumped when the pickled automaton changes shape (or module), so stale disk entries are not read.
-_FORMAT = "lazy-dfa-2"
+_FORMAT = "lazy-dfa-3"
 
 
 def clear_cache(disk: bool = False) -> None:
@@ -77,7 +77,7 @@ class TokenFSM:
 
         ``logits_width`` is the model's logits size (default: the tokenizer's
         size); ids the tokenizer does not have are never allowed. `RegexError` if
-        the regex is invalid or uses what a DFA cannot do.
+        the regex is invalid, uses what a DFA cannot do, or matches no string.
         """
         start = time.perf_counter()
         width = logits_width or len(vocab)
@@ -124,6 +124,9 @@ class TokenFSM:
 
     def allowed_token_ids(self, state: int) -> np.ndarray:
         """Token ids allowed in ``state``, ascending, EOS included when final: a read-only int array.
+
+        `UnspellableError` (naming the characters needed) if the state is not final and the
+        vocabulary has no token for what comes next; so do `is_complete` and the mask fill.
 
         Use ``len``, indexing and ``in`` on it. Does not change the language; the
         first call per state walks the vocabulary (the DFA table grows) and caches the answer.

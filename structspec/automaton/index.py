@@ -18,7 +18,24 @@ from collections.abc import Callable
 import numpy as np
 
 from structspec.automaton.dfa import DEAD, LazyDFA
+from structspec.errors import StructspecError
 from structspec.vocab import TokenVocab
+
+
+class UnspellableError(StructspecError, ValueError):
+    """Decoding reached a state where the constraint needs a character no token of this vocabulary (within
+    the model's logits) can start: masking would leave nothing to choose.
+
+    Raised when the state is first reached; ``characters`` are some of those it needs next.
+    """
+
+    def __init__(self, state: int, characters: list[str]) -> None:
+        self.state = state
+        self.characters = characters
+        shown = ", ".join(repr(c) for c in characters) or "nothing"
+        super().__init__(f"no token of this vocabulary can come next: the constraint needs {shown} here "
+                         f"(FSM state {state}); use a tokenizer that spells it, or a constraint that does not "
+                         "require it")
 
 
 class _VocabBytes:
@@ -59,7 +76,8 @@ class TokenIndex:
     def allowed_token_ids(self, state: int) -> np.ndarray:
         """Allowed token ids in ``state``, ascending, EOS included when final: a read-only int32 array.
 
-        Does not change the language; the first call per state walks the vocabulary
+        `UnspellableError` if ``state`` is not final and no token the model can produce
+        is allowed (the vocabulary cannot spell what comes next). Does not change the language; the first call per state walks the vocabulary
         and builds the DFA rows it reaches (the table grows, the language does not).
         """
         return self._cached(self._allowed, state, self._compute_allowed)
@@ -83,6 +101,8 @@ class TokenIndex:
 
     def _compute_allowed(self, state: int) -> np.ndarray:
         ids = self._walk_vocabulary(state)
+        if state != DEAD and not self.dfa.is_final(state) and not (ids < self.logits_width).any():
+            raise UnspellableError(state, self.dfa.next_characters(state))
         if self.dfa.is_final(state):
             eos = self.vocab.eos_token_id
             ids = np.insert(ids, np.searchsorted(ids, eos), eos)

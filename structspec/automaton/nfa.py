@@ -9,6 +9,10 @@ from structspec.automaton.utf8 import Ranges, byte_sequences, category, compleme
 from structspec.errors import RegexError
 
 
+MAX_STATES = 1_000_000
+"""The most NFA states a regex may build into (about 0.5 GB and 10 s of Python); past it, `RegexError`."""
+
+
 class _Unsupported(Exception):
     pass
 
@@ -22,11 +26,14 @@ class ByteNFA:
     spelling of optional properties becomes an O(k) automaton: the alternatives
     ``(a,)?b``, ``(a,)?(b,)?c``, … share their common prefixes.
 
-    Immutable once built (`closure` only memoizes).
+    Trimmed once built: edges into states from which no accepting path leads are
+    removed, so every state a DFA reaches can still end in a match. Immutable once
+    built (`closure` only memoizes).
     """
 
     def __init__(self, regex: str) -> None:
-        """Parse and build ``regex`` (`RegexError` if it is invalid or uses what a DFA cannot do)."""
+        """Parse and build ``regex``: `RegexError` if it is invalid, uses what a DFA cannot do, matches no
+        string, or needs more than `MAX_STATES` states."""
         tree = parse(regex)
         self.edges: list[list[tuple[int, int, int]]] = []
         self.eps: list[list[int]] = []
@@ -38,13 +45,18 @@ class ByteNFA:
             self.accept = self._sequence(tree, self.start)
         except _Unsupported as e:
             raise RegexError(regex, str(e)) from None
-        self._closures: dict[int, frozenset[int]] = {}
         del self._keys, self._interned, self._built
+        if not self._trim():
+            raise RegexError(regex, "it matches no string (an empty class like [^\\s\\S], or a part that "
+                             "can never be completed)")
+        self._closures: dict[int, frozenset[int]] = {}
 
     def __len__(self) -> int:
         return len(self.edges)
 
     def _new(self) -> int:
+        if len(self.edges) >= MAX_STATES:
+            raise _Unsupported(f"it needs more than {MAX_STATES:,} automaton states; lower its repetition counts")
         self.edges.append([])
         self.eps.append([])
         return len(self.edges) - 1
@@ -89,20 +101,50 @@ class ByteNFA:
             return end
         if op in REPEATS:
             low, high, body = arg
-            for _ in range(low):
-                state = self._sequence(body, state)
+            copies = low if high is C.MAXREPEAT else high  # (a star adds one more, looping)
+            for i in range(low):
+                state = self._copy(body, state, i == 0, copies)
             if high is C.MAXREPEAT:  # star: loop through one state
                 loop = self._new()
                 self.eps[state].append(loop)
                 self.eps[self._sequence(body, loop)].append(loop)
                 return loop
             end = self._new()
-            for _ in range(high - low):
+            for i in range(high - low):
                 self.eps[state].append(end)
-                state = self._sequence(body, state)
+                state = self._copy(body, state, low == 0 and i == 0, copies)
             self.eps[state].append(end)
             return end
         raise _Unsupported(f"{str(op).lower()} (anchors, lookarounds, backreferences) is not supported")
+
+    def _copy(self, body: list, state: int, first: bool, copies: int) -> int:
+        """One copy of a repeated ``body`` from ``state``; the first tells whether all ``copies`` fit."""
+        before = len(self.edges)
+        end = self._sequence(body, state)
+        needed = before + (len(self.edges) - before) * copies
+        if first and needed > MAX_STATES:
+            raise _Unsupported(f"its repetitions need about {needed:,} automaton states, more than "
+                               f"{MAX_STATES:,}; lower their counts")
+        return end
+
+    def _trim(self) -> bool:
+        """Drop the edges into states that cannot reach the accept state; whether the start still can."""
+        back: list[list[int]] = [[] for _ in self.edges]
+        for s, (edges, eps) in enumerate(zip(self.edges, self.eps)):
+            for _, _, to in edges:
+                back[to].append(s)
+            for to in eps:
+                back[to].append(s)
+        live, todo = {self.accept}, [self.accept]
+        while todo:
+            for s in back[todo.pop()]:
+                if s not in live:
+                    live.add(s)
+                    todo.append(s)
+        for s in range(len(self.edges)):
+            self.edges[s] = [e for e in self.edges[s] if e[2] in live]
+            self.eps[s] = [t for t in self.eps[s] if t in live]
+        return self.start in live
 
     def _chars(self, ranges: Ranges, state: int) -> int:
         end = self._new()

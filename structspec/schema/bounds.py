@@ -1,4 +1,5 @@
-"""Numeric bounds as regexes over decimal digits (outlines-core ignores ``minimum`` and its kin)."""
+"""Numeric bounds as regexes over decimal digits (outlines-core ignores ``minimum`` and its kin), and the
+default digit bounds that make every JSON number end."""
 
 from __future__ import annotations
 
@@ -6,8 +7,57 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-_CAP = 10**15
-_FRACTION = r"(\.[0-9]+)?"
+MAX_INTEGER_DIGITS = 18
+"""Default bound on the integer digits of a number the schema leaves unbounded (``max_integer_digits``)."""
+
+MAX_FRACTION_DIGITS = 15
+"""Default bound on the fraction digits of a number (``max_fraction_digits``)."""
+
+EXPONENT_DIGITS = 3
+"""Exponent digits of an unbounded number while integer digits are bounded (a float64's exponent has 3)."""
+
+CAP = 10**15
+"""Explicit bounds beyond ±CAP are narrowed to it: each digit of a bound costs automaton states."""
+
+
+@dataclass(frozen=True)
+class Digits:
+    """How many digits a number the schema leaves unbounded may have (None: any number, the model may
+    write digits until the budget runs out)."""
+
+    integer: int | None = MAX_INTEGER_DIGITS
+    fraction: int | None = MAX_FRACTION_DIGITS
+
+    def integer_regex(self) -> str:
+        """Regex of the JSON integers of at most ``integer`` digits."""
+        return rf"-?(0|[1-9][0-9]{_times(0, None if self.integer is None else self.integer - 1)})"
+
+    def number_regex(self) -> str:
+        """Regex of the JSON numbers (exponent included) within the digit bounds, as outlines-core's
+        ``NUMBER`` is without them."""
+        exponent = None if self.integer is None else EXPONENT_DIGITS
+        return rf"{self.integer_regex()}{fraction_regex(self.fraction)}([eE][+-][0-9]{_times(1, exponent)})?"
+
+    def describe(self, kind: str) -> str:
+        """What the bounds narrow a ``kind`` ("integer" or "number") to, in words."""
+        parts = [] if self.integer is None else [f"{self.integer} integer digits (max_integer_digits)"]
+        if kind == "number" and self.fraction is not None:
+            parts.append(f"{self.fraction} fraction digits (max_fraction_digits)")
+        if kind == "number" and self.integer is not None:
+            parts.append(f"{EXPONENT_DIGITS} exponent digits")
+        return f"{kind} of at most " + ", ".join(parts)
+
+
+def fraction_regex(digits: int | None) -> str:
+    """Regex of an optional fraction of at most ``digits`` digits (None: any number)."""
+    return rf"(\.[0-9]{_times(1, digits)})?"
+
+
+def _times(low: int, high: int | None) -> str:
+    """A repeat count from ``low`` to ``high`` (None: no limit)."""
+    if high is None:
+        return "*" if low == 0 else "+" if low == 1 else f"{{{low},}}"
+    return f"{{{low},{high}}}"
 
 
 @dataclass(frozen=True)
@@ -20,7 +70,7 @@ class Bound:
 
 
 def read_bounds(node: dict[str, Any]) -> tuple[Bound | None, Bound | None]:
-    """The lower and upper bound of ``node`` (None: unbounded), the tighter of each pair, narrowed to ±10**15.
+    """The lower and upper bound of ``node`` (None: unbounded), the tighter of each pair, narrowed to ±`CAP`.
 
     Reads draft 4's boolean ``exclusiveMinimum``/``exclusiveMaximum`` as modifiers of
     ``minimum``/``maximum``.
@@ -41,7 +91,7 @@ def _bound(node: dict[str, Any], inclusive: str, exclusive: str, lower: bool) ->
     if bound is None:
         return None
     # Beyond the cap, narrow (never widen) the range: digits of a bound cost automaton states.
-    return Bound(max(bound.value, -_CAP) if lower else min(bound.value, _CAP), bound.open, bound.keyword)
+    return Bound(max(bound.value, -CAP) if lower else min(bound.value, CAP), bound.open, bound.keyword)
 
 
 def integer_limits(low: Bound | None, high: Bound | None) -> tuple[int | None, int | None]:
@@ -61,26 +111,38 @@ def integer_range_regex(lo: int | None, hi: int | None) -> str:
     return "|".join(f"({p})" for p in parts)
 
 
-def decimal_range_regex(lo: int | None, lo_open: bool, hi: int | None, hi_open: bool) -> str:
-    """Regex of the decimals (no exponent) between integer bounds; ``*_open`` excludes the bound itself."""
+def decimal_range_regex(lo: int | None, lo_open: bool, hi: int | None, hi_open: bool,
+                        fraction: int | None = None) -> str:
+    """Regex of the decimals (no exponent) between integer bounds, with at most ``fraction`` fraction digits
+    (None: any number); ``*_open`` excludes the bound itself."""
     parts = []
     if hi is None or hi > 0 or (hi == 0 and not hi_open):
-        parts.append(_nonnegative_decimals(*((lo, lo_open) if lo is not None and lo >= 0 else (0, False)), hi, hi_open))
+        low = (lo, lo_open) if lo is not None and lo >= 0 else (0, False)
+        parts.append(_nonnegative_decimals(*low, hi, hi_open, fraction))
     if lo is None or lo < 0:  # x = -y, y > 0 (or y >= -hi when hi < 0)
         low, low_open = (-hi, hi_open) if hi is not None and hi < 0 else (0, True)
-        parts.append("-(" + _nonnegative_decimals(low, low_open, None if lo is None else -lo, lo_open) + ")")
+        parts.append("-(" + _nonnegative_decimals(low, low_open, None if lo is None else -lo, lo_open, fraction) + ")")
     return "|".join(f"({p})" for p in parts)
 
 
-def _nonnegative_decimals(lo: int, lo_open: bool, hi: int | None, hi_open: bool) -> str:
+def _nonnegative_decimals(lo: int, lo_open: bool, hi: int | None, hi_open: bool, fraction: int | None) -> str:
+    zeros = rf"(\.0{_times(1, fraction)})?"
     if hi == lo:
-        return rf"{lo}(\.0+)?"
-    parts = [rf"{lo}\.[0-9]*[1-9][0-9]*" if lo_open else f"{lo}{_FRACTION}"]
+        return f"{lo}{zeros}"
+    parts = [f"{lo}\\.{_positive_fraction(fraction)}" if lo_open else f"{lo}{fraction_regex(fraction)}"]
     if hi is None or hi - 1 >= lo + 1:
-        parts.append(f"({_naturals(lo + 1, None if hi is None else hi - 1)}){_FRACTION}")
+        parts.append(f"({_naturals(lo + 1, None if hi is None else hi - 1)}){fraction_regex(fraction)}")
     if hi is not None and not hi_open:
-        parts.append(rf"{hi}(\.0+)?")
+        parts.append(f"{hi}{zeros}")
     return "|".join(parts)
+
+
+def _positive_fraction(digits: int | None) -> str:
+    """Regex of the fraction digits (after the point) that are not all zeros, at most ``digits`` of them."""
+    if digits is None:
+        return "[0-9]*[1-9][0-9]*"
+    # i leading zeros, then a nonzero digit, then the rest of the budget
+    return "(" + "|".join(f"{'0' * i}[1-9][0-9]{{0,{digits - 1 - i}}}" for i in range(digits)) + ")"
 
 
 def _naturals(lo: int, hi: int | None) -> str:

@@ -17,13 +17,20 @@ from typing import Any
 
 import jsonschema
 
-from structspec.errors import SchemaError
+from structspec.automaton.nfa import ByteNFA
+from structspec.errors import RegexError, SchemaError
 from structspec.schema import grammars
-from structspec.schema.bounds import decimal_range_regex, integer_limits, integer_range_regex, read_bounds
+from structspec.schema.bounds import (
+    CAP,
+    Digits,
+    decimal_range_regex,
+    integer_limits,
+    integer_range_regex,
+    read_bounds,
+)
 from structspec.schema.emit import Rewrites
 from structspec.schema.keywords import (
     ANNOTATIONS,
-    BOUNDS,
     COUNTS,
     FORMATS,
     KEYWORD_TYPES,
@@ -48,15 +55,20 @@ from structspec.schema.validation import check_metaschema
 # The keywords outlines-core dispatches on, in its order.
 _DISPATCH = ("properties", "patternProperties", "anyOf", "oneOf", "prefixItems", "enum", "const", "$ref", "type")
 
+MAX_LENGTH = 10_000
+"""A ``maxLength`` above this is narrowed to it: each counted character costs automaton states (about 23
+for a JSON string character), and 100,000 of them take seconds and a gigabyte to build."""
 
-def check(schema: dict[str, Any], strict: bool, whitespace_pattern: str) -> Rewrites:
-    """The rewrites that emit ``schema`` exactly; raises `SchemaError` if it is not a valid JSON Schema or
-    uses a keyword that would not be enforced (``strict=False``: drops it, listed in ``dropped``).
+
+def check(schema: dict[str, Any], strict: bool, whitespace_pattern: str, digits: Digits = Digits()) -> Rewrites:
+    """The rewrites that emit ``schema`` exactly, or narrowed as listed in ``narrowings`` (``digits`` bounds
+    the numbers the schema leaves unbounded); raises `SchemaError` if it is not a valid JSON Schema, admits
+    no value, or uses a keyword that would not be enforced (``strict=False``: drops it, listed in ``dropped``).
 
     Does not change ``schema``.
     """
     check_metaschema(schema)
-    checker = _Checker(Rewrites(Document(schema), whitespace_pattern), strict)
+    checker = _Checker(Rewrites(Document(schema), whitespace_pattern, digits), strict)
     checker.walk(schema, "", ())
     return checker.rewrites
 
@@ -276,6 +288,8 @@ class _Checker:
         self._check_literals(node, ptr, "const", [node["const"]])
 
     def _check_literals(self, node: dict[str, Any], ptr: str, keyword: str, values: list[Any]) -> None:
+        if not values:
+            raise SchemaError(keyword, ptr, "an empty enum admits no value; list at least one")
         self._reject_others(node, ptr, {keyword, "type"})
         if any(isinstance(v, (dict, list)) for v in values):
             self._unenforced(node, keyword, ptr, "object and array values are not supported")
@@ -297,13 +311,36 @@ class _Checker:
                               "schema object; point it at one ({} for any value)")
         self.walk(target, ref.lstrip("#"), refs + (ref,))
 
-    def _numeric_bounds(self, node: dict[str, Any], ptr: str, kind: str) -> None:
+    def _number(self, node: dict[str, Any], ptr: str, kind: str) -> None:
+        """Emit a number node as structspec's regex: its bounds exactly, the digit bounds where it has none."""
         low, high = read_bounds(node)
+        for bound in (low, high):
+            if bound is not None and bound.value != node[bound.keyword]:
+                self.rewrites.narrow(ptr, f"{bound.keyword} {node[bound.keyword]} narrowed to {bound.value} "
+                                     f"(bounds beyond ±{CAP:.0e} cost automaton states)")
+        digits = self.rewrites.digits
         if kind == "integer":
             lo, hi = integer_limits(low, high)
             if lo is not None and hi is not None and lo > hi:
                 raise SchemaError(low.keyword, ptr, "no integer lies within the bounds")
-            self.rewrites.hole(node, integer_range_regex(lo, hi))
+            if digits.integer is not None and (lo is None or hi is None):
+                cap = 10**digits.integer - 1
+                if low is None and high is None:
+                    self.rewrites.hole(node, digits.integer_regex())
+                    self.rewrites.narrow_digits(ptr, integer=True, fraction=False, exponent=False)
+                    return
+                lo, hi = (-cap if lo is None else lo), (cap if hi is None else hi)
+                if lo > hi:
+                    raise SchemaError((low or high).keyword, ptr, f"no integer of at most {digits.integer} digits "
+                                      "lies within the bounds; raise max_integer_digits (None lifts it)")
+                self.rewrites.narrow_digits(ptr, integer=True, fraction=False, exponent=False)
+            if lo is not None or hi is not None:
+                self.rewrites.hole(node, integer_range_regex(lo, hi))
+            return
+        if low is None and high is None:
+            if digits != Digits(None, None):
+                self.rewrites.hole(node, digits.number_regex())
+                self.rewrites.narrow_digits(ptr, integer=True, fraction=True, exponent=True)
             return
         fractional = next((b for b in (low, high) if b is not None and b.value != int(b.value)), None)
         if fractional is not None:
@@ -313,7 +350,16 @@ class _Checker:
         lo_open, hi_open = low is not None and low.open, high is not None and high.open
         if lo is not None and hi is not None and (lo > hi or (lo == hi and (lo_open or hi_open))):
             raise SchemaError(low.keyword, ptr, "no number lies within the bounds")
-        self.rewrites.hole(node, decimal_range_regex(lo, lo_open, hi, hi_open))
+        if digits.integer is not None and (lo is None or hi is None):
+            cap = 10**digits.integer  # fewer integer digits: strictly between -cap and cap
+            (lo, lo_open), (hi, hi_open) = ((-cap, True) if lo is None else (lo, lo_open),
+                                            (cap, True) if hi is None else (hi, hi_open))
+            if lo >= hi:
+                raise SchemaError((low or high).keyword, ptr, f"no number of at most {digits.integer} integer "
+                                  "digits lies within the bounds; raise max_integer_digits (None lifts it)")
+            self.rewrites.narrow_digits(ptr, integer=True, fraction=False, exponent=False)
+        self.rewrites.narrow_digits(ptr, integer=False, fraction=True, exponent=False)
+        self.rewrites.hole(node, decimal_range_regex(lo, lo_open, hi, hi_open, digits.fraction))
 
     def _string(self, node: dict[str, Any], ptr: str) -> None:
         """Fold format, pattern and length bounds into one JSON-safe pattern where they need it."""
@@ -335,12 +381,45 @@ class _Checker:
                 self._unenforced(node, "pattern", ptr, "it can match a quote, backslash or control character, "
                                  "which JSON strings hold only escaped")
             elif lengths:
-                pattern = with_lengths(pattern, node.get("minLength", 0), node.get("maxLength"))
+                try:
+                    pattern = with_lengths(pattern, node.get("minLength", 0), self._max_length(node, ptr))
+                except ValueError as e:
+                    raise SchemaError("maxLength", ptr, f"no string the pattern matches is that short: {e}") from None
                 if pattern is None:
                     self._unenforced(node, "pattern", ptr, "cannot be combined with minLength/maxLength "
                                      "unless it is one character class repeated, like ^[a-z0-9]+$")
+            if pattern is not None:
+                pattern = self._readable(node, ptr, pattern)
         if pattern is not None:
-            self.rewrites.replace(node, {"type": "string", "pattern": pattern})
+            # a hole, with its quotes: the digit bounds rewrite outlines-core's number text, never a pattern
+            self.rewrites.hole(node, f'"{pattern}"')
+        elif lengths and self._max_length(node, ptr) != node.get("maxLength"):
+            self.rewrites.replace(node, {k: v for k, v in node.items() if self._has(node, k)}
+                                  | {"maxLength": MAX_LENGTH})
+
+    def _max_length(self, node: dict[str, Any], ptr: str) -> int | None:
+        """``maxLength`` of a string node, narrowed to `MAX_LENGTH` (recorded); None if it has none."""
+        if node.get("minLength", 0) > MAX_LENGTH:
+            raise SchemaError("minLength", ptr, f"strings of more than {MAX_LENGTH} characters cannot be "
+                              "enforced (each counted character costs automaton states); lower minLength")
+        if node.get("maxLength") is None or node["maxLength"] <= MAX_LENGTH:
+            return node.get("maxLength")
+        self.rewrites.narrow(ptr, f"maxLength {node['maxLength']} narrowed to {MAX_LENGTH} "
+                             "(each counted character costs automaton states)")
+        return MAX_LENGTH
+
+    def _readable(self, node: dict[str, Any], ptr: str, pattern: str) -> str | None:
+        """``pattern`` if the automaton can build it and some string matches it; None if it cannot be read
+        (dropped under ``strict=False``); `SchemaError` if it matches nothing."""
+        try:
+            ByteNFA(pattern)
+        except RegexError as e:
+            if e.reason.startswith("it matches no string"):
+                raise SchemaError("pattern", ptr, f"no string matches {node['pattern']!r}; "
+                                  "fix the pattern (an empty class like [^\\s\\S]?)") from None
+            self._unenforced(node, "pattern", ptr, f"it cannot be translated: {e.reason}")
+            return None
+        return pattern
 
     def _type(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...]) -> None:
         types = [node["type"]] if isinstance(node["type"], str) else list(node["type"])
@@ -348,7 +427,8 @@ class _Checker:
         for key in node:  # (keywords of the types not listed are gone: see _rewritten)
             if key in VALIDATION and key not in allowed:
                 self._unenforced(node, key, ptr, f"not enforced for type {node['type']!r}")
-        if len(types) > 1 and any(k in KEYWORD_TYPES and self._has(node, k) for k in node):
+        numbers = self.rewrites.digits != Digits(None, None) and {"integer", "number"} & set(types)
+        if len(types) > 1 and (numbers or any(k in KEYWORD_TYPES and self._has(node, k) for k in node)):
             # rewrites (holes, patterns) are per type: split the node into one branch per type
             branches = [{k: v for k, v in node.items() if t in KEYWORD_TYPES.get(k, {t}) and self._has(node, k)}
                         | {"type": t} for t in types]
@@ -360,8 +440,8 @@ class _Checker:
             if self._has(node, low) and self._has(node, high) and node[low] > node[high]:
                 raise SchemaError(low, ptr, f"{low} {node[low]} is greater than {high} {node[high]}: "
                                   "no value has both")
-        if types[0] in ("integer", "number") and any(self._has(node, k) for k in BOUNDS):
-            self._numeric_bounds(node, ptr, types[0])
+        if types[0] in ("integer", "number"):
+            self._number(node, ptr, types[0])
         if "string" in types:
             self._string(node, ptr)
         if "array" in types and "items" in node:

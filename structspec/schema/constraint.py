@@ -22,8 +22,13 @@ class Regex:
 
 @dataclass(frozen=True)
 class Constraint:
-    """A spec resolved to the regex that constrains decoding and the parser of its output."""
+    """A spec resolved to the regex that constrains decoding and the parser of its output.
+
+    ``narrowings`` lists where the regex admits less than the schema, one ``"pointer: what"`` each
+    (digit bounds on unbounded numbers, bounds and lengths capped for automaton size).
+    """
 
     regex: str
     parse: Callable[[str], Any]
     json_schema: dict[str, Any] | None  # None for a plain regex
+    narrowings: tuple[str, ...] = ()

@@ -8,9 +8,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from outlines_core.json_schema import build_regex_from_schema
+from outlines_core.json_schema import INTEGER, NUMBER, build_regex_from_schema
 
 from structspec.errors import SchemaError
+from structspec.schema.bounds import EXPONENT_DIGITS, Digits
 from structspec.schema.keywords import ANNOTATIONS, LITERALS, NAMED
 from structspec.schema.patterns import ecma_classes
 from structspec.schema.pointers import Document
@@ -29,16 +30,31 @@ _OUTLINES_ERRORS = (("maxLength", "maxLength"), ("Format", "format"), ("External
 class Rewrites:
     """What the checker decided for the nodes of one schema document, keyed by node identity.
 
-    The checker fills it as it walks (`replace`, `drop`, `hole` change it); `normalized`,
-    `standalone`, `pruned` and `regex` read it and change nothing.
+    The checker fills it as it walks (`replace`, `drop`, `hole`, `narrow` change it); `normalized`,
+    `standalone`, `pruned` and `regex` read it (`regex` records the digit bounds it applies).
     """
 
     document: Document
     whitespace: str
+    digits: Digits = Digits()
     replaced: dict[int, Any] = field(default_factory=dict)  # id(node) → the node outlines-core gets instead
     drops: dict[int, set[str]] = field(default_factory=dict)  # id(node) → keywords dropped there
     holes: dict[str, str] = field(default_factory=dict)  # marker → regex
     dropped: dict[tuple[str, str], None] = field(default_factory=dict)  # (keyword, pointer), in order
+    narrowings: dict[str, None] = field(default_factory=dict)  # "pointer: what", in order
+
+    def narrow(self, pointer: str, what: str) -> None:
+        """Record that the regex of the node at ``pointer`` admits less than the schema: ``what``."""
+        self.narrowings[f"{pointer or '/'}: {what}"] = None
+
+    def narrow_digits(self, pointer: str, integer: bool, fraction: bool, exponent: bool) -> None:
+        """Record the digit bounds applied at ``pointer`` (those switched on)."""
+        if integer and self.digits.integer is not None:
+            self.narrow(pointer, f"at most {self.digits.integer} integer digits (max_integer_digits)")
+        if fraction and self.digits.fraction is not None:
+            self.narrow(pointer, f"at most {self.digits.fraction} fraction digits (max_fraction_digits)")
+        if exponent and self.digits.integer is not None:
+            self.narrow(pointer, f"at most {EXPONENT_DIGITS} exponent digits (with max_integer_digits)")
 
     def replace(self, node: dict[str, Any], other: Any) -> None:
         """Emit ``other`` wherever ``node`` is."""
@@ -115,6 +131,11 @@ class Rewrites:
         except ValueError as e:  # the checker should have caught it; never fall back to looser
             raise SchemaError(_keyword_of(str(e)), pointer, f"outlines-core cannot translate it: {e}") from None
         regex = ecma_classes(regex)  # before the holes: their regexes are structspec's own, ASCII
+        # Numbers left to outlines-core (in values of any type; typed ones are holes) get the digit bounds.
+        # Schema patterns are holes too, so this text is outlines-core's own.
+        if self.digits != Digits(None, None) and (NUMBER in regex or INTEGER in regex):
+            regex = regex.replace(NUMBER, self.digits.number_regex()).replace(INTEGER, self.digits.integer_regex())
+            self.narrow_digits(pointer, integer=True, fraction=True, exponent=True)
         for marker, hole in self.holes.items():
             regex = regex.replace(f'"{marker}"', f"({hole})")
         return regex

@@ -93,11 +93,14 @@ def json_safe_pattern(pattern: str) -> str | None:
 
 def with_lengths(safe: str, min_length: int, max_length: int | None) -> str | None:
     """A `json_safe_pattern` result that repeats one character (class), counted from ``min_length`` to
-    ``max_length`` (None: no limit); None for any other pattern, where lengths cannot be folded in."""
+    ``max_length`` (None: no limit); None for any other pattern, where lengths cannot be folded in.
+    `ValueError` if no string of the pattern is short enough."""
     repeated = _REPEATED_CLASS.fullmatch(safe)
     if repeated is None:
         return None
     low = max(min_length, 1 if repeated["times"] == "+" else 0)
+    if max_length is not None and max_length < low:
+        raise ValueError(f"it needs at least {low} characters and maxLength is {max_length}")
     return f"{repeated['char']}{{{low},{'' if max_length is None else max_length}}}"
 
 

@@ -11,29 +11,41 @@ from typing import Any, get_origin
 
 import pydantic
 
-from structspec.errors import SpecError
+from structspec.errors import OptionError, SpecError
+from structspec.schema.bounds import MAX_FRACTION_DIGITS, MAX_INTEGER_DIGITS, Digits
 from structspec.schema.checker import check
 from structspec.schema.constraint import COMPACT, Constraint, Regex
 from structspec.schema.validation import validator
 
 
-def to_regex(spec: Any, whitespace_pattern: str = COMPACT, strict: bool = True) -> str:
+def to_regex(spec: Any, whitespace_pattern: str = COMPACT, strict: bool = True,
+             max_integer_digits: int | None = MAX_INTEGER_DIGITS,
+             max_fraction_digits: int | None = MAX_FRACTION_DIGITS) -> str:
     """The regex structspec constrains decoding with, for handing the same constraint to another engine."""
-    return constraint_of(spec, whitespace_pattern, strict).regex
+    return constraint_of(spec, whitespace_pattern, strict, max_integer_digits, max_fraction_digits).regex
 
 
-def constraint_of(spec: Any, whitespace_pattern: str = COMPACT, strict: bool = True) -> Constraint:
+def constraint_of(spec: Any, whitespace_pattern: str = COMPACT, strict: bool = True,
+                  max_integer_digits: int | None = MAX_INTEGER_DIGITS,
+                  max_fraction_digits: int | None = MAX_FRACTION_DIGITS) -> Constraint:
     """Resolve any supported spec: `Regex`, Pydantic model class, JSON Schema (dict, bool or str), or type.
 
     ``strict=False`` drops the schema keywords structspec cannot enforce, with a
     warning that lists each keyword and its JSON pointer, instead of raising
     `SchemaError`; the parser then validates only what was kept (a Pydantic model
-    still validates everything).
+    still validates everything). Numbers the schema leaves unbounded get at most
+    ``max_integer_digits`` integer and ``max_fraction_digits`` fraction digits (None
+    lifts a bound), so a model cannot write digits until its budget runs out; every
+    such narrowing is listed in ``Constraint.narrowings``.
     """
+    for name, value in (("max_integer_digits", max_integer_digits), ("max_fraction_digits", max_fraction_digits)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise OptionError(f"{name} must be an int >= 1 or None (no bound), got {value!r}")
+    digits = Digits(max_integer_digits, max_fraction_digits)
     if isinstance(spec, Regex):
         return Constraint(spec.pattern, lambda text: text, None)
     if isinstance(spec, type) and issubclass(spec, pydantic.BaseModel):
-        return _json_constraint(spec.model_json_schema(), whitespace_pattern, strict, spec.model_validate_json)
+        return _json_constraint(spec.model_json_schema(), whitespace_pattern, strict, digits, spec.model_validate_json)
     if isinstance(spec, str):
         try:
             spec = json.loads(spec)
@@ -45,16 +57,16 @@ def constraint_of(spec: Any, whitespace_pattern: str = COMPACT, strict: bool = T
         if not isinstance(spec, (dict, bool)):
             raise SpecError(f"a str spec must be a JSON Schema document, an object or a boolean, and this one "
                             f"is a {type(spec).__name__}; wrap a regex in structspec.Regex(...)")
-        return _json_constraint(spec, whitespace_pattern, strict, None)
+        return _json_constraint(spec, whitespace_pattern, strict, digits, None)
     if isinstance(spec, (dict, bool)):
-        return _json_constraint(spec, whitespace_pattern, strict, None)
+        return _json_constraint(spec, whitespace_pattern, strict, digits, None)
     if isinstance(spec, (type, enum.EnumMeta)) or get_origin(spec) is not None:
         try:
             adapter = pydantic.TypeAdapter(spec)
             schema = adapter.json_schema()
         except (pydantic.PydanticSchemaGenerationError, pydantic.PydanticUserError, TypeError) as e:
             raise SpecError(f"cannot derive a JSON Schema from {spec!r}: {e}") from None
-        return _json_constraint(schema, whitespace_pattern, strict, adapter.validate_json)
+        return _json_constraint(schema, whitespace_pattern, strict, digits, adapter.validate_json)
     raise SpecError(
         f"unsupported output spec {spec!r} ({type(spec).__name__}); pass a Pydantic model class, "
         "a JSON Schema (dict or str), structspec.Regex(...), a Literal/Enum, or int/float/bool/str"
@@ -62,14 +74,15 @@ def constraint_of(spec: Any, whitespace_pattern: str = COMPACT, strict: bool = T
 
 
 def _json_constraint(
-    schema: dict[str, Any] | bool, whitespace_pattern: str, strict: bool, parse: Callable[[str], Any] | None
+    schema: dict[str, Any] | bool, whitespace_pattern: str, strict: bool, digits: Digits,
+    parse: Callable[[str], Any] | None,
 ) -> Constraint:
     """``parse=None``: parse JSON and validate it against the schema (less any dropped keywords)."""
     if schema is False:
         raise SpecError("the JSON Schema false admits no value, so there is nothing to generate; "
                         "pass a schema that some value matches")
     document = {} if schema is True else schema  # true: any JSON value
-    rewrites = check(document, strict, whitespace_pattern)
+    rewrites = check(document, strict, whitespace_pattern, digits)
     if rewrites.dropped:
         warnings.warn(
             "strict=False: these schema keywords are not enforced: "
@@ -85,4 +98,4 @@ def _json_constraint(
             validate(value)
             return value
 
-    return Constraint(regex, parse, schema)
+    return Constraint(regex, parse, schema, tuple(rewrites.narrowings))
