@@ -14,10 +14,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import torch
 from rich.console import Console
 
 import structspec
 from structspec.tools.cli import EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, demo, main
+from structspec.tools.jobs import load_model
 from structspec.testing import byte_level_tokenizer, tiny_llama
 
 N_RECORDS = 200  # enough work left after the third line that a signal always lands mid-job
@@ -45,9 +47,11 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"root": root, "model": root / "model", "schema": root / "schema.json", "input": root / "input.jsonl"}
 
 
-def _command(job: dict[str, Path], output: Path) -> list[str]:
+def _command(job: dict[str, Path], output: Path, batch_size: int | None = None) -> list[str]:
+    """The extract command line (``batch_size`` None: the default for the device, 8 on the CPU)."""
     return [sys.executable, "-m", "structspec.tools", "extract", "--schema", str(job["schema"]), "--input",
-            str(job["input"]), "--output", str(output), "--model", str(job["model"]), "--max-new-tokens", "24"]
+            str(job["input"]), "--output", str(output), "--model", str(job["model"]), "--max-new-tokens", "24",
+            "--device", "cpu"] + ([] if batch_size is None else ["--batch-size", str(batch_size)])
 
 
 def _env(job: dict[str, Path]) -> dict[str, str]:
@@ -62,11 +66,13 @@ def _expected_ids() -> Counter[str]:
     return Counter(["<line 3>", "blank"] + [f"doc-{i}" for i in range(N_RECORDS) if i not in (2, 5)])
 
 
-def _interrupt_after_lines(job: dict[str, Path], output: Path, sig: int, lines: int = 3) -> int:
+def _interrupt_after_lines(job: dict[str, Path], output: Path, sig: int, lines: int = 3,
+                           batch_size: int | None = None) -> int:
     """Start the job, send ``sig`` once ``output`` has ``lines`` lines, and return the exit code."""
     # A shell's background jobs start with SIGINT ignored, and Python then installs no Ctrl-C handler:
     # restore the default so the job sees SIGINT as a user's Ctrl-C, wherever the tests run.
-    proc = subprocess.Popen(_command(job, output), env=_env(job), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen(_command(job, output, batch_size), env=_env(job), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     while proc.poll() is None and (not output.exists() or output.read_text().count("\n") < lines):
         time.sleep(0.02)
@@ -90,12 +96,15 @@ def test_extract_reports_malformed_lines_and_completes(job: dict[str, Path], tmp
     assert "empty_document 1" in summary and "malformed_input 1" in summary
 
 
-def test_resume_after_kill_9_writes_every_record_exactly_once(job: dict[str, Path], tmp_path: Path) -> None:
+@pytest.mark.parametrize("batch_size", [1, 8])
+def test_resume_after_kill_9_writes_every_record_exactly_once(job: dict[str, Path], tmp_path: Path,
+                                                              batch_size: int) -> None:
     output = tmp_path / "out.jsonl"
-    assert _interrupt_after_lines(job, output, signal.SIGKILL) == -signal.SIGKILL
+    assert _interrupt_after_lines(job, output, signal.SIGKILL, lines=12, batch_size=batch_size) == -signal.SIGKILL
     before = output.read_text()
-    assert 3 <= before.count("\n") < N_RECORDS  # killed mid-job
-    done = subprocess.run(_command(job, output), env=_env(job), capture_output=True, text=True, timeout=120)
+    assert 12 <= before.count("\n") < N_RECORDS  # killed mid-job, rows of one batch finished
+    done = subprocess.run(_command(job, output, batch_size), env=_env(job), capture_output=True, text=True,
+                          timeout=120)
     assert done.returncode == EXIT_OK, done.stderr
     assert output.read_text().startswith(before)  # what was written before the kill stays as it was
     assert _ids(output) == _expected_ids()
@@ -139,6 +148,26 @@ def test_help_documents_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> No
         main(["extract", "--help"])
     text = capsys.readouterr().out
     assert "exit codes:" in text and "130" in text and "malformed_input" in text and "too_long" in text
+    assert "max_context" in text and "8 on the CPU, 32 on CUDA" in text and "--dtype" in text
+
+
+@pytest.mark.parametrize("command", ["demo", "extract", "compare", "bench"])
+def test_every_command_that_loads_a_model_takes_device_and_dtype(command: str,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = capsys.readouterr().out
+    assert "--device" in text and "{float32,bfloat16,float16}" in text and "bfloat16 on CUDA" in text
+
+
+def test_a_device_that_is_not_there_is_a_configuration_error(job: dict[str, Path], tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(_command(job, tmp_path / "out.jsonl")[3:] + ["--device", "nonsense"]) == EXIT_CONFIG
+    assert "device='nonsense' is not a torch device" in capsys.readouterr().err
+    assert main(_command(job, tmp_path / "out.jsonl")[3:] + ["--batch-size", "0"]) == EXIT_CONFIG
+    assert "batch_size must be ≥ 1" in capsys.readouterr().err
+    assert not (tmp_path / "out.jsonl").exists()
+    assert load_model(str(job["model"]), "cpu", "bfloat16").model.dtype == torch.bfloat16
 
 
 def test_fast_forward_is_off_or_exact(job: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

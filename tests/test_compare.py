@@ -31,13 +31,25 @@ TASKS = [
 
 @pytest.fixture(scope="module")
 def by_method(byte_lm: structspec.LM) -> dict[str, list[Run]]:
-    return harness.run_tasks(byte_lm, TASKS, compare.rows(), 24, Console(file=io.StringIO()))
+    return harness.run_tasks(byte_lm, TASKS, compare.rows(batch_size=2), 24, Console(file=io.StringIO()))
 
 
 def test_every_method_runs_every_task_with_the_unconstrained_peer_first(by_method: dict[str, list[Run]]) -> None:
-    assert list(by_method) == ["unconstrained", "plain masked", "fast-forward", "+ prompt lookup"]
+    assert list(by_method) == ["unconstrained", "plain masked", "fast-forward", "+ prompt lookup",
+                               "plain masked, batch 2", "fast-forward, batch 2",
+                               "fast-forward + prompt lookup, batch 2"]
     assert all([r.task_id for r in runs] == ["box-1", "box-2"] for runs in by_method.values())
     assert all(r.sources == ["model"] * len(r.token_ids) for r in by_method["unconstrained"])
+    assert list(compare.rows()) == list(by_method)[:4]  # batch size 1: no batched rows
+
+
+def test_batched_rows_keep_each_records_tokens(by_method: dict[str, list[Run]]) -> None:
+    for label in ["plain masked", "fast-forward", "+ prompt lookup"]:
+        alone = by_method[label]
+        together = by_method[f"{'fast-forward ' if label.startswith('+') else ''}{label}, batch 2"]
+        assert [r.token_ids for r in together] == [r.token_ids for r in alone]
+        assert [r.sources for r in together] == [r.sources for r in alone]
+        assert all(r.seconds > 0 for r in together)
 
 
 def test_fast_forward_saves_passes_and_keeps_plain_masked_tokens(by_method: dict[str, list[Run]]) -> None:
@@ -54,8 +66,9 @@ def test_summary_and_table_read_from_the_runs(by_method: dict[str, list[Run]]) -
     assert fast.no_pass_tokens == sum(r.sources.count("forced") for r in by_method["fast-forward"])
     assert fast.schema_valid == 1.0 and fast.accuracy == by_method["fast-forward"][0].accuracy
     rows = compare.table_rows(summaries)
-    assert [row[0] for row in rows] == list(by_method) and rows[0][6] == "×1.00"
-    assert len(rows[0]) == len(compare.HEADERS)
+    assert [row[0] for row in rows] == list(by_method) and rows[0][7] == "×1.00"
+    assert len(rows[0]) == len(compare.HEADERS) and compare.HEADERS[6] == "records/s"
+    assert all(s.records == 2 and s.records_per_second == 2 / s.seconds for s in summaries)
 
 
 def test_judging_reads_json_as_a_user_would() -> None:

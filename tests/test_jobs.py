@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Literal
 
 import pytest
+from pydantic import BaseModel, ValidationError, field_validator
 
 import structspec
 from structspec.tools import jobs
@@ -89,39 +91,112 @@ def test_the_default_prompt_names_the_fields_and_templates_need_the_placeholder(
         jobs.read_template(str(tmp_path / "t.txt"))
 
 
-def test_a_document_longer_than_the_context_is_an_error_without_any_forward_pass(byte_lm: structspec.LM) -> None:
+def _run(lm: structspec.LM, records: list[jobs.InputRecord], out: Path,
+         options: jobs.JobOptions = OPTIONS) -> dict[str, dict]:
+    """Run a job into ``out`` and return its lines by id."""
+    jobs.run_job(lm, SCHEMA, records, out, options)
+    return {row["id"]: row for row in map(json.loads, out.read_text().splitlines())}
+
+
+def _prompt_of_length(lm: structspec.LM, tokens: int) -> str:
+    """A document whose job prompt is exactly ``tokens`` tokens."""
+    document = ""
+    while len(lm.encode_prompt(jobs.build_prompt(lm, OPTIONS.template, document))) < tokens:
+        document += "a "
+    while len(lm.encode_prompt(jobs.build_prompt(lm, OPTIONS.template, document))) > tokens:
+        document = document[:-1]
+    assert len(lm.encode_prompt(jobs.build_prompt(lm, OPTIONS.template, document))) == tokens
+    return document
+
+
+def test_a_document_longer_than_the_context_is_an_error_without_any_forward_pass(byte_lm: structspec.LM,
+                                                                                tmp_path: Path) -> None:
     lm = CountingLM(byte_lm)
     long_text = " ".join(f"Alice{i} is {i} years old." for i in range(400))
-    row = jobs.run_record(lm, SCHEMA, jobs.InputRecord("x", "line 1", long_text), OPTIONS)
-    assert row["error"]["kind"] == "too_long" and "2048" in row["error"]["message"]
-    assert row["error"]["prompt_tokens"] > 2048 - 30
+    [row] = _run(lm, [jobs.InputRecord("x", "line 1", long_text)], tmp_path / "out.jsonl").values()
+    assert row["error"]["kind"] == "too_long" and "stats" not in row
+    assert row["error"]["message"].startswith("PromptError: the prompt has ") and "2048" in row["error"]["message"]
     assert lm.passes == 0
+    rows = _run(byte_lm, [jobs.InputRecord("x", "line 1", long_text), jobs.InputRecord("y", "line 2", "Item 1.")],
+                tmp_path / "two.jsonl")
+    assert rows["x"]["error"]["kind"] == "too_long" and "stats" in rows["y"]  # the other row is unaffected
 
 
-def test_a_token_budget_that_runs_out_keeps_the_partial_output_and_stats(byte_lm: structspec.LM) -> None:
+def test_a_token_budget_that_runs_out_keeps_the_partial_output_and_stats(byte_lm: structspec.LM,
+                                                                         tmp_path: Path) -> None:
     options = jobs.JobOptions(OPTIONS.template, {"max_new_tokens": 3})
-    row = jobs.run_record(byte_lm, SCHEMA, jobs.InputRecord("x", "line 1", "Alice is 31."), options)
+    [row] = _run(byte_lm, [jobs.InputRecord("x", "line 1", "Alice is 31.")], tmp_path / "out.jsonl", options).values()
     assert row["error"]["kind"] == "token_budget"
     assert row["error"]["message"].startswith("max_new_tokens=3 ran out before the output was complete")
     assert row["stats"]["output_tokens"] == 3
     assert row["error"]["partial_text"].startswith('{"')
 
 
-def test_a_job_writes_one_line_per_record_and_a_rerun_writes_nothing(byte_lm: structspec.LM, tmp_path: Path) -> None:
+def test_a_context_that_fills_up_mid_record_keeps_the_partial_output_and_stats(byte_lm: structspec.LM,
+                                                                               tmp_path: Path) -> None:
+    document = _prompt_of_length(byte_lm, 2048 - 5)  # room for 5 output tokens; the record needs more
+    rows = _run(byte_lm, [jobs.InputRecord("x", "line 1", document), jobs.InputRecord("y", "line 2", "Item 2.")],
+                tmp_path / "out.jsonl")
+    error = rows["x"]["error"]
+    assert error["kind"] == "max_context" and error["message"].startswith("the model's context filled up")
+    assert 0 < rows["x"]["stats"]["output_tokens"] <= 6 and error["partial_text"].startswith('{"')  # the last unfed
+    assert "stats" in rows["y"] and rows["y"].get("error", {}).get("kind") != "max_context"
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_a_job_writes_one_line_per_record_and_a_rerun_writes_nothing(byte_lm: structspec.LM, tmp_path: Path,
+                                                                     batch_size: int) -> None:
     records = [jobs.InputRecord(f"r{i}", f"line {i}", f"Item {i} is small.") for i in range(4)]
     records.insert(2, jobs.InputRecord("<line 9>", "line 9", error=("malformed_input", "line 9: not JSON")))
     out = tmp_path / "out.jsonl"
-    summary = jobs.run_job(byte_lm, SCHEMA, records, out, OPTIONS)
+    options = jobs.JobOptions(OPTIONS.template, OPTIONS.generate, batch_size)
+    summary = jobs.run_job(byte_lm, SCHEMA, records, out, options)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [r["id"] for r in rows] == ["r0", "r1", "<line 9>", "r2", "r3"]
+    assert rows[0]["id"] == "<line 9>"  # unreadable records first; the others as they finish
+    assert sorted(r["id"] for r in rows) == ["<line 9>", "r0", "r1", "r2", "r3"]
     assert summary.ok + summary.failed["token_budget"] == 4 and summary.failed["malformed_input"] == 1
     for row in rows:
         if "value" in row:
             assert set(row["value"]) == {"flag", "size"}
             assert row["stats"]["no_pass_tokens"] == row["stats"]["forced_tokens"] > 0
+            assert {"prefill_passes", "prefix_tokens_reused"} <= set(row["stats"])
     before = out.read_bytes()
-    again = jobs.run_job(byte_lm, SCHEMA, records, out, OPTIONS)
+    again = jobs.run_job(byte_lm, SCHEMA, records, out, options)
     assert (again.skipped, again.written) == (5, 0) and out.read_bytes() == before
+
+
+def test_batched_and_one_by_one_jobs_write_the_same_records(byte_lm: structspec.LM, tmp_path: Path) -> None:
+    records = [jobs.InputRecord(f"r{i}", f"line {i}", f"Item {i} is a {['small', 'large'][i % 2]} box.")
+               for i in range(6)]
+    alone = _run(byte_lm, records, tmp_path / "1.jsonl", jobs.JobOptions(OPTIONS.template, OPTIONS.generate, 1))
+    batched = _run(byte_lm, records, tmp_path / "4.jsonl", jobs.JobOptions(OPTIONS.template, OPTIONS.generate, 4))
+
+    def outcome(row: dict) -> tuple:
+        return row.get("value"), row.get("error", {}).get("kind"), row.get("error", {}).get("partial_text")
+
+    assert {k: outcome(r) for k, r in batched.items()} == {k: outcome(r) for k, r in alone.items()}
+    assert sum(r["stats"]["prefix_tokens_reused"] for r in batched.values()) > 0  # the template is prefilled once
+
+
+def test_an_interrupted_batched_job_resumes_by_id_whatever_order_rows_finished(byte_lm: structspec.LM,
+                                                                             tmp_path: Path) -> None:
+    records = [jobs.InputRecord(f"r{i}", f"line {i}", f"Item {i} is a {['small', 'large'][i % 2]} box.")
+               for i in range(7)]
+    out = tmp_path / "out.jsonl"
+    options = jobs.JobOptions(OPTIONS.template, OPTIONS.generate, 4)
+
+    def interrupt(summary: jobs.JobSummary) -> None:
+        if summary.written == 3:
+            raise KeyboardInterrupt  # as Ctrl-C would, between two lines
+
+    with pytest.raises(KeyboardInterrupt):
+        jobs.run_job(byte_lm, SCHEMA, records, out, options, interrupt)
+    first = [json.loads(line)["id"] for line in out.read_text().splitlines()]
+    assert len(first) == 3
+    summary = jobs.run_job(byte_lm, SCHEMA, records, out, options)
+    assert (summary.skipped, summary.written) == (3, 4)
+    ids = [json.loads(line)["id"] for line in out.read_text().splitlines()]
+    assert ids[:3] == first and sorted(ids) == [f"r{i}" for i in range(7)]
 
 
 def test_resume_cuts_a_torn_last_line_and_reruns_that_record(byte_lm: structspec.LM, tmp_path: Path) -> None:
@@ -132,7 +207,7 @@ def test_resume_cuts_a_torn_last_line_and_reruns_that_record(byte_lm: structspec
         f.write(b'{"id": "r1", "input": "li')  # what a power cut mid-write could leave
     summary = jobs.run_job(byte_lm, SCHEMA, records, out, OPTIONS)
     assert (summary.skipped, summary.written) == (1, 2)
-    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["r0", "r1", "r2"]
+    assert sorted(json.loads(line)["id"] for line in out.read_text().splitlines()) == ["r0", "r1", "r2"]
 
 
 def test_repeated_ids_resume_by_count(byte_lm: structspec.LM, tmp_path: Path) -> None:
@@ -158,20 +233,59 @@ def test_an_output_file_that_is_not_a_job_output_is_refused(tmp_path: Path) -> N
     assert out.read_text() == "my notes\n"
 
 
-def test_an_unusable_schema_stops_the_job_before_any_record(byte_lm: structspec.LM, tmp_path: Path) -> None:
+def test_an_unusable_schema_or_option_stops_the_job_before_any_record(byte_lm: structspec.LM,
+                                                                        tmp_path: Path) -> None:
+    records = [jobs.InputRecord("a", "line 1", "x"), jobs.InputRecord("b", "line 2", error=("malformed_input", "x"))]
     bad = structspec.Regex("[0-9")
     with pytest.raises(jobs.JobConfigError, match="invalid regex"):
-        jobs.run_job(byte_lm, bad, [jobs.InputRecord("a", "line 1", "x")], tmp_path / "out.jsonl", OPTIONS)
+        jobs.run_job(byte_lm, bad, records, tmp_path / "out.jsonl", OPTIONS)
+    for options, message in [(jobs.JobOptions(OPTIONS.template, {"temperature": 0.0}), "temperature must be > 0"),
+                             (jobs.JobOptions(OPTIONS.template, batch_size=0), "batch_size must be ≥ 1")]:
+        with pytest.raises(jobs.JobConfigError, match=message):
+            jobs.run_job(byte_lm, SCHEMA, records, tmp_path / "out.jsonl", options)
     assert not (tmp_path / "out.jsonl").exists()
 
 
-def test_draft_names_pass_through_and_unknown_draft_models_are_configuration_errors(byte_lm: structspec.LM) -> None:
+class PickyBox(BaseModel):
+    """A schema-valid value can still fail the model's own validator."""
+
+    flag: bool
+    size: Literal["small", "medium", "large"]
+
+    @field_validator("flag")
+    @classmethod
+    def refuse(cls, flag: bool) -> bool:
+        raise ValueError("no boxes today")
+
+
+@pytest.mark.xfail(strict=True, raises=ValidationError,
+                   reason="iter_batch lets a value that fails validation end the whole batch (lead: make it the "
+                          "row's Result with stop_reason='error')")
+def test_a_value_that_fails_validation_is_that_records_error(byte_lm: structspec.LM, tmp_path: Path) -> None:
+    records = [jobs.InputRecord(f"r{i}", f"line {i}", f"Item {i}.") for i in range(3)]
+    out = tmp_path / "out.jsonl"
+    options = jobs.JobOptions(jobs.default_template(PickyBox), OPTIONS.generate, 2)
+    summary = jobs.run_job(byte_lm, PickyBox, records, out, options)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert summary.written == 3 and summary.failed["generation_failed"] >= 1
+    failed = next(r for r in rows if r.get("error", {}).get("kind") == "generation_failed")
+    assert failed["error"]["message"].startswith("ValidationError: ") and "no boxes today" in failed["error"]["message"]
+
+
+def test_the_default_batch_size_follows_the_models_device(byte_lm: structspec.LM) -> None:
+    assert jobs.default_batch_size(byte_lm) == jobs.DEFAULT_BATCH_SIZE[byte_lm.device.type]
+
+
+def test_draft_names_pass_through_and_unknown_draft_models_are_configuration_errors(byte_lm: structspec.LM,
+                                                                                    tmp_path: Path) -> None:
     assert jobs.resolve_draft(None) is None and jobs.resolve_draft("prompt_lookup") == "prompt_lookup"
     with pytest.raises(jobs.JobConfigError, match="--draft no-such-model"):
         jobs.resolve_draft("no-such-model")
-    record = jobs.InputRecord("x", "line 1", 'Item 3 is {"flag":true,"size":"small"} here.')
-    drafted = jobs.run_record(byte_lm, SCHEMA, record, jobs.JobOptions(OPTIONS.template, OPTIONS.generate | {
-        "draft": "prompt_lookup"}))
-    plain = jobs.run_record(byte_lm, SCHEMA, record, OPTIONS)
+    with pytest.raises(jobs.JobConfigError, match="not a torch device"):
+        jobs.load_model("smollm2-135m", device="nonsense")
+    records = [jobs.InputRecord("x", "line 1", 'Item 3 is {"flag":true,"size":"small"} here.')]
+    drafted = _run(byte_lm, records, tmp_path / "drafted.jsonl",
+                   jobs.JobOptions(OPTIONS.template, OPTIONS.generate | {"draft": "prompt_lookup"}))["x"]
+    plain = _run(byte_lm, records, tmp_path / "plain.jsonl")["x"]
     assert drafted["value"] == plain["value"]  # verified greedy drafting keeps the output
     assert "prompt_lookup" in drafted["stats"]["drafts"] and "prompt_lookup" not in plain["stats"]["drafts"]

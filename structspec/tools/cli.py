@@ -68,10 +68,10 @@ def extract(args: argparse.Namespace) -> int:
     generate: dict[str, Any] = {"max_new_tokens": args.max_new_tokens, "fast_forward": args.fast_forward}
     generate |= {k: v for k, v in [("temperature", args.temperature), ("top_k", args.top_k), ("top_p", args.top_p),
                                    ("seed", args.seed)] if v is not None}
-    draft = jobs.resolve_draft(args.draft)
+    draft = jobs.resolve_draft(args.draft, args.device, args.dtype)
     if draft is not None:
         generate["draft"] = draft
-    lm = jobs.load_model(args.model)
+    lm = jobs.load_model(args.model, args.device, args.dtype)
 
     progress = Progress(TextColumn("extract"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rates]}"),
                         TimeElapsedColumn(), console=err, disable=args.quiet)
@@ -83,10 +83,18 @@ def extract(args: argparse.Namespace) -> int:
         progress.update(task, completed=s.skipped + s.written, rates=rates)
 
     with progress:
-        summary = jobs.run_job(lm, spec, records, args.output, jobs.JobOptions(template, generate), show,
-                               retry_errors=args.retry_errors)
+        summary = jobs.run_job(lm, spec, records, args.output, jobs.JobOptions(template, generate, args.batch_size),
+                               show, retry_errors=args.retry_errors)
     err.print(summary.describe() + f" → {args.output}", highlight=False, soft_wrap=True)
     return EXIT_OK
+
+
+def _model_options(parser: argparse.ArgumentParser) -> None:
+    """``--device`` and ``--dtype``, for every command that loads a model (passed to `structspec.load`)."""
+    parser.add_argument("--device", default="auto",
+                        help="auto (CUDA when available, else the CPU), cpu, cuda or cuda:N (default: auto)")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
+                        help="the model's weights and activations (default: float32 on the CPU, bfloat16 on CUDA)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -97,6 +105,7 @@ def _parser() -> argparse.ArgumentParser:
     p_demo = sub.add_parser("demo", help="one extraction on the shipped default model", epilog=EXIT_CODES,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     p_demo.add_argument("--model", default=DEFAULT_MODEL)
+    _model_options(p_demo)
     p_demo.add_argument("--explain", action=argparse.BooleanOptionalAction, default=True,
                         help="show the output tokens colored by how they were produced (default: on)")
     p_demo.add_argument("--html", metavar="PATH", help="also write that token view as a self-contained HTML file")
@@ -113,7 +122,13 @@ def _parser() -> argparse.ArgumentParser:
     p_ext.add_argument("--input", required=True, help="a JSONL file, a CSV file with a header, or a folder of .txt")
     p_ext.add_argument("--output", required=True, help="the JSONL file to append to (and resume from)")
     p_ext.add_argument("--model", default=DEFAULT_MODEL, help="a shipped model name or a local HF model directory")
-    p_ext.add_argument("--draft", help=f"a drafter ({', '.join(SHORT_NAMES)}) or a draft model name/directory")
+    _model_options(p_ext)
+    p_ext.add_argument("--draft", help=f"a drafter ({', '.join(SHORT_NAMES)}) or a draft model name/directory "
+                                       "(loaded like --model)")
+    p_ext.add_argument("--batch-size", type=int, metavar="N",
+                       help="documents decoded together, one target pass for all; each line is written as its "
+                            f"document finishes (default: {jobs.DEFAULT_BATCH_SIZE['cpu']} on the CPU, "
+                            f"{jobs.DEFAULT_BATCH_SIZE['cuda']} on CUDA)")
     p_ext.add_argument("--text-field", default="text", help="JSONL field / CSV column of the document (text)")
     p_ext.add_argument("--id-field", default="id", help="JSONL field / CSV column of the record id (id)")
     p_ext.add_argument("--prompt-template", metavar="FILE", help="a file with a {document} placeholder")
@@ -132,7 +147,11 @@ def _parser() -> argparse.ArgumentParser:
     p_cmp.add_argument("--tasks", default="examples/tasks.jsonl", help="JSONL of {id, schema, text, expected}")
     p_cmp.add_argument("--schemas", default="examples/schemas.py", help="a Python file with a SCHEMAS dict")
     p_cmp.add_argument("--model", default=DEFAULT_MODEL)
+    _model_options(p_cmp)
     p_cmp.add_argument("--draft", help="a draft model (name or directory) for a '+ draft model' row")
+    p_cmp.add_argument("--batch-size", type=int, default=1, metavar="B",
+                       help="also run structspec's methods B records per target pass (generate_batch), as rows "
+                            "labelled ', batch B' with their records/s (default: 1, no batched rows)")
     p_cmp.add_argument("--limit", type=int, help="run N tasks, taken in turn from each schema")
     p_cmp.add_argument("--max-new-tokens", type=int, default=200)
     p_cmp.add_argument("--out", default="compare-report", help="folder for compare.png, compare.html, compare.json")
@@ -144,6 +163,7 @@ def _parser() -> argparse.ArgumentParser:
                     "transformers' own decoding on examples/tasks.jsonl, same model, same prompts.",
         epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p_bench.add_argument("--model", default=DEFAULT_MODEL)
+    _model_options(p_bench)
     p_bench.add_argument("--draft-model", default=None,
                          help="a shipped model or local dir as draft model (another tokenizer is translated through "
                               "text)")
@@ -163,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "demo":
             console = Console()
             with console.status(f"loading {args.model} (the first run converts its GGUF, ~20 s)"):
-                lm = jobs.load_model(args.model)
+                lm = jobs.load_model(args.model, args.device, args.dtype)
             return demo(lm, console, args.explain, args.html)
         return {"extract": extract, "compare": compare.main, "bench": bench.main}[args.command](args)
     except jobs.JobConfigError as e:

@@ -1,15 +1,18 @@
 """The savings report: forward passes structspec saves against unconstrained decoding, on one model.
 
-    structspec compare [--limit N] [--out compare-report]
+    structspec compare [--limit N] [--batch-size B] [--out compare-report]
 
 Every method gets the same prompt (`tasks.extraction_prompt`, which asks for
 JSON) on each task. The unconstrained row is what a user would do without
 structspec: plain greedy ``model.generate``, then parse the text as JSON. The
 other rows are `generate_result` with the keywords in `harness.methods`, run by
-the harness that `bench` uses too. Numbers come from each run's `Stats`
-(structspec) or `PeerRun` (unconstrained); wall time is decoding time (model,
-constraint and drafter time; the whole ``generate`` call for the peer), with
-compilation excluded because it is cached per schema.
+the harness that `bench` uses too; with ``--batch-size B`` (B > 1) each of them
+runs again through `generate_batch`, B records per target pass, as a row
+labelled ", batch B" (its records/s is the column to read). Numbers come from
+each run's `Stats` (structspec) or `PeerRun` (unconstrained); wall time is
+decoding time (model, constraint and drafter time, a batched record's share of
+each shared pass; the whole ``generate`` call for the peer), with compilation
+excluded because it is cached per schema.
 
 Writes ``compare.png`` (forward passes per record by method), ``compare.html``
 (the table, the chart, and every output's tokens colored by how they were
@@ -33,7 +36,7 @@ from rich.table import Table
 
 from structspec.lm import LM
 from structspec.tools.explain import html_page, legend_html, tokens_html, token_views
-from structspec.tools.harness import Method, Run, Summary, methods, run_tasks, spread, summarize
+from structspec.tools.harness import Method, Run, Summary, batched, methods, run_tasks, spread, summarize
 from structspec.tools.jobs import JobConfigError, load_model
 from structspec.tools.peers import PeerRun, unconstrained_greedy
 from structspec.tools.tasks import Task, load_tasks
@@ -41,9 +44,11 @@ from structspec.tools.tasks import Task, load_tasks
 UNCONSTRAINED = "unconstrained"
 
 
-def rows(draft_model: LM | None = None) -> dict[str, Method]:
-    """The report's rows in table order: the unconstrained peer, then structspec's `harness.methods`."""
-    return {UNCONSTRAINED: _unconstrained} | methods(draft_model)
+def rows(draft_model: LM | None = None, batch_size: int = 1) -> dict[str, Method]:
+    """The report's rows in table order: the unconstrained peer, structspec's `harness.methods`, then (with
+    ``batch_size`` > 1) those methods batched."""
+    own = methods(draft_model)
+    return {UNCONSTRAINED: _unconstrained} | own | (batched(own, batch_size) if batch_size > 1 else {})
 
 
 def _unconstrained(lm: LM, task: Task, prompt_ids: list[int], max_new_tokens: int) -> PeerRun:
@@ -52,7 +57,7 @@ def _unconstrained(lm: LM, task: Task, prompt_ids: list[int], max_new_tokens: in
 
 
 HEADERS = ["method", "forward\npasses", "passes /\nout token", "output\ntokens", "tokens\nw/o pass", "wall s",
-           "tokens/s vs\nunconstr.", "valid\nJSON %", "schema-\nvalid %", "field\naccuracy"]
+           "records/s", "tokens/s vs\nunconstr.", "valid\nJSON %", "schema-\nvalid %", "field\naccuracy"]
 
 
 def flat(header: str) -> str:
@@ -65,7 +70,8 @@ def table_rows(summaries: list[Summary]) -> list[list[str]]:
     base = summaries[0].tokens_per_second
     return [[
         s.method, f"{s.forward_passes:,}", f"{s.passes_per_token:.3f}", f"{s.output_tokens:,}",
-        f"{s.no_pass_tokens / max(s.output_tokens, 1):.0%}", f"{s.seconds:.1f}", f"×{s.tokens_per_second / base:.2f}",
+        f"{s.no_pass_tokens / max(s.output_tokens, 1):.0%}", f"{s.seconds:.1f}", f"{s.records_per_second:.3g}",
+        f"×{s.tokens_per_second / base:.2f}",
         f"{100 * s.valid_json:.0f}", f"{100 * s.schema_valid:.0f}",
         "—" if s.accuracy is None else f"{s.accuracy:.3f}",
     ] for s in summaries]
@@ -182,16 +188,22 @@ def main(args: argparse.Namespace) -> int:
         raise JobConfigError(f"cannot load the tasks: {e}") from None
     if not tasks:
         raise JobConfigError(f"{args.tasks} has no tasks")
-    draft = load_model(args.draft) if args.draft else None
-    lm = load_model(args.model)
+    if args.batch_size < 1:
+        raise JobConfigError(f"--batch-size must be ≥ 1, got {args.batch_size}")
+    draft = load_model(args.draft, args.device, args.dtype) if args.draft else None
+    lm = load_model(args.model, args.device, args.dtype)
     console = Console() if Console().is_terminal else Console(width=170)
-    by_method = run_tasks(lm, tasks, rows(draft), args.max_new_tokens, console)
+    by_method = run_tasks(lm, tasks, rows(draft, args.batch_size), args.max_new_tokens, console)
 
     summaries = [summarize(runs) for runs in by_method.values()]
-    title = f"{lm.name}: {len(tasks)} records, greedy, max_new_tokens={args.max_new_tokens}"
+    title = (f"{lm.name} ({lm.device.type}, {str(lm.model.dtype).removeprefix('torch.')}): {len(tasks)} records, "
+             f"greedy, max_new_tokens={args.max_new_tokens}")
+    batch_note = (f" Rows labelled 'batch {args.batch_size}' decode {args.batch_size} records per target pass: "
+                  "their forward passes count each shared pass once per record, their wall time is each "
+                  "record's share of the shared passes." if args.batch_size > 1 else "")
     note = (f"{torch.get_num_threads()} CPU threads, {datetime.now():%Y-%m-%d %H:%M}. Wall time is decoding time "
-            "(compilation is cached per schema and excluded). Field accuracy: mean over records with expected "
-            "values; output that is not a JSON object scores 0. Unfinished (max_new_tokens ran out): "
+            "(compilation is cached per schema and excluded)." + batch_note + " Field accuracy: mean over records "
+            "with expected values; output that is not a JSON object scores 0. Unfinished (max_new_tokens ran out): "
             + ", ".join(f"{s.method} {s.unfinished}" for s in summaries) + ".")
     console.print(rich_table(title, summaries))
     console.print(note, highlight=False)

@@ -1,15 +1,17 @@
 """The measuring harness that `bench` and `compare` share: methods, one runner, one summary.
 
 A method is a row of a report: structspec's are `generate_result` keywords
-(`methods`), a peer is a function that decodes the same prompt its own way
-(`structspec.tools.peers`). `run_tasks` runs every method on every task with the
-same prompt (`tasks.extraction_prompt`) and judges each output as a user would
-read it (`judge`); `summarize` adds one method's runs up. structspec's numbers
-come from its `Stats`, a peer's from its `PeerRun`: the harness times nothing.
+(`methods`), or `generate_batch` keywords with a ``batch_size`` (`batched`:
+every task in one batched call); a peer is a function that decodes the same
+prompt its own way (`structspec.tools.peers`). `run_tasks` runs every method on
+every task with the same prompt (`tasks.extraction_prompt`) and judges each
+output as a user would read it (`judge`); `summarize` adds one method's runs up.
+structspec's numbers come from its `Stats` (a batched row's share of each shared
+pass), a peer's from its `PeerRun`: the harness times nothing.
 
 Typical use::
 
-    by_method = run_tasks(lm, spread(load_tasks(), 6), methods(), 200, Console())
+    by_method = run_tasks(lm, spread(load_tasks(), 6), methods() | batched(methods(), 8), 200, Console())
     summaries = [summarize(runs) for runs in by_method.values()]
 """
 
@@ -31,7 +33,7 @@ from structspec.tools.tasks import Task, extraction_prompt, field_accuracy
 
 PLAIN = "plain masked"  # plain masked decoding: the row every speed-up must match token for token
 
-Keywords = dict[str, Any]  # `generate_result`'s keywords
+Keywords = dict[str, Any]  # `generate_result`'s keywords; with "batch_size", `generate_batch`'s
 Peer = Callable[[LM, Task, list[int], int], PeerRun]  # (lm, task, prompt ids, max_new_tokens) → its run
 Method = Keywords | Peer
 
@@ -53,6 +55,13 @@ def methods(draft_model: LM | None = None, self_draft: bool = False) -> dict[str
     if draft_model is not None:
         rows["+ draft model"] = {"fast_forward": "exact", "draft": draft_model}
     return rows
+
+
+def batched(rows: Mapping[str, Keywords], batch_size: int) -> dict[str, Keywords]:
+    """``rows`` again, each decoding every task ``batch_size`` rows per target pass (one `generate_batch` call),
+    labelled ", batch N" (a "+ ..." row is named with the fast-forward it builds on)."""
+    return {f"{'fast-forward ' if label.startswith('+ ') else ''}{label}, batch {batch_size}":
+            keywords | {"batch_size": batch_size} for label, keywords in rows.items()}
 
 
 def spread(tasks: list[Task], limit: int | None) -> list[Task]:
@@ -136,6 +145,24 @@ def run_structspec(lm: LM, task: Task, label: str, keywords: Keywords, max_new_t
     """``generate_result`` with ``keywords`` on the task's prompt; a run out of budget keeps its partial output."""
     r = structspec.generate_result(lm, task.schema, extraction_prompt(task.text, task.schema),
                                    max_new_tokens=max_new_tokens, **keywords)
+    return _run_of(label, task, r)
+
+
+def run_batched(lm: LM, tasks: list[Task], label: str, keywords: Keywords, max_new_tokens: int) -> list[Run]:
+    """``generate_batch`` with ``keywords`` (``batch_size`` among them) on every task's prompt, in task order.
+
+    A row that could not run raises its error, as ``generate_result`` would have.
+    """
+    results = structspec.generate_batch(lm, [t.schema for t in tasks],
+                                        [extraction_prompt(t.text, t.schema) for t in tasks],
+                                        max_new_tokens=max_new_tokens, **keywords)
+    for r in results:
+        if r.error is not None:
+            raise r.error
+    return [_run_of(label, task, r) for task, r in zip(tasks, results)]
+
+
+def _run_of(label: str, task: Task, r: structspec.Result) -> Run:
     s = r.stats
     return Run(method=label, task_id=task.id, token_ids=r.token_ids, sources=r.sources, text=r.text,
                finished=r.complete, forward_passes=s.target_forward_passes, model_seconds=s.model_seconds,
@@ -155,18 +182,26 @@ def run_peer(lm: LM, task: Task, label: str, peer: Peer, prompt_ids: list[int], 
 
 def run_tasks(lm: LM, tasks: list[Task], rows: Mapping[str, Method], max_new_tokens: int,
               console: Console) -> dict[str, list[Run]]:
-    """Every method on every task, one after the other, in ``rows`` order; a progress line per task."""
+    """Every method on every task, in ``rows`` order: task by task, then each batched method on all tasks at
+    once; a progress line per task and per batched method."""
     unconstrained_greedy(lm, lm.encode_prompt("warm-up"), 2)  # first-call overheads out of the way
     by_method: dict[str, list[Run]] = {label: [] for label in rows}
+    one_by_one = {label: m for label, m in rows.items() if not (isinstance(m, dict) and "batch_size" in m)}
     for n, task in enumerate(tasks, 1):
         prompt_ids = lm.encode_prompt(extraction_prompt(task.text, task.schema))
-        for label, method in rows.items():
+        for label, method in one_by_one.items():
             run = (run_structspec(lm, task, label, method, max_new_tokens) if isinstance(method, dict)
                    else run_peer(lm, task, label, method, prompt_ids, max_new_tokens))
             by_method[label].append(run)
-        line = " · ".join(f"{label} {runs[-1].forward_passes}" + ("" if runs[-1].finished else " (budget ran out)")
-                          for label, runs in by_method.items())
+        line = " · ".join(f"{label} {by_method[label][-1].forward_passes}"
+                          + ("" if by_method[label][-1].finished else " (budget ran out)") for label in one_by_one)
         console.print(f"[{n}/{len(tasks)}] {task.id}: forward passes {line}", highlight=False)
+    for label, method in rows.items():
+        if label not in one_by_one:
+            by_method[label] = runs = run_batched(lm, tasks, label, method, max_new_tokens)
+            console.print(f"{label}: {len(runs)} tasks, forward passes "
+                          f"{sum(r.forward_passes for r in runs)} (each shared pass counted once per row), budget "
+                          f"ran out on {sum(not r.finished for r in runs)}", highlight=False)
     return by_method
 
 
@@ -175,6 +210,7 @@ class Summary:
     """One method over all tasks, finished or out of budget."""
 
     method: str
+    records: int
     forward_passes: int
     output_tokens: int
     no_pass_tokens: int
@@ -200,6 +236,10 @@ class Summary:
         return self.output_tokens / max(self.seconds, 1e-9)
 
     @property
+    def records_per_second(self) -> float:
+        return self.records / max(self.seconds, 1e-9)
+
+    @property
     def constraint_ms_per_pass(self) -> float:
         return 1000 * self.constraint_seconds / max(self.forward_passes, 1)
 
@@ -213,6 +253,7 @@ def summarize(runs: list[Run]) -> Summary:
     scored = [r.accuracy for r in runs if r.accuracy is not None]
     return Summary(
         method=runs[0].method,
+        records=len(runs),
         forward_passes=sum(r.forward_passes for r in runs),
         output_tokens=sum(len(r.token_ids) for r in runs),
         no_pass_tokens=sum(no_pass_tokens(r.sources) for r in runs),

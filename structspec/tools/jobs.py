@@ -2,16 +2,20 @@
 
     structspec extract --schema examples/schemas.py:Invoice --input docs.jsonl --output out.jsonl
 
-A job is resumable and crash-safe. Each output line is written with a single
-``write`` to a file opened for appending, so a killed job leaves whole lines
-behind; on start a torn last line (power loss) is cut off, and every input
-record whose id already has a line is skipped. Rerunning the same command
-after Ctrl-C or ``kill -9`` therefore writes each record exactly once.
+Documents are decoded ``batch_size`` at a time (`structspec.iter_batch`), and
+each record's line is written the moment its row finishes, so lines come in the
+order rows finish, not the input's order. A job is resumable and crash-safe:
+each line is written with a single ``write`` to a file opened for appending, so
+a killed job leaves whole lines behind; on start a torn last line (power loss) is
+cut off, and every input record whose id already has a line is skipped. Rerunning
+the same command after Ctrl-C or ``kill -9`` therefore writes each record exactly
+once, whatever order the rows finished in.
 
 Bad input never stops a job: a malformed line, an empty document, a prompt
-longer than the model's context and a token budget that runs out are each
-written as that record's error (`ERROR_KINDS`) and counted in the summary.
-Only configuration errors (`JobConfigError`) stop it, before any record runs.
+that fills the model's context, a token budget or context that runs out and a
+row that cannot run are each written as that record's error (`ERROR_KINDS`) and
+counted in the summary. Only configuration errors (`JobConfigError`) stop it,
+before any record runs.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import importlib
 import importlib.util
 import json
 import os
+import re
 import sys
 import time
 from collections import Counter
@@ -35,18 +40,21 @@ from pydantic import BaseModel
 
 import structspec
 from structspec.decoding.drafters import SHORT_NAMES
-from structspec.errors import StructspecError
+from structspec.errors import PromptError, StructspecError
 from structspec.tools.explain import no_pass_tokens
 from structspec.lm import LM, Prompt
-from structspec.result import Stats
+from structspec.result import Result, Stats
 
 ERROR_KINDS = {
     "malformed_input": "the input line or file could not be read as a record",
     "empty_document": "the document text is empty",
-    "too_long": "the prompt and max_new_tokens do not fit the model's context",
+    "too_long": "the prompt alone fills the model's context (no forward pass ran)",
     "token_budget": "max_new_tokens ran out; the partial text is kept",
-    "generation_failed": "generation raised an error",
+    "max_context": "the model's context filled up during decoding; the partial text is kept",
+    "generation_failed": "the record could not run; the message names the error type",
 }
+
+DEFAULT_BATCH_SIZE = {"cpu": 8, "cuda": 32}  # rows per target pass, by the model's device type
 
 
 class JobConfigError(Exception):
@@ -282,10 +290,17 @@ def _jsonable(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class JobOptions:
-    """How each record runs: the prompt template (with ``{document}``) and `generate_result`'s keywords."""
+    """How records run: the prompt template (with ``{document}``), `generate_result`'s keywords, and the rows
+    decoded together (None: `DEFAULT_BATCH_SIZE` for the model's device)."""
 
     template: str
     generate: dict[str, Any] = field(default_factory=dict)
+    batch_size: int | None = None
+
+
+def default_batch_size(lm: LM) -> int:
+    """The rows per target pass a job uses on ``lm``'s device when none is given (does not touch the model)."""
+    return DEFAULT_BATCH_SIZE.get(lm.device.type, DEFAULT_BATCH_SIZE["cpu"])
 
 
 def build_prompt(lm: LM, template: str, document: str) -> Prompt:
@@ -294,30 +309,32 @@ def build_prompt(lm: LM, template: str, document: str) -> Prompt:
     return [{"role": "user", "content": content}] if getattr(lm.tokenizer, "chat_template", None) else content
 
 
-def run_record(lm: LM, spec: Any, record: InputRecord, options: JobOptions) -> dict[str, Any]:
-    """The output line of one record: ``id``, ``input`` and either ``value`` or ``error``, plus ``stats``."""
+def output_line(record: InputRecord, result: Result | None, max_new_tokens: int) -> dict[str, Any]:
+    """The output line of one record: ``id``, ``input`` and either ``value`` or ``error``, plus ``stats``.
+
+    ``result`` is None for a record that could not be read (``record.error`` says why): it never ran.
+    """
     row: dict[str, Any] = {"id": record.id, "input": record.where}
     if record.error:
         kind, message = record.error
         return row | {"error": {"kind": kind, "message": message}}
-    prompt = build_prompt(lm, options.template, record.text)
-    max_new_tokens = options.generate.get("max_new_tokens", 512)
-    context = lm.max_context
-    prompt_tokens = len(lm.encode_prompt(prompt))
-    if context and prompt_tokens + max_new_tokens > context:
-        message = (f"the prompt is {prompt_tokens} tokens; with max_new_tokens={max_new_tokens} that needs "
-                   f"{prompt_tokens + max_new_tokens} positions, and the model has {context}")
-        return row | {"error": {"kind": "too_long", "message": message, "prompt_tokens": prompt_tokens}}
-    try:
-        result = structspec.generate_result(lm, spec, prompt, **options.generate)
-    except (StructspecError, ValueError) as e:  # one record's failure; the job goes on
-        return row | {"error": {"kind": "generation_failed", "message": f"{type(e).__name__}: {e}"}}
+    if result.stop_reason == "error":
+        return row | {"error": _row_error(result.error)}
     stats = stats_record(result.stats, result.sources)
-    if not result.complete:  # max_new_tokens ran out (the context cannot: checked above); `generate`'s message
+    if not result.complete:  # max_new_tokens or the context ran out; `generate`'s message says which
         message = str(structspec.TokenBudgetExceeded(max_new_tokens, result))
-        error = {"kind": "token_budget", "message": message, "partial_text": result.text}
-        return row | {"error": error, "stats": stats}
+        kind = "max_context" if result.stop_reason == "max_context" else "token_budget"
+        return row | {"error": {"kind": kind, "message": message, "partial_text": result.text}, "stats": stats}
     return row | {"value": _jsonable(result.value), "stats": stats}
+
+
+def _row_error(error: Exception | None) -> dict[str, str]:
+    """A row that could not run, as an error field: its kind, and its error's type name and message."""
+    # In a job every prompt holds a non-empty document, so a PromptError is a prompt that fills the context.
+    kind = "too_long" if isinstance(error, PromptError) else "generation_failed"
+    # the batch row in iter_batch's message ("row 3: ...") is an index into the job's own list: not the user's
+    message = re.sub(r"^row \d+: ", "", str(error))
+    return {"kind": kind, "message": f"{type(error).__name__}: {message}"}
 
 
 @dataclass
@@ -353,57 +370,81 @@ def run_job(
     on_record: Callable[[JobSummary], None] = lambda summary: None,
     retry_errors: bool = False,
 ) -> JobSummary:
-    """Run every record not already in ``output`` and append its line; ``on_record`` sees the running summary.
+    """Run every record not already in ``output`` and append its line as it finishes; ``on_record`` sees the
+    running summary.
 
-    Compiles ``spec`` first, so a bad spec raises `JobConfigError` before any record runs.
+    Compiles ``spec`` and checks the options first, so a bad spec or option
+    raises `JobConfigError` before any record runs. Records that could not be
+    read are written first; the others are decoded ``options.batch_size`` rows
+    per pass.
     """
+    generate = dict(options.generate)
+    max_new_tokens = generate.setdefault("max_new_tokens", 512)
+    batch_size = default_batch_size(lm) if options.batch_size is None else options.batch_size
     try:
         structspec.compile(spec, lm)
     except StructspecError as e:
         raise JobConfigError(f"the schema cannot be used: {e}") from None
+    try:  # no prompts: only the options are checked
+        list(structspec.iter_batch(lm, spec, [], batch_size=batch_size, **generate))
+    except StructspecError as e:
+        raise JobConfigError(str(e)) from None
     done = prepare_output(output, retry_errors)
     summary = JobSummary(total=len(records))
     seen: Counter[str] = Counter()
+    todo: list[InputRecord] = []
+    unreadable: list[InputRecord] = []
+    for record in records:
+        seen[record.id] += 1
+        if seen[record.id] <= done[record.id]:  # counts, so repeated ids resume right too
+            summary.skipped += 1
+        else:
+            (unreadable if record.error else todo).append(record)
     start = time.perf_counter()
     fd = os.open(output, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def write(row: dict[str, Any]) -> None:
+        line = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
+        if os.write(fd, line) != len(line):  # one write: a killed job never leaves half a line
+            raise OSError(f"short write to {output} (disk full?)")
+        if "error" in row:
+            summary.failed[row["error"]["kind"]] += 1
+        else:
+            summary.ok += 1
+        stats = row.get("stats", {})
+        summary.output_tokens += stats.get("output_tokens", 0)
+        summary.no_pass_tokens += stats.get("no_pass_tokens", 0)
+        summary.seconds = time.perf_counter() - start
+        on_record(summary)
+
     try:
-        for record in records:
-            seen[record.id] += 1
-            if seen[record.id] <= done[record.id]:  # counts, so repeated ids resume right too
-                summary.skipped += 1
-                continue
-            row = run_record(lm, spec, record, options)
-            line = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
-            if os.write(fd, line) != len(line):  # one write: a killed job never leaves half a line
-                raise OSError(f"short write to {output} (disk full?)")
-            if "error" in row:
-                summary.failed[row["error"]["kind"]] += 1
-            else:
-                summary.ok += 1
-            stats = row.get("stats", {})
-            summary.output_tokens += stats.get("output_tokens", 0)
-            summary.no_pass_tokens += stats.get("no_pass_tokens", 0)
-            summary.seconds = time.perf_counter() - start
-            on_record(summary)
+        for record in unreadable:
+            write(output_line(record, None, max_new_tokens))
+        if todo:
+            prompts = [build_prompt(lm, options.template, record.text) for record in todo]
+            for i, result in structspec.iter_batch(lm, spec, prompts, batch_size=batch_size, **generate):
+                write(output_line(todo[i], result, max_new_tokens))
     finally:
         os.close(fd)
     summary.seconds = time.perf_counter() - start
     return summary
 
 
-def load_model(name: str) -> LM:
-    """`structspec.load`, with an unknown name as a `JobConfigError`."""
+def load_model(name: str, device: str = "auto", dtype: str | None = None) -> LM:
+    """`structspec.load` on ``device`` in ``dtype`` (None: the device's default); an unknown name or a device
+    that is not there is a `JobConfigError`."""
     try:
-        return structspec.load(name)
+        return structspec.load(name, device=device, dtype=dtype)
     except StructspecError as e:
         raise JobConfigError(str(e)) from None
 
 
-def resolve_draft(name: str | None) -> Any:
-    """``generate_result``'s ``draft=`` for ``--draft NAME``: a drafter's name as is, else a model to load."""
+def resolve_draft(name: str | None, device: str = "auto", dtype: str | None = None) -> Any:
+    """``generate_result``'s ``draft=`` for ``--draft NAME``: a drafter's name as is, else a model to load
+    (on ``device`` in ``dtype``, as the target)."""
     if name is None or name in SHORT_NAMES:
         return name
     try:
-        return load_model(name)
+        return load_model(name, device, dtype)
     except JobConfigError as e:
         raise JobConfigError(f"--draft {name}: {e}") from None
