@@ -198,12 +198,20 @@ class LM:
 
     def early_exit(self, layers: int | None = None) -> LM:
         """A draft LM made of this model's first ``layers`` decoder layers (default: a quarter) and its
-        final norm and LM head. Shares every weight: no extra memory. Does not change this LM."""
+        final norm and LM head. Shares every weight: no extra memory. Made once per layer count (rows of a
+        batch share it); does not change the model."""
         model = self.model
         total = len(model.model.layers)
         k = layers if layers is not None else max(total // 4, 1)
         if not 1 <= k <= total:
             raise SpecError(f"self-draft layers must be in 1..{total}, got {k}")
+        made = self.__dict__.setdefault("_early_exits", {})
+        if k not in made:
+            made[k] = self._early_exit(k)
+        return made[k]
+
+    def _early_exit(self, k: int) -> LM:
+        model = self.model
         config = copy.copy(model.config)
         config.num_hidden_layers = k
         if getattr(config, "layer_types", None):

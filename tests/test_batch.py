@@ -34,7 +34,7 @@ PROMPTS = ["Alice from Paris ordered 12 items, paid: true. Alice lives in Paris.
            "Carol from London ordered 3 items and has not paid. " * 4, "x y z", "Dave, Tokyo", "Eve paid.",
            "Is it?", "Frank from Berlin, 7 items, paid: false. Frank lives in Berlin."]
 MODES = {"off": {"fast_forward": "off"}, "exact": {}, "prompt_lookup": {"draft": "prompt_lookup"},
-         "self": {"draft": "self"}}
+         "self": {"draft": "self"}, "auto": {"draft": "auto"}}
 
 
 def alone(lm, specs, prompts, **options) -> list[structspec.Result]:
@@ -56,13 +56,23 @@ def test_every_row_equals_the_row_decoded_alone(kind: str, mode: str, request) -
     assert {r.stop_reason for r in single} >= {"fsm_complete", "max_new_tokens"}  # rows end at different times
 
 
-def test_a_draft_model_with_the_targets_tokenizer_is_lossless_in_a_batch(byte_lm) -> None:
+@pytest.mark.parametrize("sampled", [False, True])
+def test_a_draft_model_drafts_for_all_rows_in_batched_passes(byte_lm, sampled: bool) -> None:
     draft = tiny_lm("byte_level", seed=7, device=DEVICE)  # another random model: many rejected drafts
-    single = alone(byte_lm, SPECS, PROMPTS, draft=draft)
-    batch = structspec.generate_batch(byte_lm, SPECS, PROMPTS, batch_size=4, max_new_tokens=40, draft=draft)
+    passes = []
+    forward_slots = draft.forward_slots
+    draft.forward_slots = lambda *a, **k: (passes.append(len(a[0])), forward_slots(*a, **k))[1]
+    options = {"temperature": 1.3} if sampled else {}
+    single = [structspec.generate_result(byte_lm, s, p, max_new_tokens=40, draft=draft, **options,
+                                         **({"seed": 5 + i} if sampled else {}))
+              for i, (s, p) in enumerate(zip(SPECS, PROMPTS))]
+    batch = structspec.generate_batch(byte_lm, SPECS, PROMPTS, batch_size=4, max_new_tokens=40, draft=draft,
+                                      **options, **({"seed": 5} if sampled else {}))
     assert [r.token_ids for r in batch] == [r.token_ids for r in single]
-    assert sum(r.stats.drafts["draft_model"].drafted for r in batch) > sum(
-        r.stats.drafts["draft_model"].accepted for r in batch) > 0
+    drafted = sum(r.stats.drafts["draft_model"].drafted for r in batch)
+    assert drafted > sum(r.stats.drafts["draft_model"].accepted for r in batch) > 0
+    assert passes and max(passes) == 4  # one draft pass serves every row of the batch
+    assert len(passes) < sum(r.stats.drafts["draft_model"].draft_passes for r in batch)
 
 
 def test_holes_from_rejected_drafts_are_compacted(byte_lm, monkeypatch) -> None:

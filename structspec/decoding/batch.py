@@ -29,11 +29,13 @@ from dataclasses import dataclass
 import torch
 
 from structspec.automaton.fsm import TokenFSM, apply_token_bitmask_inplace
-from structspec.decoding.drafters import Drafter
+from structspec.decoding.draft_batch import DraftBatch, NeedDraftLogits
+from structspec.decoding.drafters import Drafter, ModelDrafter
 from structspec.decoding.row import Decoded, DecodeOptions, RowDecode
 from structspec.decoding.slots import Slots
 from structspec.decoding.verify import accept_greedy
 from structspec.lm import LM
+from structspec.result import DraftStats
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,8 @@ def decode_batch(
     index = [item.index for item in first]
     cache, slots = lm.new_cache(), Slots(len(first))
 
+    drafts: dict[int, DraftBatch] = {}  # by draft LM: one batched draft cache each
+
     def prefill(slot: int, item: RowInput) -> RowDecode:
         """A new row in ``slot``: its prompt but the last token in the slot's KV (one prefill pass)."""
         t0 = time.perf_counter()
@@ -95,33 +99,61 @@ def decode_batch(
         row.cached, row.pending = len(ids) - 1, ids[-1:]
         row.stats.prefix_tokens_reused = reused
         row.stats.model_seconds += time.perf_counter() - t0
+        if drafter := _batchable_drafter(item.drafter):
+            batch = drafts.setdefault(id(drafter.lm), DraftBatch(drafter.lm, len(first)))
+            batch.reset(slot)
+            drafter.attach(batch.row(slot))
         return row
 
     live = [prefill(slot, item) for slot, item in enumerate(first)]
 
     while live:
         windows: dict[int, list[int]] = {}
-        for slot in range(len(live)):
-            while (window := live[slot].prepare()) is None:
+        todo = list(range(len(live)))
+        while todo:  # each round drafts one more token for rows waiting on a batched draft pass
+            retry = []
+            for slot in todo:
+                try:
+                    window = live[slot].prepare()
+                except NeedDraftLogits:
+                    retry.append(slot)
+                    continue
+                if window is not None:
+                    windows[slot] = window
+                    continue
                 yield index[slot], live[slot].decoded()
-                item = next(queue, None)
-                if item is None:
-                    break
-                index[slot] = item.index
-                live[slot] = prefill(slot, item)
-            if window is not None:
-                windows[slot] = window
+                if (item := next(queue, None)) is not None:
+                    index[slot] = item.index
+                    live[slot] = prefill(slot, item)
+                    retry.append(slot)
+            for batch in drafts.values():
+                for slot, passes in (batch.run() if batch.wanted else {}).items():
+                    row = live[slot]
+                    row.stats.drafts.setdefault(row.drafter.name, DraftStats()).draft_passes += passes
+            todo = retry
         if len(windows) < len(live):  # finished rows with nothing to refill leave the batch
             keep = sorted(windows)
             live, index = [live[s] for s in keep], [index[s] for s in keep]
             lm.cache_select(cache, keep)
             slots.select(keep)
+            for batch in drafts.values():
+                batch.select(keep)
+            for new, row in enumerate(live):
+                if drafter := _batchable_drafter(row.drafter):
+                    drafter.attach(drafts[id(drafter.lm)].row(new))
             windows = {new: windows[old] for new, old in enumerate(keep)}
         if not live:
             break
         _one_pass(lm, cache, slots, live, [windows[s] for s in range(len(live))], options)
         if (order := slots.compaction()) is not None:
             lm.cache_gather(cache, order)
+
+
+def _batchable_drafter(drafter: Drafter | None) -> ModelDrafter | None:
+    """The model drafter inside ``drafter`` (itself, or `Composite`'s fallback) if its LM can share batched
+    passes; other drafters (prompt lookup, a cross-tokenizer draft model) work row by row."""
+    inner = getattr(drafter, "fallback", drafter)
+    return inner if isinstance(inner, ModelDrafter) and getattr(inner.lm, "batchable", False) else None
 
 
 def _one_pass(

@@ -165,12 +165,17 @@ class _DraftModel:
     lm: LanguageModel
 
     def __post_init__(self) -> None:
-        self._context = _CachedContext(self.lm)
+        self._context: DraftContext = _CachedContext(self.lm)
 
     @property
     def passes(self) -> int:
         """Draft forward passes so far."""
         return self._context.passes
+
+    def attach(self, context: DraftContext) -> None:
+        """Draft from ``context`` (a row of a batched draft cache) instead of a cache of its own (changes the
+        drafter)."""
+        self._context = context
 
 
 @dataclass(eq=False)
@@ -180,6 +185,9 @@ class ModelDrafter(_DraftModel):
     name: str = "draft_model"
     policy: Policy = field(default_factory=Schedule)
     _probs: list[float] = field(default_factory=list)
+    # this candidate's steps by context length: a batched row asks again after its draft pass has run,
+    # and must get the same draws back
+    _steps: dict[int, tuple[Step | None, float]] = field(default_factory=dict)
 
     def begin(self) -> None:
         self._probs = []
@@ -188,6 +196,10 @@ class ModelDrafter(_DraftModel):
              generator: torch.Generator | None) -> Step | None:
         if not self.policy.keep_going(self._probs):
             return None
+        if len(context) in self._steps:
+            step, prob = self._steps[len(context)]
+            self._probs.append(prob)
+            return step
         logits = _fit(self._context.logits_after(context), fsm.logits_width)
         fsm.mask_logits_inplace(logits[None], [state])
         # A candidate cannot carry EOS, so the draft distribution is q without EOS: drawing from full q and
@@ -200,10 +212,13 @@ class ModelDrafter(_DraftModel):
             token = sample(q, generator)
         else:
             q, token = None, int(logits.argmax())
-        self._probs.append(float((q if q is not None else logits.softmax(-1))[token]))
-        return Step(token, self.name, q)
+        prob = float((q if q is not None else logits.softmax(-1))[token])
+        self._probs.append(prob)
+        self._steps[len(context)] = (Step(token, self.name, q), prob)
+        return self._steps[len(context)][0]
 
     def feedback(self, drafted: dict[str, int], accepted: dict[str, int]) -> None:
+        self._steps.clear()
         self.policy.feedback(self._probs, accepted.get(self.name, 0))
 
 
@@ -312,6 +327,14 @@ class Composite:
         self._accepted += accepted.get(self.fallback.name, 0)
         self.lookup.feedback(drafted, accepted)
         self.fallback.feedback(drafted, accepted)
+
+
+class DraftContext(Protocol):
+    """Where a model drafter gets next-token logits: its own KV cache, or a row of a batched one."""
+
+    passes: int
+
+    def logits_after(self, context: list[int]) -> torch.Tensor: ...
 
 
 class _CachedContext:

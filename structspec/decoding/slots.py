@@ -57,6 +57,12 @@ class Slots:
         for b, n in enumerate(kept):
             self.valid[b, start : start + n] = True
 
+    def truncate(self, row: int, n: int) -> None:
+        """Row ``row`` keeps only its first ``n`` kept slots; the rest become holes (a rollback; changes
+        the table)."""
+        kept = self.valid[row].nonzero().flatten()
+        self.valid[row, kept[n:]] = False
+
     def select(self, rows: list[int]) -> None:
         """Keep only ``rows`` (in that order), as the cache does when finished rows leave the batch."""
         self.valid = self.valid[rows]

@@ -1,0 +1,113 @@
+"""One draft model's KV cache shared by every row of a batch, fed in one draft pass per round.
+
+A model drafter of a batched row (`ModelDrafter`, self-draft) draws its logits
+from a `DraftRow` of this cache. When they are not computed yet it raises
+`NeedDraftLogits`; the batch driver runs one draft pass for every row that
+asked and calls `RowDecode.prepare` again, which redoes the candidate up to the
+same point (drafters remember this candidate's draws) and goes one token
+further. Rows' rejected drafts become holes, as in the target's cache.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from structspec.decoding.slots import Slots
+from structspec.lm import LM
+
+_PREFILL_ALONE = 32  # a row with more new tokens than this (a fresh prompt) is prefilled on its own
+
+
+class NeedDraftLogits(Exception):
+    """A batched row's draft logits are not computed yet (control flow between a drafter and the driver)."""
+
+
+class DraftBatch:
+    """The draft LM's cache over rows ``0..rows-1``: what each row fed (``seen``) and the logits after it."""
+
+    def __init__(self, lm: LM, rows: int) -> None:
+        self.lm = lm
+        self.cache, self.slots = lm.new_cache(), Slots(rows)
+        self.seen: list[list[int]] = [[] for _ in range(rows)]
+        self.last: list[torch.Tensor | None] = [None] * rows
+        self.wanted: dict[int, list[int]] = {}
+
+    def row(self, row: int) -> DraftRow:
+        return DraftRow(self, row)
+
+    def logits_after(self, row: int, context: list[int]) -> torch.Tensor:
+        """Logits after ``context`` if this row's last pass computed them; else records the request and
+        raises `NeedDraftLogits`."""
+        last = self.last[row]
+        if last is not None and self.seen[row] == context:
+            return last.clone()
+        self.wanted[row] = list(context)
+        raise NeedDraftLogits
+
+    def run(self) -> dict[int, int]:
+        """One draft pass over the requested rows (the others feed one padding token they drop), plus a
+        prefill for rows with a fresh prompt; returns the draft passes each requested row took. Changes the
+        cache."""
+        passes = {row: 1 for row in self.wanted}
+        windows, kept, positions = [], [], []
+        for row in range(len(self.seen)):
+            context = self.wanted.get(row)
+            if context is None:
+                windows.append([0])
+                kept.append(0)
+                positions.append(len(self.seen[row]))
+                continue
+            seen = self.seen[row]
+            n = next((i for i, (a, b) in enumerate(zip(seen, context)) if a != b), min(len(seen), len(context)))
+            n = min(n, len(context) - 1)  # at least one token to feed
+            if len(context) - n > _PREFILL_ALONE:
+                self._prefill(row, context[:-1])
+                passes[row] += 1
+                n = len(context) - 1
+            else:
+                self.slots.truncate(row, n)
+            windows.append(context[n:])
+            kept.append(len(context) - n)
+            positions.append(n)
+        wanted = [(row, len(windows[row]) - 1) for row in sorted(self.wanted)]
+        logits = self.lm.forward_slots(windows, positions, self.slots.window_mask([len(w) for w in windows]),
+                                       self.cache, wanted)
+        self.slots.keep(kept, max(len(w) for w in windows))
+        for (row, _), row_logits in zip(wanted, logits):
+            self.seen[row], self.last[row] = self.wanted[row], row_logits
+        self.wanted.clear()
+        if (order := self.slots.compaction()) is not None:
+            self.lm.cache_gather(self.cache, order)
+        return passes
+
+    def _prefill(self, row: int, tokens: list[int]) -> None:
+        own = self.lm.new_cache()
+        self.lm.forward(tokens, own)
+        self.lm.cache_place(self.cache, len(self.seen), row, own, len(tokens))
+        self.slots.place(row, len(tokens))
+
+    def reset(self, row: int) -> None:
+        """Row ``row`` starts a new prompt: nothing of the old one is kept (changes the table)."""
+        self.slots.truncate(row, 0)
+        self.seen[row], self.last[row] = [], None
+
+    def select(self, rows: list[int]) -> None:
+        """Keep only batch rows ``rows``, as the target's cache does (changes the cache)."""
+        self.lm.cache_select(self.cache, rows)
+        self.slots.select(rows)
+        self.seen = [self.seen[r] for r in rows]
+        self.last = [self.last[r] for r in rows]
+
+
+class DraftRow:
+    """One row's view of a `DraftBatch`, as a model drafter's logits source (`DraftContext`). Its draft
+    passes are counted by the batch driver, which runs them."""
+
+    passes = 0
+
+    def __init__(self, batch: DraftBatch, row: int) -> None:
+        self.batch, self.index = batch, row
+
+    def logits_after(self, context: list[int]) -> torch.Tensor:
+        return self.batch.logits_after(self.index, context)
+
