@@ -1,0 +1,9 @@
+"""structspec where users already are: adapters for pipelines that run their own decode loop.
+
+* `structspec.integrations.transformers`: a ``LogitsProcessor`` and a ``StopWhenComplete``
+  stopping criterion for transformers' ``model.generate``.
+* `structspec.integrations.matcher`: a ``Matcher`` with the accept / validate / rollback /
+  bitmask contract of serving engines (vLLM, SGLang, xgrammar), and how to plug it in.
+
+The core never imports this package; each adapter imports only the core's public pieces.
+"""

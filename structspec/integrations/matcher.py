@@ -1,0 +1,210 @@
+"""A grammar matcher for serving engines: one output's FSM state, with accept / validate / rollback and bitmasks.
+
+`Matcher` speaks the contract that vLLM's ``StructuredOutputGrammar``,
+SGLang's ``BaseGrammarObject`` and xgrammar's ``GrammarMatcher`` share, over a
+structspec `TokenFSM`. Its states are a list (one entry per accepted token), so
+`Matcher.rollback` is indexing. Calls that change the state: `accept_tokens`,
+`rollback`, `reset`; every other call reads. Bitmasks are the packed int32
+``[rows, ceil(logits_width / 32)]`` format of `TokenFSM.allocate_token_bitmask`
+(bit j of word i ⇔ token 32*i+j allowed), the format both engines already apply.
+
+Plugging it into an engine (both pick grammar backends from a fixed list today,
+so this is a small patch or a registration, not a configuration option):
+
+* **vLLM** (``vllm/v1/structured_output``): a ``StructuredOutputBackend`` whose
+  ``compile_grammar(request_type, grammar_spec)`` turns the spec (a JSON schema
+  string, a regex, a choice list) into a structspec spec and returns a grammar
+  wrapping ``Matcher(structspec.compile(spec, lm))``, or
+  ``Matcher(spec, tokenizer, logits_width=vocab_size)`` when only the tokenizer is at
+  hand; ``allocate_token_bitmask(n)`` is ``matcher.fsm.allocate_token_bitmask(n)``.
+  The ``StructuredOutputGrammar`` methods map one to one: ``accept_tokens(request_id,
+  tokens)`` → `accept_tokens`; ``validate_tokens(tokens)`` → ``tokens[:validate_tokens(tokens)]``;
+  ``rollback(n)``, ``is_terminated()`` and ``reset()`` → the same names;
+  ``fill_bitmask(bitmask, i)`` → `fill_next_token_bitmask`; ``find_jump_string()``
+  (where the version has it) → `forced_text` (None when empty).
+* **SGLang** (``sglang/srt/constrained``): a ``BaseGrammarBackend`` whose
+  ``dispatch_json`` / ``dispatch_regex`` return a ``BaseGrammarObject`` over a
+  `Matcher` (newer versions take it through ``register_grammar_backend``).
+  ``accept_token(t)`` → ``accept_tokens([t])`` (raise when it returns False);
+  ``rollback(k)`` and ``is_terminated()`` → the same names;
+  ``allocate_vocab_mask(vocab_size, batch, device)`` → ``fsm.allocate_token_bitmask(batch)``;
+  ``fill_vocab_mask(mask, i)`` → `fill_next_token_bitmask`; ``move_vocab_mask``
+  → ``mask.to(device)``; ``apply_vocab_mask`` → `structspec.automaton.apply_token_bitmask_inplace`;
+  ``copy()`` → a new ``Matcher(matcher.fsm)`` (the FSM is immutable and shared);
+  ``try_jump_forward`` / ``jump_forward_str_state`` → `forced_tokens` and
+  `forced_text`, and ``jump_and_retokenize(old, new, _)`` → roll back ``old``'s
+  tokens past its common prefix with ``new``, then accept the rest of ``new``
+  (rollback is unbounded: the states are kept).
+
+Typical engine step, with a speculative draft::
+
+    matcher = Matcher(structspec.compile(spec, lm))
+    draft = draft[: matcher.validate_tokens(draft)]
+    bitmask = matcher.fsm.allocate_token_bitmask(len(draft) + 1)
+    for i, token in enumerate(draft):          # one mask row per draft position
+        matcher.fill_next_token_bitmask(bitmask, i)
+        matcher.accept_tokens([token])
+    matcher.fill_next_token_bitmask(bitmask, len(draft))
+    ... one target pass, apply_token_bitmask_inplace(logits, bitmask), verify ...
+    matcher.rollback(len(draft) - accepted)    # drop the rejected draft tokens
+    matcher.accept_tokens([bonus_token])       # EOS in a final state terminates
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+import structspec
+from structspec.automaton.fsm import TokenFSM
+from structspec.decoding.fastforward import Forcer
+from structspec.errors import OptionError
+from structspec.lm import LM
+from structspec.schema import COMPACT
+from structspec.vocab import vocab_from_tokenizer
+
+# The state after EOS: the output is finished (DFA states are ≥ 0).
+ENDED = -1
+
+
+def token_fsm(
+    spec: Any, model_or_tokenizer: Any = None, whitespace_pattern: str = COMPACT, strict: bool = True,
+    logits_width: int | None = None,
+) -> TokenFSM:
+    """The token FSM of ``spec``: a `TokenFSM` or `structspec.Compiled` as is, else compiled for
+    ``model_or_tokenizer`` (a structspec `LM`, a shipped model's name, or a Hugging Face tokenizer,
+    whose FSM allows ids up to ``logits_width``, default its size). Cached like `structspec.compile`."""
+    if isinstance(spec, TokenFSM):
+        return spec
+    if isinstance(spec, structspec.Compiled):
+        return spec.fsm
+    if isinstance(model_or_tokenizer, LM | str):
+        return structspec.compile(spec, model_or_tokenizer, whitespace_pattern, strict).fsm
+    if model_or_tokenizer is None or not hasattr(model_or_tokenizer, "convert_ids_to_tokens"):
+        raise OptionError(
+            f"cannot compile for {type(model_or_tokenizer).__name__}: pass a structspec LM, a model name or the "
+            "Hugging Face tokenizer (a model alone has no tokenizer; structspec.from_transformers(model, "
+            "tokenizer) wraps both)"
+        )
+    regex = structspec.to_regex(spec, whitespace_pattern, strict)
+    return TokenFSM.from_regex(regex, vocab_from_tokenizer(model_or_tokenizer), logits_width)
+
+
+def eos_only_row(fsm: TokenFSM) -> torch.Tensor:
+    """A packed bitmask row allowing EOS alone: the mask of an output that has ended. Does not change the FSM."""
+    words = np.zeros(-(-fsm.logits_width // 32), dtype=np.uint32)
+    words[fsm.eos_token_id // 32] = np.uint32(1 << (fsm.eos_token_id % 32))
+    return torch.from_numpy(words.view(np.int32))
+
+
+class Matcher:
+    """One output's position in a token FSM, for an engine's decode loop.
+
+    ``Matcher(compiled)`` takes a `structspec.Compiled` or a `TokenFSM`;
+    ``Matcher(spec, model_or_tokenizer)`` compiles a spec first (see `token_fsm`;
+    ``logits_width`` must equal the engine's vocabulary size when only a
+    tokenizer is given). EOS is accepted in a final state and terminates the
+    matcher; nothing is accepted after it.
+    """
+
+    def __init__(
+        self, fsm: Any, model_or_tokenizer: Any = None, *, whitespace_pattern: str = COMPACT, strict: bool = True,
+        logits_width: int | None = None,
+    ) -> None:
+        self.fsm = token_fsm(fsm, model_or_tokenizer, whitespace_pattern, strict, logits_width)
+        self._forcer = Forcer(self.fsm, None)  # forced bytes and tokens need no tokenizer
+        self._eos_row = eos_only_row(self.fsm)
+        self._states = [self.fsm.initial_state]  # _states[i]: the state after the first i accepted tokens
+
+    @property
+    def state(self) -> int:
+        """The current FSM state (`ENDED` once terminated). Does not change anything."""
+        return self._states[-1]
+
+    def accept_tokens(self, token_ids: list[int]) -> bool:
+        """Advance over ``token_ids`` if every one is allowed, else leave the state unchanged and return False.
+
+        All or nothing. Changes the state when it returns True.
+        """
+        states = self._walk(token_ids)
+        if len(states) < len(token_ids):
+            return False
+        self._states += states
+        return True
+
+    def validate_tokens(self, token_ids: list[int]) -> int:
+        """How many leading tokens of ``token_ids`` the FSM accepts from here. Does not change the state."""
+        return len(self._walk(token_ids))
+
+    def rollback(self, num_tokens: int) -> None:
+        """Undo the last ``num_tokens`` accepted tokens (EOS included). Changes the state."""
+        if not 0 <= num_tokens < len(self._states):
+            raise OptionError(
+                f"cannot roll back {num_tokens} tokens: {len(self._states) - 1} were accepted since the last reset"
+            )
+        if num_tokens:
+            del self._states[-num_tokens:]
+
+    def reset(self) -> None:
+        """Back to the initial state, as if nothing was accepted. Changes the state."""
+        del self._states[1:]
+
+    def is_terminated(self) -> bool:
+        """Whether EOS was accepted: the output has ended. Does not change the state."""
+        return self.state == ENDED
+
+    def is_complete(self) -> bool:
+        """Whether EOS is the only token allowed next: the output is whole. Does not change the state."""
+        return self.state != ENDED and self.fsm.is_complete(self.state)
+
+    def fill_next_token_bitmask(self, bitmask: torch.Tensor, row: int = 0) -> None:
+        """Write the tokens allowed next into ``bitmask[row]`` (packed int32, CPU; EOS alone once terminated).
+
+        Changes ``bitmask`` only, not the state. The state's packed row is cached by the FSM.
+        """
+        if bitmask.shape[-1] != self._eos_row.shape[0]:
+            raise OptionError(
+                f"the bitmask has {bitmask.shape[-1]} words per row but this FSM's logits width "
+                f"{self.fsm.logits_width} needs {self._eos_row.shape[0]}: allocate it with "
+                "matcher.fsm.allocate_token_bitmask(rows), or compile with logits_width set to the model's"
+            )
+        if self.state == ENDED:
+            bitmask[row].copy_(self._eos_row)
+        else:
+            self.fsm.fill_next_token_bitmask(bitmask, row, self.state)
+
+    def forced_tokens(self) -> list[int]:
+        """The tokens the FSM forces from here (while exactly one non-EOS token is allowed), to append
+        without sampling. Does not change the state (accept them to advance)."""
+        if self.state == ENDED:
+            return []
+        forced = self._forcer.force(self.state)
+        return forced.token_ids if forced else []
+
+    def forced_text(self) -> str:
+        """The jump-forward string: the text every continuation from here starts with ("" if none).
+
+        Ends before a character whose bytes are not all forced. Spell it with the
+        engine's tokenizer, then `accept_tokens`. Does not change the state.
+        """
+        if self.state == ENDED:
+            return ""
+        text, _ = self._forcer.forced_bytes(self.state)
+        try:
+            return text.decode("utf-8")
+        except UnicodeDecodeError as error:  # the last character's bytes are not all forced
+            return text[: error.start].decode("utf-8")
+
+    def _walk(self, token_ids: list[int]) -> list[int]:
+        """The states after each leading token of ``token_ids`` the FSM accepts; EOS in a final state
+        leads to `ENDED`. Builds DFA rows; does not change the state."""
+        if self.state == ENDED:
+            return []
+        states = self.fsm.walk(self.state, token_ids)
+        n = len(states)
+        if n < len(token_ids) and token_ids[n] == self.fsm.eos_token_id:
+            if self.fsm.is_final(states[-1] if states else self.state):
+                states.append(ENDED)
+        return states

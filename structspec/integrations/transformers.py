@@ -1,0 +1,145 @@
+"""structspec constraints inside transformers' own ``model.generate``: a logits processor and a stopping criterion.
+
+Typical use::
+
+    from structspec.integrations.transformers import LogitsProcessor, StopWhenComplete
+
+    lm = structspec.load("smollm2-135m")
+    processor = LogitsProcessor(Person, lm)          # or LogitsProcessor(Person, tokenizer)
+    out = lm.model.generate(
+        input_ids, attention_mask=attention_mask, max_new_tokens=200, do_sample=False,
+        logits_processor=[processor], stopping_criteria=[StopWhenComplete(processor)],
+    )
+
+The processor keeps no per-row cursor that transformers could desynchronise: a
+row's FSM state is a function of its generated tokens, recomputed from the
+longest prefix it has already walked (any row of the previous call). So
+repeated calls on one prefix, a prefix that shrinks (assisted generation and
+prompt lookup call it once per candidate position, then drop rejected ones),
+beam search reordering rows, and left-padded batches all see the right state.
+Greedy ``generate`` with it produces structspec's plain masked greedy output
+(``generate_result(..., fast_forward="off")``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import transformers
+
+from structspec.automaton.fsm import apply_token_bitmask_inplace
+from structspec.integrations.matcher import eos_only_row, token_fsm
+from structspec.schema import COMPACT
+
+
+class LogitsProcessor(transformers.LogitsProcessor):
+    """Masks each row's scores to the tokens its FSM allows next, for ``generate(logits_processor=[...])``.
+
+    ``spec`` is anything `structspec.compile` takes (or a `structspec.Compiled`);
+    ``model_or_tokenizer`` is a structspec `LM`, a shipped model's name, or a
+    Hugging Face tokenizer. Spec errors are raised here, before generation.
+
+    The prompt is what the first call sees (``input_ids.shape[1]``, padding
+    included); every later token is generated. Within one generation each call
+    adds at most one token to a row of the last call; a call that does not (a
+    row that does not start with the prompt, or adds more) starts a new
+    generation, so one processor serves several ``generate`` calls. Call
+    `reset` before a prompt that is the last prompt, its output and one token.
+
+    EOS is allowed where the output may end and is the only token allowed
+    once it is complete; a row that has ended (or holds a token the FSM
+    rejects, such as an unverified draft) allows EOS alone. Masks cover the
+    scores' own width (ids past the tokenizer's are disallowed).
+    """
+
+    def __init__(
+        self, spec: Any, model_or_tokenizer: Any, whitespace_pattern: str = COMPACT, strict: bool = True
+    ) -> None:
+        self.fsm = token_fsm(spec, model_or_tokenizer, whitespace_pattern, strict)
+        self._eos_row = eos_only_row(self.fsm)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the prompt and every walked prefix: the next call starts a new generation. Changes the processor."""
+        self._prompt: torch.Tensor | None = None  # [rows, prompt] on the CPU
+        self._generated = torch.empty(0, 0, dtype=torch.long)  # the last call's rows after the prompt
+        self._walked: list[list[int]] = []  # per last-call row: the FSM state after each valid prefix
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        """The scores [rows, width] with disallowed tokens at -inf (a new tensor; ``scores`` is unchanged).
+
+        Changes the processor's cache of walked prefixes only.
+        """
+        states = self.states(input_ids)
+        bitmask = self.fsm.allocate_token_bitmask(len(states))
+        for row, state in enumerate(states):
+            if state is None:
+                bitmask[row].copy_(self._eos_row)
+            else:
+                self.fsm.fill_next_token_bitmask(bitmask, row, state)
+        scores = scores.clone()
+        apply_token_bitmask_inplace(scores, bitmask)
+        return scores
+
+    def states(self, input_ids: torch.Tensor) -> list[int | None]:
+        """Each row's FSM state after its generated tokens; None where the row ended with EOS or holds a
+        token the FSM rejects. Changes the processor's cache of walked prefixes only."""
+        ids = input_ids.detach().cpu()
+        common = self._common_prefixes(ids)
+        if common is None:
+            self.reset()
+            self._prompt = ids
+        generated = ids[:, self._prompt.shape[1] :]
+        known = self._known_prefixes(common) if common is not None else [[self.fsm.initial_state]] * len(ids)
+        walked = [self._walk(row, base) for row, base in zip(generated.tolist(), known)]
+        self._generated, self._walked = generated, walked
+        return [w[-1] if len(w) == generated.shape[1] + 1 else None for w in walked]
+
+    def _common_prefixes(self, ids: torch.Tensor) -> torch.Tensor | None:
+        """How many generated tokens each row shares with each row of the last call [rows, last rows], or
+        None if ``ids`` start a new generation.
+
+        Within one generation every row starts with a prompt row and adds at most one token to some row of
+        the last call (rows may be reordered, repeated, fewer or more: beam search hands its stopping
+        criteria twice the beams). Anything else is a new prompt.
+        """
+        prompt = self._prompt
+        if prompt is None or ids.shape[1] < prompt.shape[1]:
+            return None
+        if not (ids[:, None, : prompt.shape[1]] == prompt[None]).all(-1).any(-1).all():
+            return None
+        generated = ids[:, prompt.shape[1] :]
+        width = min(generated.shape[1], self._generated.shape[1])
+        same = generated[:, None, :width] == self._generated[None, :, :width]  # [rows, last rows, width]
+        common = same.int().cumprod(-1).sum(-1)
+        return common if bool((common.max(-1).values >= generated.shape[1] - 1).all()) else None
+
+    def _known_prefixes(self, common: torch.Tensor) -> list[list[int]]:
+        """For each row, the states of its longest prefix that a row of the last call had walked."""
+        walked = torch.tensor([len(w) - 1 for w in self._walked])
+        usable = torch.minimum(common, walked[None, :])  # states exist only for a valid prefix
+        best = usable.argmax(-1).tolist()
+        return [self._walked[j][: int(usable[row, j]) + 1] for row, j in enumerate(best)]
+
+    def _walk(self, row: list[int], known: list[int]) -> list[int]:
+        """``known`` (the states of ``row``'s first ``len(known) - 1`` tokens) extended over the rest of ``row``,
+        up to the first token the FSM rejects (EOS included). Builds DFA rows; changes nothing else."""
+        return known + self.fsm.walk(known[-1], row[len(known) - 1 :])
+
+
+class StopWhenComplete(transformers.StoppingCriteria):
+    """Ends a row once its output is complete (EOS is the only token left) or has ended with EOS.
+
+    Pass the same processor: ``stopping_criteria=[StopWhenComplete(processor)]``.
+    A row stopped while complete has no trailing EOS, as in structspec's own loop.
+    """
+
+    def __init__(self, processor: LogitsProcessor) -> None:
+        self.processor = processor
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
+        """Which rows are done [rows] (on ``input_ids``' device). Changes the processor's prefix cache only."""
+        fsm = self.processor.fsm
+        done = [s is None or fsm.is_complete(s) for s in self.processor.states(input_ids)]
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
