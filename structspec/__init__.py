@@ -2,6 +2,7 @@
 
 from structspec.api import Compiled, clear_cache, compile, generate, generate_batch, generate_result, iter_batch
 from structspec.errors import (
+    InvalidOutput,
     ModelNotFoundError,
     OptionError,
     PromptError,
@@ -18,7 +19,7 @@ from structspec.schema import grammars
 from structspec.schema import Regex, to_regex
 
 __all__ = [
-    "LM", "Compiled", "ModelNotFoundError", "OptionError", "PromptError", "Regex", "RegexError", "Result",
+    "LM", "Compiled", "InvalidOutput", "ModelNotFoundError", "OptionError", "PromptError", "Regex", "RegexError", "Result",
     "SchemaError", "SpecError", "Stats", "StructspecError", "TokenBudgetExceeded",
     "VocabularyMismatchError", "clear_cache", "compile", "from_transformers", "generate", "generate_batch", "generate_result", "iter_batch",
     "grammars", "load", "to_regex",

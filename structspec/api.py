@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import jsonschema
+import pydantic
 import torch
 
 from structspec.automaton import fsm as _fsm
@@ -30,7 +32,7 @@ from structspec.decoding.fastforward import FastForward
 from structspec.decoding.loop import decode
 from structspec.decoding.row import Decoded, DecodeOptions
 from structspec.decoding.sampling import SamplingConfig
-from structspec.errors import OptionError, PromptError, StructspecError, TokenBudgetExceeded
+from structspec.errors import InvalidOutput, OptionError, PromptError, StructspecError, TokenBudgetExceeded
 from structspec.lm import LM, Prompt, load
 from structspec.result import Result, Stats
 from structspec.schema import COMPACT, Constraint, constraint_of
@@ -102,9 +104,12 @@ def generate(model: LM | str, spec: Any, prompt: Prompt, **options: Any) -> Any:
     """Generate and return the validated value: a Pydantic instance, a parsed JSON value, or a `str` for a regex.
 
     Takes the options of `generate_result`; raises `TokenBudgetExceeded` (carrying the partial
-    text, tokens and stats) when ``max_new_tokens`` (or the model's context) runs out.
+    text, tokens and stats) when ``max_new_tokens`` (or the model's context) runs out, and
+    `InvalidOutput` when the spec's validator rejects the output.
     """
     result = generate_result(model, spec, prompt, **options)
+    if result.stop_reason == "invalid":
+        raise result.error  # type: ignore[misc]
     if not result.complete:
         raise TokenBudgetExceeded(options.get("max_new_tokens", 512), result)
     return result.value
@@ -213,6 +218,12 @@ def _result(lm: LM, compiled: Compiled, decoded: Decoded) -> Result:
     decoded.stats.compile_seconds = compiled.fsm.info.seconds
     decoded.stats.compile_source = compiled.fsm.info.source
     text = lm.vocab.decode(decoded.token_ids)
-    complete = decoded.stop_reason in ("eos", "fsm_complete")
-    value = compiled.constraint.parse(text) if complete else None
-    return Result(value, text, decoded.token_ids, decoded.stop_reason, decoded.stats, decoded.sources)
+    result = Result(None, text, decoded.token_ids, decoded.stop_reason, decoded.stats, decoded.sources)
+    if result.complete:
+        try:
+            result.value = compiled.constraint.parse(text)
+        except (pydantic.ValidationError, jsonschema.ValidationError, ValueError) as e:
+            result.stop_reason = "invalid"
+            result.error = InvalidOutput(result, " ".join(str(e).split())[:300] or type(e).__name__)
+            result.error.__cause__ = e
+    return result

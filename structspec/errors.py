@@ -74,3 +74,18 @@ class TokenBudgetExceeded(StructspecError):
         )
         fix = "shorten the prompt" if result.stop_reason == "max_context" else "raise max_new_tokens"
         super().__init__(f"{budget} before the output was complete (partial output: {self.text[-120:]!r}); {fix}")
+
+
+class InvalidOutput(StructspecError, ValueError):
+    """The output matched the spec's constraint but its validator rejected it (a Pydantic validator, or a
+    keyword kept for validation only): `generate` could not return a value.
+
+    Carries the `Result` (``stop_reason="invalid"``, the text, tokens and stats)
+    and the validator's own error as ``__cause__``.
+    """
+
+    def __init__(self, result: Any, reason: str) -> None:
+        self.result = result
+        self.text: str = result.text
+        self.stats = result.stats
+        super().__init__(f"the output does not validate ({reason}); output: {self.text[-200:]!r}")

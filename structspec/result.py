@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-StopReason = Literal["eos", "fsm_complete", "max_new_tokens", "max_context", "error"]
+StopReason = Literal["eos", "fsm_complete", "max_new_tokens", "max_context", "invalid", "error"]
 """``eos``: the model chose EOS in a final state; ``fsm_complete``: the FSM allowed nothing but EOS;
 ``max_new_tokens``: the budget ran out first; ``max_context``: the model's context filled up first (in
-both, the output is a valid prefix, not a value); ``error``: the row could not run (``Result.error``)."""
+both, the output is a valid prefix, not a value); ``invalid``: the output is complete but its validator
+rejected it (`InvalidOutput` in ``Result.error``); ``error``: the row could not run (``Result.error``)."""
 
 
 @dataclass
@@ -88,7 +89,7 @@ class Result:
     stop_reason: StopReason
     stats: Stats
     sources: list[str] = field(default_factory=list)  # per token: "forced", "model" or a drafter's name
-    error: Exception | None = None  # with stop_reason="error": the `StructspecError` that kept the row from running
+    error: Exception | None = None  # the `StructspecError` of stop_reason "invalid" or "error"
 
     @property
     def complete(self) -> bool:

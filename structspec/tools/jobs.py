@@ -51,6 +51,7 @@ ERROR_KINDS = {
     "too_long": "the prompt alone fills the model's context (no forward pass ran)",
     "token_budget": "max_new_tokens ran out; the partial text is kept",
     "max_context": "the model's context filled up during decoding; the partial text is kept",
+    "invalid_output": "the output is complete but the schema's validator rejected it; the text is kept",
     "generation_failed": "the record could not run; the message names the error type",
 }
 
@@ -321,6 +322,10 @@ def output_line(record: InputRecord, result: Result | None, max_new_tokens: int)
     if result.stop_reason == "error":
         return row | {"error": _row_error(result.error)}
     stats = stats_record(result.stats, result.sources)
+    if result.stop_reason == "invalid":
+        message = f"{type(result.error.__cause__).__name__}: {result.error}"
+        return row | {"error": {"kind": "invalid_output", "message": message, "partial_text": result.text},
+                      "stats": stats}
     if not result.complete:  # max_new_tokens or the context ran out; `generate`'s message says which
         message = str(structspec.TokenBudgetExceeded(max_new_tokens, result))
         kind = "max_context" if result.stop_reason == "max_context" else "token_budget"
