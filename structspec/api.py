@@ -75,19 +75,20 @@ def generate_result(
     whitespace_pattern: str = COMPACT,
     strict: bool = True,
     fast_forward: FastForward = "exact",
-    draft: Drafter | LM | str | None = None,
+    draft: Drafter | LM | str | None = "prompt_lookup",
 ) -> Result:
     """Generate output that matches ``spec`` and return it with its tokens and stats.
 
     ``do_sample=None`` samples when ``temperature``, ``top_k`` or ``top_p`` is set
     and decodes greedily otherwise. ``fast_forward`` ("off" or "exact") says
     whether tokens the FSM forces are appended without a model call; ``strict``
-    is as in `compile`. ``draft`` turns
-    on speculative decoding: a loaded LM (draft model; another tokenizer is
-    translated through text), ``"prompt_lookup"``, ``"self"`` (the target's
-    first layers), ``"threshold"`` (self-draft with threshold decoding),
-    ``"auto"`` (prompt lookup, then self-draft) or a `Drafter`. Drafts are
-    verified by the target, so greedy output is token-identical without them.
+    is as in `compile`. ``draft`` says where speculative drafts come from:
+    ``"prompt_lookup"`` (the default: copies from the prompt, free and
+    lossless), a loaded LM (draft model; another tokenizer is translated through
+    text), ``"self"`` (the target's first layers), ``"threshold"`` (self-draft
+    with threshold decoding), ``"auto"`` (prompt lookup, plus self-draft on a
+    GPU), a `Drafter`, or None (no drafts). Drafts are verified by the target, so
+    greedy output is token-identical whatever the drafter.
     Stopping is a result: when ``max_new_tokens`` runs out, the `Result` has
     ``stop_reason="max_new_tokens"``, ``value=None`` and the partial text,
     tokens and stats (likewise ``"max_context"`` when the model's context fills
@@ -130,7 +131,7 @@ def iter_batch(
     whitespace_pattern: str = COMPACT,
     strict: bool = True,
     fast_forward: FastForward = "exact",
-    draft: LM | str | None = None,
+    draft: LM | str | None = "prompt_lookup",
 ) -> Iterator[tuple[int, Result]]:
     """Decode ``prompts`` ``batch_size`` rows per target pass; yields ``(index, Result)`` as each row finishes.
 

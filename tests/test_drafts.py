@@ -221,7 +221,8 @@ def test_early_exit_shares_weights_and_leaves_the_target_intact(byte_lm) -> None
 
 def test_make_drafter_names_and_errors(byte_lm, sp_lm) -> None:
     assert isinstance(make_drafter("prompt_lookup", byte_lm), PromptLookup)
-    assert isinstance(make_drafter("auto", byte_lm), Composite)
+    # auto self-drafts only where a verify pass of several tokens costs about one step: on a GPU
+    assert isinstance(make_drafter("auto", byte_lm), Composite if byte_lm.device.type == "cuda" else PromptLookup)
     assert isinstance(make_drafter("threshold", byte_lm).policy, Threshold)
     assert isinstance(make_drafter(byte_lm, byte_lm), ModelDrafter)
     assert type(make_drafter(sp_lm, byte_lm)).__name__ == "CrossTokenizerDrafter"

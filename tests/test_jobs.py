@@ -276,7 +276,8 @@ def test_the_default_batch_size_follows_the_models_device(byte_lm: structspec.LM
 
 def test_draft_names_pass_through_and_unknown_draft_models_are_configuration_errors(byte_lm: structspec.LM,
                                                                                     tmp_path: Path) -> None:
-    assert jobs.resolve_draft(None) is None and jobs.resolve_draft("prompt_lookup") == "prompt_lookup"
+    assert jobs.resolve_draft(None) is None and jobs.resolve_draft("none") is None
+    assert jobs.resolve_draft("prompt_lookup") == "prompt_lookup"
     with pytest.raises(jobs.JobConfigError, match="--draft no-such-model"):
         jobs.resolve_draft("no-such-model")
     with pytest.raises(jobs.JobConfigError, match="not a torch device"):
@@ -284,6 +285,7 @@ def test_draft_names_pass_through_and_unknown_draft_models_are_configuration_err
     records = [jobs.InputRecord("x", "line 1", 'Item 3 is {"flag":true,"size":"small"} here.')]
     drafted = _run(byte_lm, records, tmp_path / "drafted.jsonl",
                    jobs.JobOptions(OPTIONS.template, OPTIONS.generate | {"draft": "prompt_lookup"}))["x"]
-    plain = _run(byte_lm, records, tmp_path / "plain.jsonl")["x"]
+    plain = _run(byte_lm, records, tmp_path / "plain.jsonl",
+                 jobs.JobOptions(OPTIONS.template, OPTIONS.generate | {"draft": None}))["x"]
     assert drafted["value"] == plain["value"]  # verified greedy drafting keeps the output
     assert "prompt_lookup" in drafted["stats"]["drafts"] and "prompt_lookup" not in plain["stats"]["drafts"]

@@ -387,6 +387,11 @@ def make_drafter(draft: Drafter | LanguageModel | str | None, target: LanguageMo
     if draft == "threshold":
         return ModelDrafter(target.early_exit(), name="threshold", policy=Threshold())
     if draft == "auto":
+        # Self-draft tokens pay only where a pass that verifies them costs about what a one-token step does:
+        # on a GPU (8 tokens fed cost 1.1× one, `structspec.tools.pass_cost`); on a CPU each fed token adds
+        # to the pass and a quarter-model draft pass per token, and prompt lookup alone was faster.
+        if getattr(target, "device", torch.device("cpu")).type != "cuda":
+            return PromptLookup()
         return Composite(PromptLookup(), ModelDrafter(target.early_exit(), name="self_draft"))
     raise SpecError(
         f"draft={draft!r} is not a drafter: use None, a loaded LM (draft model), a Drafter, "

@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 import structspec
 from structspec.decoding.drafters import SHORT_NAMES
 from structspec.lm import DEFAULT_MODEL, LM
-from structspec.tools import bench, compare, jobs
+from structspec.tools import bench, compare, jobs, pass_cost, throughput
 from structspec.tools.explain import explain_html, legend_rich, stats_table, to_rich, token_views
 
 EXIT_OK, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 2, 130
@@ -68,9 +68,7 @@ def extract(args: argparse.Namespace) -> int:
     generate: dict[str, Any] = {"max_new_tokens": args.max_new_tokens, "fast_forward": args.fast_forward}
     generate |= {k: v for k, v in [("temperature", args.temperature), ("top_k", args.top_k), ("top_p", args.top_p),
                                    ("seed", args.seed)] if v is not None}
-    draft = jobs.resolve_draft(args.draft, args.device, args.dtype)
-    if draft is not None:
-        generate["draft"] = draft
+    generate["draft"] = jobs.resolve_draft(args.draft, args.device, args.dtype)
     lm = jobs.load_model(args.model, args.device, args.dtype)
 
     progress = Progress(TextColumn("extract"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rates]}"),
@@ -123,8 +121,9 @@ def _parser() -> argparse.ArgumentParser:
     p_ext.add_argument("--output", required=True, help="the JSONL file to append to (and resume from)")
     p_ext.add_argument("--model", default=DEFAULT_MODEL, help="a shipped model name or a local HF model directory")
     _model_options(p_ext)
-    p_ext.add_argument("--draft", help=f"a drafter ({', '.join(SHORT_NAMES)}) or a draft model name/directory "
-                                       "(loaded like --model)")
+    p_ext.add_argument("--draft", default="prompt_lookup",
+                       help=f"a drafter ({', '.join(SHORT_NAMES)}; default prompt_lookup), a draft model "
+                            "name/directory (loaded like --model), or none")
     p_ext.add_argument("--batch-size", type=int, metavar="N",
                        help="documents decoded together, one target pass for all; each line is written as its "
                             f"document finishes (default: {jobs.DEFAULT_BATCH_SIZE['cpu']} on the CPU, "
@@ -174,6 +173,17 @@ def _parser() -> argparse.ArgumentParser:
     p_bench.add_argument("--max-new-tokens", type=int, default=200)
     p_bench.add_argument("--threads", type=int, default=None,
                          help="torch CPU threads (1 keeps timings sane when other processes share the cores)")
+
+    p_thr = sub.add_parser(
+        "throughput", help="batched records/s against outlines' and transformers' batched generation",
+        description="The batched throughput benchmark (also python -m structspec.tools.throughput).",
+        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    throughput.add_arguments(p_thr)
+
+    p_cost = sub.add_parser(
+        "pass-cost", help="seconds per batched verify pass against rows and tokens fed",
+        description="The pass-cost curve (also python -m structspec.tools.pass_cost).")
+    pass_cost.add_arguments(p_cost)
     return parser
 
 
@@ -185,7 +195,9 @@ def main(argv: list[str] | None = None) -> int:
             with console.status(f"loading {args.model} (the first run converts its GGUF, ~20 s)"):
                 lm = jobs.load_model(args.model, args.device, args.dtype)
             return demo(lm, console, args.explain, args.html)
-        return {"extract": extract, "compare": compare.main, "bench": bench.main}[args.command](args)
+        commands = {"extract": extract, "compare": compare.main, "bench": bench.main, "throughput": throughput.run,
+                    "pass-cost": pass_cost.run}
+        return commands[args.command](args)
     except jobs.JobConfigError as e:
         Console(stderr=True).print(f"structspec {args.command}: {e}", highlight=False, markup=False, soft_wrap=True)
         return EXIT_CONFIG

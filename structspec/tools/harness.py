@@ -45,8 +45,8 @@ def methods(draft_model: LM | None = None, self_draft: bool = False) -> dict[str
     (self-draft, threshold, auto); ``draft_model`` adds a draft-model row.
     """
     rows: dict[str, Keywords] = {
-        PLAIN: {"fast_forward": "off"},
-        "fast-forward": {"fast_forward": "exact"},
+        PLAIN: {"fast_forward": "off", "draft": None},
+        "fast-forward": {"fast_forward": "exact", "draft": None},
         "+ prompt lookup": {"fast_forward": "exact", "draft": "prompt_lookup"},
     }
     if self_draft:

@@ -447,7 +447,9 @@ def load_model(name: str, device: str = "auto", dtype: str | None = None) -> LM:
 def resolve_draft(name: str | None, device: str = "auto", dtype: str | None = None) -> Any:
     """``generate_result``'s ``draft=`` for ``--draft NAME``: a drafter's name as is, else a model to load
     (on ``device`` in ``dtype``, as the target)."""
-    if name is None or name in SHORT_NAMES:
+    if name is None or name == "none":
+        return None
+    if name in SHORT_NAMES:
         return name
     try:
         return load_model(name, device, dtype)

@@ -91,8 +91,8 @@ def pass_seconds(lm: LM, rows: int, window: int, context: int, repeats: int) -> 
     return statistics.median(times), statistics.median(forwards)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="structspec pass-cost", description=__doc__.split("\n\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The pass-cost options on ``parser`` (changes the parser)."""
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", help="a shipped model name or a local model directory")
     source.add_argument("--config", choices=sorted(CONFIGS), help="a random-weight model of this architecture")
@@ -105,7 +105,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--accepted", type=float, default=3.0, help="output tokens per row and pass, for tokens/s")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--json", help="also write the cells to this file")
-    args = parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="structspec pass-cost", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Measure and print the pass-cost table for ``args`` (see `add_arguments`)."""
     if args.threads:
         torch.set_num_threads(args.threads)
     device, dtype = resolve_device(args.device, args.dtype)

@@ -406,7 +406,8 @@ def agreement(full: LM, half: LM, tasks: list[Task], batch_size: int, max_new_to
     """Decode every record alone with plain masked decoding on ``full`` (float32), then batched with exact
     fast-forward and prompt lookup on ``half`` (bfloat16); compare token ids."""
     prompts = [extraction_prompt(t.text, t.schema) for t in tasks]
-    alone = [structspec.generate_result(full, t.schema, p, max_new_tokens=max_new_tokens, fast_forward="off")
+    alone = [structspec.generate_result(full, t.schema, p, max_new_tokens=max_new_tokens, fast_forward="off",
+                                        draft=None)
              for t, p in zip(tasks, prompts)]
     batched = structspec.generate_batch(half, [t.schema for t in tasks], prompts, batch_size=batch_size,
                                         max_new_tokens=max_new_tokens, fast_forward="exact", draft="prompt_lookup")
