@@ -36,6 +36,7 @@ from structspec.errors import InvalidOutput, OptionError, PromptError, Structspe
 from structspec.lm import LM, Prompt, load
 from structspec.result import Result, Stats
 from structspec.schema import COMPACT, Constraint, constraint_of
+from structspec.schema.bounds import MAX_FRACTION_DIGITS, MAX_INTEGER_DIGITS
 
 
 @dataclass(frozen=True)
@@ -45,19 +46,32 @@ class Compiled:
     constraint: Constraint
     fsm: TokenFSM
 
+    @property
+    def narrowings(self) -> tuple[str, ...]:
+        """Where the constraint admits less than the schema (``"pointer: what"``), e.g. digit bounds."""
+        return self.constraint.narrowings
 
-def compile(spec: Any, model: LM | str, whitespace_pattern: str = COMPACT, strict: bool = True) -> Compiled:  # noqa: A001
+
+def compile(  # noqa: A001
+    spec: Any, model: LM | str, whitespace_pattern: str = COMPACT, strict: bool = True,
+    max_integer_digits: int | None = MAX_INTEGER_DIGITS, max_fraction_digits: int | None = MAX_FRACTION_DIGITS,
+) -> Compiled:
     """Compile ``spec`` into a token FSM for ``model``'s tokenizer (cached in memory and on disk).
 
     ``strict=False`` drops schema keywords structspec cannot enforce, with a
     warning naming each keyword and its JSON pointer, instead of raising
     `SchemaError`.
 
+    Numbers the schema leaves unbounded get at most ``max_integer_digits`` integer
+    and ``max_fraction_digits`` fraction digits (None lifts a bound), so a model
+    cannot write digits until its budget runs out; `Compiled.narrowings` lists
+    every such narrowing.
+
     Pay and measure the compile cost ahead of generation; ``fsm.info`` says how
     long it took and whether it came from the cache.
     """
     lm = load(model) if isinstance(model, str) else model
-    constraint = constraint_of(spec, whitespace_pattern, strict)
+    constraint = constraint_of(spec, whitespace_pattern, strict, max_integer_digits, max_fraction_digits)
     return Compiled(constraint, TokenFSM.from_regex(constraint.regex, lm.vocab, lm.logits_width))
 
 
@@ -74,6 +88,8 @@ def generate_result(
     seed: int | None = None,
     whitespace_pattern: str = COMPACT,
     strict: bool = True,
+    max_integer_digits: int | None = MAX_INTEGER_DIGITS,
+    max_fraction_digits: int | None = MAX_FRACTION_DIGITS,
     fast_forward: FastForward = "exact",
     draft: Drafter | LM | str | None = "prompt_lookup",
 ) -> Result:
@@ -82,7 +98,7 @@ def generate_result(
     ``do_sample=None`` samples when ``temperature``, ``top_k`` or ``top_p`` is set
     and decodes greedily otherwise. ``fast_forward`` ("off" or "exact") says
     whether tokens the FSM forces are appended without a model call; ``strict``
-    is as in `compile`. ``draft`` says where speculative drafts come from:
+    and the digit bounds are as in `compile`. ``draft`` says where speculative drafts come from:
     ``"prompt_lookup"`` (the default: copies from the prompt, free and
     lossless), a loaded LM (draft model; another tokenizer is translated through
     text), ``"self"`` (the target's first layers), ``"threshold"`` (self-draft
@@ -97,7 +113,7 @@ def generate_result(
     options = _options(max_new_tokens, do_sample, temperature, top_k, top_p, seed, fast_forward)
     lm = load(model) if isinstance(model, str) else model
     prompt_ids = _prompt_ids(lm, prompt)
-    compiled = compile(spec, lm, whitespace_pattern, strict)
+    compiled = compile(spec, lm, whitespace_pattern, strict, max_integer_digits, max_fraction_digits)
     return _result(lm, compiled, decode(lm, compiled.fsm, prompt_ids, options, make_drafter(draft, lm)))
 
 
@@ -130,6 +146,8 @@ def iter_batch(
     seed: int | None = None,
     whitespace_pattern: str = COMPACT,
     strict: bool = True,
+    max_integer_digits: int | None = MAX_INTEGER_DIGITS,
+    max_fraction_digits: int | None = MAX_FRACTION_DIGITS,
     fast_forward: FastForward = "exact",
     draft: LM | str | None = "prompt_lookup",
 ) -> Iterator[tuple[int, Result]]:
@@ -163,7 +181,8 @@ def iter_batch(
         try:
             prompt_ids = _prompt_ids(lm, prompt)
             if id(row_spec) not in compiled:
-                compiled[id(row_spec)] = compile(row_spec, lm, whitespace_pattern, strict)
+                compiled[id(row_spec)] = compile(row_spec, lm, whitespace_pattern, strict, max_integer_digits,
+                                                 max_fraction_digits)
             generator = torch.Generator().manual_seed(seed + i) if seed is not None else None
             row_compiled[i] = compiled[id(row_spec)]
             rows.append(RowInput(i, row_compiled[i].fsm, prompt_ids, make_drafter(draft, lm), generator))

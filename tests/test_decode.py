@@ -156,3 +156,14 @@ def test_top_level_regex_keeps_longer_alternatives(byte_lm) -> None:
     fsm = structspec.compile(Regex("(a|ab)"), byte_lm).fsm
     ids = [byte_lm.tokenizer.convert_tokens_to_ids(c) for c in "ab"]
     assert len(fsm.walk(fsm.initial_state, ids)) == 2
+
+
+def test_digit_bounds_are_options_and_listed_as_narrowings(byte_lm) -> None:
+    schema = {"type": "object", "properties": {"x": {"type": "number"}, "n": {"type": "integer"}}, "required": ["x"]}
+    compiled = structspec.compile(schema, byte_lm)
+    assert any("/properties/x" in n and "max_integer_digits" in n for n in compiled.narrowings)
+    assert structspec.compile(schema, byte_lm, max_integer_digits=None, max_fraction_digits=None).narrowings == ()
+    for seed in range(4):
+        text = structspec.generate_result(byte_lm, {"type": "integer"}, "n=", max_integer_digits=3, seed=seed,
+                                          temperature=1.5).text
+        assert re.fullmatch(r"-?[0-9]{1,3}", text), text
