@@ -92,6 +92,7 @@ def generate_result(
     max_fraction_digits: int | None = MAX_FRACTION_DIGITS,
     fast_forward: FastForward = "exact",
     draft: Drafter | LM | str | None = "prompt_lookup",
+    output_logprobs: bool = False,
 ) -> Result:
     """Generate output that matches ``spec`` and return it with its tokens and stats.
 
@@ -109,8 +110,11 @@ def generate_result(
     ``stop_reason="max_new_tokens"``, ``value=None`` and the partial text,
     tokens and stats (likewise ``"max_context"`` when the model's context fills
     up). A prompt that does not fit the model's context raises `PromptError`.
+    ``output_logprobs=True`` fills ``Result.logprobs``: each output token's log-probability under the
+    target's masked (and, when sampling, warped) distribution at the pass that chose or verified it
+    (0.0 for tokens the FSM forced).
     """
-    options = _options(max_new_tokens, do_sample, temperature, top_k, top_p, seed, fast_forward)
+    options = _options(max_new_tokens, do_sample, temperature, top_k, top_p, seed, fast_forward, output_logprobs)
     lm = load(model) if isinstance(model, str) else model
     prompt_ids = _prompt_ids(lm, prompt)
     compiled = compile(spec, lm, whitespace_pattern, strict, max_integer_digits, max_fraction_digits)
@@ -209,11 +213,12 @@ def clear_cache(disk: bool = False) -> None:
 
 def _options(
     max_new_tokens: int, do_sample: bool | None, temperature: float, top_k: int | None, top_p: float | None,
-    seed: int | None, fast_forward: FastForward,
+    seed: int | None, fast_forward: FastForward, output_logprobs: bool = False,
 ) -> DecodeOptions:
     if do_sample is None:
         do_sample = temperature != 1.0 or top_k is not None or top_p is not None
-    return DecodeOptions(max_new_tokens, SamplingConfig(do_sample, temperature, top_k, top_p), seed, fast_forward)
+    sampling = SamplingConfig(do_sample, temperature, top_k, top_p)
+    return DecodeOptions(max_new_tokens, sampling, seed, fast_forward, output_logprobs)
 
 
 def _prompt_ids(lm: LM, prompt: Prompt) -> list[int]:
@@ -238,7 +243,8 @@ def _result(lm: LM, compiled: Compiled, decoded: Decoded) -> Result:
     decoded.stats.compile_seconds = compiled.fsm.info.seconds
     decoded.stats.compile_source = compiled.fsm.info.source
     text = lm.vocab.decode(decoded.token_ids)
-    result = Result(None, text, decoded.token_ids, decoded.stop_reason, decoded.stats, decoded.sources)
+    result = Result(None, text, decoded.token_ids, decoded.stop_reason, decoded.stats, decoded.sources,
+                    logprobs=decoded.logprobs)
     if result.complete:
         try:
             result.value = compiled.constraint.parse(text)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Union
 
 StopReason = Literal["eos", "fsm_complete", "max_new_tokens", "max_context", "invalid", "error"]
 """``eos``: the model chose EOS in a final state; ``fsm_complete``: the FSM allowed nothing but EOS;
@@ -90,8 +90,44 @@ class Result:
     stats: Stats
     sources: list[str] = field(default_factory=list)  # per token: "forced", "model" or a drafter's name
     error: Exception | None = None  # the `StructspecError` of stop_reason "invalid" or "error"
+    logprobs: list[float] | None = None  # per token, with output_logprobs=True: see `generate_result`
 
     @property
     def complete(self) -> bool:
         """Whether the output is a whole value of the spec (``value`` is set)."""
         return self.stop_reason in ("eos", "fsm_complete")
+
+
+@dataclass(frozen=True)
+class TextChunk:
+    """Tokens one turn accepted (a forced or drafted run arrives as one chunk) and their text.
+
+    ``text`` ends at the last complete character; bytes of a character split
+    across tokens arrive with the next chunk, so the chunks' texts concatenate
+    to ``Result.text``.
+    """
+
+    text: str
+    token_ids: list[int]
+    sources: list[str]  # per token: "forced", "model" or a drafter's name
+
+
+@dataclass(frozen=True)
+class FieldDone:
+    """A top-level JSON object member whose value just closed: its name, parsed value, and the output text
+    up to and including the ``,`` or ``}`` that closed it."""
+
+    name: str
+    value: Any
+    text_so_far: str
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The last event of a stream, whatever the stop reason."""
+
+    result: Result
+
+
+StreamEvent = Union[TextChunk, FieldDone, Finished]
+"""What `structspec.stream` yields: chunks and field events as they happen, then one `Finished`."""

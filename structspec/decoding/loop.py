@@ -4,22 +4,31 @@ back over rejected drafts (see `structspec.decoding.row` for the algorithm)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Generator
 
 import torch
 
 from structspec.automaton.fsm import TokenFSM
 from structspec.decoding.drafters import Drafter
-from structspec.decoding.row import Decoded, DecodeOptions, RowDecode
+from structspec.decoding.row import Decoded, DecodeOptions, RowDecode, token_logprobs
 from structspec.lm import LanguageModel
 
+Turn = tuple[list[int], list[str]]
+"""The output tokens one turn added (forced, accepted drafts and the target's own) and their sources."""
 
-def decode(
+
+def decode_steps(
     lm: LanguageModel, fsm: TokenFSM, prompt_ids: list[int], options: DecodeOptions, drafter: Drafter | None = None
-) -> Decoded:
-    """Constrained decoding of ``fsm``'s language after ``prompt_ids`` with ``lm``."""
+) -> Generator[Turn, None, Decoded]:
+    """Constrained decoding of ``fsm``'s language after ``prompt_ids`` with ``lm``, one turn at a time.
+
+    Yields each turn's new output tokens as they are accepted (their concatenation is the output) and
+    returns the `Decoded`. Each step runs at most one target pass.
+    """
     generator = torch.Generator().manual_seed(options.seed) if options.seed is not None else None
     row = RowDecode.start(fsm, lm.tokenizer, prompt_ids, options, drafter, generator, lm.max_context)
     cache = lm.new_cache()
+    told = 0  # output tokens already yielded
     while (window := row.prepare()) is not None:
         t0 = time.perf_counter()
         logits = lm.forward(window, cache, logits_to_keep=len(row.candidate.tokens) + 1)
@@ -30,7 +39,34 @@ def decode(
         fsm.mask_logits_inplace(logits, row.mask_states())  # the bonus row too
         if options.sampling.do_sample:
             logits = logits.cpu()  # draws use the CPU generator, so a seed gives the same sample on any device
+        accepted, token = row.verify(logits)
+        scores = None
+        if row.logprobs is not None:  # row i of the logits scores candidate token i; the target's token is next
+            scores = token_logprobs(logits, row.candidate.tokens[:accepted] + [token], options.sampling)
         row.stats.constraint_seconds += time.perf_counter() - t1
-        if row.accept(*row.verify(logits)) < len(window):  # the rejected rest leaves the cache
+        if row.accept(accepted, token, scores) < len(window):  # the rejected rest leaves the cache
             lm.crop(cache, row.cached)
+        if len(row.out) > told:
+            yield row.out[told:], row.sources[told:]
+            told = len(row.out)
+    if len(row.out) > told:  # forced in the last `prepare`
+        yield row.out[told:], row.sources[told:]
     return row.decoded()
+
+
+def run_steps(steps: Generator[Turn, None, Decoded], on_turn: Callable[[Turn], None] | None = None) -> Decoded:
+    """Drive ``steps`` to the end, calling ``on_turn`` with each turn; the `Decoded` they return."""
+    while True:
+        try:
+            turn = next(steps)
+        except StopIteration as stop:
+            return stop.value
+        if on_turn is not None:
+            on_turn(turn)
+
+
+def decode(
+    lm: LanguageModel, fsm: TokenFSM, prompt_ids: list[int], options: DecodeOptions, drafter: Drafter | None = None
+) -> Decoded:
+    """Constrained decoding of ``fsm``'s language after ``prompt_ids`` with ``lm`` (`decode_steps`, run out)."""
+    return run_steps(decode_steps(lm, fsm, prompt_ids, options, drafter))

@@ -26,7 +26,7 @@ import torch
 from structspec.automaton.fsm import TokenFSM
 from structspec.decoding.drafters import Drafter
 from structspec.decoding.fastforward import FastForward, Forcer
-from structspec.decoding.sampling import SamplingConfig
+from structspec.decoding.sampling import SamplingConfig, warp_logits
 from structspec.decoding.verify import verify_greedy, verify_sampled
 from structspec.errors import OptionError
 from structspec.result import DraftStats, Stats, StopReason
@@ -42,6 +42,7 @@ class DecodeOptions:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     seed: int | None = None
     fast_forward: FastForward = "exact"
+    output_logprobs: bool = False  # keep each output token's log-probability (`token_logprobs`)
 
     def __post_init__(self) -> None:
         if self.max_new_tokens <= 0:
@@ -63,6 +64,7 @@ class Decoded:
     sources: list[str]  # per token: "forced", "model" or the drafter's name
     stop_reason: StopReason
     stats: Stats
+    logprobs: list[float] | None = None  # per token, with ``output_logprobs``
 
 
 @dataclass(eq=False)
@@ -87,6 +89,7 @@ class RowDecode:
     out: list[int] = field(default_factory=list)
     states: list[int] = field(default_factory=list)  # states[i]: the FSM state after out[i]
     sources: list[str] = field(default_factory=list)
+    logprobs: list[float] | None = None  # per output token, kept only with ``options.output_logprobs``
     stop: StopReason | None = None
     candidate: Candidate = field(default_factory=lambda: Candidate())
 
@@ -99,7 +102,7 @@ class RowDecode:
         forcer = Forcer(fsm, tokenizer) if options.fast_forward == "exact" else None
         stats = Stats(prompt_tokens=len(prompt_ids))
         return cls(fsm, list(prompt_ids), options, forcer, drafter, generator, stats, max_context,
-                   pending=list(prompt_ids))
+                   pending=list(prompt_ids), logprobs=[] if options.output_logprobs else None)
 
     @property
     def state(self) -> int:
@@ -116,10 +119,14 @@ class RowDecode:
             self.out += forced.token_ids
             self.states += forced.states
             self.sources += [FORCED] * len(forced.token_ids)
+            if self.logprobs is not None:  # the FSM allowed nothing else: probability 1
+                self.logprobs += [0.0] * len(forced.token_ids)
         self.stats.constraint_seconds += time.perf_counter() - t0
         budget = self.options.max_new_tokens
         if len(self.out) > budget:
             del self.out[budget:], self.states[budget:], self.sources[budget:]
+            if self.logprobs is not None:
+                del self.logprobs[budget:]
             return self._finish("max_new_tokens")
         if self.fsm.is_complete(self.state):
             return self._finish("fsm_complete")
@@ -148,9 +155,11 @@ class RowDecode:
             return verify_sampled(logits, cand.tokens, cand.q, self.options.sampling, self.generator)
         return verify_greedy(logits, cand.tokens)
 
-    def accept(self, accepted: int, token: int) -> int:
+    def accept(self, accepted: int, token: int, scores: list[float] | None = None) -> int:
         """Keep the candidate's first ``accepted`` tokens and the target's ``token`` (EOS ends the row).
-        Returns how many fed tokens stay in the KV cache (pending + accepted); the driver drops the rest."""
+        ``scores`` are their ``accepted + 1`` log-probabilities (`token_logprobs`), kept when the row keeps
+        log-probabilities. Returns how many fed tokens stay in the KV cache (pending + accepted); the driver
+        drops the rest."""
         t0 = time.perf_counter()
         cand, fed = self.candidate, len(self.pending)
         if accepted < len(cand.tokens) and self.forcer and cand.sources[accepted] == FORCED:
@@ -159,6 +168,9 @@ class RowDecode:
         self.out += cand.tokens[:accepted]
         self.states += cand.states[:accepted]
         self.sources += cand.sources[:accepted]
+        if self.logprobs is not None:
+            assert scores is not None, "a row keeping log-probabilities is given its scores"
+            self.logprobs += scores[:accepted]
         self.cached += fed + accepted
         self.pending = []
         _count_drafts(self.stats, self.drafter, cand, accepted)
@@ -175,6 +187,8 @@ class RowDecode:
             self.out.append(token)
             self.states.append(self.fsm.next_state(state, token))
             self.sources.append(MODEL)
+            if self.logprobs is not None:
+                self.logprobs.append(scores[accepted])  # type: ignore[index]
             self.pending = [token]
         self.stats.constraint_seconds += time.perf_counter() - t0
         return fed + accepted
@@ -183,10 +197,22 @@ class RowDecode:
         """The row's output so far as a `Decoded` (call once stopped). Does not change the row."""
         _count_output(self.stats, self.fsm, self.out, self.sources)
         assert self.stop is not None, "decoded() is called on a stopped row"
-        return Decoded(self.out, self.sources, self.stop, self.stats)
+        return Decoded(self.out, self.sources, self.stop, self.stats, self.logprobs)
 
     def _finish(self, reason: StopReason) -> None:
         self.stop = reason
+
+
+def token_logprobs(logits: torch.Tensor, tokens: list[int], sampling: SamplingConfig) -> list[float]:
+    """Log-probability of ``tokens[i]`` under row ``i`` of the masked ``logits`` [≥ len(tokens), vocab]: the
+    warped distribution a sampler draws from, or the masked softmax when greedy (a single allowed token
+    scores 0.0)."""
+    rows = logits[: len(tokens)].float()
+    if sampling.do_sample:
+        rows = warp_logits(rows, sampling)
+    at = torch.arange(len(tokens), device=rows.device)
+    picked = rows.log_softmax(-1)[at, torch.tensor(tokens, device=rows.device)]
+    return picked.tolist()
 
 
 @dataclass
