@@ -13,11 +13,13 @@ from hypothesis import strategies as st
 from outlines_core import Index, Vocabulary
 
 from structspec.automaton.dfa import DEAD, LazyDFA
+from structspec.automaton import UnspellableError
 from structspec.automaton.fsm import _MEMORY_LIMIT, TokenFSM, clear_cache
 from structspec.automaton.nfa import ByteNFA
 from structspec.automaton.utf8 import byte_sequences, normalize
 from structspec.errors import RegexError
 from structspec.schema import constraint_of
+from structspec.vocab import TokenVocab
 
 REGEXES = [
     r'\{"name":"([^"\\\x00-\x1F\x7F-\x9F]|\\["\\/bfnrt])*","age":(0|[1-9][0-9]*)\}',
@@ -234,3 +236,48 @@ def test_threads_sharing_an_fsm_get_the_answers_of_one_thread(byte_lm) -> None:
     finally:
         sys.setswitchinterval(interval)
     assert observed == expected
+
+
+# --- bad input: empty languages at compile time, unspellable states when first reached ----------------------
+
+@pytest.mark.parametrize("regex", [r"[^\s\S]", r"a*[^\s\S]", r"(a|b)c[^\s\S]d", "\ud800", r"(x{2000}){2000}"])
+def test_a_regex_matching_nothing_or_too_large_is_a_regex_error(regex: str) -> None:
+    with pytest.raises(RegexError, match="matches no string|automaton states"):
+        ByteNFA(regex)
+
+
+def test_dead_branches_are_trimmed_so_every_state_can_still_finish() -> None:
+    dfa = LazyDFA(ByteNFA(r"(a[^\s\S]|b)c"))
+    assert dfa.step(dfa.initial, b"a") == DEAD
+    assert dfa.is_final(dfa.step(dfa.initial, b"bc"))
+
+
+def _toy_vocab(*tokens: bytes) -> TokenVocab:
+    return TokenVocab((*tokens, None), len(tokens), "toy:" + ",".join(t.hex() for t in tokens))
+
+
+def test_a_state_the_vocabulary_cannot_leave_names_the_characters_needed() -> None:
+    fsm = TokenFSM.from_regex("ab*(z|é)", _toy_vocab(b"a", b"b", b"ab", "é".encode()[:1]))
+    after_a = fsm.next_state(fsm.initial_state, 0)
+    assert sorted(fsm.allowed_token_ids(after_a).tolist()) == [1, 3]  # b, and the first byte of é
+    mid = fsm.next_state(after_a, 3)
+    for read in (fsm.allowed_token_ids, fsm.is_complete,
+                 lambda s: fsm.fill_next_token_bitmask(fsm.allocate_token_bitmask(1), 0, s)):
+        with pytest.raises(UnspellableError, match=r"\\xa9") as caught:
+            read(mid)
+        assert caught.value.characters == ["\\xa9"]
+    fsm = TokenFSM.from_regex("a[xyz]", _toy_vocab(b"a", b"b"))
+    with pytest.raises(UnspellableError, match="'x', 'y', 'z'"):
+        fsm.allowed_token_ids(fsm.next_state(fsm.initial_state, 0))
+
+
+def test_a_final_state_with_only_eos_is_not_unspellable() -> None:
+    fsm = TokenFSM.from_regex("a", _toy_vocab(b"a", b"b"))
+    end = fsm.next_state(fsm.initial_state, 0)
+    assert fsm.is_complete(end) and fsm.allowed_token_ids(end).tolist() == [fsm.eos_token_id]
+
+
+def test_tokens_past_the_logits_width_do_not_count_as_allowed() -> None:
+    fsm = TokenFSM.from_regex("b", _toy_vocab(b"a", b"b"), logits_width=1)
+    with pytest.raises(UnspellableError, match="'b'"):
+        fsm.allowed_token_ids(fsm.initial_state)

@@ -22,30 +22,55 @@ def test_layout_follows_the_schema_property_order() -> None:
     assert in_layout({"a": {"c": 1, "d": 2}, "b": 3}, schema, schema) == '{"b":3,"a":{"d":2,"c":1}}'
 
 
-@pytest.mark.parametrize("row", ROWS, ids=[r["id"] for r in ROWS])
+def _compiled(schema: dict) -> bool:
+    """Whether ``schema`` compiles; a `SchemaError` must name a keyword written at the node it points at."""
+    try:
+        constraint_of(schema)
+    except SchemaError as e:
+        node = schema
+        for part in filter(None, e.pointer.split("/")):
+            part = part.replace("~1", "/").replace("~0", "~")
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        assert e.keyword in node, (e.keyword, e.pointer)
+        return False
+    return True
+
+
+COMPILED = [row for row in ROWS if _compiled(row["schema"])]
+
+
+def test_most_sample_rows_compile() -> None:
+    assert len(COMPILED) >= 0.6 * len(ROWS), f"{len(COMPILED)} of {len(ROWS)}"
+
+
+@pytest.mark.parametrize("row", COMPILED, ids=[r["id"] for r in COMPILED])
 def test_known_instances_are_accepted_or_rejected(row: dict) -> None:
     schema = row["schema"]
-    try:
-        constraint = constraint_of(schema)
-    except SchemaError:
-        return
+    constraint = constraint_of(schema)
     for test in row["tests"]:
         text = in_layout(test["data"], schema, schema)
+        if test["valid"] and constraint.narrowings and re.fullmatch(constraint.regex, text) is None:
+            # a documented narrowing may leave a valid instance out: then it must be lifted by switching it off
+            constraint = constraint_of(schema, max_integer_digits=None, max_fraction_digits=None)
         assert (re.fullmatch(constraint.regex, text) is not None) == test["valid"], text
 
 
-@pytest.mark.parametrize("row", ROWS, ids=[r["id"] for r in ROWS])
-def test_generated_instances_validate(byte_lm: structspec.LM, row: dict) -> None:
-    try:
-        constraint_of(row["schema"])
-    except SchemaError:
-        return
-    for seed in range(2):
-        result = structspec.generate_result(byte_lm, row["schema"], "JSON:", max_new_tokens=96, seed=seed,
-                                            **({"temperature": 1.2} if seed else {}))
-        if not result.complete:
-            continue
-        validator(row["schema"]).validate(json.loads(result.text))
+def test_generated_instances_validate(byte_lm: structspec.LM) -> None:
+    runs = complete = 0
+    for row in COMPILED:
+        fsm = structspec.compile(row["schema"], byte_lm).fsm
+        for seed in range(2):
+            result = structspec.generate_result(byte_lm, row["schema"], "JSON:", max_new_tokens=96, seed=seed,
+                                                **({"temperature": 1.2} if seed else {}))
+            runs += 1
+            if result.complete:
+                validator(row["schema"]).validate(json.loads(result.text))
+                complete += 1
+            else:  # the budget ran out: what was generated is still a prefix of the language, token by token
+                assert result.stop_reason == "max_new_tokens", row["id"]
+                assert len(fsm.walk(fsm.initial_state, result.token_ids)) == len(result.token_ids) == 96
+    # a random model wanders (long strings, deep arrays); most outputs still end within the budget
+    assert complete >= runs // 2, f"{complete} of {runs} outputs complete"
 
 
 def test_summary_counts_statuses_and_shares() -> None:

@@ -466,3 +466,83 @@ def test_an_outlines_core_failure_still_names_its_keyword() -> None:
     with pytest.raises(SchemaError) as err:
         Rewrites(Document(schema), "").regex(schema, "/a")
     assert (err.value.keyword, err.value.pointer) == ("maxLength", "/a")
+
+
+# --- numbers that end: digit bounds, and every narrowing listed -------------------------------------------
+
+DIGITS_OFF = {"max_integer_digits": None, "max_fraction_digits": None}
+
+
+@pytest.mark.parametrize(("schema", "accepted", "rejected"), [
+    ({"type": "integer"}, ["0", "-7", "9" * 18, "-" + "9" * 18], ["9" * 19, "01", "1.0"]),
+    ({"type": "number"}, ["1.5", "9" * 18 + "." + "9" * 15, "-2e+308", "0.000000000000001"],
+     ["9" * 19, "1." + "1" * 16, "1e+1000"]),
+    ({"type": "integer", "minimum": 0}, ["0", "9" * 18], ["-1", "9" * 19]),
+    ({"type": "number", "exclusiveMinimum": 0}, ["0.5", "9" * 18 + ".5"], ["0", "0.0", "1" * 19]),
+    ({"type": ["integer", "null"]}, ["null", "12"], ["1" * 19]),
+    ({"type": "array"}, ["[1,2.5,{\"a\":3}]", "[" + "9" * 18 + "]"], ["[" + "9" * 19 + "]"]),
+])
+def test_unbounded_numbers_get_digit_bounds(schema: dict, accepted: list[str], rejected: list[str]) -> None:
+    constraint = constraint_of(schema)
+    assert any("max_integer_digits" in n for n in constraint.narrowings), constraint.narrowings
+    for text in accepted:
+        assert full(constraint.regex, text), text
+    for text in rejected:
+        assert not full(constraint.regex, text), text
+    loose = constraint_of(schema, **DIGITS_OFF)
+    assert loose.narrowings == ()
+    assert all(full(loose.regex, t) for t in accepted)
+    assert any(full(loose.regex, t) for t in rejected if "." not in t or schema.get("type") != "integer")
+
+
+def test_explicit_bounds_keep_their_exact_regexes() -> None:
+    schema = {"type": "integer", "minimum": -3, "maximum": 1000}
+    assert constraint_of(schema).narrowings == ()
+    assert to_regex(schema) == to_regex(schema, **DIGITS_OFF)
+    assert constraint_of({"type": "integer", "minimum": 0, "maximum": 10**20}).narrowings == (
+        "/: maximum 100000000000000000000 narrowed to 1000000000000000 (bounds beyond ±1e+15 cost automaton states)",
+    )
+
+
+def test_narrowings_name_the_pointer_and_what_was_narrowed() -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "number"}, "s": {"type": "string", "maxLength": 10**5},
+                                               "any": {}}}
+    narrowings = constraint_of(schema).narrowings
+    assert "/properties/n: at most 15 fraction digits (max_fraction_digits)" in narrowings
+    assert any(n.startswith("/properties/s: maxLength 100000 narrowed to 10000") for n in narrowings)
+    assert "/: at most 18 integer digits (max_integer_digits)" in narrowings  # numbers inside the any value
+    # schema patterns are never rewritten by the digit bounds
+    pattern = {"type": "string", "pattern": "^(-)?(0|[1-9][0-9]*)$"}
+    assert full(to_regex(pattern), '"' + "1" * 30 + '"') and constraint_of(pattern).narrowings == ()
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, "3", True])
+def test_digit_options_are_checked(value) -> None:
+    with pytest.raises(StructspecError, match="max_integer_digits"):
+        constraint_of({"type": "integer"}, max_integer_digits=value)
+
+
+# --- empty languages fail at compile time, naming the keyword ------------------------------------------------
+
+@pytest.mark.parametrize(("schema", "keyword", "pointer"), [
+    ({"enum": []}, "enum", "/"),
+    ({"properties": {"a": {"type": "string", "pattern": "[^\\s\\S]"}}}, "pattern", "/properties/a"),
+    ({"type": "string", "pattern": "^a+$", "maxLength": 0}, "maxLength", "/"),
+    ({"type": "integer", "minimum": 10**17}, "minimum", "/"),  # empty after the digit bound of 3
+    ({"type": "string", "minLength": 10**6}, "minLength", "/"),
+    ({"enum": [float("inf")]}, "enum", "/"),
+    ({"properties": {"a": {"const": float("nan")}}}, "const", "/properties/a"),
+])
+def test_an_empty_language_is_a_schema_error(schema: dict, keyword: str, pointer: str) -> None:
+    with pytest.raises(SchemaError) as caught:
+        constraint_of(schema, max_integer_digits=3)
+    assert (caught.value.keyword, caught.value.pointer) == (keyword, pointer), str(caught.value)
+
+
+def test_a_regex_text_outlines_core_cannot_allocate_is_a_schema_error() -> None:
+    schema: dict = {"type": "integer"}
+    for _ in range(40):  # outlines-core writes an array's items twice: 2**40 copies
+        schema = {"type": "array", "items": schema}
+    with pytest.raises(SchemaError, match="characters") as caught:
+        constraint_of(schema)
+    assert caught.value.keyword == "items"

@@ -82,7 +82,8 @@ class TokenFSM:
         start = time.perf_counter()
         width = logits_width or len(vocab)
         # The automaton does not depend on the tokenizer: one disk entry serves every model.
-        digest = hashlib.sha256(f"{_FORMAT}\0{regex}".encode()).hexdigest()[:40]
+        # (surrogatepass: a regex may name a lone surrogate, which then matches nothing)
+        digest = hashlib.sha256(f"{_FORMAT}\0{regex}".encode("utf-8", "surrogatepass")).hexdigest()[:40]
         path = cache_dir("fsm") / f"{digest}.dfa"
         key = f"{digest}{vocab.fingerprint}:{width}"
         with _MEMORY_LOCK:

@@ -179,7 +179,7 @@ class ByteNFA:
 def _char_ranges(op: C._NamedIntConstant, arg: object) -> Ranges:
     """The code points one parsed character item matches."""
     if op is C.LITERAL:
-        return ((arg, arg),)
+        return normalize(((arg, arg),))  # (a lone surrogate: none, it has no UTF-8 encoding)
     if op is C.NOT_LITERAL:
         return complement(((arg, arg),))
     if op is C.ANY:  # like Rust's regex (and Python's), '.' is any character but \n

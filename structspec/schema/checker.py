@@ -50,7 +50,7 @@ from structspec.schema.patterns import (
     with_lengths,
 )
 from structspec.schema.pointers import Document, join
-from structspec.schema.validation import check_metaschema
+from structspec.schema.validation import check_json, check_metaschema
 
 # The keywords outlines-core dispatches on, in its order.
 _DISPATCH = ("properties", "patternProperties", "anyOf", "oneOf", "prefixItems", "enum", "const", "$ref", "type")
@@ -67,6 +67,7 @@ def check(schema: dict[str, Any], strict: bool, whitespace_pattern: str, digits:
 
     Does not change ``schema``.
     """
+    check_json(schema)
     check_metaschema(schema)
     checker = _Checker(Rewrites(Document(schema), whitespace_pattern, digits), strict)
     checker.walk(schema, "", ())

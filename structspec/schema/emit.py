@@ -126,8 +126,15 @@ class Rewrites:
 
     def regex(self, node: Any, pointer: str) -> str:
         """The regex of ``node`` (already checked, at ``pointer``), translated on its own."""
+        standalone = self.standalone(node)
+        size = _text_size(standalone, {})
+        if size > MAX_REGEX_CHARS:  # outlines-core would abort the process on the allocation
+            keyword = "items" if '"items"' in json.dumps(standalone) else "properties"
+            raise SchemaError(keyword, pointer, f"its regex would be about {size:.1e} characters: outlines-core's "
+                              "translator writes an array's items twice and an object's optional properties up to "
+                              "once per property, level after level; nest fewer arrays or optional objects")
         try:
-            regex = build_regex_from_schema(json.dumps(self.standalone(node)), self.whitespace)
+            regex = build_regex_from_schema(json.dumps(standalone), self.whitespace)
         except ValueError as e:  # the checker should have caught it; never fall back to looser
             raise SchemaError(_keyword_of(str(e)), pointer, f"outlines-core cannot translate it: {e}") from None
         regex = ecma_classes(regex)  # before the holes: their regexes are structspec's own, ASCII
@@ -152,6 +159,35 @@ class Rewrites:
 
     def _value(self, node: Any, pointer: str) -> str:
         return self.regex(node, self.document.pointer(node, pointer))
+
+
+MAX_REGEX_CHARS = 20_000_000
+"""The longest regex text outlines-core is asked to write (its translator copies subschemas, so nesting
+multiplies the text; past some gigabytes it aborts the whole process)."""
+
+
+def _text_size(node: Any, memo: dict[int, int]) -> int:
+    """About how many characters outlines-core writes for ``node`` (a `Rewrites.standalone` result):
+    items count twice, each optional property's value up to once per property, any value ~15,000."""
+    if isinstance(node, list):
+        return sum(_text_size(n, memo) for n in node)
+    if not isinstance(node, dict):
+        return len(json.dumps(node))
+    if id(node) in memo:
+        return memo[id(node)]
+    size = 15_000 if not node or node == _ANY else 40
+    for key, value in node.items():
+        if key in LITERALS:
+            size += len(json.dumps(value))
+        elif key in ("properties", "patternProperties"):
+            optional = max(1, len(set(value) - set(node.get("required", []))))
+            size += sum(_text_size(v, memo) for v in value.values()) * optional
+        elif key == "items":
+            size += 2 * _text_size(value, memo)
+        elif isinstance(value, (dict, list)):
+            size += _text_size(value, memo)
+    memo[id(node)] = size
+    return size
 
 
 def _keyword_of(message: str) -> str:

@@ -3,6 +3,7 @@ the validator outputs are checked with."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jsonschema
@@ -30,6 +31,32 @@ def check_metaschema(schema: Any) -> None:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as e:
         raise SchemaError(*_keyword_at(schema, e), f"not a valid JSON Schema: {e.message}") from None
+
+
+def check_json(node: Any, path: tuple[Any, ...] = ()) -> None:
+    """Raise `SchemaError` (the keyword holding it, at its node's pointer) at the first value of ``node`` that
+    JSON cannot hold: an infinity, a NaN, a non-string key, or a Python object."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if not isinstance(key, str):
+                _not_json(path, key, f"the key {key!r} is not a string")
+            check_json(value, (*path, key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            check_json(value, (*path, i))
+    elif isinstance(node, float) and not math.isfinite(node):
+        _not_json(path, None, f"{node} is not a JSON number (JSON has no infinities or NaN)")
+    elif node is not None and not isinstance(node, (str, int, float, bool)):
+        _not_json(path, None, f"a {type(node).__name__} is not a JSON value")
+
+
+def _not_json(path: tuple[Any, ...], key: Any, reason: str) -> None:
+    """Name the innermost string key of ``path`` (a keyword, or the name it maps) at the pointer before it."""
+    names = [i for i, p in enumerate(path) if isinstance(p, str)]
+    if not names:
+        raise SchemaError(str(key), "", reason)
+    at = names[-1]
+    raise SchemaError(path[at], join("", *path[:at]), reason)
 
 
 def _keyword_at(schema: dict[str, Any], error: jsonschema.SchemaError) -> tuple[str, str]:
