@@ -206,3 +206,12 @@ def test_smollm2_batched_rows_equal_single_rows_up_to_near_ties(smollm2) -> None
             print(f"divergence at a logit margin of {margin:.4f}")
             assert margin < NEAR_TIE
     assert sum(r.token_ids == o.token_ids for r, o in zip(batch, single)) >= 5
+
+
+def test_batch_size_one_and_sliding_window_models_run_the_single_row_loop() -> None:
+    lm = tiny_lm("byte_level", device=DEVICE)
+    lm.batchable = False  # as a model with sliding-window layers (Gemma 3) says
+    lm.forward_slots = None  # the slot path must not run
+    batch = structspec.generate_batch(lm, SPECS[:3], PROMPTS[:3], batch_size=3, max_new_tokens=40)
+    assert [r.token_ids for r in batch] == [r.token_ids for r in alone(lm, SPECS[:3], PROMPTS[:3])]
+    assert [r.stats.prefill_passes for r in batch] == [0, 0, 0]

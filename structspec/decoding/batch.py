@@ -31,6 +31,7 @@ import torch
 from structspec.automaton.fsm import TokenFSM, apply_token_bitmask_inplace
 from structspec.decoding.draft_batch import DraftBatch, NeedDraftLogits
 from structspec.decoding.drafters import Drafter, ModelDrafter
+from structspec.decoding.loop import decode
 from structspec.decoding.row import Decoded, DecodeOptions, RowDecode
 from structspec.decoding.slots import Slots
 from structspec.decoding.verify import accept_greedy
@@ -67,11 +68,14 @@ def decode_batch(
     """Decode ``rows`` ``batch_size`` at a time; yields ``(index, Decoded)`` as each row stops.
 
     ``prefix`` (token ids every prompt starts with) is prefilled once and its KV
-    copied into every row's prefill. Models with sliding-window layers
-    (`LM.batchable` is False) decode their rows one at a time.
+    copied into every row's prefill. At ``batch_size=1``, and for models with
+    sliding-window layers (`LM.batchable` is False), rows run one at a time
+    through the single-row loop.
     """
-    if not lm.batchable:
-        batch_size = 1
+    if batch_size == 1 or not lm.batchable:  # one at a time: no slot mask, and sliding windows stay whole
+        for item in rows:
+            yield item.index, decode(lm, item.fsm, item.prompt_ids, options, item.drafter, item.generator)
+        return
     prefix_cache = None
     if prefix:
         prefix_cache = lm.new_cache()

@@ -4,7 +4,7 @@ back over rejected drafts (see `structspec.decoding.row` for the algorithm)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 
 import torch
 
@@ -18,14 +18,17 @@ Turn = tuple[list[int], list[str]]
 
 
 def decode_steps(
-    lm: LanguageModel, fsm: TokenFSM, prompt_ids: list[int], options: DecodeOptions, drafter: Drafter | None = None
+    lm: LanguageModel, fsm: TokenFSM, prompt_ids: list[int], options: DecodeOptions, drafter: Drafter | None = None,
+    generator: torch.Generator | None = None,
 ) -> Generator[Turn, None, Decoded]:
     """Constrained decoding of ``fsm``'s language after ``prompt_ids`` with ``lm``, one turn at a time.
 
     Yields each turn's new output tokens as they are accepted (their concatenation is the output) and
-    returns the `Decoded`. Each step runs at most one target pass.
+    returns the `Decoded`. Each step runs at most one target pass. Samples with ``generator``, else one
+    seeded with ``options.seed``.
     """
-    generator = torch.Generator().manual_seed(options.seed) if options.seed is not None else None
+    if generator is None and options.seed is not None:
+        generator = torch.Generator().manual_seed(options.seed)
     row = RowDecode.start(fsm, lm.tokenizer, prompt_ids, options, drafter, generator, lm.max_context)
     cache = lm.new_cache()
     told = 0  # output tokens already yielded
@@ -54,19 +57,14 @@ def decode_steps(
     return row.decoded()
 
 
-def run_steps(steps: Generator[Turn, None, Decoded], on_turn: Callable[[Turn], None] | None = None) -> Decoded:
-    """Drive ``steps`` to the end, calling ``on_turn`` with each turn; the `Decoded` they return."""
-    while True:
-        try:
-            turn = next(steps)
-        except StopIteration as stop:
-            return stop.value
-        if on_turn is not None:
-            on_turn(turn)
-
-
 def decode(
-    lm: LanguageModel, fsm: TokenFSM, prompt_ids: list[int], options: DecodeOptions, drafter: Drafter | None = None
+    lm: LanguageModel, fsm: TokenFSM, prompt_ids: list[int], options: DecodeOptions, drafter: Drafter | None = None,
+    generator: torch.Generator | None = None,
 ) -> Decoded:
     """Constrained decoding of ``fsm``'s language after ``prompt_ids`` with ``lm`` (`decode_steps`, run out)."""
-    return run_steps(decode_steps(lm, fsm, prompt_ids, options, drafter))
+    steps = decode_steps(lm, fsm, prompt_ids, options, drafter, generator)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value
