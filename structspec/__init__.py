@@ -1,5 +1,6 @@
 """structspec: constrained structured generation with exact forward-pass accounting."""
 
+from structspec.automaton import UnspellableError
 from structspec.api import Compiled, clear_cache, compile, generate, generate_batch, generate_result, iter_batch
 from structspec.errors import (
     InvalidOutput,
@@ -20,7 +21,7 @@ from structspec.schema import Regex, to_regex
 
 __all__ = [
     "LM", "Compiled", "InvalidOutput", "ModelNotFoundError", "OptionError", "PromptError", "Regex", "RegexError", "Result",
-    "SchemaError", "SpecError", "Stats", "StructspecError", "TokenBudgetExceeded",
+    "SchemaError", "SpecError", "Stats", "StructspecError", "TokenBudgetExceeded", "UnspellableError",
     "VocabularyMismatchError", "clear_cache", "compile", "from_transformers", "generate", "generate_batch", "generate_result", "iter_batch",
     "grammars", "load", "to_regex",
 ]

@@ -86,6 +86,14 @@ class LM:
 
     def encode_prompt(self, prompt: Prompt) -> list[int]:
         """Token ids of a prompt: a string as is, or chat messages through the chat template."""
+        texts = [prompt] if isinstance(prompt, str) else [m.get("content") for m in prompt if isinstance(m, dict)]
+        for text in texts:
+            if isinstance(text, str) and not text.isascii():
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError as e:
+                    raise PromptError(f"the prompt holds {text[e.start]!r} at character {e.start}, which is not "
+                                      "valid Unicode text (a lone surrogate); decode the document properly") from None
         if isinstance(prompt, str):
             if not prompt:
                 raise PromptError("the prompt is empty")
