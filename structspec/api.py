@@ -165,7 +165,8 @@ def iter_batch(
     ``error``; other rows are unaffected. When sampling, row ``i`` draws from
     its own generator seeded with ``seed + i``, so its sample does not depend on
     ``batch_size`` or refill order. ``draft`` is a name or a loaded LM (each row
-    gets its own drafter); a draft model's passes run row by row.
+    gets its own drafter); a draft model with the target's tokenizer and self-draft
+    draft for all rows in one draft pass per round, another tokenizer row by row.
     """
     options = _options(max_new_tokens, do_sample, temperature, top_k, top_p, seed, fast_forward)
     if not isinstance(prompts, list):

@@ -59,6 +59,7 @@ class LM:
     def __init__(self, model: Any, tokenizer: Any, name: str = "") -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
+        self._early_exits: dict[int, LM] = {}  # by layer count: rows of a batch share one draft model
         self.name = name or getattr(model.config, "name_or_path", "") or type(model).__name__
         if len(tokenizer) > self.logits_width:
             raise VocabularyMismatchError(
@@ -213,10 +214,9 @@ class LM:
         k = layers if layers is not None else max(total // 4, 1)
         if not 1 <= k <= total:
             raise SpecError(f"self-draft layers must be in 1..{total}, got {k}")
-        made = self.__dict__.setdefault("_early_exits", {})
-        if k not in made:
-            made[k] = self._early_exit(k)
-        return made[k]
+        if k not in self._early_exits:
+            self._early_exits[k] = self._early_exit(k)
+        return self._early_exits[k]
 
     def _early_exit(self, k: int) -> LM:
         model = self.model

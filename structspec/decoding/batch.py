@@ -82,7 +82,6 @@ def decode_batch(
         lm.forward(prefix, prefix_cache)
     queue = iter(rows)
     first = [item for _, item in zip(range(batch_size), queue)]
-    live: list[RowDecode] = []
     index = [item.index for item in first]
     cache, slots = lm.new_cache(), Slots(len(first))
 
@@ -109,7 +108,7 @@ def decode_batch(
             drafter.attach(batch.row(slot))
         return row
 
-    live = [prefill(slot, item) for slot, item in enumerate(first)]
+    live: list[RowDecode] = [prefill(slot, item) for slot, item in enumerate(first)]
 
     while live:
         windows: dict[int, list[int]] = {}
