@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from structspec.automaton.fsm import TokenFSM, apply_token_bitmask_inplace
+from structspec.decoding.budget import token_cost
 from structspec.decoding.draft_batch import DraftBatch, NeedDraftLogits
 from structspec.decoding.drafters import Drafter, ModelDrafter
 from structspec.decoding.loop import decode
@@ -84,6 +85,7 @@ def decode_batch(
     first = [item for _, item in zip(range(batch_size), queue)]
     index = [item.index for item in first]
     cache, slots = lm.new_cache(), Slots(len(first))
+    cost = token_cost(lm)
 
     drafts: dict[int, DraftBatch] = {}  # by draft LM: one batched draft cache each
 
@@ -91,7 +93,7 @@ def decode_batch(
         """A new row in ``slot``: its prompt but the last token in the slot's KV (one prefill pass)."""
         t0 = time.perf_counter()
         row = RowDecode.start(item.fsm, lm.tokenizer, item.prompt_ids, options, item.drafter, item.generator,
-                              lm.max_context)
+                              lm.max_context, cost)
         ids, reused = item.prompt_ids, len(prefix or [])
         own = copy.deepcopy(prefix_cache) if prefix_cache is not None else lm.new_cache()
         if len(ids) - 1 > reused:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from structspec.automaton.fsm import TokenFSM
+from structspec.decoding.budget import DraftLength
 from structspec.decoding.drafters import Drafter
 from structspec.decoding.fastforward import FastForward, Forcer
 from structspec.decoding.sampling import SamplingConfig, warp_logits
@@ -84,6 +85,7 @@ class RowDecode:
     generator: torch.Generator | None
     stats: Stats
     max_context: int | None = None  # the model's positions; None: unbounded
+    lengths: DraftLength | None = None  # how long a draft pays (with a drafter)
     cached: int = 0
     pending: list[int] = field(default_factory=list)
     out: list[int] = field(default_factory=list)
@@ -97,11 +99,14 @@ class RowDecode:
     def start(
         cls, fsm: TokenFSM, tokenizer: object, prompt_ids: list[int], options: DecodeOptions,
         drafter: Drafter | None, generator: torch.Generator | None, max_context: int | None = None,
+        token_cost: float = 0.0,
     ) -> RowDecode:
-        """A row before its first pass: the whole prompt is pending."""
+        """A row before its first pass: the whole prompt is pending. ``token_cost``: what one more fed token
+        adds to a pass, in one-token passes (`structspec.decoding.budget`)."""
         forcer = Forcer(fsm, tokenizer) if options.fast_forward == "exact" else None
         stats = Stats(prompt_tokens=len(prompt_ids))
-        return cls(fsm, list(prompt_ids), options, forcer, drafter, generator, stats, max_context,
+        lengths = DraftLength(token_cost) if drafter is not None else None
+        return cls(fsm, list(prompt_ids), options, forcer, drafter, generator, stats, max_context, lengths,
                    pending=list(prompt_ids), logprobs=[] if options.output_logprobs else None)
 
     @property
@@ -136,9 +141,10 @@ class RowDecode:
             if room < 0:  # the pending tokens do not fit: the context is full
                 return self._finish("max_context")
             limit = min(limit, room)
+        drafted = self.lengths.choose(len(self.pending), limit) if self.lengths else 0
         self.candidate = draft_candidate(
             self.drafter, self.forcer, self.fsm, self.prompt_ids + self.out, self.state,
-            limit, self.options, self.generator, self.stats,
+            limit, drafted, self.options, self.generator, self.stats,
         )
         return self.pending + self.candidate.tokens
 
@@ -174,6 +180,9 @@ class RowDecode:
         self.cached += fed + accepted
         self.pending = []
         _count_drafts(self.stats, self.drafter, cand, accepted)
+        if self.lengths is not None:
+            drafted = [s != FORCED for s in cand.sources]
+            self.lengths.record(sum(drafted), sum(drafted[:accepted]))
         self.candidate = Candidate()
         if accepted:
             state = self.states[-1]
@@ -227,10 +236,10 @@ class Candidate:
 
 def draft_candidate(
     drafter: Drafter | None, forcer: Forcer | None, fsm: TokenFSM, context: list[int], state: int, limit: int,
-    options: DecodeOptions, generator: torch.Generator | None, stats: Stats,
+    drafted: int, options: DecodeOptions, generator: torch.Generator | None, stats: Stats,
 ) -> Candidate:
     """Up to ``limit`` tokens after ``context`` (in ``state``): forced text spelled canonically wherever the
-    FSM forces some, the drafter's tokens elsewhere; every token is allowed by the FSM."""
+    FSM forces some, at most ``drafted`` of the drafter's tokens elsewhere; every token is allowed by the FSM."""
     cand = Candidate()
     if drafter is not None:
         drafter.begin()
@@ -246,8 +255,9 @@ def draft_candidate(
             state = spliced_states[n - 1]
             stats.constraint_seconds += time.perf_counter() - t0
             continue
-        if drafter is None:
+        if drafter is None or drafted == 0:
             break
+        drafted -= 1
         passes = drafter.passes
         step = drafter.next(context + cand.tokens, state, fsm, options.sampling, generator)
         entry = stats.drafts.setdefault(step.source if step else drafter.name, DraftStats())
