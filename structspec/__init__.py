@@ -1,7 +1,17 @@
 """structspec: constrained structured generation with exact forward-pass accounting."""
 
 from structspec.automaton import UnspellableError
-from structspec.api import Compiled, clear_cache, compile, generate, generate_batch, generate_result, iter_batch
+from structspec.api import (
+    Compiled,
+    GenerateOptions,
+    clear_cache,
+    compile,
+    generate,
+    generate_batch,
+    generate_result,
+    iter_batch,
+    stream,
+)
 from structspec.errors import (
     InvalidOutput,
     ModelNotFoundError,
@@ -15,13 +25,14 @@ from structspec.errors import (
     VocabularyMismatchError,
 )
 from structspec.lm import LM, from_transformers, load
-from structspec.result import Result, Stats
+from structspec.result import FieldDone, Finished, Result, Stats, StreamEvent, TextChunk
 from structspec.schema import grammars
 from structspec.schema import Regex, to_regex
 
 __all__ = [
-    "LM", "Compiled", "InvalidOutput", "ModelNotFoundError", "OptionError", "PromptError", "Regex", "RegexError", "Result",
-    "SchemaError", "SpecError", "Stats", "StructspecError", "TokenBudgetExceeded", "UnspellableError",
-    "VocabularyMismatchError", "clear_cache", "compile", "from_transformers", "generate", "generate_batch", "generate_result", "iter_batch",
-    "grammars", "load", "to_regex",
+    "LM", "Compiled", "FieldDone", "Finished", "GenerateOptions", "InvalidOutput", "ModelNotFoundError", "OptionError",
+    "PromptError", "Regex", "RegexError", "Result", "SchemaError", "SpecError", "Stats", "StreamEvent",
+    "StructspecError", "TextChunk", "TokenBudgetExceeded", "UnspellableError", "VocabularyMismatchError",
+    "clear_cache", "compile", "from_transformers", "generate", "generate_batch", "generate_result", "grammars",
+    "iter_batch", "load", "stream", "to_regex",
 ]

@@ -1,4 +1,4 @@
-"""The public entry points: `compile`, `generate`, `generate_result`, `generate_batch`, `iter_batch`.
+"""The public entry points: `compile`, `generate`, `generate_result`, `stream`, `generate_batch`, `iter_batch`.
 
 Typical use::
 
@@ -16,9 +16,11 @@ Typical use::
 
 from __future__ import annotations
 
+import codecs
+import json
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, Protocol
 
 import jsonschema
 import pydantic
@@ -29,12 +31,12 @@ from structspec.automaton.fsm import TokenFSM
 from structspec.decoding.batch import RowInput, decode_batch, shared_prefix
 from structspec.decoding.drafters import Drafter, make_drafter
 from structspec.decoding.fastforward import FastForward
-from structspec.decoding.loop import decode
+from structspec.decoding.loop import decode_steps
 from structspec.decoding.row import Decoded, DecodeOptions
 from structspec.decoding.sampling import SamplingConfig
 from structspec.errors import InvalidOutput, OptionError, PromptError, StructspecError, TokenBudgetExceeded
 from structspec.lm import LM, Prompt, load
-from structspec.result import Result, Stats
+from structspec.result import FieldDone, Finished, Result, Stats, StreamEvent, TextChunk
 from structspec.schema import COMPACT, Constraint, constraint_of
 from structspec.schema.bounds import MAX_FRACTION_DIGITS, MAX_INTEGER_DIGITS
 
@@ -75,92 +77,179 @@ def compile(  # noqa: A001
     return Compiled(constraint, TokenFSM.from_regex(constraint.regex, lm.vocab, lm.logits_width))
 
 
+class GenerationConfigLike(Protocol):
+    """A transformers ``GenerationConfig``, or anything that lists its set fields the same way."""
+
+    def to_diff_dict(self) -> dict[str, Any]: ...
+
+
+class Streamer(Protocol):
+    """transformers' streamer convention (``TextStreamer``, ``TextIteratorStreamer``)."""
+
+    def put(self, value: torch.Tensor) -> None: ...
+
+    def end(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class GenerateOptions:
+    """The keywords of `generate_result`, `generate`, `stream`, `iter_batch` and `generate_batch`, checked when
+    made (before any model loads).
+
+    ``do_sample=None`` samples when ``temperature``, ``top_k`` or ``top_p`` is set and decodes greedily
+    otherwise. ``seed`` seeds the sampler. ``eos_token_id`` may only name the tokenizer's EOS (an int or a
+    list of that one id), the one end token the FSM knows. ``whitespace_pattern``, ``strict`` and the digit
+    bounds are as in `compile`. ``fast_forward`` ("off" or "exact") says whether tokens the FSM forces are
+    appended without a model call. ``draft`` says where speculative drafts come from: ``"prompt_lookup"``
+    (the default: copies from the prompt, free and lossless), a loaded LM (draft model; another tokenizer
+    is translated through text), ``"self"`` (the target's first layers), ``"threshold"`` (self-draft with
+    threshold decoding), ``"auto"`` (prompt lookup, plus self-draft on a GPU), a `Drafter`, or None (no
+    drafts). Drafts are verified by the target, so greedy output is token-identical whatever the drafter.
+    ``output_logprobs=True`` fills ``Result.logprobs``: each output token's log-probability under the
+    target's masked (and, when sampling, warped) distribution at the pass that chose or verified it (0.0
+    for tokens the FSM forced).
+    """
+
+    max_new_tokens: int = 512
+    do_sample: bool | None = None
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    eos_token_id: int | list[int] | None = None
+    whitespace_pattern: str = COMPACT
+    strict: bool = True
+    max_integer_digits: int | None = MAX_INTEGER_DIGITS
+    max_fraction_digits: int | None = MAX_FRACTION_DIGITS
+    fast_forward: FastForward = "exact"
+    draft: Drafter | LM | str | None = "prompt_lookup"
+    output_logprobs: bool = False
+
+    def __post_init__(self) -> None:
+        self.decode_options()  # checks max_new_tokens, fast_forward and the sampling values now
+
+    @classmethod
+    def of(cls, keywords: dict[str, Any], generation_config: GenerationConfigLike | None = None) -> GenerateOptions:
+        """The options ``keywords`` name, the honoured fields of ``generation_config`` where no keyword is
+        given, defaults elsewhere. `OptionError` for an unknown keyword or a config field structspec does not
+        do. Does not change the config."""
+        names = [f.name for f in fields(cls)]
+        if unknown := sorted(set(keywords) - set(names)):
+            raise OptionError(f"unknown option {unknown[0]!r}: the options are {', '.join(names)}")
+        if generation_config is None:
+            return cls(**keywords)
+        taken = _from_generation_config(generation_config)
+        if "do_sample" not in taken and "do_sample" not in keywords:
+            # transformers' rule for the config (sampling only with do_sample=True); structspec's for keywords
+            taken["do_sample"] = _implies_sampling(
+                keywords.get("temperature", 1.0), keywords.get("top_k"), keywords.get("top_p"))
+        if not {**taken, **keywords}["do_sample"]:  # greedy: transformers ignores the config's sampling values
+            for name in ("temperature", "top_k", "top_p"):
+                taken.pop(name, None)
+        return cls(**{**taken, **keywords})
+
+    def decode_options(self) -> DecodeOptions:
+        """What the decode loop needs of these options."""
+        do_sample = self.do_sample
+        if do_sample is None:
+            do_sample = _implies_sampling(self.temperature, self.top_k, self.top_p)
+        sampling = SamplingConfig(do_sample, self.temperature, self.top_k, self.top_p)
+        return DecodeOptions(self.max_new_tokens, sampling, self.seed, self.fast_forward, self.output_logprobs)
+
+    def compile(self, spec: Any, lm: LM) -> Compiled:
+        """`compile` with these options' whitespace, strictness and digit bounds."""
+        return compile(spec, lm, self.whitespace_pattern, self.strict, self.max_integer_digits,
+                       self.max_fraction_digits)
+
+    def check_model(self, lm: LM) -> None:
+        """`OptionError` unless ``eos_token_id`` is unset or names ``lm``'s EOS. Changes nothing."""
+        if self.eos_token_id is None:
+            return
+        ids = {self.eos_token_id} if isinstance(self.eos_token_id, int) else set(self.eos_token_id)
+        eos = lm.vocab.eos_token_id
+        if ids != {eos}:
+            raise OptionError(
+                f"eos_token_id={self.eos_token_id!r}: structspec ends output with the tokenizer's EOS (id {eos}) "
+                f"only, other end tokens are not supported yet; pass eos_token_id={eos} or leave it unset"
+            )
+
+
 def generate_result(
-    model: LM | str,
-    spec: Any,
-    prompt: Prompt,
-    *,
-    max_new_tokens: int = 512,
-    do_sample: bool | None = None,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    seed: int | None = None,
-    whitespace_pattern: str = COMPACT,
-    strict: bool = True,
-    max_integer_digits: int | None = MAX_INTEGER_DIGITS,
-    max_fraction_digits: int | None = MAX_FRACTION_DIGITS,
-    fast_forward: FastForward = "exact",
-    draft: Drafter | LM | str | None = "prompt_lookup",
-    output_logprobs: bool = False,
+    model: LM | str, spec: Any, prompt: Prompt, *, streamer: Streamer | None = None,
+    generation_config: GenerationConfigLike | None = None, **options: Any,
 ) -> Result:
     """Generate output that matches ``spec`` and return it with its tokens and stats.
 
-    ``do_sample=None`` samples when ``temperature``, ``top_k`` or ``top_p`` is set
-    and decodes greedily otherwise. ``fast_forward`` ("off" or "exact") says
-    whether tokens the FSM forces are appended without a model call; ``strict``
-    and the digit bounds are as in `compile`. ``draft`` says where speculative drafts come from:
-    ``"prompt_lookup"`` (the default: copies from the prompt, free and
-    lossless), a loaded LM (draft model; another tokenizer is translated through
-    text), ``"self"`` (the target's first layers), ``"threshold"`` (self-draft
-    with threshold decoding), ``"auto"`` (prompt lookup, plus self-draft on a
-    GPU), a `Drafter`, or None (no drafts). Drafts are verified by the target, so
-    greedy output is token-identical whatever the drafter.
+    ``options`` are `GenerateOptions`' fields (``max_new_tokens=512``, ``do_sample``, ``temperature``,
+    ``top_k``, ``top_p``, ``seed``, ``draft``, ``fast_forward``, ``output_logprobs``, ...).
+    ``generation_config`` (a transformers ``GenerationConfig``) supplies ``max_new_tokens``, ``do_sample``,
+    ``temperature``, ``top_k``, ``top_p`` and ``eos_token_id`` where no keyword does; any other field it
+    sets to something structspec does not do (``num_beams=2``, ``repetition_penalty=1.1``, ...) is an
+    `OptionError` naming it. The model's own generation config is never read.
+    ``streamer`` (``put``/``end``, as transformers' ``TextStreamer``) gets the prompt's ids, then each
+    turn's accepted output ids (a drafted or forced run at once), each as a [1, n] LongTensor, then
+    ``end()``; EOS is not output, so it is not put.
     Stopping is a result: when ``max_new_tokens`` runs out, the `Result` has
     ``stop_reason="max_new_tokens"``, ``value=None`` and the partial text,
     tokens and stats (likewise ``"max_context"`` when the model's context fills
     up). A prompt that does not fit the model's context raises `PromptError`.
-    ``output_logprobs=True`` fills ``Result.logprobs``: each output token's log-probability under the
-    target's masked (and, when sampling, warped) distribution at the pass that chose or verified it
-    (0.0 for tokens the FSM forced).
     """
-    options = _options(max_new_tokens, do_sample, temperature, top_k, top_p, seed, fast_forward, output_logprobs)
-    lm = load(model) if isinstance(model, str) else model
-    prompt_ids = _prompt_ids(lm, prompt)
-    compiled = compile(spec, lm, whitespace_pattern, strict, max_integer_digits, max_fraction_digits)
-    return _result(lm, compiled, decode(lm, compiled.fsm, prompt_ids, options, make_drafter(draft, lm)))
+    return _generate(model, spec, prompt, GenerateOptions.of(options, generation_config), streamer)
 
 
-def generate(model: LM | str, spec: Any, prompt: Prompt, **options: Any) -> Any:
+def generate(
+    model: LM | str, spec: Any, prompt: Prompt, *, streamer: Streamer | None = None,
+    generation_config: GenerationConfigLike | None = None, **options: Any,
+) -> Any:
     """Generate and return the validated value: a Pydantic instance, a parsed JSON value, or a `str` for a regex.
 
-    Takes the options of `generate_result`; raises `TokenBudgetExceeded` (carrying the partial
+    Takes the arguments of `generate_result`; raises `TokenBudgetExceeded` (carrying the partial
     text, tokens and stats) when ``max_new_tokens`` (or the model's context) runs out, and
     `InvalidOutput` when the spec's validator rejects the output.
     """
-    result = generate_result(model, spec, prompt, **options)
+    checked = GenerateOptions.of(options, generation_config)
+    result = _generate(model, spec, prompt, checked, streamer)
     if result.stop_reason == "invalid":
         raise result.error  # type: ignore[misc]
     if not result.complete:
-        raise TokenBudgetExceeded(options.get("max_new_tokens", 512), result)
+        raise TokenBudgetExceeded(checked.max_new_tokens, result)
     return result.value
 
 
+def stream(
+    model: LM | str, spec: Any, prompt: Prompt, *, generation_config: GenerationConfigLike | None = None,
+    **options: Any,
+) -> Iterator[StreamEvent]:
+    """`generate_result` as events: a `TextChunk` per turn that accepted tokens, a `FieldDone` each time a
+    top-level member of a JSON object closes, then one `Finished` with the `Result` (whatever the stop reason).
+
+    Takes `generate_result`'s arguments but ``streamer``. The chunks' texts concatenate to ``Result.text``
+    (a character split across tokens arrives whole, with the chunk that completes it); the `FieldDone`
+    events, in order, are the first members of the final object. A regex spec yields chunks only, then
+    `Finished`. Options, the prompt and the spec are checked (and the spec compiled) in this call; the
+    model runs as the events are read.
+
+    Typical use::
+
+        for event in structspec.stream(lm, Person, "Alice is 31. As JSON:"):
+            if isinstance(event, structspec.FieldDone):
+                print(event.name, "=", event.value)
+    """
+    checked = GenerateOptions.of(options, generation_config)
+    lm, compiled, prompt_ids = _prepare(model, spec, prompt, checked)
+    return _events(lm, compiled, prompt_ids, checked, fields=compiled.constraint.json_schema is not None)
+
+
 def iter_batch(
-    model: LM | str,
-    spec: Any,
-    prompts: list[Prompt],
-    *,
-    batch_size: int = 8,
-    max_new_tokens: int = 512,
-    do_sample: bool | None = None,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    seed: int | None = None,
-    whitespace_pattern: str = COMPACT,
-    strict: bool = True,
-    max_integer_digits: int | None = MAX_INTEGER_DIGITS,
-    max_fraction_digits: int | None = MAX_FRACTION_DIGITS,
-    fast_forward: FastForward = "exact",
-    draft: LM | str | None = "prompt_lookup",
+    model: LM | str, spec: Any, prompts: list[Prompt], *, batch_size: int = 8,
+    generation_config: GenerationConfigLike | None = None, **options: Any,
 ) -> Iterator[tuple[int, Result]]:
     """Decode ``prompts`` ``batch_size`` rows per target pass; yields ``(index, Result)`` as each row finishes.
 
     ``spec`` is one spec for every row or a list with one spec per prompt.
-    Options are `generate_result`'s. A finished row's place is refilled with the
-    next prompt; the prompts' shared token prefix is prefilled once. A row that
-    cannot run (an empty prompt, a prompt longer than the context, a bad spec)
+    ``generation_config`` and ``options`` are `generate_result`'s (``output_logprobs`` aside). A finished
+    row's place is refilled with the next prompt; the prompts' shared token prefix is prefilled once. A row
+    that cannot run (an empty prompt, a prompt longer than the context, a bad spec)
     is a `Result` with ``stop_reason="error"`` and the `StructspecError` in
     ``error``; other rows are unaffected. When sampling, row ``i`` draws from
     its own generator seeded with ``seed + i``, so its sample does not depend on
@@ -168,7 +257,9 @@ def iter_batch(
     gets its own drafter); a draft model with the target's tokenizer and self-draft
     draft for all rows in one draft pass per round, another tokenizer row by row.
     """
-    options = _options(max_new_tokens, do_sample, temperature, top_k, top_p, seed, fast_forward)
+    checked = GenerateOptions.of(options, generation_config)
+    if checked.output_logprobs:
+        raise OptionError("output_logprobs=True is not supported in batches yet: use generate_result per prompt")
     if not isinstance(prompts, list):
         raise OptionError(f"prompts must be a list of prompts, got {type(prompts).__name__}")
     specs = spec if isinstance(spec, list) else [spec] * len(prompts)
@@ -176,9 +267,10 @@ def iter_batch(
         raise OptionError(f"spec is a list of {len(specs)} specs for {len(prompts)} prompts: pass one spec, or one per prompt")
     if batch_size < 1:
         raise OptionError(f"batch_size must be ≥ 1, got {batch_size}")
-    if isinstance(draft, Drafter):
+    if isinstance(checked.draft, Drafter):
         raise OptionError("a Drafter instance holds one row's state: pass a drafter name or a loaded LM")
     lm = load(model) if isinstance(model, str) else model
+    checked.check_model(lm)
     compiled: dict[int, Compiled] = {}  # by id of the spec object: a repeated spec compiles once
     row_compiled: dict[int, Compiled] = {}
     rows: list[RowInput] = []
@@ -186,15 +278,14 @@ def iter_batch(
         try:
             prompt_ids = _prompt_ids(lm, prompt)
             if id(row_spec) not in compiled:
-                compiled[id(row_spec)] = compile(row_spec, lm, whitespace_pattern, strict, max_integer_digits,
-                                                 max_fraction_digits)
-            generator = torch.Generator().manual_seed(seed + i) if seed is not None else None
+                compiled[id(row_spec)] = checked.compile(row_spec, lm)
+            generator = torch.Generator().manual_seed(checked.seed + i) if checked.seed is not None else None
             row_compiled[i] = compiled[id(row_spec)]
-            rows.append(RowInput(i, row_compiled[i].fsm, prompt_ids, make_drafter(draft, lm), generator))
+            rows.append(RowInput(i, row_compiled[i].fsm, prompt_ids, make_drafter(checked.draft, lm), generator))
         except StructspecError as error:
             yield i, Result(None, "", [], "error", Stats(), error=_in_row(error, i))
     prefix = shared_prefix([row.prompt_ids for row in rows])
-    for i, decoded in decode_batch(lm, iter(rows), options, batch_size, prefix):
+    for i, decoded in decode_batch(lm, iter(rows), checked.decode_options(), batch_size, prefix):
         yield i, _result(lm, row_compiled[i], decoded)
 
 
@@ -212,14 +303,148 @@ def clear_cache(disk: bool = False) -> None:
     _fsm.clear_cache(disk)
 
 
-def _options(
-    max_new_tokens: int, do_sample: bool | None, temperature: float, top_k: int | None, top_p: float | None,
-    seed: int | None, fast_forward: FastForward, output_logprobs: bool = False,
-) -> DecodeOptions:
-    if do_sample is None:
-        do_sample = temperature != 1.0 or top_k is not None or top_p is not None
-    sampling = SamplingConfig(do_sample, temperature, top_k, top_p)
-    return DecodeOptions(max_new_tokens, sampling, seed, fast_forward, output_logprobs)
+def _implies_sampling(temperature: float, top_k: int | None, top_p: float | None) -> bool:
+    """structspec's rule for ``do_sample=None``: sample when a sampling value is set."""
+    return temperature != 1.0 or top_k is not None or top_p is not None
+
+
+# GenerationConfig fields structspec reads, by the option they set.
+_CONFIG_HONOURED = ("max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "eos_token_id")
+# Fields that change nothing structspec outputs: bookkeeping, caching, what transformers returns.
+_CONFIG_IGNORED = frozenset({
+    "transformers_version", "_from_model_config", "bos_token_id", "pad_token_id", "decoder_start_token_id",
+    "use_cache", "cache_implementation", "cache_config", "compile_config", "disable_compile",
+    "return_dict_in_generate", "output_scores", "output_logits", "output_attentions", "output_hidden_states",
+})
+# Fields structspec does not do, at the value that turns them off; any other field must be unset (None).
+_CONFIG_NEUTRAL: dict[str, Any] = {
+    "num_beams": 1, "num_beam_groups": 1, "num_return_sequences": 1, "early_stopping": False,
+    "length_penalty": 1.0, "diversity_penalty": 0.0, "repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0,
+    "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0, "min_length": 0, "min_new_tokens": 0,
+    "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "guidance_scale": 1.0,
+    "renormalize_logits": False, "remove_invalid_values": False, "token_healing": False,
+}
+
+
+def _from_generation_config(config: GenerationConfigLike) -> dict[str, Any]:
+    """The honoured fields ``config`` sets, by option name; `OptionError` naming the first field set to
+    something structspec does not do. Does not change the config."""
+    taken: dict[str, Any] = {}
+    for name, value in config.to_diff_dict().items():
+        if value is None or name in _CONFIG_IGNORED:
+            continue
+        if name in _CONFIG_HONOURED:
+            taken[name] = value
+        elif name not in _CONFIG_NEUTRAL or value != _CONFIG_NEUTRAL[name]:
+            fix = "set max_new_tokens instead" if name == "max_length" else "unset it"
+            raise OptionError(
+                f"generation_config.{name}={value!r} is not supported by structspec: {fix} (structspec reads "
+                f"{', '.join(_CONFIG_HONOURED)})"
+            )
+    return taken
+
+
+def _prepare(model: LM | str, spec: Any, prompt: Prompt, options: GenerateOptions) -> tuple[LM, Compiled, list[int]]:
+    """The loaded model, the compiled spec and the prompt's ids: every check before the first pass."""
+    lm = load(model) if isinstance(model, str) else model
+    options.check_model(lm)
+    prompt_ids = _prompt_ids(lm, prompt)
+    return lm, options.compile(spec, lm), prompt_ids
+
+
+def _generate(
+    model: LM | str, spec: Any, prompt: Prompt, options: GenerateOptions, streamer: Streamer | None,
+) -> Result:
+    """Decode one output, putting its tokens to ``streamer`` as they are accepted."""
+    lm, compiled, prompt_ids = _prepare(model, spec, prompt, options)
+    events = _events(lm, compiled, prompt_ids, options, fields=False)
+    if streamer is not None:
+        events = _put(events, prompt_ids, streamer)
+    *_, finished = events
+    assert isinstance(finished, Finished), "the last event is Finished"
+    return finished.result
+
+
+def _put(events: Iterator[StreamEvent], prompt_ids: list[int], streamer: Streamer) -> Iterator[StreamEvent]:
+    """``events``, each chunk's token ids put to ``streamer`` as it passes: transformers' order (the prompt's
+    ids, then new ids as [1, n] LongTensors, as its assisted decoding puts them, then ``end()``)."""
+    streamer.put(torch.tensor([prompt_ids]))
+    try:
+        for event in events:
+            if isinstance(event, TextChunk) and event.token_ids:
+                streamer.put(torch.tensor([event.token_ids]))
+            yield event
+    finally:
+        streamer.end()  # also on an error, so a thread reading a TextIteratorStreamer is not left waiting
+
+
+def _events(
+    lm: LM, compiled: Compiled, prompt_ids: list[int], options: GenerateOptions, fields: bool,
+) -> Iterator[StreamEvent]:
+    """Decode, yielding a `TextChunk` per turn that accepted tokens, a `FieldDone` per closed top-level
+    member when ``fields``, then `Finished`."""
+    utf8 = codecs.getincrementaldecoder("utf-8")("replace")  # as `TokenVocab.decode`, but holds split characters
+    members = _Members() if fields else None
+    turns = decode_steps(lm, compiled.fsm, prompt_ids, options.decode_options(), make_drafter(options.draft, lm))
+    while True:
+        try:
+            ids, sources = next(turns)
+        except StopIteration as stop:
+            decoded: Decoded = stop.value
+            break
+        chunk = TextChunk(utf8.decode(lm.vocab.spell(ids)), ids, sources)
+        yield chunk
+        if members is not None:
+            yield from members.read(chunk.text)
+    if tail := utf8.decode(b"", final=True):  # a character the budget cut short, as its replacement character
+        yield TextChunk(tail, [], [])
+    yield Finished(_result(lm, compiled, decoded))
+
+
+class _Members:
+    """Top-level members of a JSON object read from its text as it arrives; `read` yields a `FieldDone` at each
+    ``,`` or ``}`` that closes one. Output that is not an object yields none."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.depth = 0  # of objects and arrays, outside strings
+        self.in_string = self.escaped = False
+        self.start = self.colon = -1  # the current member's first character and its ``:``, at depth 1
+        self.done = False  # the top-level value closed, or is not an object
+
+    def read(self, chunk: str) -> Iterator[FieldDone]:
+        """Scan ``chunk`` (the text after what was read before). Changes the reader's position."""
+        first = len(self.text)
+        self.text += chunk
+        for i in range(first, len(self.text)):
+            if self.done:
+                return
+            c = self.text[i]
+            if self.in_string:
+                if self.escaped:
+                    self.escaped = False
+                elif c == "\\":
+                    self.escaped = True
+                elif c == '"':
+                    self.in_string = False
+            elif self.depth == 0:
+                if not c.isspace():  # the top-level value starts
+                    self.done = c != "{"
+                    self.depth, self.start = 1, i + 1
+            elif c == '"':
+                self.in_string = True
+            elif c in "{[":
+                self.depth += 1
+            elif c == ":" and self.depth == 1:
+                self.colon = i
+            elif c in ",}" and self.depth == 1:
+                if self.colon > self.start:  # not the empty object's ``}``
+                    name = json.loads(self.text[self.start : self.colon])
+                    yield FieldDone(name, json.loads(self.text[self.colon + 1 : i]), self.text[: i + 1])
+                self.start, self.colon = i + 1, -1
+                self.done = c == "}"
+            elif c in "}]":
+                self.depth -= 1
 
 
 def _prompt_ids(lm: LM, prompt: Prompt) -> list[int]:

@@ -103,8 +103,10 @@ class TextChunk:
     """Tokens one turn accepted (a forced or drafted run arrives as one chunk) and their text.
 
     ``text`` ends at the last complete character; bytes of a character split
-    across tokens arrive with the next chunk, so the chunks' texts concatenate
-    to ``Result.text``.
+    across tokens arrive with the next chunk (``text`` may be empty), so the
+    chunks' texts concatenate to ``Result.text``. When the budget cuts a
+    character short, a last chunk without tokens carries its replacement
+    character, as ``Result.text`` does.
     """
 
     text: str
@@ -114,8 +116,8 @@ class TextChunk:
 
 @dataclass(frozen=True)
 class FieldDone:
-    """A top-level JSON object member whose value just closed: its name, parsed value, and the output text
-    up to and including the ``,`` or ``}`` that closed it."""
+    """A top-level JSON object member whose value just closed: its name, its value as parsed JSON (before the
+    spec's validator), and the output text up to and including the ``,`` or ``}`` that closed it."""
 
     name: str
     value: Any
