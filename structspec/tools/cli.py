@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -60,16 +61,18 @@ def demo(lm: LM, console: Console, explain: bool = True, html: str | None = None
 
 
 def extract(args: argparse.Namespace) -> int:
-    """Run an extraction job (see `structspec.tools.jobs`), with a progress bar and a summary on stderr."""
+    """Run an extraction job (see `structspec.tools.jobs`), here or on Ray (``--ray``), with a progress bar and a
+    summary on stderr."""
     err = Console(stderr=True)
+    ray_options = {"--actors": args.actors, "--num-cpus": args.num_cpus, "--num-gpus": args.num_gpus}
+    if args.ray is None and any(value is not None for value in ray_options.values()):
+        raise jobs.JobConfigError(f"{', '.join(k for k, v in ray_options.items() if v is not None)} need --ray")
     spec = jobs.load_spec(args.schema)
     records = jobs.read_inputs(args.input, args.text_field, args.id_field)
     template = jobs.read_template(args.prompt_template) if args.prompt_template else jobs.default_template(spec)
     generate: dict[str, Any] = {"max_new_tokens": args.max_new_tokens, "fast_forward": args.fast_forward}
     generate |= {k: v for k, v in [("temperature", args.temperature), ("top_k", args.top_k), ("top_p", args.top_p),
                                    ("seed", args.seed)] if v is not None}
-    generate["draft"] = jobs.resolve_draft(args.draft, args.device, args.dtype)
-    lm = jobs.load_model(args.model, args.device, args.dtype)
 
     progress = Progress(TextColumn("extract"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rates]}"),
                         TimeElapsedColumn(), console=err, disable=args.quiet)
@@ -80,9 +83,27 @@ def extract(args: argparse.Namespace) -> int:
                  f"{s.no_pass_tokens / max(s.output_tokens, 1):.0%} tokens without a pass")
         progress.update(task, completed=s.skipped + s.written, rates=rates)
 
-    with progress:
-        summary = jobs.run_job(lm, spec, records, args.output, jobs.JobOptions(template, generate, args.batch_size),
-                               show, retry_errors=args.retry_errors)
+    if args.ray is None:
+        generate["draft"] = jobs.resolve_draft(args.draft, args.device, args.dtype)
+        lm = jobs.load_model(args.model, args.device, args.dtype)
+        with progress:
+            summary = jobs.run_job(lm, spec, records, args.output, jobs.JobOptions(template, generate, args.batch_size),
+                                   show, retry_errors=args.retry_errors)
+    else:
+        try:
+            from structspec.integrations import ray as ray_jobs  # an optional extra: imported only when asked for
+        except ImportError as e:
+            raise jobs.JobConfigError(str(e)) from None
+        actors, num_cpus = args.actors or 1, args.num_cpus or 1
+        # each actor loads the model itself: the names travel, a local directory as an absolute path
+        model, draft = (str(Path(name).resolve()) if Path(name).exists() else name for name in (args.model, args.draft))
+        options = jobs.JobOptions(template, generate | {"draft": draft}, args.batch_size)
+        with ray_jobs.connect(args.ray, local_cpus=math.ceil(actors * num_cpus)) as where:
+            if not args.quiet:
+                err.print(f"running on {where}", highlight=False, soft_wrap=True)
+            with progress:
+                summary = ray_jobs.run_job(model, spec, records, args.output, options, show, args.retry_errors, actors,
+                                           num_cpus, args.num_gpus or 0, args.device, args.dtype)
     err.print(summary.describe() + f" → {args.output}", highlight=False, soft_wrap=True)
     return EXIT_OK
 
@@ -139,6 +160,16 @@ def _parser() -> argparse.ArgumentParser:
     p_ext.add_argument("--seed", type=int)
     p_ext.add_argument("--retry-errors", action="store_true", help="run again the records whose line is an error")
     p_ext.add_argument("--quiet", action="store_true", help="no progress bar")
+    p_ray = p_ext.add_argument_group("on Ray (pip install 'structspec[ray]')")
+    p_ray.add_argument("--ray", metavar="ADDRESS|local",
+                       help="run the job on the Ray cluster at ADDRESS (as ray.init takes it: auto, host:6379, "
+                            "ray://host:10001), or on a local Ray instance started for the job; same output, "
+                            "same resume")
+    p_ray.add_argument("--actors", type=int, metavar="N", help="actors decoding in parallel, each loading the model "
+                                                                 "(default: 1)")
+    p_ray.add_argument("--num-cpus", type=float, metavar="C", help="CPUs per actor (default: 1)")
+    p_ray.add_argument("--num-gpus", type=float, metavar="G",
+                       help="GPUs per actor (default: 0); the model goes on it with --device auto")
 
     p_cmp = sub.add_parser(
         "compare", help="forward passes saved against unconstrained decoding: table, PNG chart, HTML report",

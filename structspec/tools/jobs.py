@@ -9,7 +9,8 @@ each line is written with a single ``write`` to a file opened for appending, so
 a killed job leaves whole lines behind; on start a torn last line (power loss) is
 cut off, and every input record whose id already has a line is skipped. Rerunning
 the same command after Ctrl-C or ``kill -9`` therefore writes each record exactly
-once, whatever order the rows finished in.
+once, whatever order the rows finished in. ``extract --ray`` runs the same job,
+with the same lines and resume, on a Ray cluster (`structspec.integrations.ray`).
 
 Bad input never stops a job: a malformed line, an empty document, a prompt
 that fills the model's context, a token budget or context that runs out and a
@@ -31,6 +32,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -180,7 +182,11 @@ def read_inputs(path: str | Path, text_field: str = "text", id_field: str = "id"
         raise JobConfigError(f"cannot read the input {path}: {e}") from None
 
 
-def _record(fields: dict[str, Any], where: str, text_field: str, id_field: str) -> InputRecord:
+def input_record(fields: dict[str, Any], where: str, text_field: str = "text", id_field: str = "id") -> InputRecord:
+    """The record in ``fields`` (a JSON object, a CSV row, a dataset row), found at ``where``.
+
+    A missing id becomes ``<where>``; a missing, non-string or empty text is the record's error.
+    """
     raw_id = fields.get(id_field)
     rid = f"<{where}>" if raw_id in (None, "") else str(raw_id)
     text = fields.get(text_field)
@@ -205,7 +211,7 @@ def _read_jsonl(data: bytes, text_field: str, id_field: str) -> Iterator[InputRe
         if not isinstance(fields, dict):
             yield InputRecord(f"<{where}>", where, error=("malformed_input", f"{where}: not a JSON object"))
             continue
-        yield _record(fields, where, text_field, id_field)
+        yield input_record(fields, where, text_field, id_field)
 
 
 def _read_csv(text: str, text_field: str, id_field: str) -> list[InputRecord]:
@@ -213,7 +219,7 @@ def _read_csv(text: str, text_field: str, id_field: str) -> list[InputRecord]:
     if text_field not in (reader.fieldnames or []):
         raise JobConfigError(f"the CSV has no {text_field!r} column (columns: {', '.join(reader.fieldnames or [])})")
     try:
-        return [_record(row, f"row {reader.line_num}", text_field, id_field) for row in reader]
+        return [input_record(row, f"row {reader.line_num}", text_field, id_field) for row in reader]
     except csv.Error as e:
         raise JobConfigError(f"the CSV is malformed at line {reader.line_num}: {e}") from None
 
@@ -229,7 +235,7 @@ def _read_folder(folder: Path) -> list[InputRecord]:
         except UnicodeDecodeError as e:
             records.append(InputRecord(f.stem, f.name, error=("malformed_input", f"{f.name}: not UTF-8 ({e})")))
             continue
-        records.append(_record({"id": f.stem, "text": text}, f.name, "text", "id"))
+        records.append(input_record({"id": f.stem, "text": text}, f.name))
     return records
 
 
@@ -297,6 +303,14 @@ class JobOptions:
     template: str
     generate: dict[str, Any] = field(default_factory=dict)
     batch_size: int | None = None
+
+    @property
+    def max_new_tokens(self) -> int:
+        return self.generate.get("max_new_tokens", 512)  # generate_result's default
+
+    def rows_per_pass(self, lm: LM) -> int:
+        """``batch_size``, or the default for ``lm``'s device (does not touch the model)."""
+        return default_batch_size(lm) if self.batch_size is None else self.batch_size
 
 
 def default_batch_size(lm: LM) -> int:
@@ -366,45 +380,64 @@ class JobSummary:
                 f"without a forward pass, {self.seconds:.1f} s")
 
 
-def run_job(
-    lm: LM,
-    spec: Any,
-    records: list[InputRecord],
-    output: str | Path,
-    options: JobOptions,
-    on_record: Callable[[JobSummary], None] = lambda summary: None,
-    retry_errors: bool = False,
-) -> JobSummary:
-    """Run every record not already in ``output`` and append its line as it finishes; ``on_record`` sees the
-    running summary.
+def check_job(lm: LM, spec: Any, options: JobOptions) -> None:
+    """Raise `JobConfigError` when ``spec`` cannot be used on ``lm`` or ``options`` are bad, before any record runs.
 
-    Compiles ``spec`` and checks the options first, so a bad spec or option
-    raises `JobConfigError` before any record runs. Records that could not be
-    read are written first; the others are decoded ``options.batch_size`` rows
-    per pass.
+    Compiles the spec (which fills the compile cache); runs no forward pass.
     """
-    generate = dict(options.generate)
-    max_new_tokens = generate.setdefault("max_new_tokens", 512)
-    batch_size = default_batch_size(lm) if options.batch_size is None else options.batch_size
     try:
         structspec.compile(spec, lm)
     except StructspecError as e:
         raise JobConfigError(f"the schema cannot be used: {e}") from None
     try:  # no prompts: only the options are checked
-        list(structspec.iter_batch(lm, spec, [], batch_size=batch_size, **generate))
+        list(structspec.iter_batch(lm, spec, [], batch_size=options.rows_per_pass(lm), **options.generate))
     except StructspecError as e:
         raise JobConfigError(str(e)) from None
+
+
+def record_lines(
+    lm: LM, spec: Any, records: list[InputRecord], options: JobOptions
+) -> Iterator[tuple[Result | None, dict[str, Any]]]:
+    """Each record's `Result` (None for a record that could not be read) and output line: records that could
+    not be read first, then the others as their rows finish, decoded ``options.rows_per_pass(lm)`` rows per
+    target pass. Run `check_job` first: bad options raise here."""
+    todo = [record for record in records if not record.error]
+    for record in records:
+        if record.error:
+            yield None, output_line(record, None, options.max_new_tokens)
+    if todo:
+        prompts = [build_prompt(lm, options.template, record.text) for record in todo]
+        for i, result in structspec.iter_batch(lm, spec, prompts, batch_size=options.rows_per_pass(lm),
+                                               **options.generate):
+            yield result, output_line(todo[i], result, options.max_new_tokens)
+
+
+def resume(
+    records: list[InputRecord], output: str | Path, retry_errors: bool = False
+) -> tuple[JobSummary, list[InputRecord]]:
+    """The records of a job that ``output`` has no line for yet, and a summary that counts the others as skipped.
+
+    Changes ``output`` as `prepare_output` does (cuts a torn last line; drops error lines with ``retry_errors``).
+    """
     done = prepare_output(output, retry_errors)
     summary = JobSummary(total=len(records))
     seen: Counter[str] = Counter()
     todo: list[InputRecord] = []
-    unreadable: list[InputRecord] = []
     for record in records:
         seen[record.id] += 1
         if seen[record.id] <= done[record.id]:  # counts, so repeated ids resume right too
             summary.skipped += 1
         else:
-            (unreadable if record.error else todo).append(record)
+            todo.append(record)
+    return summary, todo
+
+
+@contextmanager
+def appending(
+    output: str | Path, summary: JobSummary, on_record: Callable[[JobSummary], None] = lambda summary: None
+) -> Iterator[Callable[[dict[str, Any]], None]]:
+    """Open ``output`` for appending and give ``write(line)``, which appends one record's line and counts it in
+    ``summary`` (then calls ``on_record``); the file is closed when the block ends."""
     start = time.perf_counter()
     fd = os.open(output, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
@@ -423,15 +456,33 @@ def run_job(
         on_record(summary)
 
     try:
-        for record in unreadable:
-            write(output_line(record, None, max_new_tokens))
-        if todo:
-            prompts = [build_prompt(lm, options.template, record.text) for record in todo]
-            for i, result in structspec.iter_batch(lm, spec, prompts, batch_size=batch_size, **generate):
-                write(output_line(todo[i], result, max_new_tokens))
+        yield write
     finally:
         os.close(fd)
-    summary.seconds = time.perf_counter() - start
+        summary.seconds = time.perf_counter() - start
+
+
+def run_job(
+    lm: LM,
+    spec: Any,
+    records: list[InputRecord],
+    output: str | Path,
+    options: JobOptions,
+    on_record: Callable[[JobSummary], None] = lambda summary: None,
+    retry_errors: bool = False,
+) -> JobSummary:
+    """Run every record not already in ``output`` and append its line as it finishes; ``on_record`` sees the
+    running summary.
+
+    Checks the spec and options first (`check_job`), so a bad one raises
+    `JobConfigError` before any record runs. Records that could not be read are
+    written first; the others are decoded ``options.batch_size`` rows per pass.
+    """
+    check_job(lm, spec, options)
+    summary, todo = resume(records, output, retry_errors)
+    with appending(output, summary, on_record) as write:
+        for _, row in record_lines(lm, spec, todo, options):
+            write(row)
     return summary
 
 

@@ -1,0 +1,133 @@
+"""Extraction on Ray: the `Extractor` alone, and `structspec extract --ray local` killed, resumed and checked
+against the local job."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ray.data")  # the optional extra (`pip install 'structspec[ray]'`); CI installs it
+
+from structspec.integrations.ray import Extractor  # noqa: E402
+from structspec.testing import byte_level_tokenizer, tiny_llama  # noqa: E402
+from structspec.tools import jobs  # noqa: E402
+from structspec.tools.cli import EXIT_CONFIG, EXIT_OK, main  # noqa: E402
+
+N_RECORDS = 20
+SCHEMA = {  # short outputs, so the tiny random model finishes records
+    "type": "object",
+    "properties": {"flag": {"type": "boolean"}, "size": {"enum": ["small", "medium", "large"]}},
+    "required": ["flag", "size"],
+    "additionalProperties": False,
+}
+OPTIONS = jobs.JobOptions(jobs.default_template(SCHEMA), {"max_new_tokens": 24}, batch_size=2)
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A saved tiny model, a schema file and 20 records, two malformed: line 4 is not JSON, line 9 has no text."""
+    root = tmp_path_factory.mktemp("ray-job")
+    tokenizer = byte_level_tokenizer()
+    tiny_llama(tokenizer).save_pretrained(root / "model")
+    tokenizer.save_pretrained(root / "model")
+    (root / "schema.json").write_text(json.dumps(SCHEMA))
+    lines = [json.dumps({"id": f"doc-{i}", "text": f"Box {i}: {['small', 'large'][i % 2]}."}) for i in range(N_RECORDS)]
+    lines[3], lines[8] = "{not json", json.dumps({"id": "untitled", "body": "no text field"})
+    (root / "input.jsonl").write_text("\n".join(lines) + "\n")
+    return {"root": root, "model": root / "model", "schema": root / "schema.json", "input": root / "input.jsonl"}
+
+
+def _arguments(job: dict[str, Path], output: Path) -> list[str]:
+    return ["extract", "--schema", str(job["schema"]), "--input", str(job["input"]), "--output", str(output),
+            "--model", str(job["model"]), "--max-new-tokens", "24", "--batch-size", "2", "--device", "cpu"]
+
+
+def _rows(output: Path) -> dict[str, dict]:
+    return {row["id"]: row for row in map(json.loads, output.read_text().splitlines())}
+
+
+def _left_behind(temp_dir: str) -> list[int]:
+    """Processes whose command line or open files lie in ``temp_dir`` (Ray's workers rename themselves, but
+    keep their log files open)."""
+    pids = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if temp_dir in (proc / "cmdline").read_bytes().decode(errors="replace") or any(
+                    os.readlink(fd).startswith(temp_dir) for fd in (proc / "fd").iterdir()):
+                pids.append(int(proc.name))
+        except OSError:  # gone meanwhile, or not ours
+            continue
+    return pids
+
+
+def _assert_torn_down(stderr: str) -> None:
+    """The local instance named in ``stderr`` is gone: its directory and every process that used it."""
+    [temp_dir] = re.findall(r"a local Ray instance \(2 CPUs\) in (\S+),", stderr)
+    deadline = time.monotonic() + 60
+    while (Path(temp_dir).exists() or _left_behind(temp_dir)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not Path(temp_dir).exists() and not _left_behind(temp_dir)
+
+
+def test_an_extractor_turns_a_batch_into_records_and_bad_rows_into_errors(job: dict[str, Path]) -> None:
+    extractor = Extractor(str(job["model"]), SCHEMA, OPTIONS, device="cpu")
+    batch = {"id": np.array(["a", "b", "c"]), "text": np.array(["Item 1 is small.", "", None], dtype=object)}
+    columns = extractor(batch)
+    rows = {i: {name: values[k] for name, values in columns.items()} for k, i in enumerate(columns["id"])}
+    assert rows["b"]["error_kind"] == "empty_document" and rows["c"]["error_kind"] == "malformed_input"
+    assert rows["b"]["stop_reason"] is None and rows["b"]["value"] is None and rows["b"]["stats"] is None
+    a = rows["a"]
+    assert a["stop_reason"] in ("eos", "fsm_complete", "max_new_tokens") and json.loads(a["stats"])["output_tokens"]
+    assert (a["value"] is None) == (a["error_kind"] == "token_budget")
+    line = json.loads(a["line"])  # the line `structspec extract` writes
+    assert line["input"] == "id a" and line.get("value") == (a["value"] and json.loads(a["value"]))
+    with pytest.raises(jobs.JobConfigError, match="temperature must be > 0"):
+        Extractor(str(job["model"]), SCHEMA, jobs.JobOptions(OPTIONS.template, {"temperature": 0.0}), device="cpu")
+
+
+def test_ray_options_without_ray_are_a_configuration_error(job: dict[str, Path], tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(_arguments(job, tmp_path / "out.jsonl") + ["--num-gpus", "1"]) == EXIT_CONFIG
+    assert "--num-gpus need --ray" in capsys.readouterr().err and not (tmp_path / "out.jsonl").exists()
+
+
+def test_a_ray_job_killed_and_rerun_writes_each_record_once_as_the_local_job_does(job: dict[str, Path],
+                                                                                  tmp_path: Path) -> None:
+    output = tmp_path / "ray.jsonl"
+    command = [sys.executable, "-m", "structspec.tools"] + _arguments(job, output) + ["--ray", "local", "--actors", "2"]
+    env = os.environ | {"STRUCTSPEC_CACHE": str(job["root"] / "cache"), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while proc.poll() is None and (not output.exists() or output.read_text().count("\n") < 3):
+        time.sleep(0.02)
+    proc.kill()  # kill -9 the driver: no cleanup of its own runs
+    _, stderr = proc.communicate(timeout=60)
+    before = output.read_text()
+    assert 3 <= before.count("\n") < N_RECORDS, stderr  # killed mid-job, after some batches came back
+    _assert_torn_down(stderr)
+
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == EXIT_OK, done.stderr
+    _assert_torn_down(done.stderr)
+    assert output.read_text().startswith(before)  # what was written before the kill stays as it was
+    ids = Counter(json.loads(line)["id"] for line in output.read_text().splitlines())
+    assert ids == Counter(["<line 4>", "untitled"] + [f"doc-{i}" for i in range(N_RECORDS) if i not in (3, 8)])
+    assert f"{N_RECORDS} records:" in done.stderr and "already done" in done.stderr
+
+    assert main(_arguments(job, tmp_path / "local.jsonl") + ["--quiet"]) == EXIT_OK
+    ray_rows, local_rows = _rows(output), _rows(tmp_path / "local.jsonl")
+    assert ray_rows["<line 4>"]["error"]["kind"] == ray_rows["untitled"]["error"]["kind"] == "malformed_input"
+    assert sum("value" in row for row in ray_rows.values()) > N_RECORDS // 2
+
+    def same_format(row: dict) -> tuple:  # all but the timings: keys in order, value or error, stats' keys
+        return [k for k in row], {k: v for k, v in row.items() if k != "stats"}, list(row.get("stats", {}))
+
+    assert {i: same_format(r) for i, r in ray_rows.items()} == {i: same_format(r) for i, r in local_rows.items()}
