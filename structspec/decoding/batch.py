@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from structspec.automaton.fsm import TokenFSM, apply_token_bitmask_inplace
-from structspec.decoding.budget import token_cost
+from structspec.decoding.budget import pass_cost
 from structspec.decoding.draft_batch import DraftBatch, NeedDraftLogits
 from structspec.decoding.drafters import Drafter, ModelDrafter
 from structspec.decoding.loop import decode
@@ -85,7 +85,7 @@ def decode_batch(
     first = [item for _, item in zip(range(batch_size), queue)]
     index = [item.index for item in first]
     cache, slots = lm.new_cache(), Slots(len(first))
-    cost = token_cost(lm)
+    cost = pass_cost(lm)
 
     drafts: dict[int, DraftBatch] = {}  # by draft LM: one batched draft cache each
 

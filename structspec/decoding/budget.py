@@ -3,32 +3,87 @@
 A target pass costs a fixed part (reading the weights, launching kernels) plus
 a part per fed token (the matrix products). On a GPU the per-token part is
 close to nothing up to hundreds of tokens, so long drafts are free; on a CPU a
-fed token costs a sizeable share of a pass (``TOKEN_COST``, measured with
-``structspec pass-cost``), and a 10-token draft of which two are kept makes a
-pass slower than it saves. `DraftLength` learns, per row, how often the i-th
+fed token costs a sizeable share of a pass, and a 10-token draft of which two
+are kept makes a pass slower than it saves. `PassCost` is that curve, measured
+once per model, dtype and device by ``structspec pass-cost --store`` (a default
+per device type until then); `DraftLength` learns, per row, how often the i-th
 drafted token is accepted once the ones before it were, and drafts the length
 with the most expected output tokens per unit of pass cost.
 
-The choice depends only on the row's own history and the device, never on the
-batch: a row decodes alike, in tokens, passes and samples, alone or in any batch.
+Neither reads a clock while decoding, and the choice depends only on the row's
+own history and the stored curve, never on the batch: a row decodes alike, in
+tokens, passes and samples, alone, in any batch, and at every run.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
-# Cost of one more fed token, in units of a one-token pass. CPU: Qwen2.5-Coder-0.5B, float32, 2 threads
-# (a 4-token window costs about 1.45 one-token passes); CUDA: the H100 pass-cost curve in README (64 rows of
-# 16 tokens cost under 2 one-token steps).
-TOKEN_COST = {"cpu": 0.15, "cuda": 0.001}
+from structspec.cache import cache_dir, write_atomic
+
 PRIOR = (2.0, 1.0)  # pseudo-counts (accepted, rejected) of every position: an untried length looks decent
 
 
-def token_cost(lm: object) -> float:
-    """`TOKEN_COST` for where ``lm`` runs (its ``device``; a model without one counts as on the CPU, other
-    accelerators as CUDA). Changes nothing."""
+@dataclass(frozen=True)
+class PassCost:
+    """Seconds of a pass against tokens fed, relative to a one-token pass: ``points`` are (tokens fed,
+    relative cost), increasing in tokens; linear between them, the last slope beyond."""
+
+    points: tuple[tuple[int, float], ...]
+
+    @classmethod
+    def linear(cls, per_token: float) -> PassCost:
+        """One-token pass 1.0, each more token ``per_token``."""
+        return cls(((1, 1.0), (2, 1.0 + per_token)))
+
+    def __call__(self, fed: int) -> float:
+        """The relative cost of a pass over ``fed`` tokens. Changes nothing."""
+        pts = self.points
+        for i in range(1, len(pts)):
+            if fed <= pts[i][0] or i == len(pts) - 1:  # between two points, or past the last one
+                (n0, c0), (n1, c1) = pts[i - 1], pts[i]
+                return c0 + (c1 - c0) * (fed - n0) / (n1 - n0)
+        return pts[0][1]  # a single point: flat
+
+
+# Until a curve is stored. CPU: Qwen2.5-Coder-0.5B, float32, 2 threads (a 4-token window costs about 1.45
+# one-token passes); CUDA: the H100 curve in README (64 rows of 16 tokens cost under 2 one-token steps).
+DEFAULT_COST = {"cpu": PassCost.linear(0.15), "cuda": PassCost.linear(0.001)}
+
+
+def curve_path(lm: object) -> Path | None:
+    """Where ``lm``'s stored curve lives (``$STRUCTSPEC_CACHE/pass-cost``, by name, dtype and device type);
+    None for a model without a name, device and dtype (test fakes). Changes nothing."""
+    name, device = getattr(lm, "name", None), getattr(lm, "device", None)
+    dtype = getattr(getattr(lm, "model", None), "dtype", None)
+    if not name or device is None or dtype is None:
+        return None
+    key = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{name}-{str(dtype).removeprefix('torch.')}-{device.type}")
+    return cache_dir("pass-cost") / f"{key}.json"
+
+
+def pass_cost(lm: object) -> PassCost:
+    """``lm``'s stored curve, else its device type's default (other accelerators count as CUDA). Reads the
+    cache; changes nothing."""
+    path = curve_path(lm)
+    if path is not None and path.exists():
+        return PassCost(tuple((int(n), float(c)) for n, c in json.loads(path.read_text())["points"]))
     device = getattr(lm, "device", None)
-    return TOKEN_COST["cpu"] if device is None or device.type == "cpu" else TOKEN_COST["cuda"]
+    return DEFAULT_COST["cpu" if device is None or device.type == "cpu" else "cuda"]
+
+
+def store_pass_cost(lm: object, seconds: dict[int, float]) -> Path:
+    """Store ``lm``'s curve from measured ``seconds`` per pass by tokens fed (one row; must include 1);
+    later loads of the model draft by it. Writes the cache."""
+    path = curve_path(lm)
+    if path is None or 1 not in seconds:
+        raise ValueError("a curve is stored for a named model on a device, and needs a one-token pass")
+    points = [(n, seconds[n] / seconds[1]) for n in sorted(seconds)]
+    write_atomic(path, json.dumps({"points": points, "seconds": seconds}).encode())
+    return path
 
 
 @dataclass
@@ -41,19 +96,19 @@ class DraftLength:
     how many kept it.
     """
 
-    token_cost: float
+    cost: PassCost
     tried: list[int] = field(default_factory=list)
     kept: list[int] = field(default_factory=list)
 
     def choose(self, fed: int, cap: int) -> int:
-        """The draft length in ``[0, cap]`` maximizing (1 + expected accepted) / (1 + token_cost × (fed +
-        length)), where ``fed`` tokens go into the pass besides the draft. Changes nothing."""
-        best, best_value = 0, 1.0 / (1.0 + self.token_cost * fed)
+        """The draft length in ``[0, cap]`` maximizing (1 + expected accepted) / cost(fed + length), where
+        ``fed`` tokens go into the pass besides the draft. Changes nothing."""
+        best, best_value = 0, 1.0 / self.cost(fed)
         expected, survive = 0.0, 1.0
         for k in range(1, cap + 1):
             survive *= self.hazard(k - 1)
             expected += survive
-            value = (1.0 + expected) / (1.0 + self.token_cost * (fed + k))
+            value = (1.0 + expected) / self.cost(fed + k)
             if value > best_value:
                 best, best_value = k, value
         return best

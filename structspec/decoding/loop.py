@@ -9,7 +9,7 @@ from collections.abc import Generator
 import torch
 
 from structspec.automaton.fsm import TokenFSM
-from structspec.decoding.budget import token_cost
+from structspec.decoding.budget import pass_cost
 from structspec.decoding.drafters import Drafter
 from structspec.decoding.row import Decoded, DecodeOptions, RowDecode, token_logprobs
 from structspec.lm import LanguageModel
@@ -31,7 +31,7 @@ def decode_steps(
     if generator is None and options.seed is not None:
         generator = torch.Generator().manual_seed(options.seed)
     row = RowDecode.start(fsm, lm.tokenizer, prompt_ids, options, drafter, generator, lm.max_context,
-                          token_cost(lm))
+                          pass_cost(lm))
     cache = lm.new_cache()
     told = 0  # output tokens already yielded
     while (window := row.prepare()) is not None:

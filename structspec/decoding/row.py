@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from structspec.automaton.fsm import TokenFSM
-from structspec.decoding.budget import DraftLength
+from structspec.decoding.budget import DEFAULT_COST, DraftLength, PassCost
 from structspec.decoding.drafters import Drafter
 from structspec.decoding.fastforward import FastForward, Forcer
 from structspec.decoding.sampling import SamplingConfig, warp_logits
@@ -99,13 +99,13 @@ class RowDecode:
     def start(
         cls, fsm: TokenFSM, tokenizer: object, prompt_ids: list[int], options: DecodeOptions,
         drafter: Drafter | None, generator: torch.Generator | None, max_context: int | None = None,
-        token_cost: float = 0.0,
+        cost: PassCost = DEFAULT_COST["cpu"],
     ) -> RowDecode:
-        """A row before its first pass: the whole prompt is pending. ``token_cost``: what one more fed token
-        adds to a pass, in one-token passes (`structspec.decoding.budget`)."""
+        """A row before its first pass: the whole prompt is pending. ``cost``: the target's pass cost by
+        tokens fed, which sets draft lengths (`structspec.decoding.budget`)."""
         forcer = Forcer(fsm, tokenizer) if options.fast_forward == "exact" else None
         stats = Stats(prompt_tokens=len(prompt_ids))
-        lengths = DraftLength(token_cost) if drafter is not None else None
+        lengths = DraftLength(cost) if drafter is not None else None
         return cls(fsm, list(prompt_ids), options, forcer, drafter, generator, stats, max_context, lengths,
                    pending=list(prompt_ids), logprobs=[] if options.output_logprobs else None)
 

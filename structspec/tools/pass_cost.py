@@ -11,6 +11,10 @@ cache of ``--context`` kept slots per row, one packed bitmask filled for every
 logits row and applied, one argmax read back — as the batched loop runs it.
 Tokens/s assumes ``--accepted`` output tokens per row and pass (acceptance
 comes from a run on real weights: random weights rarely agree with a draft).
+
+``--store`` measures one row at 1 to 16 tokens fed and stores the curve for the
+model, dtype and device: decoding then chooses draft lengths by it
+(`structspec.decoding.budget`) instead of the device type's default.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import torch
 
 import structspec
 from structspec.automaton import apply_token_bitmask_inplace
+from structspec.decoding.budget import store_pass_cost
 from structspec.decoding.slots import Slots
 from structspec.lm import LM, load, resolve_device
 
@@ -37,6 +42,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
                        num_key_value_heads=4, vocab_size=152064, max_position_embeddings=32768,
                        tie_word_embeddings=False),
 }
+
+
+STORED_WINDOWS = (1, 2, 3, 4, 6, 8, 12, 16)  # tokens fed: the draft lengths decoding chooses among
 
 
 def random_model(name: str, device: torch.device, dtype: torch.dtype) -> LM:
@@ -105,6 +113,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--accepted", type=float, default=3.0, help="output tokens per row and pass, for tokens/s")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--json", help="also write the cells to this file")
+    parser.add_argument("--store", action="store_true", help="measure one row at 1-16 tokens fed and store the "
+                        "curve for this model, dtype and device; decoding drafts by it")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,6 +131,11 @@ def run(args: argparse.Namespace) -> int:
     lm = random_model(args.config, device, dtype) if args.config else load(args.model, device=args.device, dtype=args.dtype)
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"{lm.name} on {gpu}, {str(dtype).removeprefix('torch.')}, context {args.context}")
+    if args.store:
+        seconds = {w: pass_seconds(lm, 1, w, args.context, args.repeats)[0] for w in STORED_WINDOWS}
+        print(" ".join(f"{w}: {s * 1e3:.1f} ms" for w, s in seconds.items()))
+        print(f"stored in {store_pass_cost(lm, seconds)}")
+        return 0
     cells = []
     sizes = [int(b) for b in args.batch_sizes.split(",")]
     windows = [int(w) for w in args.windows.split(",")]

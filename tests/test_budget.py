@@ -1,0 +1,76 @@
+"""Draft lengths by cost: the pass-cost curve, per-position acceptance, and what a stored curve changes."""
+
+from __future__ import annotations
+
+import pytest
+
+import structspec
+from structspec.result import DraftStats
+from structspec.decoding.budget import DEFAULT_COST, DraftLength, PassCost, curve_path, pass_cost, store_pass_cost
+from structspec.testing import tiny_lm
+from structspec.tools import pass_cost as pass_cost_tool
+
+
+def test_a_curve_interpolates_between_its_points_and_extends_its_last_slope() -> None:
+    cost = PassCost(((1, 1.0), (4, 1.6), (8, 2.0)))
+    assert cost(1) == 1.0
+    assert cost(2) == pytest.approx(1.2)
+    assert cost(6) == pytest.approx(1.8)
+    assert cost(12) == pytest.approx(2.4)  # 0.1 per token past 8
+    assert PassCost.linear(0.5)(5) == pytest.approx(3.0)
+
+
+def test_acceptance_counts_each_position_verified_after_accepted_ones() -> None:
+    lengths = DraftLength(DEFAULT_COST["cpu"])
+    lengths.record(drafted=5, accepted=2)  # tokens 0 and 1 kept, token 2 rejected, 3 and 4 never judged
+    lengths.record(drafted=2, accepted=2)
+    assert lengths.tried == [2, 2, 1]
+    assert lengths.kept == [2, 2, 0]
+    assert lengths.hazard(2) < lengths.hazard(0)
+    assert lengths.hazard(7) == pytest.approx(2 / 3)  # never tried: the prior
+
+
+def test_drafts_grow_where_tokens_are_cheap_and_shrink_where_drafts_fail() -> None:
+    flat, steep = PassCost.linear(0.001), PassCost.linear(0.5)
+    good, bad = DraftLength(flat), DraftLength(steep)
+    for _ in range(20):
+        good.record(10, 10)
+        bad.record(10, 0)
+    assert good.choose(fed=1, cap=10) == 10
+    assert bad.choose(fed=1, cap=10) == 0
+    assert DraftLength(flat).choose(fed=1, cap=3) == 3  # the cap wins
+    # the same history drafts shorter when a fed token costs more
+    middling = [DraftLength(PassCost.linear(c)) for c in (0.01, 0.15, 0.4)]
+    for lengths in middling:
+        for accepted in (0, 2, 3, 5, 1):
+            lengths.record(8, accepted)
+    chosen = [lengths.choose(fed=1, cap=16) for lengths in middling]
+    assert chosen == sorted(chosen, reverse=True) and chosen[0] > chosen[-1]
+
+
+def test_a_stored_curve_sets_draft_lengths_and_never_the_output() -> None:
+    lm = tiny_lm("byte_level")
+    lm.name = "budget-test"  # a curve of its own, apart from the session's shared tiny models
+    assert pass_cost(lm) == DEFAULT_COST["cpu"] and curve_path(object()) is None
+    spec = structspec.Regex(r'\{"name": "(ada|bob) (ada|bob) (ada|bob)", "n": [0-9]{1,2}\}')
+    prompt = 'Copy: {"name": "ada bob ada", "n": 12} and again {"name": "ada bob ada", "n": 12}'
+    runs = {}
+    for label, seconds in (("steep", {1: 1.0, 2: 3.0}), ("flat", {1: 1.0, 16: 1.0})):
+        store_pass_cost(lm, seconds)
+        assert pass_cost(lm)(2) == pytest.approx(seconds.get(2, 1.0))
+        runs[label] = structspec.generate_result(lm, spec, prompt, draft="prompt_lookup", max_new_tokens=40)
+    assert runs["steep"].token_ids == runs["flat"].token_ids
+    drafted = {label: r.stats.drafts.get("prompt_lookup", DraftStats()).drafted for label, r in runs.items()}
+    # a token that costs two one-token passes is worth drafting only beside the prompt's many tokens
+    assert drafted["steep"] <= 1 < drafted["flat"]
+
+
+def test_pass_cost_store_writes_the_curve_decoding_reads(tmp_path) -> None:
+    model_dir = tmp_path / "tiny"
+    lm = tiny_lm("byte_level")
+    lm.model.save_pretrained(model_dir)
+    lm.tokenizer.save_pretrained(model_dir)
+    assert pass_cost_tool.main(["--model", str(model_dir), "--store", "--repeats", "1", "--context", "8"]) == 0
+    stored = pass_cost(structspec.load(str(model_dir), device="cpu"))
+    assert [n for n, _ in stored.points] == list(pass_cost_tool.STORED_WINDOWS)
+    assert stored(1) == 1.0
