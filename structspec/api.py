@@ -27,7 +27,7 @@ import pydantic
 import torch
 
 from structspec.automaton import fsm as _fsm
-from structspec.automaton.fsm import TokenFSM
+from structspec.automaton.fsm import TokenFSM, check_eos_token_ids
 from structspec.decoding.batch import RowInput, decode_batch, shared_prefix
 from structspec.decoding.drafters import Drafter, make_drafter
 from structspec.decoding.fastforward import FastForward
@@ -57,6 +57,7 @@ class Compiled:
 def compile(  # noqa: A001
     spec: Any, model: LM | str, whitespace_pattern: str = COMPACT, strict: bool = True,
     max_integer_digits: int | None = MAX_INTEGER_DIGITS, max_fraction_digits: int | None = MAX_FRACTION_DIGITS,
+    eos_token_id: int | list[int] | None = None,
 ) -> Compiled:
     """Compile ``spec`` into a token FSM for ``model``'s tokenizer (cached in memory and on disk).
 
@@ -69,12 +70,16 @@ def compile(  # noqa: A001
     cannot write digits until its budget runs out; `Compiled.narrowings` lists
     every such narrowing.
 
+    ``eos_token_id`` (an id or a list, as transformers takes it) names the tokens that end the output, each
+    allowed exactly where the output may end (default: the tokenizer's EOS); the first is the FSM's
+    ``eos_token_id``. Each must be the tokenizer's EOS or a special token (`OptionError` otherwise).
+
     Pay and measure the compile cost ahead of generation; ``fsm.info`` says how
     long it took and whether it came from the cache.
     """
     lm = load(model) if isinstance(model, str) else model
     constraint = constraint_of(spec, whitespace_pattern, strict, max_integer_digits, max_fraction_digits)
-    return Compiled(constraint, TokenFSM.from_regex(constraint.regex, lm.vocab, lm.logits_width))
+    return Compiled(constraint, TokenFSM.from_regex(constraint.regex, lm.vocab, lm.logits_width, eos_token_id))
 
 
 class GenerationConfigLike(Protocol):
@@ -97,9 +102,9 @@ class GenerateOptions:
     made (before any model loads).
 
     ``do_sample=None`` samples when ``temperature``, ``top_k`` or ``top_p`` is set and decodes greedily
-    otherwise. ``seed`` seeds the sampler. ``eos_token_id`` may only name the tokenizer's EOS (an int or a
-    list of that one id), the one end token the FSM knows. ``whitespace_pattern``, ``strict`` and the digit
-    bounds are as in `compile`. ``fast_forward`` ("off" or "exact") says whether tokens the FSM forces are
+    otherwise. ``seed`` seeds the sampler. ``eos_token_id`` (an id or a list) names the tokens that end the
+    output, as in `compile` (default: the tokenizer's EOS); decoding stops with "eos" on any of them.
+    ``whitespace_pattern``, ``strict`` and the digit bounds are as in `compile`. ``fast_forward`` ("off" or "exact") says whether tokens the FSM forces are
     appended without a model call. ``draft`` says where speculative drafts come from: ``"prompt_lookup"``
     (the default: copies from the prompt, free and lossless), a loaded LM (draft model; another tokenizer
     is translated through text), ``"self"`` (the target's first layers), ``"threshold"`` (self-draft with
@@ -157,21 +162,15 @@ class GenerateOptions:
         return DecodeOptions(self.max_new_tokens, sampling, self.seed, self.fast_forward, self.output_logprobs)
 
     def compile(self, spec: Any, lm: LM) -> Compiled:
-        """`compile` with these options' whitespace, strictness and digit bounds."""
+        """`compile` with these options' whitespace, strictness, digit bounds and end tokens."""
         return compile(spec, lm, self.whitespace_pattern, self.strict, self.max_integer_digits,
-                       self.max_fraction_digits)
+                       self.max_fraction_digits, eos_token_id=self.eos_token_id)
 
     def check_model(self, lm: LM) -> None:
-        """`OptionError` unless ``eos_token_id`` is unset or names ``lm``'s EOS. Changes nothing."""
-        if self.eos_token_id is None:
-            return
-        ids = {self.eos_token_id} if isinstance(self.eos_token_id, int) else set(self.eos_token_id)
-        eos = lm.vocab.eos_token_id
-        if ids != {eos}:
-            raise OptionError(
-                f"eos_token_id={self.eos_token_id!r}: structspec ends output with the tokenizer's EOS (id {eos}) "
-                f"only, other end tokens are not supported yet; pass eos_token_id={eos} or leave it unset"
-            )
+        """`OptionError` unless ``eos_token_id`` is unset or names end tokens ``lm``'s tokenizer has (its EOS
+        or special tokens). Changes nothing."""
+        if self.eos_token_id is not None:
+            check_eos_token_ids(lm.vocab, self.eos_token_id)
 
 
 def generate_result(

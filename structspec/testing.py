@@ -232,7 +232,7 @@ def exact_output_distribution(
         logits = lm.forward(list(prompt_ids) + list(prefix), lm.new_cache())[-1:]
         p = probabilities(fsm.mask_logits_inplace(logits, [state])[0], sampling).double()
         for token in torch.nonzero(p * prob > min_prob).flatten().tolist():
-            if token == fsm.eos_token_id:
+            if token in fsm.eos_token_ids:
                 out[prefix] = out.get(prefix, 0.0) + prob * float(p[token])
             else:
                 stack.append((prefix + (token,), fsm.next_state(state, token), prob * float(p[token])))

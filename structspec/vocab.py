@@ -50,7 +50,8 @@ class TokenVocab:
     """The bytes of every token id of one tokenizer.
 
     ``token_bytes[i]`` is ``None`` for special tokens, which never appear in
-    constrained output; EOS is handled by the FSM itself.
+    constrained output; EOS is handled by the FSM itself. ``eos_token_id`` is the
+    tokenizer's own; an FSM may end on other special tokens too (`TokenFSM.eos_token_ids`).
     """
 
     token_bytes: tuple[bytes | None, ...]

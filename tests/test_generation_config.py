@@ -73,14 +73,14 @@ def test_neutral_values_of_unsupported_fields_pass() -> None:
     assert GenerateOptions.of({}, config).decode_options() == GenerateOptions().decode_options()
 
 
-def test_eos_token_id_must_be_the_tokenizers(byte_lm: structspec.LM) -> None:
+def test_eos_token_id_must_name_special_tokens(byte_lm: structspec.LM) -> None:
     eos = byte_lm.vocab.eos_token_id
     plain = run(byte_lm, max_new_tokens=30)
     for value in (eos, [eos]):
         assert run(byte_lm, max_new_tokens=30, generation_config=GenerationConfig(eos_token_id=value)).token_ids == (
             plain.token_ids)
-    for value in ([eos, eos + 5], eos + 5):
-        with pytest.raises(OptionError, match=rf"eos_token_id=.*tokenizer's EOS \(id {eos}\)"):
+    for value in ([eos, eos + 5], eos + 5):  # id 5 is a text token (tests/test_eos.py: lists of special tokens)
+        with pytest.raises(OptionError, match=rf"eos_token_id {eos + 5} is the text token .*tokenizer's EOS \(id {eos}\)"):
             run(byte_lm, generation_config=GenerationConfig(eos_token_id=value))
 
 

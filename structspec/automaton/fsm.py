@@ -18,6 +18,7 @@ import pickle
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +28,7 @@ from structspec.automaton.dfa import DEAD, LazyDFA
 from structspec.automaton.index import TokenIndex
 from structspec.automaton.nfa import ByteNFA
 from structspec.cache import cache_dir, write_atomic
+from structspec.errors import OptionError
 from structspec.vocab import TokenVocab
 
 # Compiled indexes kept in memory, least recently used first; each keeps the masks of the states it visited.
@@ -72,30 +74,37 @@ class TokenFSM:
     info: CompileInfo
 
     @classmethod
-    def from_regex(cls, regex: str, vocab: TokenVocab, logits_width: int | None = None) -> TokenFSM:
+    def from_regex(
+        cls, regex: str, vocab: TokenVocab, logits_width: int | None = None,
+        eos_token_ids: int | Sequence[int] | None = None,
+    ) -> TokenFSM:
         """Compile (or load from cache) the FSM of ``regex`` over ``vocab``.
 
         ``logits_width`` is the model's logits size (default: the tokenizer's
-        size); ids the tokenizer does not have are never allowed. `RegexError` if
-        the regex is invalid, uses what a DFA cannot do, or matches no string.
+        size); ids the tokenizer does not have are never allowed. ``eos_token_ids``
+        are the tokens that end the output (default: the tokenizer's EOS; the first
+        is `eos_token_id`), see `check_eos_token_ids`. `RegexError` if the regex is
+        invalid, uses what a DFA cannot do, or matches no string.
         """
         start = time.perf_counter()
         width = logits_width or len(vocab)
-        # The automaton does not depend on the tokenizer: one disk entry serves every model.
+        eos = check_eos_token_ids(vocab, eos_token_ids)
+        # The automaton does not depend on the tokenizer or its end tokens: one disk entry serves every model
+        # and EOS set. The in-memory index does depend on both, so its key names them.
         # (surrogatepass: a regex may name a lone surrogate, which then matches nothing)
         digest = hashlib.sha256(f"{_FORMAT}\0{regex}".encode("utf-8", "surrogatepass")).hexdigest()[:40]
         path = cache_dir("fsm") / f"{digest}.dfa"
-        key = f"{digest}{vocab.fingerprint}:{width}"
+        key = f"{digest}{vocab.fingerprint}:{width}:{','.join(map(str, eos))}"
         with _MEMORY_LOCK:
             index = _MEMORY.get(key)
         if index is not None:
             source = "memory"
         elif path.exists():
-            index, source = TokenIndex(pickle.loads(path.read_bytes()), vocab, width), "disk"
+            index, source = TokenIndex(pickle.loads(path.read_bytes()), vocab, width, eos), "disk"
         else:
             dfa = LazyDFA(ByteNFA(regex))
             write_atomic(path, pickle.dumps(dfa, protocol=pickle.HIGHEST_PROTOCOL))
-            index, source = TokenIndex(dfa, vocab, width), "compiled"
+            index, source = TokenIndex(dfa, vocab, width, eos), "compiled"
         with _MEMORY_LOCK:
             _MEMORY[key] = index
             _MEMORY.move_to_end(key)
@@ -117,14 +126,20 @@ class TokenFSM:
 
     @property
     def eos_token_id(self) -> int:
-        return self.vocab.eos_token_id
+        """The primary end token (the first of `eos_token_ids`), for code that needs one id."""
+        return self.index.eos_token_ids[0]
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        """Every token that ends the output: each is allowed exactly in final states."""
+        return self.index.eos_token_ids
 
     def is_final(self, state: int) -> bool:
-        """Whether the text so far is a complete match (EOS is allowed). Does not change anything."""
+        """Whether the text so far is a complete match (the EOS ids are allowed). Does not change anything."""
         return self.index.dfa.is_final(state)
 
     def allowed_token_ids(self, state: int) -> np.ndarray:
-        """Token ids allowed in ``state``, ascending, EOS included when final: a read-only int array.
+        """Token ids allowed in ``state``, ascending, every EOS id included when final: a read-only int array.
 
         `UnspellableError` (naming the characters needed) if the state is not final and the
         vocabulary has no token for what comes next; so do `is_complete` and the mask fill.
@@ -135,21 +150,20 @@ class TokenFSM:
         return self.index.allowed_token_ids(state)
 
     def is_complete(self, state: int) -> bool:
-        """Whether EOS is the only way on: the output is finished without asking the model.
+        """Whether an EOS id is the only way on: the output is finished without asking the model.
 
         Does not change the language (caches like `allowed_token_ids`).
         """
-        allowed = self.allowed_token_ids(state)
-        return len(allowed) == 1 and allowed[0] == self.eos_token_id
+        return len(self.allowed_token_ids(state)) == len(self.eos_token_ids) and self.is_final(state)
 
     def next_state(self, state: int, token_id: int) -> int | None:
-        """The state after ``token_id``, or None if the token is not allowed (EOS leads to no state).
+        """The state after ``token_id``, or None if the token is not allowed (an EOS id leads to no state).
 
         Builds the rows it reaches: the table grows, the language does not.
         """
         token_bytes = self.vocab.token_bytes
         data = token_bytes[token_id] if 0 <= token_id < len(token_bytes) else None
-        if token_id == self.eos_token_id or not data:
+        if not data or token_id in self.eos_token_ids:
             return None
         nxt = self.index.dfa.step(state, data)
         return None if nxt == DEAD else nxt
@@ -193,6 +207,29 @@ class TokenFSM:
             self.fill_next_token_bitmask(bitmask, row, state)
         apply_token_bitmask_inplace(logits[: len(states)], bitmask)
         return logits
+
+
+def check_eos_token_ids(vocab: TokenVocab, eos_token_ids: int | Sequence[int] | None) -> tuple[int, ...]:
+    """``eos_token_ids`` (an id or ids) without repeats, in order; None: the tokenizer's EOS alone.
+    Changes nothing.
+
+    `OptionError` for an empty list, or an id that is not the tokenizer's EOS nor one of its special
+    tokens (an end token must add no text, so it can never also be part of the output).
+    """
+    if eos_token_ids is None:
+        return (vocab.eos_token_id,)
+    given = [eos_token_ids] if isinstance(eos_token_ids, int) else eos_token_ids
+    ids = tuple(dict.fromkeys(int(i) for i in given))
+    if not ids:
+        raise OptionError("eos_token_id=[] names no end token: pass at least one id, or leave it unset")
+    for i in ids:
+        if i != vocab.eos_token_id and not (0 <= i < len(vocab) and vocab.token_bytes[i] is None):
+            spelled = f"the text token {vocab.token_bytes[i]!r}" if 0 <= i < len(vocab) else "not a token"
+            raise OptionError(
+                f"eos_token_id {i} is {spelled}: an end token must be the tokenizer's EOS (id "
+                f"{vocab.eos_token_id}) or another special token, such as an instruct model's <|im_end|>"
+            )
+    return ids
 
 
 def apply_token_bitmask_inplace(logits: torch.Tensor, bitmask: torch.Tensor) -> None:

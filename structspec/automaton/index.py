@@ -8,6 +8,8 @@ first asks for it: the whole vocabulary is walked through the DFA at once with
 numpy, one vectorized step per byte position, and tokens drop out as soon as they
 hit the dead state. The conventions are outlines-core's (EOS is allowed exactly in
 final states), so the two can be compared state by state; `tests/test_automaton.py` does.
+Where several tokens end the output (an instruct model's ``<|im_end|>`` beside the
+tokenizer's EOS), each of them is allowed exactly in final states.
 """
 
 from __future__ import annotations
@@ -56,16 +58,19 @@ _VOCAB_BYTES: dict[str, _VocabBytes] = {}
 
 
 class TokenIndex:
-    """A `LazyDFA` over one vocabulary and logits width: per-state allowed token ids and packed masks.
+    """A `LazyDFA` over one vocabulary, logits width and set of end tokens: per-state allowed token ids and
+    packed masks. ``eos_token_ids`` are special tokens (no bytes) or the tokenizer's EOS, so no walk meets them.
 
     Each state's answers are computed when first asked and kept (one cache per
     answer), under a lock, so threads sharing an index get what one thread would.
     """
 
-    def __init__(self, dfa: LazyDFA, vocab: TokenVocab, logits_width: int) -> None:
+    def __init__(self, dfa: LazyDFA, vocab: TokenVocab, logits_width: int, eos_token_ids: tuple[int, ...]) -> None:
         self.dfa = dfa
         self.vocab = vocab
         self.logits_width = logits_width
+        self.eos_token_ids = eos_token_ids
+        self._eos_sorted = np.array(sorted(eos_token_ids), dtype=np.int32)
         if vocab.fingerprint not in _VOCAB_BYTES:
             _VOCAB_BYTES[vocab.fingerprint] = _VocabBytes(vocab)
         self._vocab_bytes = _VOCAB_BYTES[vocab.fingerprint]
@@ -74,7 +79,7 @@ class TokenIndex:
         self._lock = threading.RLock()  # reentrant: a packed mask is built from the allowed ids
 
     def allowed_token_ids(self, state: int) -> np.ndarray:
-        """Allowed token ids in ``state``, ascending, EOS included when final: a read-only int32 array.
+        """Allowed token ids in ``state``, ascending, every EOS id included when final: a read-only int32 array.
 
         `UnspellableError` if ``state`` is not final and no token the model can produce
         is allowed (the vocabulary cannot spell what comes next). Does not change the language; the first call per state walks the vocabulary
@@ -104,8 +109,7 @@ class TokenIndex:
         if state != DEAD and not self.dfa.is_final(state) and not (ids < self.logits_width).any():
             raise UnspellableError(state, self.dfa.next_characters(state))
         if self.dfa.is_final(state):
-            eos = self.vocab.eos_token_id
-            ids = np.insert(ids, np.searchsorted(ids, eos), eos)
+            ids = np.insert(ids, np.searchsorted(ids, self._eos_sorted), self._eos_sorted)
         ids.setflags(write=False)
         return ids
 

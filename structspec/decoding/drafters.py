@@ -202,9 +202,9 @@ class ModelDrafter(_DraftModel):
             return step
         logits = _fit(self._context.logits_after(context), fsm.logits_width)
         fsm.mask_logits_inplace(logits[None], [state])
-        # A candidate cannot carry EOS, so the draft distribution is q without EOS: drawing from full q and
-        # dropping an EOS draw would bias speculative sampling.
-        logits[fsm.eos_token_id] = float("-inf")
+        # A candidate cannot carry EOS, so the draft distribution is q without the EOS ids: drawing from full q
+        # and dropping an EOS draw would bias speculative sampling.
+        logits[list(fsm.eos_token_ids)] = float("-inf")
         if torch.isinf(logits).all():
             return None
         if sampling.do_sample:

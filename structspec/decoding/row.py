@@ -188,7 +188,7 @@ class RowDecode:
             state = self.states[-1]
         if self.fsm.is_complete(state):  # the candidate finished the output; the target's token is EOS
             self._finish("fsm_complete")
-        elif token == self.fsm.eos_token_id:
+        elif token in self.fsm.eos_token_ids:
             self._finish("eos")
         elif len(self.out) == self.options.max_new_tokens:
             self._finish("max_new_tokens")

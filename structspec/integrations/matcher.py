@@ -93,9 +93,11 @@ def token_fsm(
 
 
 def eos_only_row(fsm: TokenFSM) -> torch.Tensor:
-    """A packed bitmask row allowing EOS alone: the mask of an output that has ended. Does not change the FSM."""
+    """A packed bitmask row allowing the EOS ids alone: the mask of an output that has ended. Does not change the
+    FSM."""
     words = np.zeros(-(-fsm.logits_width // 32), dtype=np.uint32)
-    words[fsm.eos_token_id // 32] = np.uint32(1 << (fsm.eos_token_id % 32))
+    for eos in fsm.eos_token_ids:
+        words[eos // 32] |= np.uint32(1 << (eos % 32))
     return torch.from_numpy(words.view(np.int32))
 
 
@@ -204,7 +206,7 @@ class Matcher:
             return []
         states = self.fsm.walk(self.state, token_ids)
         n = len(states)
-        if n < len(token_ids) and token_ids[n] == self.fsm.eos_token_id:
+        if n < len(token_ids) and token_ids[n] in self.fsm.eos_token_ids:
             if self.fsm.is_final(states[-1] if states else self.state):
                 states.append(ENDED)
         return states
