@@ -39,6 +39,7 @@ from structspec.lm import LM, Prompt, load
 from structspec.result import FieldDone, Finished, Result, Stats, StreamEvent, TextChunk
 from structspec.schema import COMPACT, Constraint, constraint_of
 from structspec.schema.bounds import MAX_FRACTION_DIGITS, MAX_INTEGER_DIGITS
+from structspec.schema.reach import MAX_RECURSION_DEPTH
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ class Compiled:
 def compile(  # noqa: A001
     spec: Any, model: LM | str, whitespace_pattern: str = COMPACT, strict: bool = True,
     max_integer_digits: int | None = MAX_INTEGER_DIGITS, max_fraction_digits: int | None = MAX_FRACTION_DIGITS,
-    eos_token_id: int | list[int] | None = None,
+    eos_token_id: int | list[int] | None = None, max_recursion_depth: int = MAX_RECURSION_DEPTH,
 ) -> Compiled:
     """Compile ``spec`` into a token FSM for ``model``'s tokenizer (cached in memory and on disk).
 
@@ -68,7 +69,8 @@ def compile(  # noqa: A001
     Numbers the schema leaves unbounded get at most ``max_integer_digits`` integer
     and ``max_fraction_digits`` fraction digits (None lifts a bound), so a model
     cannot write digits until its budget runs out; `Compiled.narrowings` lists
-    every such narrowing.
+    every such narrowing. A recursive ``$ref`` (a tree of nodes) nests at most
+    ``max_recursion_depth`` levels; at the deepest level the member that would recurse is not offered.
 
     ``eos_token_id`` (an id or a list, as transformers takes it) names the tokens that end the output, each
     allowed exactly where the output may end (default: the tokenizer's EOS); the first is the FSM's
@@ -78,7 +80,8 @@ def compile(  # noqa: A001
     long it took and whether it came from the cache.
     """
     lm = load(model) if isinstance(model, str) else model
-    constraint = constraint_of(spec, whitespace_pattern, strict, max_integer_digits, max_fraction_digits)
+    constraint = constraint_of(spec, whitespace_pattern, strict, max_integer_digits, max_fraction_digits,
+                               max_recursion_depth)
     return Compiled(constraint, TokenFSM.from_regex(constraint.regex, lm.vocab, lm.logits_width, eos_token_id))
 
 
@@ -104,7 +107,8 @@ class GenerateOptions:
     ``do_sample=None`` samples when ``temperature``, ``top_k`` or ``top_p`` is set and decodes greedily
     otherwise. ``seed`` seeds the sampler. ``eos_token_id`` (an id or a list) names the tokens that end the
     output, as in `compile` (default: the tokenizer's EOS); decoding stops with "eos" on any of them.
-    ``whitespace_pattern``, ``strict`` and the digit bounds are as in `compile`. ``fast_forward`` ("off" or "exact") says whether tokens the FSM forces are
+    ``whitespace_pattern``, ``strict``, the digit bounds and ``max_recursion_depth`` are as in `compile`.
+    ``fast_forward`` ("off" or "exact") says whether tokens the FSM forces are
     appended without a model call. ``draft`` says where speculative drafts come from: ``"prompt_lookup"``
     (the default: copies from the prompt, free and lossless), a loaded LM (draft model; another tokenizer
     is translated through text), ``"self"`` (the target's first layers), ``"threshold"`` (self-draft with
@@ -126,6 +130,7 @@ class GenerateOptions:
     strict: bool = True
     max_integer_digits: int | None = MAX_INTEGER_DIGITS
     max_fraction_digits: int | None = MAX_FRACTION_DIGITS
+    max_recursion_depth: int = MAX_RECURSION_DEPTH
     fast_forward: FastForward = "exact"
     draft: Drafter | LM | str | None = "prompt_lookup"
     output_logprobs: bool = False
@@ -162,9 +167,9 @@ class GenerateOptions:
         return DecodeOptions(self.max_new_tokens, sampling, self.seed, self.fast_forward, self.output_logprobs)
 
     def compile(self, spec: Any, lm: LM) -> Compiled:
-        """`compile` with these options' whitespace, strictness, digit bounds and end tokens."""
+        """`compile` with these options' whitespace, strictness, digit bounds, end tokens and recursion depth."""
         return compile(spec, lm, self.whitespace_pattern, self.strict, self.max_integer_digits,
-                       self.max_fraction_digits, eos_token_id=self.eos_token_id)
+                       self.max_fraction_digits, self.eos_token_id, self.max_recursion_depth)
 
     def check_model(self, lm: LM) -> None:
         """`OptionError` unless ``eos_token_id`` is unset or names end tokens ``lm``'s tokenizer has (its EOS

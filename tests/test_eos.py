@@ -1,7 +1,7 @@
 """Several end tokens: an instruct model's ``<|im_end|>`` beside the tokenizer's EOS.
 
 The byte-level tiny tokenizer has three special tokens: ``<eos>`` (0, its EOS), ``<bos>`` (1) and
-``<|im_start|>`` (2). Id 2 stands in for a second end token here; a hook on the LM head makes the random
+``<|im_start|>`` (2). Id 2 stands in for a second end token here; the `prefers_second` fixture makes the random
 model prefer it wherever it is allowed, so the output ends on it as soon as the language may end.
 """
 
@@ -25,16 +25,21 @@ SPEC = structspec.Regex("[a-z]{1,6}")
 
 @pytest.fixture
 def prefers_second(byte_lm: structspec.LM) -> Iterator[structspec.LM]:
-    """``byte_lm`` with a large bonus on the SECOND token's logit, removed after the test."""
+    """``byte_lm`` preferring the SECOND token wherever it is allowed; restored after the test.
 
-    def bonus(module: torch.nn.Module, inputs: tuple, output: torch.Tensor) -> torch.Tensor:
-        output = output.clone()
-        output[..., SECOND] += 1000.0
-        return output
-
-    handle = byte_lm.model.lm_head.register_forward_hook(bonus)
+    The final norm's output is pinned to SECOND's (lengthened) output-embedding row, so however the LM head
+    is applied (whole, or to the allowed rows only), SECOND's logit is by far the largest.
+    """
+    head = byte_lm.model.get_output_embeddings().weight
+    saved = head[SECOND].detach().clone()
+    with torch.no_grad():
+        head[SECOND] *= 10
+    direction = head[SECOND].detach().clone()
+    handle = byte_lm.model.model.norm.register_forward_hook(lambda module, inputs, out: direction.expand_as(out))
     yield byte_lm
     handle.remove()
+    with torch.no_grad():
+        head[SECOND] = saved
 
 
 def _final_states(fsm: TokenFSM, letter: int) -> list[int]:

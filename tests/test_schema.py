@@ -88,7 +88,8 @@ def test_parsers_return_the_promised_values() -> None:
         ({"type": "string", "pattern": 'a"b'}, "pattern", "/"),
         ({"type": "object", "properties": {"a": {"type": "number", "multipleOf": 2}}}, "multipleOf", "/properties/a"),
         ({"type": "array", "items": {"type": "string"}, "uniqueItems": True}, "uniqueItems", "/"),
-        ({"type": "object", "properties": {"a": {"type": "string"}}, "minProperties": 1}, "minProperties", "/"),
+        ({"type": "object", "properties": {c: {"type": "string"} for c in "abcdefghi"}, "minProperties": 1},
+         "minProperties", "/"),  # 9 optional members: more than reach.MAX_OPTIONAL
         ({"type": "object", "properties": {"xa": {"type": "integer"}}, "patternProperties": {"^x": {"type": "string"}}},
          "patternProperties", "/"),  # "xa" would need both schemas
         ({"type": "object", "patternProperties": {"(^a$|b)": {"type": "string"}}}, "patternProperties", "/"),
@@ -98,12 +99,12 @@ def test_parsers_return_the_promised_values() -> None:
         ({"oneOf": [{"type": "integer"}, {"type": "integer"}]}, "oneOf", "/"),
         ({"type": "string", "maxLength": 3, "pattern": "a+b"}, "pattern", "/"),
         ({"type": "string", "format": "uri-template"}, "format", "/"),
-        ({"not": {"type": "string"}}, "not", "/"),
+        ({"type": "string", "not": {"const": "x"}}, "not", "/"),  # no complement in the regex layer
         ({"enum": [1], "type": "string"}, "enum", "/"),
         ({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["b"], "additionalProperties": False},
          "required", "/"),
-        ({"$defs": {"n": {"type": "object", "properties": {"next": {"$ref": "#/$defs/n"}}}},
-          "$ref": "#/$defs/n"}, "$ref", "/$defs/n/properties/next"),
+        ({"$defs": {"n": {"type": "object", "properties": {"next": {"$ref": "#/$defs/n"}}, "required": ["next"]}},
+          "$ref": "#/$defs/n"}, "$ref", "/"),  # every value recurses past max_recursion_depth
         ({"type": "integer", "maximum": "ten"}, "maximum", "/"),  # not a schema at all
         ({"type": "object", "properties": {"a": {"type": "strin"}}}, "type", "/properties/a"),
         ({"type": "object", "required": ["a", 1]}, "required", "/"),
@@ -347,7 +348,7 @@ def test_pattern_properties_are_enforced(schema: dict, good: list[str], bad: lis
     [
         ({"type": "object", "minProperties": 2}, "minProperties"),  # outlines-core counts only to one
         ({"type": "object", "additionalProperties": {"type": "integer"}, "maxProperties": 3}, "maxProperties"),
-        ({"type": "object", "properties": {"a": {}, "b": {}}, "minProperties": 1}, "minProperties"),
+        ({"type": "object", "properties": {"a": {}}, "required": ["a"], "maxProperties": 0}, "maxProperties"),
         ({"allOf": [{"type": "string"}, {"type": "integer"}]}, "allOf"),  # nothing matches both
         ({"type": "string", "anyOf": [{"type": "integer"}, {"type": "null"}]}, "anyOf"),
     ],

@@ -4,7 +4,9 @@ constrains decoding and the parser of its output.
 Modules, each one concept: `constraint` (the `Regex` and `Constraint` types), `spec`
 (resolving a spec), `keywords` (keyword tables, JSON types), `pointers` (JSON pointers
 and `$ref`), `validation` (a schema's draft: metaschema check, output validator),
-`checker` (rejecting what the translation would ignore), `merge` (two nodes as one),
+`checker` (rejecting what the translation would ignore), `reach` (property counts,
+dependentRequired, uniqueItems, ``not`` and recursive ``$ref`` as nodes it can translate),
+`merge` (two nodes as one),
 `emit` (the checked schema as a regex, through outlines-core), `bounds` (numeric
 bounds as digit regexes), `patterns` (ECMA patterns as JSON-safe regexes) and
 `grammars` (the named-grammar catalogue).

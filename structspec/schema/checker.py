@@ -19,7 +19,7 @@ import jsonschema
 
 from structspec.automaton.nfa import ByteNFA
 from structspec.errors import RegexError, SchemaError
-from structspec.schema import grammars
+from structspec.schema import grammars, reach
 from structspec.schema.bounds import (
     CAP,
     Digits,
@@ -174,6 +174,23 @@ class _Checker:
                 if not any(branches):
                     raise SchemaError(key, ptr, "no branch admits a value that matches the keywords beside it")
                 return {key: [b for b in branches if b is not False]}, ptr, refs
+        return self._reached(node, ptr, refs)
+
+    def _reached(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...]) -> tuple[Any, str, tuple] | None:
+        """The rewrite of `reach` for ``not``, unique items, or property counts and dependencies; None if the
+        node has none of them. Under ``strict=False`` a keyword that cannot be rewritten is dropped."""
+        try:
+            if self._has(node, "not"):
+                return reach.without_not(node, self.document, ptr), ptr, refs
+            if node.get("uniqueItems") is False:
+                return {k: v for k, v in node.items() if k != "uniqueItems"}, ptr, refs
+            if self._has(node, "uniqueItems"):
+                return reach.unique_arrays(node, self.document, ptr), ptr, refs
+            if isinstance(node.get("properties"), dict) and "patternProperties" not in node and (
+                    reach.counts_properties(node)):
+                return reach.property_branches(node, ptr), ptr, refs
+        except SchemaError as e:
+            self._unenforced(node, e.keyword, ptr, e.reason)
         return None
 
     def _merged(self, node: dict[str, Any], key: str, ptr: str, merged: Any, refs: tuple[str, ...]) -> Any:

@@ -15,19 +15,23 @@ from structspec.errors import OptionError, SpecError
 from structspec.schema.bounds import MAX_FRACTION_DIGITS, MAX_INTEGER_DIGITS, Digits
 from structspec.schema.checker import check
 from structspec.schema.constraint import COMPACT, Constraint, Regex
+from structspec.schema.reach import MAX_RECURSION_DEPTH, unroll
 from structspec.schema.validation import validator
 
 
 def to_regex(spec: Any, whitespace_pattern: str = COMPACT, strict: bool = True,
              max_integer_digits: int | None = MAX_INTEGER_DIGITS,
-             max_fraction_digits: int | None = MAX_FRACTION_DIGITS) -> str:
+             max_fraction_digits: int | None = MAX_FRACTION_DIGITS,
+             max_recursion_depth: int = MAX_RECURSION_DEPTH) -> str:
     """The regex structspec constrains decoding with, for handing the same constraint to another engine."""
-    return constraint_of(spec, whitespace_pattern, strict, max_integer_digits, max_fraction_digits).regex
+    return constraint_of(spec, whitespace_pattern, strict, max_integer_digits, max_fraction_digits,
+                         max_recursion_depth).regex
 
 
 def constraint_of(spec: Any, whitespace_pattern: str = COMPACT, strict: bool = True,
                   max_integer_digits: int | None = MAX_INTEGER_DIGITS,
-                  max_fraction_digits: int | None = MAX_FRACTION_DIGITS) -> Constraint:
+                  max_fraction_digits: int | None = MAX_FRACTION_DIGITS,
+                  max_recursion_depth: int = MAX_RECURSION_DEPTH) -> Constraint:
     """Resolve any supported spec: `Regex`, Pydantic model class, JSON Schema (dict, bool or str), or type.
 
     ``strict=False`` drops the schema keywords structspec cannot enforce, with a
@@ -36,16 +40,21 @@ def constraint_of(spec: Any, whitespace_pattern: str = COMPACT, strict: bool = T
     still validates everything). Numbers the schema leaves unbounded get at most
     ``max_integer_digits`` integer and ``max_fraction_digits`` fraction digits (None
     lifts a bound), so a model cannot write digits until its budget runs out; every
-    such narrowing is listed in ``Constraint.narrowings``.
+    such narrowing is listed in ``Constraint.narrowings``. A recursive ``$ref`` (a tree of nodes) nests at
+    most ``max_recursion_depth`` levels; at the deepest level the member that would recurse is not offered
+    (listed in the narrowings too).
     """
     for name, value in (("max_integer_digits", max_integer_digits), ("max_fraction_digits", max_fraction_digits)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise OptionError(f"{name} must be an int >= 1 or None (no bound), got {value!r}")
+    if isinstance(max_recursion_depth, bool) or not isinstance(max_recursion_depth, int) or max_recursion_depth < 1:
+        raise OptionError(f"max_recursion_depth must be an int >= 1, got {max_recursion_depth!r}")
     digits = Digits(max_integer_digits, max_fraction_digits)
     if isinstance(spec, Regex):
         return Constraint(spec.pattern, lambda text: text, None)
     if isinstance(spec, type) and issubclass(spec, pydantic.BaseModel):
-        return _json_constraint(spec.model_json_schema(), whitespace_pattern, strict, digits, spec.model_validate_json)
+        return _json_constraint(spec.model_json_schema(), whitespace_pattern, strict, digits, max_recursion_depth,
+                                spec.model_validate_json)
     if isinstance(spec, str):
         try:
             spec = json.loads(spec)
@@ -57,16 +66,17 @@ def constraint_of(spec: Any, whitespace_pattern: str = COMPACT, strict: bool = T
         if not isinstance(spec, (dict, bool)):
             raise SpecError(f"a str spec must be a JSON Schema document, an object or a boolean, and this one "
                             f"is a {type(spec).__name__}; wrap a regex in structspec.Regex(...)")
-        return _json_constraint(spec, whitespace_pattern, strict, digits, None)
+        return _json_constraint(spec, whitespace_pattern, strict, digits, max_recursion_depth, None)
     if isinstance(spec, (dict, bool)):
-        return _json_constraint(spec, whitespace_pattern, strict, digits, None)
+        return _json_constraint(spec, whitespace_pattern, strict, digits, max_recursion_depth, None)
     if isinstance(spec, (type, enum.EnumMeta)) or get_origin(spec) is not None:
         try:
             adapter = pydantic.TypeAdapter(spec)
             schema = adapter.json_schema()
         except (pydantic.PydanticSchemaGenerationError, pydantic.PydanticUserError, TypeError) as e:
             raise SpecError(f"cannot derive a JSON Schema from {spec!r}: {e}") from None
-        return _json_constraint(schema, whitespace_pattern, strict, digits, adapter.validate_json)
+        return _json_constraint(schema, whitespace_pattern, strict, digits, max_recursion_depth,
+                                adapter.validate_json)
     raise SpecError(
         f"unsupported output spec {spec!r} ({type(spec).__name__}); pass a Pydantic model class, "
         "a JSON Schema (dict or str), structspec.Regex(...), a Literal/Enum, or int/float/bool/str"
@@ -74,14 +84,15 @@ def constraint_of(spec: Any, whitespace_pattern: str = COMPACT, strict: bool = T
 
 
 def _json_constraint(
-    schema: dict[str, Any] | bool, whitespace_pattern: str, strict: bool, digits: Digits,
+    schema: dict[str, Any] | bool, whitespace_pattern: str, strict: bool, digits: Digits, depth: int,
     parse: Callable[[str], Any] | None,
 ) -> Constraint:
-    """``parse=None``: parse JSON and validate it against the schema (less any dropped keywords)."""
+    """``parse=None``: parse JSON and validate it against the schema (less any dropped keywords); ``depth``
+    is ``max_recursion_depth``."""
     if schema is False:
         raise SpecError("the JSON Schema false admits no value, so there is nothing to generate; "
                         "pass a schema that some value matches")
-    document = {} if schema is True else schema  # true: any JSON value
+    document, unrolled = unroll({} if schema is True else schema, depth)  # true: any JSON value
     rewrites = check(document, strict, whitespace_pattern, digits)
     if rewrites.dropped:
         warnings.warn(
@@ -98,4 +109,4 @@ def _json_constraint(
             validate(value)
             return value
 
-    return Constraint(regex, parse, schema, tuple(rewrites.narrowings))
+    return Constraint(regex, parse, schema, (*unrolled, *rewrites.narrowings))

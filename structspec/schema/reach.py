@@ -1,0 +1,237 @@
+"""Keywords a regex cannot state directly, rewritten into equivalent nodes the translation can: property
+counts and dependencies (one branch per allowed set of optional members), unique items (one branch per
+arrangement of the item values), ``not`` (over a type, or removing values from a finite set), and recursive
+``$ref`` (unrolled to a depth). Each rewrite is exact, or a `SchemaError` naming keyword and pointer; the
+unrolled recursion is a narrowing the caller lists. Pure functions: no input is changed.
+"""
+
+from __future__ import annotations
+
+from itertools import combinations, permutations
+from math import perm
+from typing import Any
+
+import jsonschema
+
+from structspec.errors import SchemaError
+from structspec.schema.keywords import ANNOTATIONS, LITERALS, NAMED, VALIDATION, type_set
+from structspec.schema.pointers import Document, join
+
+MAX_OPTIONAL = 8
+"""Property counts and dependencies are enforced by one branch per set of optional members present, so for at
+most this many optional members (2**8 = 256 sets)."""
+
+MAX_ARRANGEMENTS = 256
+"""``uniqueItems`` is enforced by one branch per arrangement of distinct item values, up to this many."""
+
+MAX_RECURSION_DEPTH = 3
+"""How many levels a recursive definition nests by default (the ``max_recursion_depth`` option)."""
+
+_COUNTING = ("minProperties", "maxProperties", "dependentRequired", "dependencies")
+_JSON_TYPES = ("null", "boolean", "object", "array", "number", "string")
+
+
+def counts_properties(node: dict[str, Any]) -> bool:
+    """Whether ``node`` (an object with listed ``properties``) bounds which of them are present beyond
+    ``required``: counts the translation would not enforce, or dependencies."""
+    props, required = node.get("properties", {}), set(node.get("required", []))
+    return ("dependentRequired" in node or "dependencies" in node or node.get("minProperties", 0) > len(required)
+            or node.get("maxProperties", len(props)) < len(props))
+
+
+def property_branches(node: dict[str, Any], ptr: str) -> dict[str, Any]:
+    """``node`` as one branch per set of present members that its counts and dependencies allow, each branch
+    with exactly those members required (objects are written with listed properties only, so the count of
+    members is the count of properties). `SchemaError` above `MAX_OPTIONAL` optional members or when no set
+    is allowed."""
+    keyword = next(k for k in _COUNTING if k in node) if any(k in node for k in _COUNTING) else "properties"
+    props, required = node["properties"], set(node.get("required", []))
+    depends = {**_dependencies(node, ptr), **node.get("dependentRequired", {})}
+    optional = [n for n in props if n not in required]
+    if len(optional) > MAX_OPTIONAL:
+        raise SchemaError(keyword, ptr, f"{len(optional)} optional properties: counts and dependencies are "
+                          f"enforced by listing each set of present members, for at most {MAX_OPTIONAL} optional "
+                          "ones; make more of them required or split the object")
+    low, high = node.get("minProperties", 0), node.get("maxProperties", len(props))
+    rest = {k: v for k, v in node.items() if k not in _COUNTING}
+    branches = []
+    for size in range(len(optional) + 1):
+        for chosen in combinations(optional, size):
+            present = required | set(chosen)
+            if low <= len(present) <= high and all(set(needs) <= present for n, needs in depends.items()
+                                                   if n in present):
+                names = [n for n in props if n in present]
+                branches.append(rest | {"properties": {n: props[n] for n in names}, "required": names})
+    if not branches:
+        raise SchemaError(keyword, ptr, "no set of the listed properties satisfies the property counts and "
+                          "dependencies together")
+    return branches[0] if len(branches) == 1 else {"anyOf": branches}
+
+
+def _dependencies(node: dict[str, Any], ptr: str) -> dict[str, list[str]]:
+    """The property-presence form of draft 7's ``dependencies``; `SchemaError` for its schema form."""
+    found = node.get("dependencies", {})
+    if not all(isinstance(v, list) for v in found.values()):
+        raise SchemaError("dependencies", ptr, "a schema dependency (a subschema applied when a property is "
+                          "present) is not supported; only lists of property names (dependentRequired)")
+    return found
+
+
+def unique_arrays(node: dict[str, Any], document: Document, ptr: str) -> dict[str, Any]:
+    """An array node with ``uniqueItems: true`` as one branch per arrangement of distinct item values (items
+    an enum, a const or a boolean). `SchemaError` for other items, other array keywords, or more than
+    `MAX_ARRANGEMENTS` arrangements: a regex cannot remember which items came before."""
+    others = [k for k in node if k in VALIDATION and k not in ("type", "items", "uniqueItems", "minItems",
+                                                                "maxItems")]
+    items = document.resolve(node["items"]) if isinstance(node.get("items"), dict) else None
+    values = None if items is None or others else _finite_values(items)
+    if values is None:
+        raise SchemaError("uniqueItems", ptr, "enforced only for arrays whose items are an enum, a const or a "
+                          "boolean (with type, minItems and maxItems beside it): a regex cannot remember which "
+                          "items came before")
+    distinct: dict[Any, Any] = {}
+    for v in values:  # jsonschema's equality: 1 and 1.0 are one value, 1 and true are two
+        distinct.setdefault(("number", float(v)) if _is_number(v) else (type(v).__name__, v), v)
+    choices = list(distinct.values())
+    low, high = node.get("minItems", 0), min(node.get("maxItems", len(choices)), len(choices))
+    if low > high:
+        raise SchemaError("uniqueItems", ptr, f"minItems {low} is more than the {len(choices)} distinct values "
+                          "the items can take")
+    count = sum(perm(len(choices), k) for k in range(low, high + 1))
+    if count > MAX_ARRANGEMENTS:
+        raise SchemaError("uniqueItems", ptr, f"{count} arrangements of {len(choices)} distinct values: enforced "
+                          f"by listing each, for at most {MAX_ARRANGEMENTS}; lower maxItems or shorten the enum")
+    branches = [{"type": "array", "maxItems": 0} if not k else
+                {"type": "array", "prefixItems": [{"const": v} for v in arrangement], "items": False}
+                for k in range(low, high + 1) for arrangement in permutations(choices, k)]
+    return branches[0] if len(branches) == 1 else {"anyOf": branches}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _finite_values(node: dict[str, Any]) -> list[Any] | None:
+    """Every value ``node`` admits, when it is a scalar enum, const, boolean or null; None otherwise."""
+    keys = {k for k in node if k in VALIDATION}
+    if keys <= {"enum", "type"} and "enum" in node or keys <= {"const", "type"} and "const" in node:
+        values = node.get("enum", [node.get("const")])
+        if any(isinstance(v, (dict, list)) for v in values):
+            return None
+        return [v for v in values if "type" not in node or jsonschema.Draft202012Validator(
+            {"type": node["type"]}).is_valid(v)]
+    if keys == {"type"} and type_set(node["type"]) <= {"boolean", "null"}:
+        return [v for v in (True, False, None) if jsonschema.Draft202012Validator({"type": node["type"]}).is_valid(v)]
+    return None
+
+
+def without_not(node: dict[str, Any], document: Document, ptr: str) -> dict[str, Any]:
+    """``node`` with its ``not`` folded in: the values of a finite node (enum, const, boolean, null) that the
+    ``not`` schema rejects, or a ``type`` less the excluded types (``not`` over a type alone).
+    `SchemaError` otherwise: the regex layer (Python's re syntax) has no complement or lookahead, so the
+    strings or numbers outside a set cannot be written."""
+    sub = document.resolve(node["not"]) if isinstance(node["not"], dict) else node["not"]
+    rest = {k: v for k, v in node.items() if k != "not"}
+    if sub is True or sub is False:
+        if sub is True:
+            raise SchemaError("not", ptr, "not: true admits no value")
+        return rest or {"anyOf": [{"type": t} for t in _JSON_TYPES]}
+    values = _finite_values(rest)
+    if values is not None:
+        keep = [v for v in values if not jsonschema.Draft202012Validator(sub).is_valid(v)]
+        if not keep:
+            raise SchemaError("not", ptr, "every value the node admits is excluded")
+        return {"enum": keep}
+    if {k for k in sub if k in VALIDATION} == {"type"}:
+        excluded = type_set(sub["type"]) | ({"integer"} if "number" in type_set(sub["type"]) else set())
+        kept = [t for t in (type_set(node["type"]) if "type" in node else _JSON_TYPES) if t not in excluded]
+        if "integer" in excluded and "number" in kept:
+            raise SchemaError("not", ptr, "numbers that are not integers cannot be told apart by the regex layer; "
+                              "use type: integer or type: number")
+        if not kept:
+            raise SchemaError("not", ptr, "no type is left once the excluded types are removed")
+        return rest | {"type": kept[0] if len(kept) == 1 else kept}
+    raise SchemaError("not", ptr, "the regex layer (Python's re syntax) has no complement or lookahead, so "
+                      "'not' is enforced only over a type alone, or on an enum, const, boolean or null node; "
+                      "list the allowed values with enum instead")
+
+
+def unroll(schema: Any, depth: int) -> tuple[Any, list[str]]:
+    """``schema`` with every ``$ref`` inlined when one is recursive (``schema`` itself otherwise): a recursive
+    definition nests at most ``depth`` levels, and at the deepest level a member that would recurse is not
+    offered (an optional property left out, an array kept empty, an ``anyOf``/``oneOf`` branch dropped).
+    Returns the schema and the narrowings made ("pointer: what"). `SchemaError` where a required member would
+    recurse past ``depth``. Does not change ``schema``."""
+    document = Document(schema)
+    if not _has_cycle(schema, document, (), set()):
+        return schema, []
+    narrowed: dict[str, None] = {}
+
+    def expand(node: Any, chain: tuple[str, ...], ptr: str) -> Any:
+        if isinstance(node, list):
+            return [expand(n, chain, join(ptr, i)) for i, n in enumerate(node)]
+        if not isinstance(node, dict):
+            return node
+        ptr = document.pointer(node, ptr)
+        if isinstance(node.get("$ref"), str):
+            ref = node["$ref"]
+            if chain.count(ref) >= depth:
+                narrowed[f"{ptr or '/'}: recursive {ref!r} nests at most {depth} levels (max_recursion_depth)"] = None
+                return False
+            target = expand(document.resolve(node), chain + (ref,), ptr)
+            rest = expand({k: v for k, v in node.items() if k != "$ref"}, chain, ptr)
+            return target if not any(k in VALIDATION for k in rest) else rest | {"allOf": [target]}
+        out = {}
+        for key, value in node.items():
+            if key in ("$defs", "definitions"):  # inlined where they are referred to
+                continue
+            if key in LITERALS or key in ANNOTATIONS:
+                out[key] = value
+            elif key in NAMED and isinstance(value, dict):
+                out[key] = {n: expand(v, chain, join(ptr, key, n)) for n, v in value.items()}
+            else:
+                out[key] = expand(value, chain, join(ptr, key))
+        return _without_false(out)
+
+    unrolled = expand(schema, ("#",), "")
+    if unrolled is False:
+        raise SchemaError("$ref", "", f"every value recurses deeper than max_recursion_depth={depth}: raise it")
+    return unrolled, list(narrowed)
+
+
+def _without_false(node: dict[str, Any]) -> Any:
+    """``node`` with its members of schema ``false`` (cut recursion) not offered, or False if it needs one."""
+    props = node.get("properties", {})
+    if any(props.get(n) is False for n in node.get("required", [])) or False in node.get("allOf", []):
+        return False
+    if any(v is False for v in props.values()):
+        node = node | {"properties": {n: v for n, v in props.items() if v is not False}}
+    if node.get("items") is False and "prefixItems" not in node:
+        if node.get("minItems", 0) > 0:
+            return False
+        node = {k: v for k, v in node.items() if k != "items"} | {"maxItems": 0}
+    for key in ("anyOf", "oneOf"):
+        if key in node and False in node[key]:
+            kept = [b for b in node[key] if b is not False]
+            if not kept:
+                return False
+            node = node | {key: kept}
+    return node
+
+
+def _has_cycle(node: Any, document: Document, chain: tuple[str, ...], acyclic: set[str]) -> bool:
+    """Whether a ``$ref`` under ``node`` leads back to itself (``acyclic``: refs known not to; grows)."""
+    if isinstance(node, list):
+        return any(_has_cycle(n, document, chain, acyclic) for n in node)
+    if not isinstance(node, dict):
+        return False
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref not in acyclic:
+        if ref in chain:
+            return True
+        if _has_cycle(document.resolve(node), document, chain + (ref,), acyclic):
+            return True
+        acyclic.add(ref)
+    subs = [list(v.values()) if k in NAMED and isinstance(v, dict) else v
+            for k, v in node.items() if k not in LITERALS and k not in ANNOTATIONS and k != "$ref"]
+    return any(_has_cycle(v, document, chain, acyclic) for v in subs)

@@ -1,0 +1,176 @@
+"""Schema reach (issue 16): property counts, dependentRequired, uniqueItems, not, recursive $ref.
+
+Each keyword's regex is checked against jsonschema both ways over a finite universe of instances: a text
+matches the regex exactly when jsonschema accepts its value (for recursion: and it nests within the depth).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from typing import Any
+
+import jsonschema
+import pytest
+from pydantic import BaseModel
+
+import structspec
+from structspec import SchemaError, to_regex
+from structspec.errors import OptionError
+from structspec.schema import constraint_of, validator
+
+PROPS = {"a": {"const": 1}, "b": {"const": True}, "c": {"const": None}, "d": {"const": "x"}}
+
+
+def agrees(schema: dict[str, Any], texts: list[str], **options: Any) -> None:
+    """The regex of ``schema`` accepts exactly the texts whose values jsonschema accepts."""
+    regex, check = to_regex(schema, **options), validator(schema)  # the schema's own draft
+    for text in texts:
+        assert (re.fullmatch(regex, text) is not None) == check.is_valid(json.loads(text)), text
+
+
+def objects() -> list[str]:
+    """Every object of a subset of PROPS' members, in declared order."""
+    return [json.dumps({n: PROPS[n]["const"] for n in chosen}, separators=(",", ":"))
+            for k in range(len(PROPS) + 1) for chosen in itertools.combinations(PROPS, k)]
+
+
+@pytest.mark.parametrize("counts", [
+    {"minProperties": 2}, {"maxProperties": 1}, {"minProperties": 1, "maxProperties": 3},
+    {"required": ["a"], "minProperties": 3}, {"required": ["a", "b"], "maxProperties": 2},
+])
+def test_property_counts_are_exact(counts: dict[str, Any]) -> None:
+    agrees({"type": "object", "properties": PROPS, "additionalProperties": False} | counts, objects())
+
+
+@pytest.mark.parametrize("dependencies", [
+    {"dependentRequired": {"a": ["b"]}}, {"dependentRequired": {"a": ["b", "c"], "d": ["a"]}, "maxProperties": 3},
+    {"dependencies": {"c": ["d"]}, "required": ["a"], "$schema": "http://json-schema.org/draft-07/schema#"},
+])
+def test_dependent_required_is_exact(dependencies: dict[str, Any]) -> None:
+    agrees({"type": "object", "properties": PROPS, "additionalProperties": False} | dependencies, objects())
+
+
+def arrays(values: list[Any], longest: int) -> list[str]:
+    """Every array of up to ``longest`` items drawn from ``values`` (repeats included)."""
+    return [json.dumps(list(items), separators=(",", ":"))
+            for k in range(longest + 1) for items in itertools.product(values, repeat=k)]
+
+
+@pytest.mark.parametrize(("items", "values", "bounds"), [
+    ({"enum": ["x", "y", "z"]}, ["x", "y", "z"], {}),
+    ({"enum": ["x", "y", "z"]}, ["x", "y", "z"], {"minItems": 1, "maxItems": 2}),
+    ({"type": "boolean"}, [True, False], {}),
+    ({"const": 7}, [7], {"minItems": 1}),
+    ({"enum": [1, 1.0, True]}, [1, True], {}),  # 1 and 1.0 are one value to uniqueItems, true another
+])
+def test_unique_items_are_exact(items: dict, values: list[Any], bounds: dict) -> None:
+    agrees({"type": "array", "items": items, "uniqueItems": True} | bounds, arrays(values, len(values) + 1))
+
+
+SCALARS = ["null", "true", "false", "0", "7", "1.5", '"x"', '"y"', "[]", "{}"]
+
+
+@pytest.mark.parametrize("schema", [
+    {"not": {"type": "string"}},
+    {"type": ["integer", "string", "null"], "not": {"type": ["string", "null"]}},
+    {"type": "boolean", "not": {"const": True}},
+    {"enum": ["x", "y", 7, None], "not": {"enum": ["y", None]}},
+    {"enum": ["x", "y", 7], "not": {"type": "integer"}},
+])
+def test_not_over_types_and_finite_sets_is_exact(schema: dict) -> None:
+    agrees(schema, SCALARS)
+
+
+def tree(depth: int) -> dict[str, Any]:
+    """A chain of nodes ``depth`` deep."""
+    return {"v": depth} if depth == 1 else {"v": depth, "kids": [tree(depth - 1)]}
+
+
+TREE = {"$defs": {"n": {"type": "object", "properties": {"v": {"type": "integer", "minimum": 0, "maximum": 9},
+                                                        "kids": {"type": "array", "items": {"$ref": "#/$defs/n"}}},
+                        "required": ["v"], "additionalProperties": False}}, "$ref": "#/$defs/n"}
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3, 4])
+def test_recursive_refs_nest_to_max_recursion_depth(depth: int) -> None:
+    constraint = constraint_of(TREE, max_recursion_depth=depth)
+    assert constraint.narrowings == (
+        f"/$defs/n/properties/kids/items: recursive '#/$defs/n' nests at most {depth} levels (max_recursion_depth)",)
+    for levels in range(1, 6):
+        text = json.dumps(tree(levels), separators=(",", ":"))
+        assert (re.fullmatch(constraint.regex, text) is not None) == (levels <= depth), text
+        jsonschema.validate(tree(levels), TREE)
+    # at the deepest level the recursive member is not offered: the array of children stays empty
+    deepest = json.dumps(tree(depth), separators=(",", ":")).replace('{"v":1}', '{"v":1,"kids":[]}')
+    assert re.fullmatch(constraint.regex, deepest)
+    assert not re.fullmatch(constraint.regex, deepest.replace("[]", '[{"v":0}]'))
+
+
+def test_a_schema_that_refers_to_its_root_unrolls() -> None:
+    schema = {"type": "object", "properties": {"next": {"$ref": "#"}}, "additionalProperties": False}
+    regex = to_regex(schema, max_recursion_depth=2)
+    assert re.fullmatch(regex, '{"next":{}}') and not re.fullmatch(regex, '{"next":{"next":{}}}')
+
+
+class Node(BaseModel):
+    name: str
+    children: list[Node] = []
+
+
+def test_a_recursive_pydantic_model_compiles_and_generates(byte_lm: structspec.LM) -> None:
+    result = structspec.generate_result(byte_lm, Node, "A tree:", max_new_tokens=300, seed=0)
+    assert result.stop_reason in ("eos", "fsm_complete", "max_new_tokens")
+    if result.complete:
+        assert isinstance(result.value, Node)
+    assert structspec.compile(Node, byte_lm).narrowings
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "object", "properties": PROPS, "minProperties": 2, "additionalProperties": False},
+    {"type": "object", "properties": PROPS, "dependentRequired": {"a": ["d"]}, "additionalProperties": False},
+    {"type": "array", "items": {"enum": ["x", "y", "z"]}, "uniqueItems": True},
+    {"type": "boolean", "not": {"const": False}},
+    TREE,
+])
+def test_generated_outputs_validate(byte_lm: structspec.LM, schema: dict) -> None:
+    for seed in range(3):
+        result = structspec.generate_result(byte_lm, schema, "JSON:", max_new_tokens=200, do_sample=True, seed=seed)
+        assert result.stop_reason != "invalid"
+        if result.complete:
+            jsonschema.validate(result.value, schema)
+
+
+@pytest.mark.parametrize(("schema", "keyword", "pointer"), [
+    ({"type": "object", "properties": {"o": {"type": "object", "properties": {c: {} for c in "abcdefghi"},
+                                             "maxProperties": 2}}}, "maxProperties", "/properties/o"),
+    ({"type": "object", "properties": {"a": {}}, "dependencies": {"a": {"required": ["b"]}}}, "dependencies", "/"),
+    ({"type": "object", "properties": {"a": {}, "b": {}}, "required": ["a"], "dependentRequired": {"a": ["c"]},
+      "additionalProperties": False}, "dependentRequired", "/"),
+    ({"type": "array", "items": {"type": "string"}, "uniqueItems": True}, "uniqueItems", "/"),
+    ({"type": "array", "items": {"type": "integer", "maximum": 3}, "uniqueItems": True}, "uniqueItems", "/"),
+    ({"type": "array", "items": {"enum": list(range(6))}, "uniqueItems": True}, "uniqueItems", "/"),  # 1,957
+    ({"type": "array", "items": {"enum": [1, 2]}, "uniqueItems": True, "minItems": 3}, "uniqueItems", "/"),
+    ({"type": "object", "properties": {"s": {"type": "string", "not": {"enum": ["a"]}}}}, "not", "/properties/s"),
+    ({"type": "number", "not": {"type": "integer"}}, "not", "/"),
+    ({"type": "string", "not": {"type": "string"}}, "not", "/"),
+    ({"$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n"}, "minItems": 1}}, "$ref": "#/$defs/n"},
+     "$ref", "/"),
+])
+def test_what_cannot_be_exact_names_keyword_and_pointer(schema: dict, keyword: str, pointer: str) -> None:
+    with pytest.raises(SchemaError) as err:
+        to_regex(schema)
+    assert (err.value.keyword, err.value.pointer) == (keyword, pointer)
+
+
+def test_not_strict_drops_what_cannot_be_exact() -> None:
+    with pytest.warns(UserWarning, match="uniqueItems"):
+        regex = to_regex({"type": "array", "items": {"type": "string"}, "uniqueItems": True}, strict=False)
+    assert re.fullmatch(regex, '["a","a"]')
+
+
+@pytest.mark.parametrize("depth", [0, -1, 1.5, True])
+def test_max_recursion_depth_is_checked(depth: Any) -> None:
+    with pytest.raises(OptionError, match="max_recursion_depth"):
+        to_regex(TREE, max_recursion_depth=depth)
