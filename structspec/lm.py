@@ -23,6 +23,9 @@ from structspec.errors import ModelNotFoundError, OptionError, PromptError, Spec
 from structspec.vocab import TokenVocab, vocab_from_tokenizer
 
 Prompt = str | list[dict[str, str]]
+Allowed = list[torch.Tensor | None]
+"""Per kept logits row: the token ids it may hold (the LM head computes only those, every other logit is
+-inf; a single id gets logit 0 and no computation), or None for a full row the caller masks."""
 _TRANSFORMERS_MAJOR = int(md.version("transformers").split(".")[0])
 
 
@@ -46,7 +49,9 @@ class LanguageModel(Protocol):
 
     def new_cache(self) -> Any: ...
 
-    def forward(self, token_ids: list[int], cache: Any, logits_to_keep: int = 1) -> torch.Tensor: ...
+    def forward(
+        self, token_ids: list[int], cache: Any, logits_to_keep: int = 1, allowed: Allowed | None = None
+    ) -> torch.Tensor: ...
 
     def crop(self, cache: Any, length: int) -> None: ...
 
@@ -118,13 +123,41 @@ class LM:
         return cache
 
     @torch.no_grad()
-    def forward(self, token_ids: list[int], cache: Any, logits_to_keep: int = 1) -> torch.Tensor:
-        """Feed ``token_ids`` after what ``cache`` holds; returns the last ``logits_to_keep`` rows [k, vocab]."""
-        out = self.model(
+    def forward(
+        self, token_ids: list[int], cache: Any, logits_to_keep: int = 1, allowed: Allowed | None = None
+    ) -> torch.Tensor:
+        """Feed ``token_ids`` after what ``cache`` holds (changes the cache); returns float32 logits of the
+        last ``logits_to_keep`` positions [k, logits_width], restricted per row by ``allowed``."""
+        hidden = self.model.base_model(
             input_ids=torch.tensor([token_ids], device=self.device), past_key_values=cache, use_cache=True,
-            logits_to_keep=logits_to_keep,
-        )
-        return out.logits[0, -logits_to_keep:].float()
+        ).last_hidden_state
+        return self.head(hidden[0, -logits_to_keep:], allowed)
+
+    @torch.no_grad()
+    def head(self, hidden: torch.Tensor, allowed: Allowed | None = None) -> torch.Tensor:
+        """Float32 logits [rows, logits_width] of last-layer states ``hidden`` [rows, d]: the whole LM head
+        for a full row, only the allowed ids' rows of it otherwise (see `Allowed`). Changes nothing."""
+        head = self.model.get_output_embeddings()
+        cap = getattr(self.model.config, "final_logit_softcapping", None)
+
+        def scores(h: torch.Tensor, ids: torch.Tensor | None = None) -> torch.Tensor:
+            weight, bias = head.weight, head.bias
+            if ids is not None:
+                weight, bias = weight[ids], None if bias is None else bias[ids]
+            out = torch.nn.functional.linear(h, weight, bias).float()
+            return torch.tanh(out / cap) * cap if cap else out
+
+        if allowed is None or all(ids is None for ids in allowed):
+            return scores(hidden)
+        logits = torch.full((len(hidden), self.logits_width), float("-inf"), device=hidden.device)
+        full = [i for i, ids in enumerate(allowed) if ids is None]
+        if full:
+            logits[full] = scores(hidden[full])
+        for i, ids in enumerate(allowed):
+            if ids is not None:
+                ids = ids.to(hidden.device)
+                logits[i, ids] = 0.0 if len(ids) == 1 else scores(hidden[i], ids)  # one id: the only choice
+        return logits
 
     @cached_property
     def batchable(self) -> bool:
@@ -136,15 +169,16 @@ class LM:
     @torch.no_grad()
     def forward_slots(
         self, windows: list[list[int]], positions: list[int], attend: torch.Tensor, cache: Any,
-        rows: list[tuple[int, int]],
+        rows: list[tuple[int, int]], allowed: Allowed | None = None,
     ) -> torch.Tensor:
         """One pass over a batch of windows appended to ``cache`` (changes the cache).
 
         ``windows[b]`` is right-padded to the longest; its token ``j`` sits at
         position ``positions[b] + j``. ``attend`` [B, W, cached + W] (bool, any
         device) says which slots each query sees. Returns float32 logits on the
-        model's device for the (row, window index) pairs in ``rows`` only: the
-        LM head never runs on padding or prompt rows.
+        model's device for the (row, window index) pairs in ``rows`` only, each
+        restricted by ``allowed`` (`head`): the LM head never runs on padding or
+        prompt rows.
         """
         device, dtype = self.device, self.model.dtype
         W = max(len(w) for w in windows)
@@ -157,9 +191,7 @@ class LM:
             input_ids=ids, position_ids=pos, attention_mask=mask[:, None], past_key_values=cache, use_cache=True
         ).last_hidden_state
         index = torch.tensor(rows, device=hidden.device)  # the last layer's device under device_map
-        logits = self.model.get_output_embeddings()(hidden[index[:, 0], index[:, 1]]).float()
-        cap = getattr(self.model.config, "final_logit_softcapping", None)
-        return torch.tanh(logits / cap) * cap if cap else logits
+        return self.head(hidden[index[:, 0], index[:, 1]], allowed)
 
     @staticmethod
     def cache_place(cache: Any, batch_rows: int, row: int, source: Any, length: int) -> None:

@@ -200,14 +200,25 @@ class CountingLM:
         self.passes = 0
         self.fed: list[int] = []
 
-    def forward(self, token_ids: list[int], cache: Any, logits_to_keep: int = 1) -> torch.Tensor:
+    def forward(self, token_ids: list[int], cache: Any, logits_to_keep: int = 1, allowed: Any = None) -> torch.Tensor:
         self.passes += 1
         self.fed.append(len(token_ids))
-        return self.lm.forward(token_ids, cache, logits_to_keep)
+        return self.lm.forward(token_ids, cache, logits_to_keep, allowed)
 
     def __getattr__(self, name: str) -> Any:
         # vocab, logits_width, encode_prompt, new_cache, crop, tokenizer, model, name, ...
         return getattr(self.lm, name)
+
+
+def restricted(logits: torch.Tensor, allowed: Any) -> torch.Tensor:
+    """``logits`` with each row that ``allowed`` restricts (`structspec.lm.Allowed`) set to -inf outside its
+    ids, as `LM.forward` returns it: for fake LMs that make up their logits. Changes ``logits``."""
+    for i, ids in enumerate(allowed or []):
+        if ids is not None:
+            keep = logits[i, ids].clone()
+            logits[i] = float("-inf")
+            logits[i, ids] = keep
+    return logits
 
 
 def exact_output_distribution(

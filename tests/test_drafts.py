@@ -22,7 +22,9 @@ from structspec.decoding.drafters import (
 )
 from structspec.decoding.sampling import SamplingConfig
 from structspec.tools.tasks import extraction_prompt, load_tasks
-from structspec.testing import CountingLM, chi_square_pvalue, exact_output_distribution, sample_outputs, tiny_lm
+from structspec.testing import (
+    CountingLM, chi_square_pvalue, exact_output_distribution, restricted, sample_outputs, tiny_lm,
+)
 from structspec.decoding.verify import residual, verify_greedy, verify_sampled
 
 
@@ -100,8 +102,8 @@ class _ConstantLM:
         self.row = torch.zeros(lm.logits_width)
         self.row[favourite], self.row[runner_up] = 10.0, 5.0
 
-    def forward(self, token_ids: list[int], cache, logits_to_keep: int = 1) -> torch.Tensor:
-        return self.row.repeat(logits_to_keep, 1)
+    def forward(self, token_ids: list[int], cache, logits_to_keep: int = 1, allowed=None) -> torch.Tensor:
+        return restricted(self.row.repeat(logits_to_keep, 1), allowed)
 
     def __getattr__(self, name: str):
         return getattr(self.lm, name)

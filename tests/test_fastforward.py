@@ -12,7 +12,7 @@ import structspec
 from structspec import OptionError, Regex
 from structspec.decoding.fastforward import Forcer
 from structspec.tools.tasks import extraction_prompt, load_tasks
-from structspec.testing import CountingLM
+from structspec.testing import CountingLM, restricted
 
 
 class Hero(BaseModel):
@@ -95,11 +95,11 @@ def test_complete_output_needs_no_final_pass(byte_lm) -> None:
 class ShortestTokenLM(CountingLM):
     """Prefers the shortest allowed token, so it never spells ``","`` or ``":"`` in one token, as SmolLM2 doesn't."""
 
-    def forward(self, token_ids: list[int], cache, logits_to_keep: int = 1) -> torch.Tensor:
+    def forward(self, token_ids: list[int], cache, logits_to_keep: int = 1, allowed=None) -> torch.Tensor:
         logits = super().forward(token_ids, cache, logits_to_keep)
         scores = torch.zeros(logits.shape[-1])  # columns past the vocabulary are masked anyway
         scores[: len(self.vocab.token_bytes)] = -torch.tensor([float(len(b or b"")) for b in self.vocab.token_bytes])
-        return scores.expand_as(logits).clone()
+        return restricted(scores.expand_as(logits).clone(), allowed)
 
 
 @pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])

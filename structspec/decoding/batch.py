@@ -9,8 +9,9 @@ drafter and generator). A turn:
    slot, so a job never waits for its slowest document;
 2. one target pass over all windows, right-padded to the longest, with explicit
    positions and a 4-D mask over cache slots (`structspec.decoding.slots`);
-   logits only for each row's candidate and bonus positions;
-3. one packed bitmask for all those logits rows, applied in one operation;
+   logits only for each row's candidate and bonus positions, and of those only
+   the allowed ids' where the FSM allows few (`structspec.decoding.verify.restrict`);
+3. one packed bitmask for the full logits rows, applied in one operation;
    greedy rows read one argmax per logits row, sampled rows verify on the CPU
    with their own generator;
 4. each row `accept`s; its rejected slots become holes.
@@ -28,14 +29,14 @@ from dataclasses import dataclass
 
 import torch
 
-from structspec.automaton.fsm import TokenFSM, apply_token_bitmask_inplace
+from structspec.automaton.fsm import TokenFSM
 from structspec.decoding.budget import pass_cost
 from structspec.decoding.draft_batch import DraftBatch, NeedDraftLogits
 from structspec.decoding.drafters import Drafter, ModelDrafter
 from structspec.decoding.loop import decode
 from structspec.decoding.row import Decoded, DecodeOptions, RowDecode
 from structspec.decoding.slots import Slots
-from structspec.decoding.verify import accept_greedy
+from structspec.decoding.verify import accept_greedy, mask_full_rows, restrict
 from structspec.lm import LM
 from structspec.result import DraftStats
 
@@ -170,30 +171,27 @@ def _one_pass(
     for b, (row, window) in enumerate(zip(live, windows)):
         n = len(row.candidate.tokens) + 1
         wanted += [(b, j) for j in range(len(window) - n, len(window))]
-    logits = lm.forward_slots(windows, [row.cached for row in live], slots.window_mask([len(w) for w in windows]),
-                              cache, wanted)
+    rows = [(row.fsm, state) for row in live for state in row.mask_states()]
+    allowed = restrict(rows, lm.logits_width)
     t1 = time.perf_counter()
-    bitmask = live[0].fsm.allocate_token_bitmask(len(wanted))
-    r = 0
-    for row in live:
-        for state in row.mask_states():
-            row.fsm.fill_next_token_bitmask(bitmask, r, state)
-            r += 1
-    apply_token_bitmask_inplace(logits, bitmask.to(logits.device, non_blocking=True))
+    logits = lm.forward_slots(windows, [row.cached for row in live], slots.window_mask([len(w) for w in windows]),
+                              cache, wanted, allowed)
+    t2 = time.perf_counter()
+    mask_full_rows(logits, rows, allowed)
     if options.sampling.do_sample:
         logits = logits.cpu()  # each row draws from its own CPU generator, so samples do not depend on the device
         choices = None
     else:
         choices = logits.argmax(-1).tolist()  # the one read-back of the pass
-    t2 = time.perf_counter()
+    t3 = time.perf_counter()
     kept, r = [], 0
     for row, window in zip(live, windows):
         n = len(row.candidate.tokens) + 1
         stats = row.stats
         stats.target_forward_passes += 1
         stats.tokens_fed.append(len(window))
-        stats.model_seconds += (t1 - t0) / len(live)  # a shared pass costs each row its share
-        stats.constraint_seconds += (t2 - t1) / len(live)
+        stats.model_seconds += (t2 - t1) / len(live)  # a shared pass costs each row its share
+        stats.constraint_seconds += (t3 - t2 + t1 - t0) / len(live)
         verdict = accept_greedy(choices[r : r + n], row.candidate.tokens) if choices else row.verify(logits[r : r + n])
         kept.append(row.accept(*verdict))
         r += n

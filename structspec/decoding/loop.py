@@ -12,6 +12,7 @@ from structspec.automaton.fsm import TokenFSM
 from structspec.decoding.budget import pass_cost
 from structspec.decoding.drafters import Drafter
 from structspec.decoding.row import Decoded, DecodeOptions, RowDecode, token_logprobs
+from structspec.decoding.verify import mask_full_rows, restrict
 from structspec.lm import LanguageModel
 
 Turn = tuple[list[int], list[str]]
@@ -36,19 +37,22 @@ def decode_steps(
     told = 0  # output tokens already yielded
     while (window := row.prepare()) is not None:
         t0 = time.perf_counter()
-        logits = lm.forward(window, cache, logits_to_keep=len(row.candidate.tokens) + 1)
+        rows = [(fsm, state) for state in row.mask_states()]  # the bonus row too
+        allowed = restrict(rows, lm.logits_width)
         t1 = time.perf_counter()
+        logits = lm.forward(window, cache, len(row.candidate.tokens) + 1, allowed)
+        t2 = time.perf_counter()
         row.stats.target_forward_passes += 1
         row.stats.tokens_fed.append(len(window))
-        row.stats.model_seconds += t1 - t0
-        fsm.mask_logits_inplace(logits, row.mask_states())  # the bonus row too
+        row.stats.model_seconds += t2 - t1
+        mask_full_rows(logits, rows, allowed)
         if options.sampling.do_sample:
             logits = logits.cpu()  # draws use the CPU generator, so a seed gives the same sample on any device
         accepted, token = row.verify(logits)
         scores = None
         if row.logprobs is not None:  # row i of the logits scores candidate token i; the target's token is next
             scores = token_logprobs(logits, row.candidate.tokens[:accepted] + [token], options.sampling)
-        row.stats.constraint_seconds += time.perf_counter() - t1
+        row.stats.constraint_seconds += time.perf_counter() - t2 + t1 - t0
         if row.accept(accepted, token, scores) < len(window):  # the rejected rest leaves the cache
             lm.crop(cache, row.cached)
         if len(row.out) > told:

@@ -26,7 +26,41 @@ from __future__ import annotations
 
 import torch
 
+from structspec.automaton.fsm import TokenFSM, apply_token_bitmask_inplace
 from structspec.decoding.sampling import SamplingConfig, probabilities, sample
+from structspec.lm import Allowed
+
+FEW = 1 / 16  # a state allowing under this share of the logits gets logits for its allowed ids only
+
+
+def restrict(rows: list[tuple[TokenFSM, int]], width: int) -> Allowed:
+    """Per logits row (its FSM and the state it is masked by): the allowed ids where they are few, so the
+    LM head computes only those and the row needs no mask; None where the row needs the whole head and
+    the bitmask. A state allowing one token needs no logits at all (`structspec.lm.Allowed`). Changes nothing."""
+    out: Allowed = []
+    for fsm, state in rows:
+        ids = fsm.allowed_token_ids(state)
+        out.append(torch.tensor(ids, dtype=torch.long) if len(ids) < FEW * width else None)
+    return out
+
+
+def mask_full_rows(logits: torch.Tensor, rows: list[tuple[TokenFSM, int]], allowed: Allowed) -> None:
+    """Mask the rows of ``logits`` that ``allowed`` left full with one packed bitmask, applied in one
+    operation (restricted rows hold allowed ids only already). Changes ``logits``."""
+    full = [i for i, ids in enumerate(allowed) if ids is None]
+    if not full:
+        return
+    bitmask = rows[0][0].allocate_token_bitmask(len(full))
+    for r, i in enumerate(full):
+        fsm, state = rows[i]
+        fsm.fill_next_token_bitmask(bitmask, r, state)
+    bitmask = bitmask.to(logits.device, non_blocking=True)
+    if len(full) == len(logits):
+        apply_token_bitmask_inplace(logits, bitmask)
+    else:
+        masked = logits[full]
+        apply_token_bitmask_inplace(masked, bitmask)
+        logits[full] = masked
 
 
 def verify_greedy(logits: torch.Tensor, candidate: list[int]) -> tuple[int, int]:
