@@ -12,12 +12,17 @@ from structspec.tools import pass_cost as pass_cost_tool
 
 
 def test_a_curve_interpolates_between_its_points_and_extends_its_last_slope() -> None:
-    cost = PassCost(((1, 1.0), (4, 1.6), (8, 2.0)))
+    cost = PassCost({1: ((1, 1.0), (4, 1.6), (8, 2.0)), 8: ((1, 2.0), (4, 4.0))})
     assert cost(1) == 1.0
     assert cost(2) == pytest.approx(1.2)
     assert cost(6) == pytest.approx(1.8)
     assert cost(12) == pytest.approx(2.4)  # 0.1 per token past 8
     assert PassCost.linear(0.5)(5) == pytest.approx(3.0)
+    # a row's share of a batched pass: the largest measured batch size up to the batch's
+    assert cost(4, rows=8) == pytest.approx(0.5)
+    assert cost(4, rows=12) == pytest.approx(0.5)
+    assert cost(4, rows=5) == pytest.approx(1.6)
+    assert PassCost.linear(0.5)(5, rows=8) == pytest.approx(3.0)  # no batch curve: alone
 
 
 def test_acceptance_counts_each_position_verified_after_accepted_ones() -> None:
@@ -48,6 +53,15 @@ def test_drafts_grow_where_tokens_are_cheap_and_shrink_where_drafts_fail() -> No
     assert chosen == sorted(chosen, reverse=True) and chosen[0] > chosen[-1]
 
 
+def test_greedy_rows_draft_shorter_where_a_batch_shares_the_pass() -> None:
+    # this CPU's curves (Qwen2.5-Coder-0.5B): alone, 8 tokens cost two one-token passes; in 8 rows, six
+    cost = PassCost({1: ((1, 1.0), (4, 2.1), (8, 2.0), (16, 2.9)), 8: ((1, 2.0), (2, 2.6), (4, 4.5), (8, 6.0))})
+    lengths = DraftLength(cost)
+    for accepted in (0, 1, 2, 2, 3, 2, 4, 1, 7, 2):
+        lengths.record(9, accepted)
+    assert lengths.choose(fed=1, cap=15, rows=8) < lengths.choose(fed=1, cap=15, rows=1)
+
+
 def test_a_stored_curve_sets_draft_lengths_and_never_the_output() -> None:
     lm = tiny_lm("byte_level")
     lm.name = "budget-test"  # a curve of its own, apart from the session's shared tiny models
@@ -55,9 +69,9 @@ def test_a_stored_curve_sets_draft_lengths_and_never_the_output() -> None:
     spec = structspec.Regex(r'\{"name": "(ada|bob) (ada|bob) (ada|bob)", "n": [0-9]{1,2}\}')
     prompt = 'Copy: {"name": "ada bob ada", "n": 12} and again {"name": "ada bob ada", "n": 12}'
     runs = {}
-    for label, seconds in (("steep", {1: 1.0, 2: 3.0}), ("flat", {1: 1.0, 16: 1.0})):
+    for label, seconds in (("steep", {(1, 1): 1.0, (1, 2): 3.0}), ("flat", {(1, 1): 1.0, (1, 16): 1.0})):
         store_pass_cost(lm, seconds)
-        assert pass_cost(lm)(2) == pytest.approx(seconds.get(2, 1.0))
+        assert pass_cost(lm)(2) == pytest.approx(seconds.get((1, 2), 1.0))
         runs[label] = structspec.generate_result(lm, spec, prompt, draft="prompt_lookup", max_new_tokens=40)
     assert runs["steep"].token_ids == runs["flat"].token_ids
     drafted = {label: r.stats.drafts.get("prompt_lookup", DraftStats()).drafted for label, r in runs.items()}
@@ -70,7 +84,28 @@ def test_pass_cost_store_writes_the_curve_decoding_reads(tmp_path) -> None:
     lm = tiny_lm("byte_level")
     lm.model.save_pretrained(model_dir)
     lm.tokenizer.save_pretrained(model_dir)
-    assert pass_cost_tool.main(["--model", str(model_dir), "--store", "--repeats", "1", "--context", "8"]) == 0
+    assert pass_cost_tool.main(["--model", str(model_dir), "--store", "--repeats", "1", "--context", "8",
+                                "--batch-sizes", "2"]) == 0
     stored = pass_cost(structspec.load(str(model_dir), device="cpu"))
-    assert [n for n, _ in stored.points] == list(pass_cost_tool.STORED_WINDOWS)
+    assert sorted(stored.curves) == [1, 2]
+    assert [n for n, _ in stored.curves[2]] == list(pass_cost_tool.STORED_WINDOWS)
     assert stored(1) == 1.0
+
+
+def test_with_batch_curves_greedy_rows_keep_their_tokens_and_sampled_rows_their_samples() -> None:
+    lm = tiny_lm("byte_level")
+    lm.name = "budget-batch-test"
+    # alone a fed token is nearly free; in a batch of 2 or more it costs a whole pass
+    store_pass_cost(lm, {(1, 1): 1.0, (1, 16): 1.1, (2, 1): 2.0, (2, 2): 4.0})
+    spec = structspec.Regex(r'\{"name": "(ada|bob) (ada|bob) (ada|bob)", "n": [0-9]{1,2}\}')
+    prompts = [f'Copy {i}: {{"name": "ada bob ada", "n": 12}} {{"name": "ada bob ada", "n": 1{i}}}' for i in range(3)]
+    alone = [structspec.generate_result(lm, spec, p, max_new_tokens=40) for p in prompts]
+    batched = structspec.generate_batch(lm, spec, prompts, batch_size=3, max_new_tokens=40)
+    assert [r.token_ids for r in batched] == [r.token_ids for r in alone]
+    drafted = [sum(d.drafted for name, d in r.stats.drafts.items() if name != "forced") for r in (alone + batched)]
+    assert sum(drafted[3:]) < sum(drafted[:3])  # batched greedy rows draft less where tokens cost more
+    sampled = {"temperature": 1.0, "seed": 5, "max_new_tokens": 40}
+    batch = structspec.generate_batch(lm, spec, prompts, batch_size=3, **sampled)
+    for i, prompt in enumerate(prompts):
+        one = structspec.generate_result(lm, spec, prompt, **{**sampled, "seed": 5 + i})
+        assert one.token_ids == batch[i].token_ids  # sampled rows draft as if alone: the same draws

@@ -120,7 +120,7 @@ def decode_batch(
             retry = []
             for slot in todo:
                 try:
-                    window = live[slot].prepare()
+                    window = live[slot].prepare(len(live))
                 except NeedDraftLogits:
                     retry.append(slot)
                     continue

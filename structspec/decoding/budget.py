@@ -4,15 +4,18 @@ A target pass costs a fixed part (reading the weights, launching kernels) plus
 a part per fed token (the matrix products). On a GPU the per-token part is
 close to nothing up to hundreds of tokens, so long drafts are free; on a CPU a
 fed token costs a sizeable share of a pass, and a 10-token draft of which two
-are kept makes a pass slower than it saves. `PassCost` is that curve, measured
-once per model, dtype and device by ``structspec pass-cost --store`` (a default
-per device type until then); `DraftLength` learns, per row, how often the i-th
-drafted token is accepted once the ones before it were, and drafts the length
-with the most expected output tokens per unit of pass cost.
+are kept makes a pass slower than it saves. In a batch the fixed part is shared
+and the tokens of every row add up, so a row's drafts should be shorter still.
+`PassCost` is that curve, per batch size, measured once per model, dtype and
+device by ``structspec pass-cost --store`` (a default per device type until
+then); `DraftLength` learns, per row, how often the i-th drafted token is
+accepted once the ones before it were, and drafts the length with the most
+expected output tokens per unit of the row's share of the pass.
 
-Neither reads a clock while decoding, and the choice depends only on the row's
-own history and the stored curve, never on the batch: a row decodes alike, in
-tokens, passes and samples, alone, in any batch, and at every run.
+No clock is read while decoding, and the choice depends only on the row's own
+history, the stored curve and, for greedy rows, how many rows share the pass.
+A sampled row always chooses as if alone, so a seed reproduces its sample in
+any batch and at every run; a greedy row's output never depends on its drafts.
 """
 
 from __future__ import annotations
@@ -27,26 +30,31 @@ from structspec.cache import cache_dir, write_atomic
 PRIOR = (2.0, 1.0)  # pseudo-counts (accepted, rejected) of every position: an untried length looks decent
 
 
+Points = tuple[tuple[int, float], ...]  # (tokens fed per row, seconds relative to one row's one-token pass)
+
+
 @dataclass(frozen=True)
 class PassCost:
-    """Seconds of a pass against tokens fed, relative to a one-token pass: ``points`` are (tokens fed,
-    relative cost), increasing in tokens; linear between them, the last slope beyond."""
+    """Seconds of a pass against tokens fed per row, relative to one row's one-token pass: one curve per
+    measured batch size (``curves[rows]``), linear between its points and along its last slope beyond."""
 
-    points: tuple[tuple[int, float], ...]
+    curves: dict[int, Points]
 
     @classmethod
     def linear(cls, per_token: float) -> PassCost:
-        """One-token pass 1.0, each more token ``per_token``."""
-        return cls(((1, 1.0), (2, 1.0 + per_token)))
+        """One row: a one-token pass 1.0, each more token ``per_token`` (no batch curves)."""
+        return cls({1: ((1, 1.0), (2, 1.0 + per_token))})
 
-    def __call__(self, fed: int) -> float:
-        """The relative cost of a pass over ``fed`` tokens. Changes nothing."""
-        pts = self.points
+    def __call__(self, fed: int, rows: int = 1) -> float:
+        """A row's share of a pass where ``rows`` rows are fed ``fed`` tokens each: the curve of the largest
+        measured batch size up to ``rows``, divided by that size. Changes nothing."""
+        size = max((n for n in self.curves if n <= rows), default=min(self.curves))
+        pts = self.curves[size]
         for i in range(1, len(pts)):
             if fed <= pts[i][0] or i == len(pts) - 1:  # between two points, or past the last one
                 (n0, c0), (n1, c1) = pts[i - 1], pts[i]
-                return c0 + (c1 - c0) * (fed - n0) / (n1 - n0)
-        return pts[0][1]  # a single point: flat
+                return (c0 + (c1 - c0) * (fed - n0) / (n1 - n0)) / size
+        return pts[0][1] / size  # a single point: flat
 
 
 # Until a curve is stored. CPU: Qwen2.5-Coder-0.5B, float32, 2 threads (a 4-token window costs about 1.45
@@ -66,23 +74,27 @@ def curve_path(lm: object) -> Path | None:
 
 
 def pass_cost(lm: object) -> PassCost:
-    """``lm``'s stored curve, else its device type's default (other accelerators count as CUDA). Reads the
+    """``lm``'s stored curves, else its device type's default (other accelerators count as CUDA). Reads the
     cache; changes nothing."""
     path = curve_path(lm)
     if path is not None and path.exists():
-        return PassCost(tuple((int(n), float(c)) for n, c in json.loads(path.read_text())["points"]))
+        stored = json.loads(path.read_text())["curves"]
+        return PassCost({int(rows): tuple((int(n), float(c)) for n, c in pts) for rows, pts in stored.items()})
     device = getattr(lm, "device", None)
     return DEFAULT_COST["cpu" if device is None or device.type == "cpu" else "cuda"]
 
 
-def store_pass_cost(lm: object, seconds: dict[int, float]) -> Path:
-    """Store ``lm``'s curve from measured ``seconds`` per pass by tokens fed (one row; must include 1);
-    later loads of the model draft by it. Writes the cache."""
+def store_pass_cost(lm: object, seconds: dict[tuple[int, int], float]) -> Path:
+    """Store ``lm``'s curves from measured ``seconds`` per pass by (rows, tokens fed per row); must include
+    one row's one-token pass. Later decoding with the model drafts by them. Writes the cache."""
     path = curve_path(lm)
-    if path is None or 1 not in seconds:
-        raise ValueError("a curve is stored for a named model on a device, and needs a one-token pass")
-    points = [(n, seconds[n] / seconds[1]) for n in sorted(seconds)]
-    write_atomic(path, json.dumps({"points": points, "seconds": seconds}).encode())
+    if path is None or (1, 1) not in seconds:
+        raise ValueError("curves are stored for a named model on a device, and need one row's one-token pass")
+    curves: dict[int, list[tuple[int, float]]] = {}
+    for rows, fed in sorted(seconds):
+        curves.setdefault(rows, []).append((fed, seconds[rows, fed] / seconds[1, 1]))
+    raw = {f"{rows}x{fed}": s for (rows, fed), s in seconds.items()}
+    write_atomic(path, json.dumps({"curves": curves, "seconds": raw}).encode())
     return path
 
 
@@ -100,15 +112,15 @@ class DraftLength:
     tried: list[int] = field(default_factory=list)
     kept: list[int] = field(default_factory=list)
 
-    def choose(self, fed: int, cap: int) -> int:
-        """The draft length in ``[0, cap]`` maximizing (1 + expected accepted) / cost(fed + length), where
-        ``fed`` tokens go into the pass besides the draft. Changes nothing."""
-        best, best_value = 0, 1.0 / self.cost(fed)
+    def choose(self, fed: int, cap: int, rows: int = 1) -> int:
+        """The draft length in ``[0, cap]`` maximizing (1 + expected accepted) / the row's share of a pass of
+        ``rows`` rows, where ``fed`` tokens go into the pass besides the draft. Changes nothing."""
+        best, best_value = 0, 1.0 / self.cost(fed, rows)
         expected, survive = 0.0, 1.0
         for k in range(1, cap + 1):
             survive *= self.hazard(k - 1)
             expected += survive
-            value = (1.0 + expected) / self.cost(fed + k)
+            value = (1.0 + expected) / self.cost(fed + k, rows)
             if value > best_value:
                 best, best_value = k, value
         return best

@@ -113,8 +113,9 @@ class RowDecode:
     def state(self) -> int:
         return self.states[-1] if self.states else self.fsm.initial_state
 
-    def prepare(self) -> list[int] | None:
-        """Fast-forward and draft; the window to feed next (pending + candidate), or None once stopped."""
+    def prepare(self, rows: int = 1) -> list[int] | None:
+        """Fast-forward and draft; the window to feed next (pending + candidate), or None once stopped.
+        ``rows``: how many rows share the pass (sets the draft length of a greedy row)."""
         if self.stop is not None:
             return None
         t0 = time.perf_counter()
@@ -141,7 +142,8 @@ class RowDecode:
             if room < 0:  # the pending tokens do not fit: the context is full
                 return self._finish("max_context")
             limit = min(limit, room)
-        drafted = self.lengths.choose(len(self.pending), limit) if self.lengths else 0
+        shared = 1 if self.options.sampling.do_sample else rows  # a sampled row drafts alike in any batch
+        drafted = self.lengths.choose(len(self.pending), limit, shared) if self.lengths else 0
         self.candidate = draft_candidate(
             self.drafter, self.forcer, self.fsm, self.prompt_ids + self.out, self.state,
             limit, drafted, self.options, self.generator, self.stats,

@@ -12,9 +12,10 @@ logits row and applied, one argmax read back — as the batched loop runs it.
 Tokens/s assumes ``--accepted`` output tokens per row and pass (acceptance
 comes from a run on real weights: random weights rarely agree with a draft).
 
-``--store`` measures one row at 1 to 16 tokens fed and stores the curve for the
-model, dtype and device: decoding then chooses draft lengths by it
-(`structspec.decoding.budget`) instead of the device type's default.
+``--store`` measures each of ``--batch-sizes`` (1 always) at 1 to 16 tokens fed
+per row and stores the curves for the model, dtype and device: decoding then
+chooses draft lengths by them (`structspec.decoding.budget`) instead of the
+device type's default.
 """
 
 from __future__ import annotations
@@ -113,8 +114,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--accepted", type=float, default=3.0, help="output tokens per row and pass, for tokens/s")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--json", help="also write the cells to this file")
-    parser.add_argument("--store", action="store_true", help="measure one row at 1-16 tokens fed and store the "
-                        "curve for this model, dtype and device; decoding drafts by it")
+    parser.add_argument("--store", action="store_true", help="measure each batch size at 1-16 tokens fed per row "
+                        "and store the curves for this model, dtype and device; decoding drafts by them")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,8 +133,12 @@ def run(args: argparse.Namespace) -> int:
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"{lm.name} on {gpu}, {str(dtype).removeprefix('torch.')}, context {args.context}")
     if args.store:
-        seconds = {w: pass_seconds(lm, 1, w, args.context, args.repeats)[0] for w in STORED_WINDOWS}
-        print(" ".join(f"{w}: {s * 1e3:.1f} ms" for w, s in seconds.items()))
+        seconds = {}
+        for rows in sorted({1, *(int(b) for b in args.batch_sizes.split(","))}):
+            for w in STORED_WINDOWS:
+                seconds[rows, w] = pass_seconds(lm, rows, w, args.context, args.repeats)[0]
+            print(f"{rows} rows: " + " ".join(f"{w}: {seconds[rows, w] * 1e3:.1f}" for w in STORED_WINDOWS)
+                  + " ms", flush=True)
         print(f"stored in {store_pass_cost(lm, seconds)}")
         return 0
     cells = []
