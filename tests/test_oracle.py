@@ -1,4 +1,4 @@
-"""Oracle: structspec's greedy token ids equal the outlines package's, same model and regex.
+r"""Oracle: structspec's greedy token ids equal the outlines package's, same model and regex.
 
 A mismatch is only accepted where the top two masked logits at the first
 divergent position are a near-tie (float summation order may flip them).
