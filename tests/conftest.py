@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from tokenizers import Tokenizer
+from transformers import PreTrainedTokenizerFast
 
 import structspec
 from structspec.errors import ModelNotFoundError
-from structspec.testing import tiny_lm
+from structspec.testing import tiny_llama, tiny_lm
 
 # Where the tiny models run: "cpu" in CI; STRUCTSPEC_TEST_DEVICE=cuda runs the same tests on a GPU.
 DEVICE = os.environ.get("STRUCTSPEC_TEST_DEVICE", "cpu")
@@ -38,6 +43,18 @@ def isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def byte_lm() -> structspec.LM:
     """Tiny random Llama with the byte-level BPE tokenizer (SmolLM2/Qwen style)."""
     return tiny_lm("byte_level", device=DEVICE)
+
+
+@pytest.fixture(scope="session")
+def qwen_lm() -> structspec.LM:
+    """Tiny random Llama with Qwen2.5's own tokenizer (151,665 tokens; shipped gzipped in tests/data, taken
+    from the converted Qwen2.5-Coder-0.5B-Instruct), so CI covers the benchmark model's vocabulary."""
+    data = Path(__file__).parent / "data" / "qwen2.5-tokenizer"
+    config = json.loads((data / "tokenizer_config.json").read_text())
+    spec = gzip.decompress((data / "tokenizer.json.gz").read_bytes()).decode()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(spec), bos_token=config["bos_token"],
+                                        eos_token=config["eos_token"], pad_token=config["pad_token"])
+    return structspec.from_transformers(tiny_llama(tokenizer).to(DEVICE), tokenizer)
 
 
 @pytest.fixture(scope="session")

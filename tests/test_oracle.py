@@ -60,7 +60,7 @@ def assert_same_or_near_tie(lm, spec, prompt_ids: list[int], ours: list[int], th
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: getattr(s, "pattern", getattr(s, "__name__", "schema")))
-@pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
+@pytest.mark.parametrize("kind", ["byte_lm", "sp_lm", "qwen_lm"])
 def test_random_models_match_outlines(kind: str, spec, request) -> None:
     lm = request.getfixturevalue(kind)
     prompt_ids = lm.encode_prompt("Output: ")

@@ -46,7 +46,7 @@ def test_restrict_keeps_full_rows_where_most_tokens_are_allowed(byte_lm: structs
     assert restrict([(wide, wide.initial_state)], byte_lm.logits_width) == [None]
 
 
-@pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
+@pytest.mark.parametrize("kind", ["byte_lm", "sp_lm", "qwen_lm"])
 @pytest.mark.parametrize("draft", [None, "prompt_lookup", "self", "threshold"])
 def test_restricted_rows_decode_as_full_masked_rows(kind: str, draft: str | None, request,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
@@ -72,4 +72,4 @@ def test_restricted_rows_decode_as_full_masked_rows(kind: str, draft: str | None
         sizes.append(len(fsm.allowed_token_ids(state)))
         state = fsm.next_state(state, token)
     assert min(sizes) < few
-    assert kind == "sp_lm" or max(sizes) >= few
+    assert kind == "sp_lm" or max(sizes) >= few  # the toy SentencePiece vocabulary is too small for many
