@@ -26,7 +26,7 @@ def test_a_curve_interpolates_between_its_points_and_extends_its_last_slope() ->
 
 
 def test_acceptance_counts_each_position_verified_after_accepted_ones() -> None:
-    lengths = DraftLength(DEFAULT_COST["cpu"])
+    lengths = DraftLength(DEFAULT_COST)
     lengths.record(drafted=5, accepted=2)  # tokens 0 and 1 kept, token 2 rejected, 3 and 4 never judged
     lengths.record(drafted=2, accepted=2)
     assert lengths.tried == [2, 2, 1]
@@ -65,7 +65,7 @@ def test_greedy_rows_draft_shorter_where_a_batch_shares_the_pass() -> None:
 def test_a_stored_curve_sets_draft_lengths_and_never_the_output() -> None:
     lm = tiny_lm("byte_level")
     lm.name = "budget-test"  # a curve of its own, apart from the session's shared tiny models
-    assert pass_cost(lm) == DEFAULT_COST["cpu"] and curve_path(object()) is None
+    assert pass_cost(lm) == DEFAULT_COST and curve_path(object()) is None
     spec = structspec.Regex(r'\{"name": "(ada|bob) (ada|bob) (ada|bob)", "n": [0-9]{1,2}\}')
     prompt = 'Copy: {"name": "ada bob ada", "n": 12} and again {"name": "ada bob ada", "n": 12}'
     runs = {}

@@ -99,7 +99,7 @@ class RowDecode:
     def start(
         cls, fsm: TokenFSM, tokenizer: object, prompt_ids: list[int], options: DecodeOptions,
         drafter: Drafter | None, generator: torch.Generator | None, max_context: int | None = None,
-        cost: PassCost = DEFAULT_COST["cpu"],
+        cost: PassCost = DEFAULT_COST,
     ) -> RowDecode:
         """A row before its first pass: the whole prompt is pending. ``cost``: the target's pass cost by
         tokens fed, which sets draft lengths (`structspec.decoding.budget`)."""
