@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -186,6 +187,16 @@ def tiny_lm(kind: Literal["byte_level", "sentencepiece"] = "byte_level", seed: i
     """`tiny_llama` with the ``kind`` tokenizer on ``device``, wrapped as a `structspec.LM`."""
     tokenizer = _TOKENIZERS[kind]()
     return from_transformers(tiny_llama(tokenizer, seed).to(device), tokenizer)
+
+
+def save_tiny_model(directory: str | Path) -> Path:
+    """Save `tiny_lm`'s byte-level model and tokenizer to ``directory`` (a model directory `load` and the CLI
+    take by path); returns it. Writes files, nothing else."""
+    path = Path(directory)
+    tokenizer = byte_level_tokenizer()
+    tiny_llama(tokenizer).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
 
 
 class CountingLM:

@@ -7,7 +7,7 @@ import pytest
 import structspec
 from structspec.result import DraftStats
 from structspec.decoding.budget import DEFAULT_COST, DraftLength, PassCost, curve_path, pass_cost, store_pass_cost
-from structspec.testing import tiny_lm
+from structspec.testing import save_tiny_model, tiny_lm
 from structspec.tools import pass_cost as pass_cost_tool
 
 
@@ -80,10 +80,7 @@ def test_a_stored_curve_sets_draft_lengths_and_never_the_output() -> None:
 
 
 def test_pass_cost_store_writes_the_curve_decoding_reads(tmp_path) -> None:
-    model_dir = tmp_path / "tiny"
-    lm = tiny_lm("byte_level")
-    lm.model.save_pretrained(model_dir)
-    lm.tokenizer.save_pretrained(model_dir)
+    model_dir = save_tiny_model(tmp_path / "tiny")
     assert pass_cost_tool.main(["--model", str(model_dir), "--store", "--repeats", "1", "--context", "8",
                                 "--batch-sizes", "2"]) == 0
     stored = pass_cost(structspec.load(str(model_dir), device="cpu"))

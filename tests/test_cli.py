@@ -20,7 +20,7 @@ from rich.console import Console
 import structspec
 from structspec.tools.cli import EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, demo, main
 from structspec.tools.jobs import load_model
-from structspec.testing import byte_level_tokenizer, tiny_llama
+from structspec.testing import save_tiny_model
 
 N_RECORDS = 200  # enough work left after the third line that a signal always lands mid-job
 SCHEMA = {
@@ -35,9 +35,7 @@ SCHEMA = {
 def job(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A saved tiny model, a schema file, and an input with a malformed line (3) and an empty document (6)."""
     root = tmp_path_factory.mktemp("job")
-    tokenizer = byte_level_tokenizer()
-    tiny_llama(tokenizer).save_pretrained(root / "model")
-    tokenizer.save_pretrained(root / "model")
+    save_tiny_model(root / "model")
     (root / "schema.json").write_text(json.dumps(SCHEMA))
     lines = [json.dumps({"id": f"doc-{i}", "text": f"Item {i} is a {['small', 'large'][i % 2]} box."})
              for i in range(N_RECORDS)]

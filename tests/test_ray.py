@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("ray.data")  # the optional extra (`pip install 'structspec[ray]'`); CI installs it
 
 from structspec.integrations.ray import Extractor  # noqa: E402
-from structspec.testing import byte_level_tokenizer, tiny_llama  # noqa: E402
+from structspec.testing import save_tiny_model  # noqa: E402
 from structspec.tools import jobs  # noqa: E402
 from structspec.tools.cli import EXIT_CONFIG, EXIT_OK, main  # noqa: E402
 
@@ -36,9 +36,7 @@ OPTIONS = jobs.JobOptions(jobs.default_template(SCHEMA), {"max_new_tokens": 24},
 def job(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A saved tiny model, a schema file and 20 records, two malformed: line 4 is not JSON, line 9 has no text."""
     root = tmp_path_factory.mktemp("ray-job")
-    tokenizer = byte_level_tokenizer()
-    tiny_llama(tokenizer).save_pretrained(root / "model")
-    tokenizer.save_pretrained(root / "model")
+    save_tiny_model(root / "model")
     (root / "schema.json").write_text(json.dumps(SCHEMA))
     lines = [json.dumps({"id": f"doc-{i}", "text": f"Box {i}: {['small', 'large'][i % 2]}."}) for i in range(N_RECORDS)]
     lines[3], lines[8] = "{not json", json.dumps({"id": "untitled", "body": "no text field"})
