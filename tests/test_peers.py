@@ -91,6 +91,26 @@ def test_bench_first_difference():
     assert first_difference([1, 2], [1, 2, 3]) == 2
 
 
+def test_a_divergence_is_a_near_tie_or_a_token_our_mask_forbids(byte_lm: structspec.LM) -> None:
+    from structspec.tools.bench import divergence
+
+    task = Task("box-0", "box", Box, "Item 0 is a small box.", None)
+    ours = structspec.generate_result(byte_lm, Box, extraction_prompt(task.text, Box), fast_forward="off",
+                                      draft=None).token_ids
+    assert divergence(byte_lm, task, ours, ours) is None
+    fsm = structspec.compile(Box, byte_lm).fsm
+    states = [fsm.initial_state, *fsm.walk(fsm.initial_state, ours)]
+    i = next(i for i, s in enumerate(states) if len(fsm.allowed_token_ids(s)) > 1)  # the first free choice
+    other = next(t for t in fsm.allowed_token_ids(states[i]) if t != ours[i])  # another token the schema allows
+    d = divergence(byte_lm, task, ours, ours[:i] + [other])
+    assert (d.position, d.theirs_allowed, d.ours) == (i, True, byte_lm.vocab.decode(ours[i:i + 1]))
+    assert d.margin >= 0
+    forbidden = next(t for t in range(len(byte_lm.vocab)) if fsm.next_state(fsm.initial_state, t) is None
+                     and t not in fsm.eos_token_ids)
+    d = divergence(byte_lm, task, ours, [forbidden])
+    assert (d.position, d.theirs_allowed) == (0, False)
+
+
 def test_transformers_speculative_peers_are_counted_by_target_pass(byte_lm) -> None:
     from structspec.tools.peers import hf_assisted, hf_prompt_lookup, unconstrained_greedy
 
@@ -119,8 +139,14 @@ def test_bench_runs_every_row_and_checks_the_speed_ups_against_plain_masked_deco
     compared = bench.rows()
     compile_times = bench.measure_compile(byte_lm, tasks)
     by_method = run_tasks(byte_lm, tasks, compared, 24, console)
-    bench.print_report(console, byte_lm, compared, by_method, compile_times, 24)
+    divergences = [bench.Divergence("box-0", 3, 0.02, "a", "b", True), bench.Divergence("box-1", 0, 1.5, "{", "x", False)]
+    bench.print_report(console, byte_lm, compared, by_method, compile_times, 24, divergences)
     out = console.file.getvalue()
+    assert "box-0: first difference at output token 3: plain masked 'a' vs outlines 'b': masked-logit margin 0.020, " \
+           "a near-tie" in out
+    assert "box-1: first difference at output token 0: plain masked '{' vs outlines 'x': our mask forbids" in out
+    for header in ("s /", "records/s", "per record", "floor /"):  # the headline columns
+        assert header in out
     assert list(by_method)[:3] == [PLAIN, bench.PEER, "fast-forward"] and "canonical" not in out
     assert list(compile_times) == ["box"]
     assert f"Oracle: {PLAIN} and {bench.PEER} produced the same token ids on" in out

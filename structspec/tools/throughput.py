@@ -51,8 +51,7 @@ from rich.table import Table
 import structspec
 from structspec.errors import StructspecError
 from structspec.lm import LM
-from structspec.testing import divergence_margin
-from structspec.tools.bench import first_difference
+from structspec.tools.bench import Divergence, divergence, first_difference
 from structspec.tools.harness import PLAIN, Keywords, judge, methods, spread
 from structspec.tools.peers import PassCounter, PeerBatch, outlines_batch, outlines_index, unconstrained_batch
 from structspec.tools.tasks import Task, extraction_prompt, load_tasks
@@ -381,17 +380,6 @@ def report_json(report: Report) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class Divergence:
-    """Where a bfloat16 record first leaves its float32 decode, and how close float32's choice was there."""
-
-    task_id: str
-    position: int  # first differing output token
-    margin: float  # float32 masked logits there: top-1 minus top-2 (`structspec.testing.divergence_margin`)
-    float32_token: str  # what each chose there ("" where it had stopped)
-    bfloat16_token: str
-
-
-@dataclass(frozen=True)
 class Agreement:
     """bfloat16 batched decoding against float32 single-row decoding, record by record."""
 
@@ -412,16 +400,11 @@ def agreement(full: LM, half: LM, tasks: list[Task], batch_size: int, max_new_to
     batched = structspec.generate_batch(half, [t.schema for t in tasks], prompts, batch_size=batch_size,
                                         max_new_tokens=max_new_tokens, fast_forward="exact", draft="prompt_lookup")
     divergences = []
-    for task, prompt, a, b in zip(tasks, prompts, alone, batched):
+    for task, a, b in zip(tasks, alone, batched):
         if b.error is not None:
             raise b.error
-        i = first_difference(a.token_ids, b.token_ids)
-        if i is None:
-            continue
-        fsm = structspec.compile(task.schema, full).fsm
-        margin = divergence_margin(full, fsm, full.encode_prompt(prompt), a.token_ids, b.token_ids)
-        divergences.append(Divergence(task.id, i, margin, full.vocab.decode(a.token_ids[i:i + 1]),
-                                      half.vocab.decode(b.token_ids[i:i + 1])))
+        if (d := divergence(full, task, a.token_ids, b.token_ids)) is not None:
+            divergences.append(d)
     return Agreement(full.name, batch_size, len(tasks), len(tasks) - len(divergences), divergences)
 
 
@@ -435,8 +418,7 @@ def print_agreement(console: Console, result: Agreement) -> None:
     for header in ("task", "output token", "margin", "float32 chose", "bfloat16 chose"):
         table.add_column(header, justify="left" if header in ("task", "float32 chose", "bfloat16 chose") else "right")
     for d in result.divergences:
-        table.add_row(d.task_id, str(d.position), f"{d.margin:.4f}",
-                      repr(d.float32_token), repr(d.bfloat16_token))
+        table.add_row(d.task_id, str(d.position), f"{d.margin:.4f}", repr(d.ours), repr(d.theirs))
     if result.divergences:
         console.print(table)
 
