@@ -168,13 +168,15 @@ class LM:
 
     @torch.no_grad()
     def forward_slots(
-        self, windows: list[list[int]], positions: list[int], attend: torch.Tensor, cache: Any,
+        self, windows: list[list[int]], positions: list[int] | list[list[int]], attend: torch.Tensor, cache: Any,
         rows: list[tuple[int, int]], allowed: Allowed | None = None,
     ) -> torch.Tensor:
         """One pass over a batch of windows appended to ``cache`` (changes the cache).
 
         ``windows[b]`` is right-padded to the longest; its token ``j`` sits at
-        position ``positions[b] + j``. ``attend`` [B, W, cached + W] (bool, any
+        position ``positions[b] + j``, or at ``positions[b][j]`` when a list
+        gives one per token (a token tree: siblings share a position; padding
+        continues after the last). ``attend`` [B, W, cached + W] (bool, any
         device) says which slots each query sees. Returns float32 logits on the
         model's device for the (row, window index) pairs in ``rows`` only, each
         restricted by ``allowed`` (`head`): the LM head never runs on padding or
@@ -183,7 +185,7 @@ class LM:
         device, dtype = self.device, self.model.dtype
         W = max(len(w) for w in windows)
         ids = torch.tensor([w + [0] * (W - len(w)) for w in windows], device=device)
-        pos = (torch.tensor(positions)[:, None] + torch.arange(W)[None, :]).to(device)
+        pos = torch.tensor([_window_positions(p, W) for p in positions], device=device)
         # an additive mask (0 or the dtype's minimum) works for both SDPA and eager attention
         mask = torch.zeros(attend.shape, dtype=dtype, device=device)
         mask.masked_fill_(~attend.to(device), torch.finfo(dtype).min)
@@ -263,6 +265,13 @@ class LM:
         head.model = body
         head.config = config
         return LM(head, self.tokenizer, name=f"{self.name}[:{k}]")
+
+
+def _window_positions(start: int | list[int], W: int) -> list[int]:
+    """Positions of a window's ``W`` slots: ``start + j``, or the given per-token positions, then padding after."""
+    given = list(range(start, start + W)) if isinstance(start, int) else start
+    after = given[-1] + 1 if given else 0
+    return given + list(range(after, after + W - len(given)))
 
 
 def _module_copy(module: torch.nn.Module) -> Any:

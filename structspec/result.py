@@ -42,6 +42,7 @@ class Stats:
     prefill_passes: int = 0  # batched rows: the pass that fed the prompt before the first choosing pass
     prefix_tokens_reused: int = 0  # batched rows: prompt tokens whose KV came from the prompts' shared prefix
     tokens_fed: list[int] = field(default_factory=list)  # tokens fed to the target, per pass
+    tree_nodes: int = 0  # drafted tokens fed in token-tree passes, every branch counted (in tokens_fed too)
     model_seconds: float = 0.0  # inside the target's forward passes
     constraint_seconds: float = 0.0  # masking, token choice, FSM bookkeeping
     compile_seconds: float = 0.0

@@ -7,14 +7,17 @@ drafter and generator). A turn:
    that stopped leaves and its slot is refilled with the next prompt, prefilled
    on its own (from the KV of the prompts' shared prefix) and written into the
    slot, so a job never waits for its slowest document;
-2. one target pass over all windows, right-padded to the longest, with explicit
-   positions and a 4-D mask over cache slots (`structspec.decoding.slots`);
+2. one target pass over all windows (`structspec.decoding.loop.slot_pass`),
+   right-padded to the longest, with explicit positions and a 4-D mask over
+   cache slots (`structspec.decoding.slots`); a greedy row with a tree drafter
+   feeds a token tree, its siblings at one position;
    logits only for each row's candidate and bonus positions, and of those only
    the allowed ids' where the FSM allows few (`structspec.decoding.verify.restrict`);
 3. one packed bitmask for the full logits rows, applied in one operation;
    greedy rows read one argmax per logits row, sampled rows verify on the CPU
    with their own generator;
-4. each row `accept`s; its rejected slots become holes.
+4. each row `accept`s; its rejected slots (a chain's tail, a tree's other
+   branches) become holes.
 
 A row's tokens equal the row decoded alone (`structspec.decoding.loop`) up to
 float rounding: batch shapes change the order of float sums.
@@ -33,10 +36,9 @@ from structspec.automaton.fsm import TokenFSM
 from structspec.decoding.budget import pass_cost
 from structspec.decoding.draft_batch import DraftBatch, NeedDraftLogits
 from structspec.decoding.drafters import Drafter, ModelDrafter
-from structspec.decoding.loop import decode
+from structspec.decoding.loop import decode, slot_pass
 from structspec.decoding.row import Decoded, DecodeOptions, RowDecode
 from structspec.decoding.slots import Slots
-from structspec.decoding.verify import accept_greedy, mask_full_rows, restrict
 from structspec.lm import LM
 from structspec.result import DraftStats
 
@@ -94,7 +96,7 @@ def decode_batch(
         """A new row in ``slot``: its prompt but the last token in the slot's KV (one prefill pass)."""
         t0 = time.perf_counter()
         row = RowDecode.start(item.fsm, lm.tokenizer, item.prompt_ids, options, item.drafter, item.generator,
-                              lm.max_context, cost)
+                              lm.max_context, cost, trees=True)
         ids, reused = item.prompt_ids, len(prefix or [])
         own = copy.deepcopy(prefix_cache) if prefix_cache is not None else lm.new_cache()
         if len(ids) - 1 > reused:
@@ -150,9 +152,7 @@ def decode_batch(
             windows = {new: windows[old] for new, old in enumerate(keep)}
         if not live:
             break
-        _one_pass(lm, cache, slots, live, [windows[s] for s in range(len(live))], options)
-        if (order := slots.compaction()) is not None:
-            lm.cache_gather(cache, order)
+        slot_pass(lm, cache, slots, live, [windows[s] for s in range(len(live))])
 
 
 def _batchable_drafter(drafter: Drafter | None) -> ModelDrafter | None:
@@ -160,39 +160,3 @@ def _batchable_drafter(drafter: Drafter | None) -> ModelDrafter | None:
     passes; other drafters (prompt lookup, a cross-tokenizer draft model) work row by row."""
     inner = getattr(drafter, "fallback", drafter)
     return inner if isinstance(inner, ModelDrafter) and getattr(inner.lm, "batchable", False) else None
-
-
-def _one_pass(
-    lm: LM, cache: object, slots: Slots, live: list[RowDecode], windows: list[list[int]], options: DecodeOptions
-) -> None:
-    """One target pass over every row's window, then mask, verify and accept per row."""
-    t0 = time.perf_counter()
-    wanted: list[tuple[int, int]] = []  # (row, window index) of each candidate and bonus position
-    for b, (row, window) in enumerate(zip(live, windows)):
-        n = len(row.candidate.tokens) + 1
-        wanted += [(b, j) for j in range(len(window) - n, len(window))]
-    rows = [(row.fsm, state) for row in live for state in row.mask_states()]
-    allowed = restrict(rows, lm.logits_width)
-    t1 = time.perf_counter()
-    logits = lm.forward_slots(windows, [row.cached for row in live], slots.window_mask([len(w) for w in windows]),
-                              cache, wanted, allowed)
-    t2 = time.perf_counter()
-    mask_full_rows(logits, rows, allowed)
-    if options.sampling.do_sample:
-        logits = logits.cpu()  # each row draws from its own CPU generator, so samples do not depend on the device
-        choices = None
-    else:
-        choices = logits.argmax(-1).tolist()  # the one read-back of the pass
-    t3 = time.perf_counter()
-    kept, r = [], 0
-    for row, window in zip(live, windows):
-        n = len(row.candidate.tokens) + 1
-        stats = row.stats
-        stats.target_forward_passes += 1
-        stats.tokens_fed.append(len(window))
-        stats.model_seconds += (t2 - t1) / len(live)  # a shared pass costs each row its share
-        stats.constraint_seconds += (t3 - t2 + t1 - t0) / len(live)
-        verdict = accept_greedy(choices[r : r + n], row.candidate.tokens) if choices else row.verify(logits[r : r + n])
-        kept.append(row.accept(*verdict))
-        r += n
-    slots.keep(kept, max(len(w) for w in windows))

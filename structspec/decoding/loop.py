@@ -1,19 +1,26 @@
-"""Decoding one sequence: `RowDecode` driven by one target pass per turn over a KV cache that is cropped
-back over rejected drafts (see `structspec.decoding.row` for the algorithm)."""
+"""Driving `RowDecode` through target passes (see `structspec.decoding.row` for the algorithm).
+
+One sequence (`decode_steps`) runs one target pass per turn over a KV cache
+cropped back over rejected drafts. A row that drafts token trees
+(`structspec.decoding.row.TreeDrafting`) takes the slot path instead, as every
+row of a batch does (`slot_pass`): explicit positions, a mask over cache slots,
+and holes where the rejected branches were (`structspec.decoding.slots`).
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 
 import torch
 
 from structspec.automaton.fsm import TokenFSM
 from structspec.decoding.budget import pass_cost
 from structspec.decoding.drafters import Drafter
-from structspec.decoding.row import Decoded, DecodeOptions, RowDecode, token_logprobs
+from structspec.decoding.row import Decoded, DecodeOptions, RowDecode, TreeDrafting
+from structspec.decoding.slots import Slots
 from structspec.decoding.verify import mask_full_rows, restrict
-from structspec.lm import LanguageModel
+from structspec.lm import LM, LanguageModel
 
 Turn = tuple[list[int], list[str]]
 """The output tokens one turn added (forced, accepted drafts and the target's own) and their sources."""
@@ -27,15 +34,32 @@ def decode_steps(
 
     Yields each turn's new output tokens as they are accepted (their concatenation is the output) and
     returns the `Decoded`. Each step runs at most one target pass. Samples with ``generator``, else one
-    seeded with ``options.seed``.
+    seeded with ``options.seed``. A tree drafter on a model that batches (`LM.batchable`) runs on the slot
+    path, where token trees are verified; elsewhere it drafts chains.
     """
     if generator is None and options.seed is not None:
         generator = torch.Generator().manual_seed(options.seed)
+    trees = isinstance(drafter, TreeDrafting) and getattr(lm, "batchable", False)
     row = RowDecode.start(fsm, lm.tokenizer, prompt_ids, options, drafter, generator, lm.max_context,
-                          pass_cost(lm))
-    cache = lm.new_cache()
+                          pass_cost(lm), trees)
+    step = _slot_step(lm, row) if trees else _crop_step(lm, row)  # type: ignore[arg-type]
     told = 0  # output tokens already yielded
     while (window := row.prepare()) is not None:
+        step(window)
+        if len(row.out) > told:
+            yield row.out[told:], row.sources[told:]
+            told = len(row.out)
+    if len(row.out) > told:  # forced in the last `prepare`
+        yield row.out[told:], row.sources[told:]
+    return row.decoded()
+
+
+def _crop_step(lm: LanguageModel, row: RowDecode) -> Callable[[list[int]], None]:
+    """One turn of ``row`` on a KV cache of its own: a pass over the window, verify, accept, crop the rest."""
+    cache = lm.new_cache()
+    fsm, sampling = row.fsm, row.options.sampling
+
+    def step(window: list[int]) -> None:
         t0 = time.perf_counter()
         rows = [(fsm, state) for state in row.mask_states()]  # the bonus row too
         allowed = restrict(rows, lm.logits_width)
@@ -46,21 +70,60 @@ def decode_steps(
         row.stats.tokens_fed.append(len(window))
         row.stats.model_seconds += t2 - t1
         mask_full_rows(logits, rows, allowed)
-        if options.sampling.do_sample:
+        if sampling.do_sample:
             logits = logits.cpu()  # draws use the CPU generator, so a seed gives the same sample on any device
-        accepted, token = row.verify(logits)
-        scores = None
-        if row.logprobs is not None:  # row i of the logits scores candidate token i; the target's token is next
-            scores = token_logprobs(logits, row.candidate.tokens[:accepted] + [token], options.sampling)
+        path, token = row.verify(logits)
+        scores = row.path_logprobs(logits, path, token)
         row.stats.constraint_seconds += time.perf_counter() - t2 + t1 - t0
-        if row.accept(accepted, token, scores) < len(window):  # the rejected rest leaves the cache
+        if len(row.accept(path, token, scores)) < len(window):  # a chain keeps a prefix: crop the rest
             lm.crop(cache, row.cached)
-        if len(row.out) > told:
-            yield row.out[told:], row.sources[told:]
-            told = len(row.out)
-    if len(row.out) > told:  # forced in the last `prepare`
-        yield row.out[told:], row.sources[told:]
-    return row.decoded()
+
+    return step
+
+
+def _slot_step(lm: LM, row: RowDecode) -> Callable[[list[int]], None]:
+    """One turn of ``row`` on the slot path, as a batch of one."""
+    cache, slots = lm.new_cache(), Slots(1)
+    return lambda window: slot_pass(lm, cache, slots, [row], [window])
+
+
+def slot_pass(lm: LM, cache: object, slots: Slots, live: list[RowDecode], windows: list[list[int]]) -> None:
+    """One target pass over every row's window (pending tokens and candidate, a chain or a tree) appended to
+    ``cache``, then mask, verify and accept per row. Rejected tokens become holes in ``slots``, gathered away
+    when they pile up. Changes the rows, the cache and the slots."""
+    t0 = time.perf_counter()
+    wanted: list[tuple[int, int]] = []  # (row, window index) of each candidate and bonus position
+    for b, (row, window) in enumerate(zip(live, windows)):
+        n = len(row.candidate.tokens) + 1
+        wanted += [(b, j) for j in range(len(window) - n, len(window))]
+    rows = [(row.fsm, state) for row in live for state in row.mask_states()]
+    allowed = restrict(rows, lm.logits_width)
+    attend = slots.window_mask([len(w) for w in windows], [row.window_parents() for row in live])
+    t1 = time.perf_counter()
+    logits = lm.forward_slots(windows, [row.window_positions() for row in live], attend, cache, wanted, allowed)
+    t2 = time.perf_counter()
+    mask_full_rows(logits, rows, allowed)
+    sampled = any(row.options.sampling.do_sample for row in live)
+    if sampled:
+        logits = logits.cpu()  # each row draws from its own CPU generator, so samples do not depend on the device
+        choices = None
+    else:
+        choices = logits.argmax(-1).tolist()  # the one read-back of the pass
+    t3 = time.perf_counter()
+    kept, r = [], 0
+    for row, window in zip(live, windows):
+        n = len(row.candidate.tokens) + 1
+        stats = row.stats
+        stats.target_forward_passes += 1
+        stats.tokens_fed.append(len(window))
+        stats.model_seconds += (t2 - t1) / len(live)  # a shared pass costs each row its share
+        stats.constraint_seconds += (t3 - t2 + t1 - t0) / len(live)
+        path, token = row.choose(choices[r : r + n]) if choices is not None else row.verify(logits[r : r + n])
+        kept.append(row.accept(path, token, row.path_logprobs(logits[r : r + n], path, token)))
+        r += n
+    slots.keep(kept, max(len(w) for w in windows))
+    if (order := slots.compaction()) is not None:
+        lm.cache_gather(cache, order)
 
 
 def decode(

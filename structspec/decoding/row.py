@@ -10,16 +10,22 @@ its KV cache and the masks. Each turn:
    drafter's tokens. Returns the window to feed: pending tokens + candidate.
 2. the driver runs one target pass over the window, keeping logits for the
    candidate positions and the bonus position, masked by `mask_states`;
-3. `accept`: verify (greedy prefix match or speculative sampling,
-   `structspec.decoding.verify`), keep the accepted prefix and the target's own
+3. `accept`: verify (greedy match or speculative sampling,
+   `structspec.decoding.verify`), keep the accepted path and the target's own
    token. FSM states are kept per output position, so rollback is indexing;
    the driver drops the rejected rest from its cache.
+
+A candidate is a chain, or a token tree (`TreeDrafting`, `structspec.decoding.tree`)
+when the driver runs the slot path (``trees``) and the row is greedy: its window
+then carries each token's parent (`window_parents`) and position
+(`window_positions`), and the verified path is one branch of it.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -28,7 +34,7 @@ from structspec.decoding.budget import DEFAULT_COST, DraftLength, PassCost
 from structspec.decoding.drafters import Drafter
 from structspec.decoding.fastforward import FastForward, Forcer
 from structspec.decoding.sampling import SamplingConfig, warp_logits
-from structspec.decoding.verify import verify_greedy, verify_sampled
+from structspec.decoding.verify import accept_tree, verify_sampled
 from structspec.errors import OptionError
 from structspec.result import DraftStats, Stats, StopReason
 
@@ -86,6 +92,7 @@ class RowDecode:
     stats: Stats
     max_context: int | None = None  # the model's positions; None: unbounded
     lengths: DraftLength | None = None  # how long a draft pays (with a drafter)
+    trees: bool = False  # the driver verifies token trees (the slot path): a greedy `TreeDrafting` row drafts them
     cached: int = 0
     pending: list[int] = field(default_factory=list)
     out: list[int] = field(default_factory=list)
@@ -99,14 +106,15 @@ class RowDecode:
     def start(
         cls, fsm: TokenFSM, tokenizer: object, prompt_ids: list[int], options: DecodeOptions,
         drafter: Drafter | None, generator: torch.Generator | None, max_context: int | None = None,
-        cost: PassCost = DEFAULT_COST,
+        cost: PassCost = DEFAULT_COST, trees: bool = False,
     ) -> RowDecode:
         """A row before its first pass: the whole prompt is pending. ``cost``: the target's pass cost by
-        tokens fed, which sets draft lengths (`structspec.decoding.budget`)."""
+        tokens fed, which sets draft lengths (`structspec.decoding.budget`); ``trees``: whether the driver
+        verifies token trees."""
         forcer = Forcer(fsm, tokenizer) if options.fast_forward == "exact" else None
         stats = Stats(prompt_tokens=len(prompt_ids))
         lengths = DraftLength(cost) if drafter is not None else None
-        return cls(fsm, list(prompt_ids), options, forcer, drafter, generator, stats, max_context, lengths,
+        return cls(fsm, list(prompt_ids), options, forcer, drafter, generator, stats, max_context, lengths, trees,
                    pending=list(prompt_ids), logprobs=[] if options.output_logprobs else None)
 
     @property
@@ -144,10 +152,15 @@ class RowDecode:
             limit = min(limit, room)
         shared = 1 if self.options.sampling.do_sample else rows  # a sampled row drafts alike in any batch
         drafted = self.lengths.choose(len(self.pending), limit, shared) if self.lengths else 0
-        self.candidate = draft_candidate(
-            self.drafter, self.forcer, self.fsm, self.prompt_ids + self.out, self.state,
-            limit, drafted, self.options, self.generator, self.stats,
-        )
+        context = self.prompt_ids + self.out
+        if self.trees and isinstance(self.drafter, TreeDrafting) and not self.options.sampling.do_sample:
+            self.candidate = self.drafter.draft_tree(
+                self.forcer, self.fsm, context, self.state, limit, drafted, self.options, self.stats)
+        else:
+            self.candidate = draft_candidate(
+                self.drafter, self.forcer, self.fsm, context, self.state,
+                limit, drafted, self.options, self.generator, self.stats,
+            )
         return self.pending + self.candidate.tokens
 
     def mask_states(self) -> list[int]:
@@ -155,36 +168,74 @@ class RowDecode:
         token, then the bonus row's. Does not change anything."""
         return [self.state] + self.candidate.states
 
-    def verify(self, logits: torch.Tensor) -> tuple[int, int]:
-        """The target's verdict on the candidate from its masked ``logits`` [len(candidate) + 1, vocab]:
-        (accepted count, next token). Draws from the row's generator when sampling; changes nothing else."""
-        cand = self.candidate
-        if self.options.sampling.do_sample:
-            return verify_sampled(logits, cand.tokens, cand.q, self.options.sampling, self.generator)
-        return verify_greedy(logits, cand.tokens)
+    def window_parents(self) -> list[int]:
+        """Each token's parent as an offset in the last window (−1 for the first, which follows the cache):
+        the pending tokens form a chain, the candidate's roots follow the last pending token. Changes nothing."""
+        fed = len(self.pending)
+        return list(range(-1, fed - 1)) + [fed + p for p in self.candidate.parent_indices()]
 
-    def accept(self, accepted: int, token: int, scores: list[float] | None = None) -> int:
-        """Keep the candidate's first ``accepted`` tokens and the target's ``token`` (EOS ends the row).
-        ``scores`` are their ``accepted + 1`` log-probabilities (`token_logprobs`), kept when the row keeps
-        log-probabilities. Returns how many fed tokens stay in the KV cache (pending + accepted); the driver
-        drops the rest."""
+    def window_positions(self) -> list[int]:
+        """Each token's position in the last window: one past its parent's (siblings share one). Changes
+        nothing."""
+        positions: list[int] = []
+        for p in self.window_parents():
+            positions.append(positions[p] + 1 if p >= 0 else self.cached)
+        return positions
+
+    def verify(self, logits: torch.Tensor) -> tuple[list[int], int]:
+        """The target's verdict on the candidate from its masked ``logits`` [len(candidate) + 1, vocab]:
+        (verified path as candidate indices, next token). Draws from the row's generator when sampling;
+        changes nothing else."""
+        cand = self.candidate
+        if self.options.sampling.do_sample:  # sampled rows draft chains only
+            accepted, token = verify_sampled(logits, cand.tokens, cand.q, self.options.sampling, self.generator)
+            return list(range(accepted)), token
+        return self.choose(logits.argmax(-1).tolist())
+
+    def choose(self, choices: list[int]) -> tuple[list[int], int]:
+        """The greedy verdict from the target's masked argmax at each logits row (``choices``): (verified
+        path, next token). Changes nothing."""
+        return accept_tree(choices, self.candidate.tokens, self.candidate.parent_indices())
+
+    def path_logprobs(self, logits: torch.Tensor, path: list[int], token: int) -> list[float] | None:
+        """With ``options.output_logprobs``, the log-probabilities of the ``path``'s tokens and ``token`` under
+        the masked ``logits`` of the last window (rows: the root's, then the one after each path node); else
+        None. Changes nothing."""
+        if self.logprobs is None:
+            return None
+        rows = [0] + [1 + i for i in path]
+        return token_logprobs(logits[rows], [self.candidate.tokens[i] for i in path] + [token], self.options.sampling)
+
+    def accept(self, path: list[int], token: int, scores: list[float] | None = None) -> list[int]:
+        """Keep the candidate's tokens on ``path`` (candidate indices from the root; a chain's accepted prefix
+        is ``range(accepted)``) and the target's ``token`` (EOS ends the row). ``scores`` are their
+        ``len(path) + 1`` log-probabilities (`path_logprobs`), kept when the row keeps log-probabilities. Returns the window offsets whose KV stays in the cache (the pending
+        tokens, then the path's: a prefix for a chain); the driver drops the rest."""
         t0 = time.perf_counter()
-        cand, fed = self.candidate, len(self.pending)
-        if accepted < len(cand.tokens) and self.forcer and cand.sources[accepted] == FORCED:
-            self.forcer.learn(cand.tokens[accepted], token)
+        cand, fed, accepted = self.candidate, len(self.pending), len(path)
+        parents = cand.parent_indices()
+        last = path[-1] if path else -1
+        rejected = next((i for i, p in enumerate(parents) if p == last and cand.sources[i] == FORCED), None)
+        if rejected is not None and self.forcer:
+            self.forcer.learn(cand.tokens[rejected], token)
         state = self.state
-        self.out += cand.tokens[:accepted]
-        self.states += cand.states[:accepted]
-        self.sources += cand.sources[:accepted]
+        self.out += [cand.tokens[i] for i in path]
+        self.states += [cand.states[i] for i in path]
+        self.sources += [cand.sources[i] for i in path]
         if self.logprobs is not None:
             assert scores is not None, "a row keeping log-probabilities is given its scores"
             self.logprobs += scores[:accepted]
         self.cached += fed + accepted
         self.pending = []
-        _count_drafts(self.stats, self.drafter, cand, accepted)
+        _count_drafts(self.stats, self.drafter, cand, path)
+        if cand.parents is not None:
+            self.stats.tree_nodes += len(cand.tokens)
         if self.lengths is not None:
             drafted = [s != FORCED for s in cand.sources]
-            self.lengths.record(sum(drafted), sum(drafted[:accepted]))
+            depth: list[int] = []  # drafter tokens from the root to each node: a chain's deepest is all of them
+            for i, p in enumerate(parents):
+                depth.append((depth[p] if p >= 0 else 0) + drafted[i])
+            self.lengths.record(max(depth, default=0), sum(drafted[i] for i in path))
         self.candidate = Candidate()
         if accepted:
             state = self.states[-1]
@@ -202,7 +253,7 @@ class RowDecode:
                 self.logprobs.append(scores[accepted])  # type: ignore[index]
             self.pending = [token]
         self.stats.constraint_seconds += time.perf_counter() - t0
-        return fed + accepted
+        return list(range(fed)) + [fed + i for i in path]
 
     def decoded(self) -> Decoded:
         """The row's output so far as a `Decoded` (call once stopped). Does not change the row."""
@@ -228,12 +279,32 @@ def token_logprobs(logits: torch.Tensor, tokens: list[int], sampling: SamplingCo
 
 @dataclass
 class Candidate:
-    """Drafted tokens with the FSM state after each, who proposed it, and its draft distribution."""
+    """Drafted tokens with the FSM state after each, who proposed it, and its draft distribution: a chain, or a
+    token tree in topological order whose ``parents[i]`` is the index of the token ``i`` follows (−1: the
+    pending tokens)."""
 
     tokens: list[int] = field(default_factory=list)
     states: list[int] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
     q: list[torch.Tensor | None] = field(default_factory=list)  # None: a point mass
+    parents: list[int] | None = None  # None: a chain
+
+    def parent_indices(self) -> list[int]:
+        """Each token's parent index (a chain's: ``i − 1``). Changes nothing."""
+        return self.parents if self.parents is not None else list(range(-1, len(self.tokens) - 1))
+
+
+@runtime_checkable
+class TreeDrafting(Drafter, Protocol):
+    """A drafter that drafts token trees for greedy rows (`structspec.decoding.tree.TreeDrafter`); a chain
+    through `Drafter.next` elsewhere."""
+
+    def draft_tree(
+        self, forcer: Forcer | None, fsm: TokenFSM, context: list[int], state: int, limit: int, drafted: int,
+        options: DecodeOptions, stats: Stats,
+    ) -> Candidate:
+        """A token tree after ``context`` (in ``state``), at most ``limit`` deep, its size set by ``drafted``
+        (the drafter tokens the cost model would feed); every token allowed by the FSM."""
 
 
 def draft_candidate(
@@ -276,13 +347,15 @@ def draft_candidate(
     return cand
 
 
-def _count_drafts(stats: Stats, drafter: Drafter | None, cand: Candidate, accepted: int) -> None:
-    """Per-source drafted/accepted counts of one verified candidate; tells the drafter how it did."""
+def _count_drafts(stats: Stats, drafter: Drafter | None, cand: Candidate, path: list[int]) -> None:
+    """Per-source drafted/accepted counts of one verified candidate (a tree's every node is drafted, its path
+    accepted); tells the drafter how it did."""
     drafted: dict[str, int] = {}
     kept: dict[str, int] = {}
+    on_path = set(path)
     for i, source in enumerate(cand.sources):
         drafted[source] = drafted.get(source, 0) + 1
-        kept[source] = kept.get(source, 0) + (i < accepted)
+        kept[source] = kept.get(source, 0) + (i in on_path)
     for source, n in drafted.items():
         entry = stats.drafts.setdefault(source, DraftStats())
         entry.drafted += n

@@ -2,7 +2,7 @@
 
 A batched pass appends one window of W slots to every row's cache. A row keeps
 the slots of the tokens it fed and the target accepted; its padding and its
-rejected drafts become holes, masked out for good, so no key or value moves on
+rejected drafts (a chain's rejected tail, a token tree's other branches) become holes, masked out for good, so no key or value moves on
 the hot path. `compaction` gathers the kept slots to the front when holes pile up.
 Plain torch on the CPU: the driver copies one mask per pass to the model's device.
 """
@@ -36,26 +36,37 @@ class Slots:
         if width > self.width:
             self.valid = torch.cat([self.valid, torch.zeros(len(self.valid), width - self.width, dtype=torch.bool)], 1)
 
-    def window_mask(self, widths: list[int]) -> torch.Tensor:
+    def window_mask(self, widths: list[int], parents: list[list[int]] | None = None) -> torch.Tensor:
         """Bool [rows, W, width + W], True where query ``j`` of row ``b``'s window may attend: the row's kept
-        slots, then its own window causally. Padding queries (``j ≥ widths[b]``) see only themselves, so
-        their states stay finite. Does not change the table."""
+        slots, then its in-window ancestors and itself. ``parents[b][j]`` is the window offset of token ``j``'s
+        parent (−1: none, it follows the kept slots); by default a chain (``j − 1``, causal), in a token tree
+        siblings share a parent. Padding queries (``j ≥ widths[b]``) see only themselves, so their states stay
+        finite. Does not change the table."""
         w = torch.tensor(widths)
         W = int(w.max())
         live = torch.arange(W)[None, :] < w[:, None]  # [rows, W]
-        causal = torch.ones(W, W, dtype=torch.bool).tril()
-        window = causal & live[:, :, None] & live[:, None, :]
+        if parents is None:
+            window = torch.ones(W, W, dtype=torch.bool).tril() & live[:, :, None] & live[:, None, :]
+        else:  # a token sees what its parent sees, and itself (parents come first in the window)
+            window = torch.zeros(len(widths), W, W, dtype=torch.bool)
+            for b, row in enumerate(parents):
+                for j, p in enumerate(row):
+                    if p >= 0:
+                        window[b, j] = window[b, p]
+                    window[b, j, j] = True
         window |= torch.eye(W, dtype=torch.bool) & ~live[:, :, None]
         past = self.valid[:, None, :] & live[:, :, None]
         return torch.cat([past, window], dim=2)
 
-    def keep(self, kept: list[int], W: int) -> None:
-        """After a pass over windows of ``W`` slots: row ``b`` keeps the first ``kept[b]`` of its window's
-        slots; the rest are holes (changes the table)."""
+    def keep(self, kept: list[int] | list[list[int]], W: int) -> None:
+        """After a pass over windows of ``W`` slots: row ``b`` keeps the first ``kept[b]`` of its window's slots
+        (a chain), or the window offsets listed in ``kept[b]`` (a tree's verified path); the rest are holes
+        (changes the table)."""
         start = self.width
         self.grow(start + W)
         for b, n in enumerate(kept):
-            self.valid[b, start : start + n] = True
+            offsets = torch.arange(n) if isinstance(n, int) else torch.tensor(n, dtype=torch.long)
+            self.valid[b, start + offsets] = True
 
     def truncate(self, row: int, n: int) -> None:
         """Row ``row`` keeps only its first ``n`` kept slots; the rest become holes (a rollback; changes

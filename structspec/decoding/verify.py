@@ -74,10 +74,29 @@ def verify_greedy(logits: torch.Tensor, candidate: list[int]) -> tuple[int, int]
 
 def accept_greedy(choices: list[int], candidate: list[int]) -> tuple[int, int]:
     """`verify_greedy` from the target's argmax at each row (``choices``, len(candidate) + 1 ids)."""
-    for i, x in enumerate(candidate):
-        if choices[i] != x:
-            return i, choices[i]
-    return len(candidate), choices[len(candidate)]
+    path, token = accept_tree(choices, candidate, list(range(-1, len(candidate) - 1)))
+    return len(path), token
+
+
+def accept_tree(choices: list[int], tokens: list[int], parents: list[int]) -> tuple[list[int], int]:
+    """Greedy verification of a token tree (SpecInfer: Miao et al. 2024, "SpecInfer: Accelerating Large
+    Language Model Serving with Tree-based Speculative Inference and Verification").
+
+    Node ``i`` holds ``tokens[i]`` after node ``parents[i]`` (−1: the root, the
+    pending tokens; parents come first). ``choices`` are the target's masked
+    argmax at the root (``choices[0]``) and after each node (``choices[1 + i]``).
+    From the root, follow the child whose token is the target's choice while one
+    exists. Returns (the verified path as node indices, next token: the choice
+    after the path's last node). A chain is the tree with ``parents[i] = i − 1``.
+    """
+    children: dict[tuple[int, int], int] = {}
+    for i, (token, parent) in enumerate(zip(tokens, parents)):
+        children.setdefault((parent, token), i)
+    path, node = [], -1
+    while (child := children.get((node, choices[node + 1]))) is not None:
+        path.append(child)
+        node = child
+    return path, choices[node + 1]
 
 
 def verify_sampled(

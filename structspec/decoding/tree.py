@@ -1,0 +1,157 @@
+"""Token trees (SpecInfer): one target pass verifies several guesses where a single chain would guess wrong.
+
+`TreeDrafter` drafts the chain prompt lookup would (the main branch, forced
+text spliced in, `structspec.decoding.row.draft_candidate`) and adds siblings
+along it, nearest the root first:
+
+1. **options**: where the FSM allows only a few tokens (an enum, a Literal),
+   each of them;
+2. **closing a copied string**: at a word boundary of the main branch (and
+   at its end), the ``"`` token where the FSM allows it: prompt lookup keeps
+   copying the document past a value's end, the target closes the string;
+3. **other prompt-lookup matches**: the tokens that followed the last n-gram
+   at its other places in the context.
+
+Every sibling's branch goes on as a chain does, forced text (the next key
+after a closed string) and prompt lookup, and the branches merge where they
+share a token (a trie). At most ``max_nodes`` nodes go beyond the main branch,
+fewer when the cost model would feed fewer drafted tokens (on a CPU a tree
+costs its node count). The target's masked argmax at every node picks the
+path (`structspec.decoding.verify.accept_tree`); the other branches' KV
+becomes holes (`structspec.decoding.slots`).
+
+Trees are for greedy rows. A sampled row gets the main branch as a chain
+(through `Drafter.next`): multi-draft speculative sampling that keeps the
+target's distribution is not implemented. So does every row on a model that
+cannot batch (`LM.batchable`), whose sliding windows need the single-row loop.
+
+Typical use::
+
+    structspec.generate_result(lm, Character, prompt, draft=TreeDrafter())
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from structspec.automaton.fsm import TokenFSM
+from structspec.decoding.drafters import PromptLookup, Step
+from structspec.decoding.fastforward import Forcer
+from structspec.decoding.row import FORCED, Candidate, DecodeOptions, draft_candidate
+from structspec.decoding.sampling import SamplingConfig
+from structspec.result import Stats
+
+QUOTE = ord('"')
+
+
+@dataclass(eq=False)
+class TreeDrafter:
+    """Drafts token trees for greedy rows (module doc); a `Drafter` whose chain is prompt lookup's.
+
+    ``max_nodes``: nodes beyond the main branch; ``max_options``: the most
+    siblings one node gets; ``max_ngram`` and ``max_tokens`` are `PromptLookup`'s.
+    """
+
+    max_nodes: int = 16
+    max_options: int = 8
+    max_ngram: int = 3
+    max_tokens: int = 10
+    name: str = "tree"
+    passes: int = 0  # no draft model
+    _lookup: PromptLookup = field(init=False)  # the main branch
+    _branch: PromptLookup = field(init=False)  # a sibling's branch
+
+    def __post_init__(self) -> None:
+        self._lookup = PromptLookup(self.max_ngram, self.max_tokens, self.name)
+        self._branch = PromptLookup(self.max_ngram, self.max_tokens, self.name)
+
+    def begin(self) -> None:
+        self._lookup.begin()
+
+    def next(self, context: list[int], state: int, fsm: TokenFSM, sampling: SamplingConfig,
+             generator: torch.Generator | None) -> Step | None:
+        return self._lookup.next(context, state, fsm, sampling, generator)
+
+    def feedback(self, drafted: dict[str, int], accepted: dict[str, int]) -> None:
+        pass  # fixed sizes: the cost model caps them
+
+    def draft_tree(
+        self, forcer: Forcer | None, fsm: TokenFSM, context: list[int], state: int, limit: int, drafted: int,
+        options: DecodeOptions, stats: Stats,
+    ) -> Candidate:
+        """A token tree after ``context`` (in ``state``), no path longer than ``limit``, at most
+        ``min(max_nodes, drafted)`` nodes beyond the main branch. Every token is allowed by the FSM; reads
+        the FSM's caches, changes nothing else."""
+        tree = draft_candidate(self, forcer, fsm, context, state, limit, drafted, options, None, stats)
+        tree.parents = list(range(-1, len(tree.tokens) - 1))
+        spine, budget = len(tree.tokens), min(self.max_nodes, drafted)
+        for p in range(-1, spine):  # the sibling of main-branch node p + 1
+            if budget <= 0:
+                break
+            at = tree.states[p] if p >= 0 else state
+            child = tree.tokens[p + 1] if p + 1 < spine else None
+            if p + 2 > limit or (child is not None and tree.sources[p + 1] == FORCED) or fsm.is_complete(at):
+                continue  # no room, forced text (no choice), or nothing but EOS
+            prefix = context + tree.tokens[: p + 1]
+            for token in self._siblings(fsm, prefix, at, child)[: self.max_options]:
+                if budget <= 0:
+                    break
+                budget -= self._add_branch(tree, p, fsm.next_state(at, token), token, forcer, fsm, prefix,
+                                           min(limit - p - 2, budget - 1), options, stats)
+        return tree
+
+    def _siblings(self, fsm: TokenFSM, context: list[int], state: int, child: int | None) -> list[int]:
+        """Tokens worth a sibling of ``child`` after ``context`` in ``state``, best first. Changes nothing."""
+        options = self._options(fsm, state)
+        if options is not None:
+            tokens = options
+        else:
+            tokens = []
+            quote = fsm.vocab.single_byte_tokens.get(QUOTE)
+            boundary = child is None or not (fsm.vocab.token_bytes[child] or b"")[:1].isalnum()
+            if quote is not None and boundary and fsm.next_state(state, quote) is not None:
+                tokens.append(quote)  # the value may end here: at a word boundary or where the branch ends
+            tokens += self._matches(fsm, context, state)
+        return [t for t in dict.fromkeys(tokens) if t != child]
+
+    def _options(self, fsm: TokenFSM, state: int) -> list[int] | None:
+        """The allowed tokens when they are few (EOS aside): all of them, or those no other allowed token
+        extends (an option's whole word, not its first letters); None where the FSM allows more."""
+        allowed = fsm.allowed_token_ids(state)
+        if len(allowed) > 4 * self.max_options:
+            return None
+        eos = set(fsm.eos_token_ids)
+        spelled = {int(t): fsm.vocab.token_bytes[int(t)] or b"" for t in allowed if int(t) not in eos}
+        if len(spelled) > self.max_options:
+            spelled = {t: b for t, b in spelled.items() if not any(o != b and o.startswith(b) for o in spelled.values())}
+        return list(spelled) if 1 < len(spelled) <= self.max_options else None
+
+    def _matches(self, fsm: TokenFSM, context: list[int], state: int) -> list[int]:
+        """What followed the longest matching n-gram of ``context``'s end at each earlier place, where the FSM
+        allows it (prompt lookup takes the first). Changes nothing."""
+        for n in range(min(self.max_ngram, len(context) - 1), 0, -1):
+            pattern, first = context[-n:], context[-n]
+            found = [context[i + n] for i in range(len(context) - n)
+                     if context[i] == first and context[i : i + n] == pattern
+                     and fsm.next_state(state, context[i + n]) is not None]
+            if found:
+                return found
+        return []
+
+    def _add_branch(
+        self, tree: Candidate, parent: int, state: int, token: int, forcer: Forcer | None, fsm: TokenFSM,
+        context: list[int], room: int, options: DecodeOptions, stats: Stats,
+    ) -> int:
+        """Append ``token`` (reaching ``state``) under node ``parent`` and, up to ``room`` more nodes, what
+        follows it as a chain would (forced text, prompt lookup). Changes ``tree``; returns the nodes added."""
+        branch = draft_candidate(self._branch, forcer, fsm, context + [token], state, room, room, options, None,
+                                 stats) if room > 0 else Candidate()
+        start = len(tree.tokens)
+        tree.tokens += [token] + branch.tokens
+        tree.states += [state] + branch.states
+        tree.sources += [self.name] + branch.sources
+        tree.q += [None] * (1 + len(branch.tokens))
+        tree.parents += [parent] + list(range(start, start + len(branch.tokens)))  # type: ignore[operator]
+        return 1 + len(branch.tokens)
