@@ -211,6 +211,20 @@ def test_prompt_lookup_copies_what_followed_the_last_tokens(byte_lm) -> None:
     assert byte_lm.vocab.decode(proposed) == " Berlin Mitte"  # "." is not in the language: lookup stops
 
 
+def test_prompt_lookup_starts_a_candidate_only_from_a_match_of_min_start_tokens(byte_lm) -> None:
+    fsm = structspec.compile(Regex(r"[a-z]{0,40}"), byte_lm).fsm
+    a, b, c, d = (byte_lm.tokenizer.convert_tokens_to_ids(t) for t in "abcd")
+    context = [a, b, c, d, c]  # the last token, c, occurred before (followed by d); the 2-gram d c did not
+
+    def first(lookup: PromptLookup) -> int | None:
+        lookup.begin()
+        step = lookup.next(context, fsm.initial_state, fsm, SamplingConfig(), None)
+        return None if step is None else step.token
+
+    assert first(PromptLookup()) is None  # a 1-token match starts nothing by default
+    assert first(PromptLookup(min_start=1)) == d
+
+
 def test_early_exit_shares_weights_and_leaves_the_target_intact(byte_lm) -> None:
     draft = byte_lm.early_exit(layers=1)
     assert len(draft.model.model.layers) == 1 and len(byte_lm.model.model.layers) == 2
