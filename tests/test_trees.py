@@ -13,6 +13,7 @@ from pydantic import BaseModel
 import structspec
 from structspec import Regex
 from structspec.decoding.batch import RowInput, decode_batch, shared_prefix
+from structspec.decoding.drafters import make_drafter
 from structspec.decoding.row import Candidate, DecodeOptions, RowDecode
 from structspec.decoding.slots import Slots
 from structspec.decoding.tree import TreeDrafter
@@ -104,6 +105,8 @@ def test_a_tree_saves_passes_where_the_chain_guesses_wrong(kind: str, request: p
 
 
 def test_sampled_rows_draft_chains(byte_lm: structspec.LM) -> None:
+    drafter = TreeDrafter()
+    assert make_drafter(drafter, byte_lm) is drafter  # a Drafter: draft= takes the instance as it is
     got = tree(byte_lm, Character, DOC, do_sample=True, seed=3)
     assert got.stats.tree_nodes == 0
     assert got.complete or got.stop_reason == "max_new_tokens"
