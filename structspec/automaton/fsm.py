@@ -27,6 +27,7 @@ import torch
 from structspec.automaton.dfa import DEAD, LazyDFA
 from structspec.automaton.index import TokenIndex
 from structspec.automaton.nfa import ByteNFA
+from structspec.automaton.parse import ParsedRegex
 from structspec.cache import cache_dir, write_atomic
 from structspec.errors import OptionError
 from structspec.vocab import TokenVocab
@@ -92,7 +93,9 @@ class TokenFSM:
         # The automaton does not depend on the tokenizer or its end tokens: one disk entry serves every model
         # and EOS set. The in-memory index does depend on both, so its key names them.
         # (surrogatepass: a regex may name a lone surrogate, which then matches nothing)
-        digest = hashlib.sha256(f"{_FORMAT}\0{regex}".encode("utf-8", "surrogatepass")).hexdigest()[:40]
+        # A `ParsedRegex` (a translated schema) names its language by a key cheaper to hash than its text.
+        named = f"{_FORMAT}\0key\0{regex.key}" if isinstance(regex, ParsedRegex) else f"{_FORMAT}\0{regex}"
+        digest = hashlib.sha256(named.encode("utf-8", "surrogatepass")).hexdigest()[:40]
         path = cache_dir("fsm") / f"{digest}.dfa"
         key = f"{digest}{vocab.fingerprint}:{width}:{','.join(map(str, eos))}"
         with _MEMORY_LOCK:

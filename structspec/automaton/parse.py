@@ -1,8 +1,9 @@
-"""Regex text → `re._parser` items, each distinct large group parsed once.
+"""Regex text ↔ `re._parser` items: text parsed (each distinct large group once), items written back as text.
 
 Python's own parser does the reading (so the dialect is Python's); this module
-adds the cut-outs that keep translated JSON Schemas cheap to parse, and turns
-parser errors into `RegexError`s whose positions refer to the whole regex.
+adds the cut-outs that keep large regexes cheap to parse, turns parser errors
+into `RegexError`s whose positions refer to the whole regex, and carries items
+a translator built directly (`ParsedRegex`), so they are never parsed again.
 """
 
 from __future__ import annotations
@@ -21,8 +22,26 @@ _HOLE = 0xF0000  # private-use code points stand in for groups cut out of a rege
 _HOLE_MIN = 48  # groups shorter than this are parsed in place
 
 
+class ParsedRegex(str):
+    """Regex text that carries its items: `parse` returns them as they are.
+
+    ``key`` names the language for the compile cache (something cheaper to hash than
+    the text, such as the translated schema and its options). Immutable, as a str is.
+    """
+
+    items: list
+    key: str
+
+    def __new__(cls, items: list, key: str) -> ParsedRegex:
+        self = super().__new__(cls, write(items))
+        self.items, self.key = items, key
+        return self
+
+
 def parse(regex: str) -> list:
     """The parsed items of ``regex``; `RegexError` if it is invalid or sets inline flags."""
+    if isinstance(regex, ParsedRegex):
+        return regex.items
     try:
         items = _parse_shared(regex, {})
     except re.error:
@@ -86,3 +105,89 @@ def _fill(items: list, subtrees: list[list]) -> list:
             arg = (arg[0], arg[1], _fill(arg[2], subtrees))
         out.append((op, arg))
     return out
+
+
+_CATEGORIES = {C.CATEGORY_DIGIT: r"\d", C.CATEGORY_NOT_DIGIT: r"\D", C.CATEGORY_SPACE: r"\s",
+               C.CATEGORY_NOT_SPACE: r"\S", C.CATEGORY_WORD: r"\w", C.CATEGORY_NOT_WORD: r"\W"}
+
+
+def write(items: list) -> str:
+    """Regex text that `parse` reads back as ``items`` (the same language); shared sub-lists are written once
+    and copied, so the cost is the length of the text."""
+    memo: dict[int, str] = {}
+
+    def sequence(seq: list) -> str:
+        found = memo.get(id(seq))
+        if found is None:
+            found = memo[id(seq)] = "".join(item(op, arg) for op, arg in seq)
+        return found
+
+    def item(op: C._NamedIntConstant, arg: object) -> str:
+        if op is C.LITERAL:
+            return _char(arg) if not chr(arg).isprintable() else re.escape(chr(arg))
+        if op is C.NOT_LITERAL:
+            return f"[^{_in_class(arg)}]"
+        if op is C.ANY:
+            return "."
+        if op is C.IN:
+            return "[" + "".join(_class_item(o, a) for o, a in arg) + "]"
+        if op is C.SUBPATTERN:
+            if arg[1] or arg[2]:
+                raise RegexError("", "inline flags such as (?i) are not supported")
+            return f"(?:{sequence(arg[3])})"
+        if op is C.BRANCH:
+            return "(?:" + "|".join(map(sequence, arg[1])) + ")"
+        if op in REPEATS:
+            low, high, body = arg
+            count = ("*" if low == 0 else "+" if low == 1 else f"{{{low},}}") if high is C.MAXREPEAT else (
+                "?" if (low, high) == (0, 1) else f"{{{low}}}" if low == high else f"{{{low},{high}}}")
+            return f"(?:{sequence(body)}){count}" + ("?" if op is C.MIN_REPEAT else "+" if op is C.POSSESSIVE_REPEAT else "")
+        raise RegexError("", f"{str(op).lower()} (anchors, lookarounds, backreferences) is not supported")
+
+    return sequence(items)
+
+
+def written_size(items: list) -> int:
+    """About how many characters `write` writes for ``items`` (a shared sub-list counts each time it is met).
+    Cheap: each distinct sub-list is measured once."""
+    memo: dict[int, int] = {}
+
+    def size(seq: list) -> int:
+        found = memo.get(id(seq))
+        if found is None:
+            found = 0
+            for op, arg in seq:
+                if op is C.SUBPATTERN:
+                    found += 4 + size(arg[3])
+                elif op is C.BRANCH:
+                    found += 4 + sum(size(a) + 1 for a in arg[1])
+                elif op in REPEATS:
+                    found += 8 + size(arg[2])
+                else:
+                    found += len(arg) + 2 if op is C.IN else 2
+            memo[id(seq)] = found
+        return found
+
+    return size(items)
+
+
+def _char(code: int) -> str:
+    """An unprintable character as an escape (a surrogate too: the text stays encodable)."""
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def _in_class(code: int) -> str:
+    c = chr(code)
+    return "\\" + c if c in "\\]^-[" else c if c.isprintable() else _char(code)
+
+
+def _class_item(op: C._NamedIntConstant, arg: object) -> str:
+    if op is C.NEGATE:
+        return "^"
+    if op is C.LITERAL:
+        return _in_class(arg)
+    if op is C.RANGE:
+        return f"{_in_class(arg[0])}-{_in_class(arg[1])}"
+    if op is C.CATEGORY:
+        return _CATEGORIES[arg]
+    raise RegexError("", f"character class item {op} is not supported")

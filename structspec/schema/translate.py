@@ -1,0 +1,289 @@
+"""A checked schema → parsed regex items (the `re._parser` form the automaton builds from), node by node.
+
+The structure (objects, arrays, alternatives, ``$ref`` targets) is translated here, once per node, and a
+node met again is the same sub-list: the automaton hash-conses by structure, so a shared node costs its
+size once where its continuation is the same. k optional properties are k alternatives that share their
+prefixes (``(a,)?(b,)?c``), O(k) items where outlines-core writes O(k²) text. The language is outlines-core's
+translation of `Rewrites.standalone` (the cross-check in tests/test_translate.py). Leaves (strings, numbers,
+booleans, null, enums, consts) keep outlines-core's regex text, parsed once per distinct text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import re._constants as C  # the parser's opcodes
+from typing import TYPE_CHECKING, Any
+
+from outlines_core.json_schema import INTEGER, NUMBER, STRING, build_regex_from_schema
+
+from structspec.automaton.parse import parse
+from structspec.errors import RegexError, SchemaError
+from structspec.schema.bounds import Digits
+from structspec.schema.keywords import ANNOTATIONS, LITERALS
+from structspec.schema.patterns import ecma_classes
+
+if TYPE_CHECKING:
+    from structspec.schema.emit import Rewrites
+
+Items = list  # parsed regex items: (opcode, argument) pairs
+
+# Any JSON value, as outlines-core translates it in a group (its own form for {} binds looser).
+ANY = {"anyOf": [{"type": t} for t in ("boolean", "null", "number", "string", "array", "object")]}
+_LEAF_TYPES = ("string", "number", "integer", "boolean", "null")
+# outlines-core's errors by how their message starts, with the keyword each is about (one that
+# quotes its keyword names it itself). The checker lets none of them through.
+_OUTLINES_ERRORS = (("maxLength", "maxLength"), ("Format", "format"), ("External", "$ref"),
+                    ("Invalid reference", "$ref"), ("Ref recusion", "$ref"), ("Unsupported data type in enum", "enum"),
+                    ("Unsupported data type in const", "const"))
+
+
+class _Untranslatable(Exception):
+    """A node outlines-core would not translate either (keyword, reason): the checker lets none through."""
+
+
+def literal(text: str) -> Items:
+    """Items matching exactly ``text``."""
+    return [(C.LITERAL, ord(c)) for c in text]
+
+
+def group(items: Items) -> tuple:
+    """``items`` as one item (a non-capturing group)."""
+    return C.SUBPATTERN, (None, 0, 0, items)
+
+
+def repeat(low: int, high: int | None, items: Items) -> tuple:
+    """``items`` repeated ``low`` to ``high`` times (None: no limit)."""
+    return C.MAX_REPEAT, (low, C.MAXREPEAT if high is None else high, items)
+
+
+def branch(alternatives: list[Items]) -> tuple:
+    """One of ``alternatives``."""
+    return C.BRANCH, (None, alternatives)
+
+
+class Translator:
+    """Translates the nodes of one checked schema document as ``rewrites`` says; remembers each node's items.
+
+    `items` changes only the memo and the narrowings of ``rewrites`` (digit bounds it applies).
+    """
+
+    def __init__(self, rewrites: Rewrites) -> None:
+        self.rewrites = rewrites
+        self.ws = parse(rewrites.whitespace) if rewrites.whitespace else []
+        self._memo: dict[int, tuple[Any, Items, bool]] = {}  # id(node) → (node, its items, uses numbers)
+        self._texts: dict[str, tuple[Items, bool]] = {}  # leaf regex text → (items, has outlines' numbers)
+        self._synthetic: dict[tuple[str, int], dict[str, Any]] = {}  # (type, depth) → node, kept alive
+        self._refs: list[str] = []  # the $ref chain being translated
+
+    def items(self, node: Any, pointer: str) -> Items:
+        """The items of ``node`` (checked, at ``pointer``); records the digit bounds on the numbers of any value."""
+        try:
+            items, numbers = self._node(node)
+        except _Untranslatable as e:
+            raise SchemaError(*e.args[:1], pointer, *e.args[1:]) from None
+        if numbers and self.rewrites.digits != Digits(None, None):
+            self.rewrites.narrow_digits(pointer, integer=True, fraction=True, exponent=True)
+        return items
+
+    def text(self, regex: str) -> Items:
+        """The items of structspec's own regex text (a hole), as one group."""
+        return [group(self._parsed(regex, leaf=False)[0])]
+
+    def _node(self, node: Any) -> tuple[Items, bool]:
+        found = self._memo.get(id(node))
+        if found is not None:
+            return found[1], found[2]
+        if not isinstance(node, dict):
+            raise _Untranslatable("type", f"outlines-core cannot translate {json.dumps(node)[:60]}")
+        replaced = self.rewrites.replaced.get(id(node))
+        items, numbers = self._node(replaced) if replaced is not None else self._dispatch(self._view(node))
+        self._memo[id(node)] = (node, items, numbers)
+        return items, numbers
+
+    def _view(self, node: dict[str, Any]) -> dict[str, Any]:
+        """``node``'s own keywords as outlines-core gets them (see `Rewrites.normalized`); children stay nodes."""
+        out = {k: v for k, v in node.items() if k in LITERALS or (self.rewrites.has(node, k) and k not in ANNOTATIONS)}
+        if node.get("type") == "object" and node.get("additionalProperties") is False and "properties" not in node:
+            return {"type": "object", "maxProperties": 0}  # outlines-core has no form for "no properties"
+        return out or ANY
+
+    def _dispatch(self, v: dict[str, Any]) -> tuple[Items, bool]:
+        """outlines-core's dispatch, in its order (a ``$ref`` first: `Rewrites.standalone` inlines it)."""
+        if "$ref" in v and not set(v) & set(LITERALS):
+            return self._ref(v)
+        if "properties" in v:
+            return self._properties(v)
+        if "allOf" in v:
+            return self._sequence([self._node(sub) for sub in v["allOf"]])
+        if "anyOf" in v or "oneOf" in v:
+            subs = [self._node(sub) for sub in v["anyOf" if "anyOf" in v else "oneOf"]]
+            return [group([branch([[group(items)] for items, _ in subs])])], any(n for _, n in subs)
+        if "prefixItems" in v:
+            subs = [self._node(sub) for sub in v["prefixItems"]]
+            sep = [*self.ws, (C.LITERAL, ord(",")), *self.ws]
+            inner: Items = []
+            for i, (items, _) in enumerate(subs):
+                inner += [*(sep if i else []), group(items)]
+            return [*literal("["), *self.ws, *inner, *self.ws, *literal("]")], any(n for _, n in subs)
+        if "enum" in v or "const" in v:
+            key = "enum" if "enum" in v else "const"
+            return self._leaf({key: v[key]})
+        if isinstance(v.get("type"), list):
+            subs = [self._typed(t, v) for t in v["type"]]
+            return [group([branch([[group(items)] for items, _ in subs])])], any(n for _, n in subs)
+        if isinstance(v.get("type"), str):
+            return self._typed(v["type"], v)
+        raise _Untranslatable("type", f"outlines-core cannot translate {json.dumps(v)[:60]}")
+
+    def _sequence(self, subs: list[tuple[Items, bool]]) -> tuple[Items, bool]:
+        return [group([group(items) for items, _ in subs])], any(n for _, n in subs)
+
+    def _ref(self, v: dict[str, Any]) -> tuple[Items, bool]:
+        ref = v["$ref"]
+        if ref in self._refs:  # the checker rejects cycles where outlines-core reads
+            raise _Untranslatable("$ref", f"recursive reference {ref!r} is not supported")
+        self._refs.append(ref)
+        try:
+            return self._node(self.rewrites.document.resolve(v))
+        finally:
+            self._refs.pop()
+
+    def _typed(self, kind: str, v: dict[str, Any]) -> tuple[Items, bool]:
+        if kind in _LEAF_TYPES:
+            hole = self.rewrites.holes.get(v.get("pattern")) if kind == "string" else None
+            if hole is not None:
+                return hole, False
+            return self._leaf({k: x for k, x in v.items() if k != "type"} | {"type": kind})
+        depth = _u64(v.get("depth"))
+        depth = 2 if depth is None else depth
+        if kind == "array":
+            return self._array(v, depth)
+        if kind == "object":
+            return self._object(v, depth)
+        raise _Untranslatable("type", f"unsupported type {kind!r}")
+
+    def _leaf(self, node: dict[str, Any]) -> tuple[Items, bool]:
+        """A leaf as outlines-core writes it (\\d and \\w made ASCII, the digit bounds on its numbers)."""
+        try:
+            regex = build_regex_from_schema(json.dumps(node), self.rewrites.whitespace)
+        except ValueError as e:  # the checker should have caught it; never fall back to looser
+            raise _Untranslatable(_keyword_of(str(e)), f"outlines-core cannot translate it: {e}") from None
+        return self._parsed(regex, leaf=True)
+
+    def _parsed(self, regex: str, leaf: bool) -> tuple[Items, bool]:
+        found = self._texts.get(regex) if leaf else None
+        if found is not None:
+            return found
+        text, numbers = regex, False
+        if leaf:
+            text = ecma_classes(regex)
+            numbers = NUMBER in text or INTEGER in text
+            digits = self.rewrites.digits
+            if numbers and digits != Digits(None, None):
+                text = text.replace(NUMBER, digits.number_regex()).replace(INTEGER, digits.integer_regex())
+        try:
+            found = list(parse(text)), numbers
+        except RegexError as e:
+            raise _Untranslatable("pattern", f"its regex cannot be read: {e.reason}") from None
+        if leaf:
+            self._texts[regex] = found
+        return found
+
+    def _any(self, kind: str, depth: int) -> tuple[Items, bool]:
+        """A value of type ``kind`` nesting at most ``depth`` levels, as outlines-core writes it for ``{}``."""
+        node = self._synthetic.setdefault((kind, depth), {"type": kind, "depth": depth})
+        return self._node(node)
+
+    def _array(self, v: dict[str, Any], depth: int) -> tuple[Items, bool]:
+        low, high = _u64(v.get("minItems")), _u64(v.get("maxItems"))
+        if high is not None and high < 1:
+            return [*literal("["), *self.ws, *literal("]")], False
+        if "items" in v:
+            body, numbers = self._node(v["items"])
+        else:  # outlines-core's unconstrained items: one of the types (itself a leaf's alternatives)
+            subs = [self._leaf({"type": t}) for t in ("boolean", "null", "number", "integer", "string")]
+            if depth > 0:
+                subs += [self._any("object", depth - 1), self._any("array", depth - 1)]
+            body, numbers = [branch([items for items, _ in subs])], any(n for _, n in subs)
+        low = max((low or 0) - 1, 0)
+        more = repeat(low, None if high is None else high - 1, [(C.LITERAL, ord(",")), *self.ws, group(body)])
+        some = [group(body), more]
+        items = [repeat(0, 1, some)] if (_u64(v.get("minItems")) or 0) == 0 else [group(some)]
+        return [*literal("["), *self.ws, *items, *self.ws, *literal("]")], numbers
+
+    def _object(self, v: dict[str, Any], depth: int) -> tuple[Items, bool]:
+        low, high = _u64(v.get("minProperties")), _u64(v.get("maxProperties"))
+        if high is not None and high < 1:
+            return [*literal("{"), *self.ws, *literal("}")], False
+        extra = v.get("additionalProperties")
+        if extra is None or extra is True:
+            kinds = [("string",), ("number",), ("boolean",), ("null",)]
+            subs = [self._leaf({"type": t}) for (t,) in kinds]
+            if depth > 0:
+                subs += [self._any("object", depth - 1), self._any("array", depth - 1)]
+            value, numbers = [group([branch([items for items, _ in subs])])], any(n for _, n in subs)
+        else:
+            value, numbers = self._node(extra)
+        member = [*self._parsed(STRING, leaf=True)[0], *self.ws, (C.LITERAL, ord(":")), *self.ws, group(value)]
+        more = repeat(0, None, [*self.ws, (C.LITERAL, ord(",")), *self.ws, *member])
+        some = [group(member), more]
+        items = [repeat(0, 1, some)] if (low or 0) == 0 else [group(some)]
+        return [*literal("{"), *self.ws, *items, *self.ws, *literal("}")], numbers
+
+    def _properties(self, v: dict[str, Any]) -> tuple[Items, bool]:
+        """outlines-core's object of listed properties: in order, the required ones always, no others."""
+        required = {r for r in v.get("required", []) if isinstance(r, str)}
+        names = list(v["properties"])
+        values = [self._node(v["properties"][n]) for n in names]
+        members = [[*self.ws, *self.member(json.dumps(n, ensure_ascii=False), items)]
+                   for n, (items, _) in zip(names, values)]
+        comma = [*self.ws, (C.LITERAL, ord(","))]
+        flags = [n in required for n in names]
+        body: Items = []
+        if any(flags):
+            last = max(i for i, f in enumerate(flags) if f)
+            for i, (m, req) in enumerate(zip(members, flags)):
+                m = [*m, *comma] if i < last else [*comma, *m] if i > last else m
+                body += m if req else [repeat(0, 1, m)]
+        elif members:  # the first present member is m_i: (m_0,)?…(m_{i-1},)? m_i, prefixes shared
+            alternatives, prefix = [], []
+            for m in members:
+                alternatives.append([group(prefix), group(m)])
+                prefix = [group(prefix), repeat(0, 1, [*m, *comma])]
+            body = [repeat(0, 1, [branch(alternatives)])]
+        return [*literal("{"), *body, *self.ws, *literal("}")], any(n for _, n in values)
+
+    def member(self, name: str, value: Items) -> Items:
+        """``name: value`` with the whitespace around the colon (``name`` is JSON text)."""
+        return [*literal(name), *self.ws, (C.LITERAL, ord(":")), *self.ws, group(value)]
+
+    def object_items(self, fields: list[tuple[Items, bool]], extra: list[Items]) -> Items:
+        """An object of ``fields`` (members' items, required) in order, then any number of members of ``extra``
+        (their alternatives), comma-separated: one alternative per last listed member, prefixes shared."""
+        comma = [*self.ws, (C.LITERAL, ord(",")), *self.ws]
+        more = [repeat(0, None, [*comma, branch(extra)])] if extra else []
+        alternatives, prefix = [], []
+        for i, (m, required) in enumerate(fields):
+            if not any(r for _, r in fields[i + 1:]):  # m is the last listed member: only optional ones follow
+                alternatives.append([group(prefix), group(m), *more])
+            prefix = [group(prefix), group([*m, *comma]) if required else repeat(0, 1, [*m, *comma])]
+        if extra:
+            alternatives.append([group(prefix), branch(extra), *more])
+        if not any(r for _, r in fields):
+            alternatives.append([])
+        return [*literal("{"), *self.ws, branch(alternatives), *self.ws, *literal("}")]
+
+
+def _u64(value: Any) -> int | None:
+    """``value`` if outlines-core reads it as a count (a non-negative JSON integer), else None."""
+    return value if type(value) is int and value >= 0 else None
+
+
+def _keyword_of(message: str) -> str:
+    """The keyword an outlines-core error is about; "type" for a node it has no translation for."""
+    quoted = re.match(r"'(\$?\w+)'", message)
+    if quoted:
+        return quoted[1]
+    return next((keyword for start, keyword in _OUTLINES_ERRORS if message.startswith(start)), "type")
+

@@ -1,0 +1,171 @@
+"""structspec's own schema → items translation against outlines-core's text translation of the same checked
+schema (the cross-check), its linear size, its text for other engines, and its compile-cache key."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import re._constants as C
+from pathlib import Path
+
+import numpy as np
+import pytest
+from outlines_core.json_schema import INTEGER, NUMBER, build_regex_from_schema
+
+from structspec.automaton.dfa import DEAD, LazyDFA
+from structspec.automaton.nfa import ByteNFA
+from structspec.automaton.parse import REPEATS, ParsedRegex, parse, write
+from structspec.errors import SchemaError
+from structspec.schema import constraint_of
+from structspec.schema.bounds import Digits
+from structspec.schema.checker import check
+from structspec.schema.emit import Rewrites
+from structspec.schema.patterns import ecma_classes
+from structspec.schema.reach import unroll
+from structspec.tools.coverage import in_layout
+
+DATA = Path(__file__).parent / "data"
+ROWS = [json.loads(line) for name in ("jsonschemabench_sample.jsonl", "jsonschemabench_slow_sample.jsonl")
+        for line in (DATA / name).open()]
+
+
+def _outlines_text(rewrites: Rewrites, node: object) -> str:
+    """The old path: outlines-core's text for the whole checked node, digit bounds and holes put in as text."""
+    regex = ecma_classes(build_regex_from_schema(json.dumps(rewrites.standalone(node)), rewrites.whitespace))
+    if rewrites.digits != Digits(None, None):
+        regex = regex.replace(NUMBER, rewrites.digits.number_regex()).replace(INTEGER, rewrites.digits.integer_regex())
+    for marker, hole in rewrites.holes.items():
+        regex = regex.replace(f'"{marker}"', f"({write(hole)})")
+    return regex
+
+
+def _both(schema: dict, digits: Digits) -> tuple[ParsedRegex, str]:
+    document, _ = unroll(schema, 3)
+    rewrites = check(document, True, "", digits)
+    return rewrites.regex(document, ""), _outlines_text(rewrites, document)
+
+
+def _accepts(dfa: LazyDFA, text: str) -> bool:
+    state = dfa.step(dfa.initial, text.encode())
+    return state != DEAD and dfa.is_final(state)
+
+
+def _walks(dfa: LazyDFA, rng: random.Random, count: int) -> list[str]:
+    """Texts the automaton accepts, by random walks over whole characters (ASCII bytes preferred)."""
+    texts = []
+    for _ in range(count * 4):
+        state, data = dfa.initial, b""
+        for _ in range(400):
+            if dfa.is_final(state) and rng.random() < 0.15:
+                break
+            dfa.ensure(np.array([state]))
+            live = [b for b in range(256) if dfa.table[state, b] != DEAD]
+            if not live:
+                break
+            ascii_live = [b for b in live if 0x20 <= b < 0x7F]
+            byte = rng.choice(ascii_live or live)
+            data, state = data + bytes([byte]), int(dfa.table[state, byte])
+        if dfa.is_final(state):
+            try:
+                texts.append(data.decode())
+            except UnicodeDecodeError:
+                continue
+        if len(texts) == count:
+            break
+    return texts
+
+
+def _compiles(schema: dict) -> bool:
+    try:
+        constraint_of(schema)
+    except SchemaError:
+        return False
+    return True
+
+
+COMPILED = [row for row in ROWS if _compiles(row["schema"])]
+
+
+def test_most_sample_rows_compile() -> None:
+    assert len(COMPILED) >= len(ROWS) - 2, [r["id"] for r in ROWS if r not in COMPILED]
+
+
+@pytest.mark.parametrize("row", COMPILED, ids=[r["id"] for r in COMPILED])
+@pytest.mark.parametrize("digits", [Digits(), Digits(None, None)], ids=["digit-bounds", "no-bounds"])
+def test_items_and_outlines_core_text_give_the_same_verdicts(row: dict, digits: Digits) -> None:
+    schema = row["schema"]
+    new, old = _both(schema, digits)
+    dfa, rng = LazyDFA(ByteNFA(new)), random.Random(0)
+    texts = [in_layout(t["data"], schema, schema) for t in row["tests"]]
+    texts += _walks(dfa, rng, 30)
+    texts += [t.replace(",", ",,", 1) for t in texts] + [t[:-1] for t in texts] + [t.replace(":", ":[", 1) for t in texts]
+    for text in texts:
+        assert _accepts(dfa, text) == (re.fullmatch(old, text) is not None), text
+        assert (re.fullmatch(new, text) is not None) == (re.fullmatch(old, text) is not None), text
+
+
+def _optional_object(k: int) -> dict:
+    return {"type": "object", "properties": {f"p{i}": {"type": "integer", "minimum": 0} for i in range(k)}}
+
+
+def _distinct_items(items: list) -> int:
+    """Items in the distinct sub-lists of ``items`` (a shared sub-list counts once)."""
+    seen: set[int] = set()
+
+    def count(seq: list) -> int:
+        if id(seq) in seen:
+            return 0
+        seen.add(id(seq))
+        total = len(seq)
+        for op, arg in seq:
+            if op is C.SUBPATTERN:
+                total += count(arg[3])
+            elif op is C.BRANCH:
+                total += sum(map(count, arg[1]))
+            elif op in REPEATS:
+                total += count(arg[2])
+        return total
+
+    return count(items)
+
+
+def test_optional_properties_cost_linear_items_and_states() -> None:
+    regexes = {k: constraint_of(_optional_object(k)).regex for k in (40, 80)}
+    items = {k: _distinct_items(parse(r)) for k, r in regexes.items()}
+    states = {k: len(ByteNFA(r)) for k, r in regexes.items()}
+    assert items[80] < 2.5 * items[40], items
+    assert states[80] < 2.5 * states[40], states
+    assert len(regexes[80]) > 3 * len(regexes[40])  # the text, for other engines, is quadratic
+
+
+def test_the_text_reads_back_as_the_same_language() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "string", "pattern": "^[a-z]+\\d$"},
+                                               "b": {"enum": ["x", 1, None, "q\"r"]},
+                                               "c": {"type": "array", "items": {"type": "number"}, "maxItems": 2}},
+              "required": ["a"]}
+    regex = constraint_of(schema).regex
+    again = ByteNFA(write(parse(regex)))  # through the text, not the carried items
+    dfa, from_text = LazyDFA(ByteNFA(regex)), LazyDFA(again)
+    for text in ['{"a":"ab1"}', '{"a":"ab1","b":"q\\"r","c":[1.5,2]}', '{"a":"ab1","c":[1,2,3]}', '{"a":"Ab1"}',
+                 '{"b":1}', '{"a":"z9","b":null}']:
+        assert _accepts(dfa, text) == _accepts(from_text, text) == (re.fullmatch(regex, text) is not None), text
+
+
+def test_pattern_properties_objects_keep_order_required_and_extras() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "boolean"}},
+              "patternProperties": {"^x": {"type": "null"}}, "required": ["b"], "additionalProperties": False}
+    regex = constraint_of(schema).regex
+    for text, ok in [('{"b":true}', True), ('{"a":1,"b":true}', True), ('{"a":1,"b":true,"x1":null}', True),
+                     ('{"b":false,"x":null,"xy":null}', True), ('{"a":1}', False), ('{}', False),
+                     ('{"x":null,"b":true}', False), ('{"b":true,"y":null}', False), ('{"b":true,}', False)]:
+        assert (re.fullmatch(regex, text) is not None) == ok, text
+
+
+def test_the_cache_key_names_the_schema_and_its_options() -> None:
+    schema = _optional_object(3)
+    first, again = constraint_of(schema).regex, constraint_of(json.loads(json.dumps(schema))).regex
+    assert isinstance(first, ParsedRegex) and first.key == again.key
+    assert constraint_of(schema, max_integer_digits=5).regex.key != first.key
+    assert constraint_of(schema, whitespace_pattern="[ ]?").regex.key != first.key
+    assert constraint_of(_optional_object(4)).regex.key != first.key
