@@ -15,15 +15,22 @@ checks every token anyway. After the target's verdict the loop calls
   `Threshold` (cumulative probability above an adaptive threshold).
 * self-draft: a `ModelDrafter` over `LM.early_exit` (the target's first layers
   plus its final norm and LM head), a draft model for any target.
+* `StagedDrafter`: staged speculation, a draft model whose own drafts come
+  from prompt lookup and are checked by the draft in one of its passes, so it
+  spends fewer passes than tokens drafted. ``draft="staged"`` stages self-draft;
+  ``draft=Staged(lm)`` stages a loaded draft LM (through text, as
+  `CrossTokenizerDrafter` with a ``lookup``, where its tokenizer differs).
 * `CrossTokenizerDrafter`: a draft model with another tokenizer, translated
   through text.
 * `Composite`: prompt lookup first, a model drafter where lookup has nothing.
+* ``draft="tree"``: `structspec.decoding.tree.TreeDrafter`, token trees.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -93,18 +100,40 @@ class PromptLookup:
         if self._count >= self.max_tokens:
             return None
         shortest = self.min_start if self._count == 0 else 1  # once copying, the copy's own tokens extend the match
-        for n in range(min(self.max_ngram, len(context) - 1), shortest - 1, -1):
-            pattern, first = context[-n:], context[-n]
-            for i in range(len(context) - n):
-                if context[i] == first and context[i : i + n] == pattern:
-                    token = context[i + n]
-                    if fsm.next_state(state, token) is not None:
-                        self._count += 1
-                        return Step(token, self.name)
-        return None
+        token = _copied(context, self.max_ngram, shortest, lambda t: fsm.next_state(state, t) is not None)
+        if token is None:
+            return None
+        self._count += 1
+        return Step(token, self.name)
+
+    def guess(self, context: list[int], limit: int, next_state: Callable[[int, int], int | None] = lambda s, t: s,
+              state: int = 0) -> list[int]:
+        """Up to ``limit`` tokens a fresh candidate after ``context`` would copy (its first from a match of
+        ``min_start`` tokens), each allowed by ``next_state`` (an FSM's, from ``state``; by default every
+        token is). Does not change the lookup."""
+        guess: list[int] = []
+        while len(guess) < limit:
+            token = _copied(context + guess, self.max_ngram, self.min_start if not guess else 1,
+                            lambda t: next_state(state, t) is not None)
+            if token is None:
+                break
+            guess.append(token)
+            state = next_state(state, token)
+        return guess
 
     def feedback(self, drafted: dict[str, int], accepted: dict[str, int]) -> None:
         pass
+
+
+def _copied(context: list[int], longest: int, shortest: int, allows: Callable[[int], bool]) -> int | None:
+    """The token that followed the last ``n`` tokens of ``context`` (``longest`` down to ``shortest``) at their
+    earliest earlier occurrence, among those ``allows`` accepts; None if no match. Changes nothing."""
+    for n in range(min(longest, len(context) - 1), shortest - 1, -1):
+        pattern, first = context[-n:], context[-n]
+        for i in range(len(context) - n):
+            if context[i] == first and context[i : i + n] == pattern and allows(context[i + n]):
+                return context[i + n]
+    return None
 
 
 class Policy(Protocol):
@@ -173,7 +202,8 @@ class _DraftModel:
     lm: LanguageModel
 
     def __post_init__(self) -> None:
-        self._context: DraftContext = _CachedContext(self.lm)
+        self._own = _CachedContext(self.lm)
+        self._context: DraftContext = self._own  # a `ModelDrafter` in a batch draws from a batch row instead
 
     @property
     def passes(self) -> int:
@@ -187,18 +217,27 @@ class _DraftModel:
 
 
 @dataclass(eq=False)
-class ModelDrafter(_DraftModel):
-    """A draft LM with the target's tokenizer, drafting under the FSM mask (see module doc)."""
+class _PolicyDraft(_DraftModel):
+    """A draft model whose ``policy`` sets the draft length from its probabilities of this candidate's tokens."""
 
     name: str = "draft_model"
     policy: Policy = field(default_factory=Schedule)
     _probs: list[float] = field(default_factory=list)
-    # this candidate's steps by context length: a batched row asks again after its draft pass has run,
-    # and must get the same draws back
-    _steps: dict[int, tuple[Step | None, float]] = field(default_factory=dict)
 
     def begin(self) -> None:
         self._probs = []
+
+    def feedback(self, drafted: dict[str, int], accepted: dict[str, int]) -> None:
+        self.policy.feedback(self._probs, accepted.get(self.name, 0))
+
+
+@dataclass(eq=False)
+class ModelDrafter(_PolicyDraft):
+    """A draft LM with the target's tokenizer, drafting under the FSM mask (see module doc)."""
+
+    # this candidate's steps by context length: a batched row asks again after its draft pass has run,
+    # and must get the same draws back
+    _steps: dict[int, tuple[Step | None, float]] = field(default_factory=dict)
 
     def next(self, context: list[int], state: int, fsm: TokenFSM, sampling: SamplingConfig,
              generator: torch.Generator | None) -> Step | None:
@@ -208,11 +247,7 @@ class ModelDrafter(_DraftModel):
             step, prob = self._steps[len(context)]
             self._probs.append(prob)
             return step
-        logits = _fit(self._context.logits_after(context), fsm.logits_width)
-        fsm.mask_logits_inplace(logits[None], [state])
-        # A candidate cannot carry EOS, so the draft distribution is q without the EOS ids: drawing from full q
-        # and dropping an EOS draw would bias speculative sampling.
-        logits[list(fsm.eos_token_ids)] = float("-inf")
+        logits = _masked(self._context.logits_after(context)[None], fsm, [state])[0]
         if torch.isinf(logits).all():
             return None
         if sampling.do_sample:
@@ -227,7 +262,67 @@ class ModelDrafter(_DraftModel):
 
     def feedback(self, drafted: dict[str, int], accepted: dict[str, int]) -> None:
         self._steps.clear()
-        self.policy.feedback(self._probs, accepted.get(self.name, 0))
+        super().feedback(drafted, accepted)
+
+
+@dataclass(eq=False)
+class StagedDrafter(_PolicyDraft):
+    """Staged speculation (Spector & Ré 2023, "Accelerating LLM Inference with Staged Speculative Decoding"):
+    a draft LM with the target's tokenizer whose own drafts come from prompt lookup.
+
+    Where it needs tokens after a context, ``lookup`` guesses how it goes on
+    (up to its ``max_tokens``, each allowed by the FSM) and ONE draft pass over
+    the new context tail plus the guess gives the draft's logits at every
+    guessed position. The guess's longest prefix that equals the draft's own
+    masked greedy choice is drafted, then the draft's own token after it:
+    several tokens for one pass. With no guess that is one pass per token, as
+    `ModelDrafter` takes. The tokens drafted after a context are kept, so the
+    next calls along them cost no pass; ``policy`` decides where the candidate
+    stops, as `ModelDrafter`'s does. The rejected guess tail leaves the draft
+    cache at the next pass (`_CachedContext` keeps the common prefix).
+
+    Drafts are greedy, sampled rows included: point masses (``q`` None), which
+    verification accepts iff the target's own draw equals the draft, so a
+    sampled row draws exactly what plain sampling draws with the same seed
+    (`structspec.decoding.verify`). Its cache is its own: a batch drafts for it
+    row by row.
+    """
+
+    name: str = "staged_draft_model"
+    lookup: PromptLookup = field(default_factory=PromptLookup)
+    _run: list[int] = field(default_factory=list)  # a context, then the tokens drafted after it
+    _run_probs: list[float] = field(default_factory=list)  # the draft's probability of each drafted token
+
+    def next(self, context: list[int], state: int, fsm: TokenFSM, sampling: SamplingConfig,
+             generator: torch.Generator | None) -> Step | None:
+        if not self.policy.keep_going(self._probs):
+            return None
+        start = len(self._run) - len(self._run_probs)
+        if not (start <= len(context) < len(self._run) and self._run[: len(context)] == context):
+            self._draft_run(context, state, fsm)
+            start = len(context)
+            if start == len(self._run):  # the FSM allows nothing but EOS
+                return None
+        self._probs.append(self._run_probs[len(context) - start])
+        return Step(self._run[len(context)], self.name)
+
+    def _draft_run(self, context: list[int], state: int, fsm: TokenFSM) -> None:
+        """Draft the tokens after ``context`` (in ``state``) that one draft pass verifies: the guess's prefix the
+        draft agrees with, then the draft's own token (one pass; changes the run and the draft cache)."""
+        guess = self.lookup.guess(context, self.lookup.max_tokens, fsm.next_state, state)
+        states = [state] + fsm.walk(state, guess)
+        logits = _masked(self._own.logits_along(context + guess, len(context)), fsm, states)
+        tokens: list[int] = []
+        probs: list[float] = []
+        for row, proposed in zip(logits, guess + [None]):
+            if torch.isinf(row).all():
+                break
+            token = int(row.argmax())
+            tokens.append(token)
+            probs.append(float(row.softmax(-1)[token]))
+            if token != proposed:
+                break
+        self._run, self._run_probs = context + tokens, probs
 
 
 @dataclass(eq=False)
@@ -240,12 +335,18 @@ class CrossTokenizerDrafter(_DraftModel):
     the draft KV cache keeps the common prefix. Drafts are deterministic, so
     they verify as point masses. The last translated token is dropped (it may
     merge with the text that follows).
+
+    With a ``lookup`` (staged speculation, as `StagedDrafter`), a chunk starts
+    from prompt lookup's guess in the draft tokenizer's ids over the re-encoded
+    context, checked by the draft in one pass; past the guess's first mismatch
+    it goes on one pass per token. The chunk is the same greedy text either way.
     """
 
     target_tokenizer: Any
     target_vocab: Any
     name: str = "draft_model"
     policy: Schedule = field(default_factory=lambda: Schedule(confidence=None))
+    lookup: PromptLookup | None = None  # None: one draft pass per token
     _buffer: list[int] = field(default_factory=list)  # translated tokens, proposed from _base on
     _base: int = 0
     _count: int = 0
@@ -270,12 +371,7 @@ class CrossTokenizerDrafter(_DraftModel):
         # HF decode keeps special tokens as text (chat markers), which the draft tokenizer parses back
         text = self.target_tokenizer.decode(context, clean_up_tokenization_spaces=False)
         draft_ids = list(self.lm.tokenizer(text, add_special_tokens=False)["input_ids"])
-        drafted: list[int] = []
-        for _ in range(self.policy.length + 1):  # one spare token: the last translated one is dropped
-            token = int(self._context.logits_after(draft_ids + drafted).argmax())
-            if token == self.lm.vocab.eos_token_id:
-                break
-            drafted.append(token)
+        drafted = self._greedy(draft_ids, self.policy.length + 1)  # one spare token: the last translated is dropped
         new_text = self.lm.vocab.spell(drafted)
         try:
             ids = self.target_tokenizer.encode(new_text.decode("utf-8"), add_special_tokens=False)[:-1]
@@ -285,6 +381,24 @@ class CrossTokenizerDrafter(_DraftModel):
         if spelled != new_text[: len(spelled)]:
             ids = []  # the tokenizer normalized the text: no faithful translation
         self._buffer, self._base = ids, len(context)
+
+    def _greedy(self, draft_ids: list[int], limit: int) -> list[int]:
+        """The draft's greedy continuation of ``draft_ids``, up to ``limit`` tokens and short of EOS: the first
+        pass also checks the lookup's guess, each later pass adds one token. Changes the draft cache."""
+        guess = self.lookup.guess(draft_ids, limit - 1) if self.lookup is not None else []
+        drafted: list[int] = []
+        while len(drafted) < limit:
+            rows = self._own.logits_along(draft_ids + drafted + guess, len(draft_ids) + len(drafted))
+            rows = rows[:, : len(self.lm.vocab.token_bytes)]  # ids past the vocabulary (padding) spell nothing
+            for row, proposed in zip(rows, guess + [None]):
+                token = int(row.argmax())
+                if token == self.lm.vocab.eos_token_id:
+                    return drafted
+                drafted.append(token)
+                if token != proposed:
+                    break
+            guess = []
+        return drafted
 
     def feedback(self, drafted: dict[str, int], accepted: dict[str, int]) -> None:
         n = drafted.get(self.name, 0)
@@ -357,41 +471,78 @@ class _CachedContext:
 
     def logits_after(self, context: list[int]) -> torch.Tensor:
         """Next-token logits after ``context`` [vocab] (a fresh tensor; one pass unless already known)."""
+        return self.logits_along(context, len(context))[-1]
+
+    def logits_along(self, context: list[int], start: int) -> torch.Tensor:
+        """Next-token logits after ``context[:i]`` for each ``i`` in ``start..len(context)``
+        [len(context) − start + 1, vocab], a fresh tensor: one pass feeding ``context`` from its common prefix
+        with what the cache holds, or from ``start − 1`` if that is shorter (no pass when only the known last
+        logits are asked for). Changes the cache: it then holds ``context``."""
+        if start == len(context) and context == self.seen and self.last is not None:
+            return self.last.clone()[None]
         n = next((i for i, (a, b) in enumerate(zip(self.seen, context)) if a != b), min(len(self.seen), len(context)))
-        if n == len(context) == len(self.seen) and self.last is not None:
-            return self.last.clone()
         if self.cache is None:
             self.cache, n = self.lm.new_cache(), 0
-        n = min(n, len(context) - 1)  # at least one token to feed
+        n = min(n, start - 1)  # logits after context[:start] come from position start − 1, fed again if cached
         self.lm.crop(self.cache, n)
-        self.last = self.lm.forward(context[n:], self.cache)[-1]
+        logits = self.lm.forward(context[n:], self.cache, logits_to_keep=len(context) - start + 1)
         self.passes += 1
-        self.seen = list(context)
-        return self.last.clone()
+        self.seen, self.last = list(context), logits[-1].clone()
+        return logits
 
 
-def _fit(logits: torch.Tensor, width: int) -> torch.Tensor:
-    """Draft logits cut or padded (with -inf) to the target's logits width; extra ids belong to no token."""
-    if len(logits) >= width:
-        return logits[:width]
-    return torch.cat([logits, logits.new_full((width - len(logits),), float("-inf"))])
+def _masked(logits: torch.Tensor, fsm: TokenFSM, states: list[int]) -> torch.Tensor:
+    """Draft ``logits`` [rows, vocab] cut or padded (with -inf) to the target's logits width (extra ids belong
+    to no token), row ``i`` masked by ``states[i]``, EOS ids at -inf. Changes ``logits``; returns the result.
+
+    A candidate cannot carry EOS, so the draft distribution is q without the EOS
+    ids: drawing from full q and dropping an EOS draw would bias speculative sampling.
+    """
+    width = fsm.logits_width
+    if logits.shape[-1] >= width:
+        logits = logits[:, :width]
+    else:
+        logits = torch.cat([logits, logits.new_full((len(logits), width - logits.shape[-1]), float("-inf"))], -1)
+    fsm.mask_logits_inplace(logits, states)
+    logits[:, list(fsm.eos_token_ids)] = float("-inf")
+    return logits
 
 
-SHORT_NAMES = ("prompt_lookup", "self", "threshold", "auto")
+@dataclass(frozen=True)
+class Staged:
+    """``draft=Staged(lm)``: the loaded draft LM ``lm`` drafting with staged speculation. It names a drafter
+    and holds no state, so `generate_batch` takes it and makes one drafter per row."""
+
+    lm: LanguageModel
 
 
-def make_drafter(draft: Drafter | LanguageModel | str | None, target: LanguageModel) -> Drafter | None:
-    """The drafter for ``draft=``: None, a `Drafter`, a loaded LM (draft model) or one of `SHORT_NAMES`."""
+SHORT_NAMES = ("prompt_lookup", "self", "staged", "threshold", "tree", "auto")
+
+
+def make_drafter(draft: Drafter | LanguageModel | Staged | str | None, target: LanguageModel) -> Drafter | None:
+    """The drafter for ``draft=``: None, a `Drafter`, a loaded LM (draft model), `Staged` (a draft model with
+    staged speculation) or one of `SHORT_NAMES`. Makes a new drafter; changes nothing."""
     if draft is None or isinstance(draft, Drafter):
         return draft
     if isinstance(draft, LanguageModel):
         if draft.vocab.fingerprint == target.vocab.fingerprint:
             return ModelDrafter(draft)
         return CrossTokenizerDrafter(draft, target.tokenizer, target.vocab)
+    if isinstance(draft, Staged):
+        if draft.lm.vocab.fingerprint == target.vocab.fingerprint:
+            return StagedDrafter(draft.lm)
+        return CrossTokenizerDrafter(draft.lm, target.tokenizer, target.vocab, name="staged_draft_model",
+                                     lookup=PromptLookup())
     if draft == "prompt_lookup":
         return PromptLookup()
     if draft == "self":
         return ModelDrafter(target.early_exit(), name="self_draft")
+    if draft == "staged":
+        return StagedDrafter(target.early_exit(), name="staged_self_draft")
+    if draft == "tree":
+        from structspec.decoding.tree import TreeDrafter  # tree.py imports this module: imported at the top, a cycle
+
+        return TreeDrafter()
     if draft == "threshold":
         return ModelDrafter(target.early_exit(), name="threshold", policy=Threshold())
     if draft == "auto":

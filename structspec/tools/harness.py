@@ -26,6 +26,7 @@ from typing import Any
 from rich.console import Console
 
 import structspec
+from structspec.decoding.drafters import Staged
 from structspec.lm import LM
 from structspec.tools.explain import no_pass_tokens
 from structspec.tools.peers import PeerRun, unconstrained_greedy
@@ -42,19 +43,18 @@ def methods(draft_model: LM | None = None, self_draft: bool = False) -> dict[str
     """structspec's rows in table order: plain masked decoding, fast-forward, then drafting on top of it.
 
     ``self_draft`` adds the drafters built from the target's own first layers
-    (self-draft, threshold, auto); ``draft_model`` adds a draft-model row.
+    (self-draft, staged self-draft, threshold, auto); ``draft_model`` adds the
+    draft-model rows, plain and staged.
     """
-    rows: dict[str, Keywords] = {
+    drafts: dict[str, Any] = {"prompt lookup": "prompt_lookup", "tree": "tree"}
+    if self_draft:
+        drafts |= {"self-draft": "self", "staged self-draft": "staged", "threshold": "threshold", "auto": "auto"}
+    if draft_model is not None:
+        drafts |= {"draft model": draft_model, "staged draft model": Staged(draft_model)}
+    return {
         PLAIN: {"fast_forward": "off", "draft": None},
         "fast-forward": {"fast_forward": "exact", "draft": None},
-        "+ prompt lookup": {"fast_forward": "exact", "draft": "prompt_lookup"},
-    }
-    if self_draft:
-        rows |= {f"+ {name}": {"fast_forward": "exact", "draft": draft}
-                 for name, draft in [("self-draft", "self"), ("threshold", "threshold"), ("auto", "auto")]}
-    if draft_model is not None:
-        rows["+ draft model"] = {"fast_forward": "exact", "draft": draft_model}
-    return rows
+    } | {f"+ {name}": {"fast_forward": "exact", "draft": draft} for name, draft in drafts.items()}
 
 
 def batched(rows: Mapping[str, Keywords], batch_size: int) -> dict[str, Keywords]:
