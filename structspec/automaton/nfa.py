@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import re._constants as C  # the parser's opcodes
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from structspec.automaton.parse import REPEATS, parse
 from structspec.automaton.utf8 import Ranges, byte_sequences, category, complement, normalize
@@ -11,6 +14,19 @@ from structspec.errors import RegexError
 
 MAX_STATES = 1_000_000
 """The most NFA states a regex may build into (about 0.5 GB and 10 s of Python); past it, `RegexError`."""
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while building: a build allocates many small objects and frees
+    none, so its collections find nothing, and over a large live heap they cost more than the build."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
 
 
 class _Unsupported(Exception):
@@ -42,7 +58,8 @@ class ByteNFA:
         self._built: dict[tuple[object, int], int] = {}
         self.start = self._new()
         try:
-            self.accept = self._sequence(tree, self.start)
+            with gc_paused():
+                self.accept = self._sequence(tree, self.start)
         except _Unsupported as e:
             raise RegexError(regex, str(e)) from None
         del self._keys, self._interned, self._built

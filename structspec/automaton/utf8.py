@@ -51,8 +51,9 @@ def byte_sequences(ranges: Ranges) -> list[list[tuple[int, int]]]:
     return [seq for lo, hi in ranges for seq in _utf8_sequences(lo, hi)]
 
 
+@cache
 def normalize(ranges: Ranges) -> Ranges:
-    """Sorted, merged code point ranges without the surrogates."""
+    """Sorted, merged code point ranges without the surrogates (classes recur: computed once per class)."""
     merged: list[list[int]] = []
     for lo, hi in sorted(ranges):
         if merged and lo <= merged[-1][1] + 1:

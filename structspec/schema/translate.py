@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from outlines_core.json_schema import INTEGER, NUMBER, STRING, build_regex_from_schema
 
+from structspec.automaton.nfa import gc_paused
 from structspec.automaton.parse import parse
 from structspec.errors import RegexError, SchemaError
 from structspec.schema.bounds import Digits
@@ -79,7 +80,8 @@ class Translator:
     def items(self, node: Any, pointer: str) -> Items:
         """The items of ``node`` (checked, at ``pointer``); records the digit bounds on the numbers of any value."""
         try:
-            items, numbers = self._node(node)
+            with gc_paused():
+                items, numbers = self._node(node)
         except _Untranslatable as e:
             raise SchemaError(*e.args[:1], pointer, *e.args[1:]) from None
         if numbers and self.rewrites.digits != Digits(None, None):
