@@ -4,6 +4,7 @@ schema (the cross-check), its linear size, its text for other engines, and its c
 from __future__ import annotations
 
 import json
+import pickle
 import random
 import re
 import re._constants as C
@@ -169,3 +170,4 @@ def test_the_cache_key_names_the_schema_and_its_options() -> None:
     assert constraint_of(schema, max_integer_digits=5).regex.key != first.key
     assert constraint_of(schema, whitespace_pattern="[ ]?").regex.key != first.key
     assert constraint_of(_optional_object(4)).regex.key != first.key
+    assert pickle.loads(pickle.dumps(first)) == first  # it travels as its text

@@ -37,6 +37,9 @@ class ParsedRegex(str):
         self.items, self.key = items, key
         return self
 
+    def __reduce__(self) -> tuple:
+        return str, (str(self),)  # pickled (to a process or a Ray worker) as its text: parsed there if needed
+
 
 def parse(regex: str) -> list:
     """The parsed items of ``regex``; `RegexError` if it is invalid or sets inline flags."""

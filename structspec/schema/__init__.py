@@ -7,7 +7,8 @@ and `$ref`), `validation` (a schema's draft: metaschema check, output validator)
 `checker` (rejecting what the translation would ignore), `reach` (property counts,
 dependentRequired, uniqueItems, ``not`` and recursive ``$ref`` as nodes it can translate),
 `merge` (two nodes as one),
-`emit` (the checked schema as a regex, through outlines-core), `bounds` (numeric
+`emit` (the checker's rewrites, and the regex they emit), `translate` (the checked schema as parsed regex
+items, each node once and shared; leaves as outlines-core's text), `bounds` (numeric
 bounds as digit regexes), `patterns` (ECMA patterns as JSON-safe regexes) and
 `grammars` (the named-grammar catalogue).
 """
