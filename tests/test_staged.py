@@ -56,9 +56,9 @@ def _draft(which: str, kind: str, request: pytest.FixtureRequest) -> Any:
     return Staged(request.getfixturevalue(OTHER[kind]))  # another tokenizer: through text
 
 
-def _plain(lm: structspec.LM, **options: Any) -> list[list[int]]:
-    return [structspec.generate_result(lm, spec, prompt, max_new_tokens=40, fast_forward="off", draft=None,
-                                       **options).token_ids for spec, prompt in CASES]
+def _plain(lm: structspec.LM) -> list[list[int]]:
+    return [structspec.generate_result(lm, spec, prompt, max_new_tokens=40, fast_forward="off", draft=None).token_ids
+            for spec, prompt in CASES]
 
 
 @pytest.mark.parametrize("which", ["self", "draft_model", "other_tokenizer"])
@@ -90,6 +90,7 @@ def test_sampled_staged_drafting_draws_the_same_sample_as_plain_sampling(which: 
                                              temperature=1.3, seed=seed + i)
                   for i, (spec, prompt) in enumerate(CASES)]
         assert [r.token_ids for r in single] == plain
+        assert sum(d.drafted for r in single for name, d in r.stats.drafts.items() if name.startswith("staged")) > 0
         batch = structspec.generate_batch(byte_lm, [s for s, _ in CASES], [p for _, p in CASES], batch_size=3,
                                           max_new_tokens=40, draft=draft, temperature=1.3, seed=seed)
         assert [r.token_ids for r in batch] == plain
