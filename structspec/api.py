@@ -112,7 +112,9 @@ class GenerateOptions:
     appended without a model call. ``draft`` says where speculative drafts come from: ``"prompt_lookup"``
     (the default: copies from the prompt, free and lossless), a loaded LM (draft model; another tokenizer
     is translated through text), ``"self"`` (the target's first layers), ``"threshold"`` (self-draft with
-    threshold decoding), ``"auto"`` (prompt lookup, plus self-draft on a GPU), a `Drafter`, or None (no
+    threshold decoding), ``"staged"`` (self-draft whose own drafts come from prompt lookup; ``Staged(lm)``
+    stages a draft model), ``"tree"`` (prompt lookup's chain plus sibling branches, verified as one token
+    tree; greedy rows), ``"auto"`` (prompt lookup, plus self-draft on a GPU), a `Drafter`, or None (no
     drafts). Drafts are verified by the target, so greedy output is token-identical whatever the drafter.
     ``output_logprobs=True`` fills ``Result.logprobs``: each output token's log-probability under the
     target's masked (and, when sampling, warped) distribution at the pass that chose or verified it (0.0

@@ -150,7 +150,8 @@ def test_bench_runs_every_row_and_checks_the_speed_ups_against_plain_masked_deco
     assert list(by_method)[:3] == [PLAIN, bench.PEER, "fast-forward"] and "canonical" not in out
     assert list(compile_times) == ["box"]
     assert f"Oracle: {PLAIN} and {bench.PEER} produced the same token ids on" in out
-    for name in ("fast-forward", "+ prompt lookup", "+ self-draft", "+ threshold", "+ auto"):
+    for name in ("fast-forward", "+ prompt lookup", "+ tree", "+ self-draft", "+ staged self-draft", "+ threshold",
+                 "+ auto"):
         assert f"{name}: same token ids as {PLAIN} on 2/2 tasks" in out  # greedy speed-ups are lossless
     assert all(r.sources == ["model"] * len(r.token_ids) for r in by_method["HF greedy (unconstrained)"])
 

@@ -46,7 +46,7 @@ PEER = "outlines"  # plain masked decoding in both PLAIN and PEER: the oracle pa
 def rows(draft_model: LM | None = None) -> dict[str, Method]:
     """The compared methods, in table order: plain masked decoding and outlines first (the oracle pair), then
     structspec's speed-ups, then transformers' own (unconstrained) greedy and speculative decoding."""
-    own = methods(draft_model, self_draft=True)
+    own = methods(draft_model, self_draft=True, trees=True)
     out: dict[str, Method] = {
         PLAIN: own.pop(PLAIN),
         PEER: lambda lm, task, ids, n: outlines_greedy(lm, structspec.to_regex(task.schema), ids, n),

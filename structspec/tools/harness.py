@@ -39,14 +39,15 @@ Peer = Callable[[LM, Task, list[int], int], PeerRun]  # (lm, task, prompt ids, m
 Method = Keywords | Peer
 
 
-def methods(draft_model: LM | None = None, self_draft: bool = False) -> dict[str, Keywords]:
+def methods(draft_model: LM | None = None, self_draft: bool = False, trees: bool = False) -> dict[str, Keywords]:
     """structspec's rows in table order: plain masked decoding, fast-forward, then drafting on top of it.
 
-    ``self_draft`` adds the drafters built from the target's own first layers
-    (self-draft, staged self-draft, threshold, auto); ``draft_model`` adds the
-    draft-model rows, plain and staged.
+    ``trees`` adds token trees after prompt lookup; ``self_draft`` adds the
+    drafters built from the target's own first layers (self-draft, staged
+    self-draft, threshold, auto); ``draft_model`` adds the draft-model rows,
+    plain and staged.
     """
-    drafts: dict[str, Any] = {"prompt lookup": "prompt_lookup", "tree": "tree"}
+    drafts: dict[str, Any] = {"prompt lookup": "prompt_lookup"} | ({"tree": "tree"} if trees else {})
     if self_draft:
         drafts |= {"self-draft": "self", "staged self-draft": "staged", "threshold": "threshold", "auto": "auto"}
     if draft_model is not None:
