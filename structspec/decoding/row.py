@@ -209,8 +209,9 @@ class RowDecode:
     def accept(self, path: list[int], token: int, scores: list[float] | None = None) -> list[int]:
         """Keep the candidate's tokens on ``path`` (candidate indices from the root; a chain's accepted prefix
         is ``range(accepted)``) and the target's ``token`` (EOS ends the row). ``scores`` are their
-        ``len(path) + 1`` log-probabilities (`path_logprobs`), kept when the row keeps log-probabilities. Returns the window offsets whose KV stays in the cache (the pending
-        tokens, then the path's: a prefix for a chain); the driver drops the rest."""
+        ``len(path) + 1`` log-probabilities (`path_logprobs`), kept when the row keeps log-probabilities.
+        Returns the window offsets whose KV stays in the cache (the pending tokens, then the path's: a prefix
+        for a chain); the driver drops the rest."""
         t0 = time.perf_counter()
         cand, fed, accepted = self.candidate, len(self.pending), len(path)
         parents = cand.parent_indices()
