@@ -29,8 +29,8 @@ checks every token anyway. After the target's verdict the loop calls
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -125,15 +125,24 @@ class PromptLookup:
         pass
 
 
-def _copied(context: list[int], longest: int, shortest: int, allows: Callable[[int], bool]) -> int | None:
-    """The token that followed the last ``n`` tokens of ``context`` (``longest`` down to ``shortest``) at their
-    earliest earlier occurrence, among those ``allows`` accepts; None if no match. Changes nothing."""
+def continuations(context: list[int], longest: int, shortest: int, allows: Callable[[int], bool]) -> Iterator[int]:
+    """The tokens that followed the last ``n`` tokens of ``context`` at their earlier occurrences, earliest first,
+    for the longest ``n`` (``longest`` down to ``shortest``) with an occurrence whose token ``allows`` accepts;
+    only those it accepts. Lazy: taking the first scans no further. Changes nothing."""
     for n in range(min(longest, len(context) - 1), shortest - 1, -1):
         pattern, first = context[-n:], context[-n]
+        found = False
         for i in range(len(context) - n):
             if context[i] == first and context[i : i + n] == pattern and allows(context[i + n]):
-                return context[i + n]
-    return None
+                found = True
+                yield context[i + n]
+        if found:
+            return
+
+
+def _copied(context: list[int], longest: int, shortest: int, allows: Callable[[int], bool]) -> int | None:
+    """The first of `continuations`: what followed the longest matching n-gram at its earliest occurrence."""
+    return next(continuations(context, longest, shortest, allows), None)
 
 
 class Policy(Protocol):

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import torch
 
 from structspec.automaton.fsm import TokenFSM
-from structspec.decoding.drafters import PromptLookup, Step
+from structspec.decoding.drafters import PromptLookup, Step, continuations
 from structspec.decoding.fastforward import Forcer
 from structspec.decoding.row import FORCED, Candidate, DecodeOptions, draft_candidate
 from structspec.decoding.sampling import SamplingConfig
@@ -131,14 +131,7 @@ class TreeDrafter:
     def _matches(self, fsm: TokenFSM, context: list[int], state: int) -> list[int]:
         """What followed the longest matching n-gram of ``context``'s end at each earlier place, where the FSM
         allows it (prompt lookup takes the first). Changes nothing."""
-        for n in range(min(self.max_ngram, len(context) - 1), 0, -1):
-            pattern, first = context[-n:], context[-n]
-            found = [context[i + n] for i in range(len(context) - n)
-                     if context[i] == first and context[i : i + n] == pattern
-                     and fsm.next_state(state, context[i + n]) is not None]
-            if found:
-                return found
-        return []
+        return list(continuations(context, self.max_ngram, 1, lambda t: fsm.next_state(state, t) is not None))
 
     def _add_branch(
         self, tree: Candidate, parent: int, state: int, token: int, forcer: Forcer | None, fsm: TokenFSM,

@@ -171,8 +171,9 @@ def print_report(console: Console, lm: LM, compared: Mapping[str, Method], by_me
     table.add_column("method", style="bold")
     for header, _ in _COLUMNS:
         table.add_column(header, justify="right")
-    ratios = [(f"per record\n× {GREEDY.split(' (')[0]}", GREEDY, 1), (f"tokens/s\n× {GREEDY.split(' (')[0]}", GREEDY, 2),
-              (f"per record\n× {PEER}", PEER, 1)]  # (header, against, column): higher is faster
+    per_record, per_token = (_COLUMNS.index(c) for c in (("records/s", "{:.3f}"), ("tokens/s", "{:.1f}")))
+    ratios = [("per record\n× HF greedy", GREEDY, per_record), ("tokens/s\n× HF greedy", GREEDY, per_token),
+              (f"per record\n× {PEER}", PEER, per_record)]  # (header, against, column): higher is faster
     for header, _, _ in ratios:
         table.add_column(header, justify="right")
     for name in names:
