@@ -33,12 +33,12 @@ class Rewrites:
     replaced: dict[int, Any] = field(default_factory=dict)  # id(node) → the node outlines-core gets instead
     drops: dict[int, set[str]] = field(default_factory=dict)  # id(node) → keywords dropped there
     holes: dict[str, Items] = field(default_factory=dict)  # marker → the hole's items
+    dropped: dict[tuple[str, str], None] = field(default_factory=dict)  # (keyword, pointer), in order
+    narrowings: dict[str, None] = field(default_factory=dict)  # "pointer: what", in order
     translator: Translator = field(init=False)
 
     def __post_init__(self) -> None:
         self.translator = Translator(self)
-    dropped: dict[tuple[str, str], None] = field(default_factory=dict)  # (keyword, pointer), in order
-    narrowings: dict[str, None] = field(default_factory=dict)  # "pointer: what", in order
 
     def narrow(self, pointer: str, what: str) -> None:
         """Record that the regex of the node at ``pointer`` admits less than the schema: ``what``."""

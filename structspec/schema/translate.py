@@ -119,8 +119,7 @@ class Translator:
         if "allOf" in v:
             return self._sequence([self._node(sub) for sub in v["allOf"]])
         if "anyOf" in v or "oneOf" in v:
-            subs = [self._node(sub) for sub in v["anyOf" if "anyOf" in v else "oneOf"]]
-            return [group([branch([[group(items)] for items, _ in subs])])], any(n for _, n in subs)
+            return self._union([self._node(sub) for sub in v["anyOf" if "anyOf" in v else "oneOf"]])
         if "prefixItems" in v:
             subs = [self._node(sub) for sub in v["prefixItems"]]
             sep = [*self.ws, (C.LITERAL, ord(",")), *self.ws]
@@ -132,11 +131,14 @@ class Translator:
             key = "enum" if "enum" in v else "const"
             return self._leaf({key: v[key]})
         if isinstance(v.get("type"), list):
-            subs = [self._typed(t, v) for t in v["type"]]
-            return [group([branch([[group(items)] for items, _ in subs])])], any(n for _, n in subs)
+            return self._union([self._typed(t, v) for t in v["type"]])
         if isinstance(v.get("type"), str):
             return self._typed(v["type"], v)
         raise _Untranslatable("type", f"outlines-core cannot translate {json.dumps(v)[:60]}")
+
+    def _union(self, subs: list[tuple[Items, bool]]) -> tuple[Items, bool]:
+        """One of ``subs`` (each alternative a group of its own)."""
+        return [group([branch([[group(items)] for items, _ in subs])])], any(n for _, n in subs)
 
     def _sequence(self, subs: list[tuple[Items, bool]]) -> tuple[Items, bool]:
         return [group([group(items) for items, _ in subs])], any(n for _, n in subs)
@@ -197,6 +199,14 @@ class Translator:
         node = self._synthetic.setdefault((kind, depth), {"type": kind, "depth": depth})
         return self._node(node)
 
+    def _untyped(self, leaves: tuple[str, ...], depth: int) -> list[tuple[Items, bool]]:
+        """The alternatives of a value with no schema, as outlines-core orders them: ``leaves``, then (while
+        ``depth`` allows nesting) an object and an array."""
+        subs = [self._leaf({"type": t}) for t in leaves]
+        if depth > 0:
+            subs += [self._any("object", depth - 1), self._any("array", depth - 1)]
+        return subs
+
     def _array(self, v: dict[str, Any], depth: int) -> tuple[Items, bool]:
         low, high = _u64(v.get("minItems")), _u64(v.get("maxItems"))
         if high is not None and high < 1:
@@ -204,9 +214,7 @@ class Translator:
         if "items" in v:
             body, numbers = self._node(v["items"])
         else:  # outlines-core's unconstrained items: one of the types (itself a leaf's alternatives)
-            subs = [self._leaf({"type": t}) for t in ("boolean", "null", "number", "integer", "string")]
-            if depth > 0:
-                subs += [self._any("object", depth - 1), self._any("array", depth - 1)]
+            subs = self._untyped(("boolean", "null", "number", "integer", "string"), depth)
             body, numbers = [branch([items for items, _ in subs])], any(n for _, n in subs)
         low = max((low or 0) - 1, 0)
         more = repeat(low, None if high is None else high - 1, [(C.LITERAL, ord(",")), *self.ws, group(body)])
@@ -220,10 +228,7 @@ class Translator:
             return [*literal("{"), *self.ws, *literal("}")], False
         extra = v.get("additionalProperties")
         if extra is None or extra is True:
-            kinds = [("string",), ("number",), ("boolean",), ("null",)]
-            subs = [self._leaf({"type": t}) for (t,) in kinds]
-            if depth > 0:
-                subs += [self._any("object", depth - 1), self._any("array", depth - 1)]
+            subs = self._untyped(("string", "number", "boolean", "null"), depth)
             value, numbers = [group([branch([items for items, _ in subs])])], any(n for _, n in subs)
         else:
             value, numbers = self._node(extra)
