@@ -20,6 +20,7 @@ import torch
 
 from structspec.cache import cache_dir
 from structspec.errors import ModelNotFoundError, OptionError, PromptError, SpecError, VocabularyMismatchError
+from structspec.kernels import PackedLinear, pack_linears, packable
 from structspec.vocab import TokenVocab, vocab_from_tokenizer
 
 Prompt = str | list[dict[str, str]]
@@ -141,10 +142,11 @@ class LM:
         cap = getattr(self.model.config, "final_logit_softcapping", None)
 
         def scores(h: torch.Tensor, ids: torch.Tensor | None = None) -> torch.Tensor:
-            weight, bias = head.weight, head.bias
-            if ids is not None:
-                weight, bias = weight[ids], None if bias is None else bias[ids]
-            out = torch.nn.functional.linear(h, weight, bias).float()
+            if ids is None:
+                out = head(h).float()  # the module: its kernel (a packed one after `load`)
+            else:
+                bias = None if head.bias is None else head.bias[ids]
+                out = torch.nn.functional.linear(h, head.weight[ids], bias).float()
             return torch.tanh(out / cap) * cap if cap else out
 
         if allowed is None or all(ids is None for ids in allowed):
@@ -158,6 +160,11 @@ class LM:
                 ids = ids.to(hidden.device)
                 logits[i, ids] = 0.0 if len(ids) == 1 else scores(hidden[i], ids)  # one id: the only choice
         return logits
+
+    @cached_property
+    def kernels(self) -> str:
+        """``"onednn"`` when `load` packed the model's linear layers (`structspec.kernels`), else ``"torch"``."""
+        return "onednn" if isinstance(self.model.get_output_embeddings(), PackedLinear) else "torch"
 
     @cached_property
     def batchable(self) -> bool:
@@ -337,18 +344,27 @@ SHIPPED: dict[str, Callable[[], Path]] = {
 DEFAULT_MODEL = "smollm2-135m"
 
 
-def load(name: str = DEFAULT_MODEL, device: str = "auto", dtype: str | torch.dtype | None = None) -> LM:
+def load(
+    name: str = DEFAULT_MODEL, device: str = "auto", dtype: str | torch.dtype | None = None, kernels: str = "auto"
+) -> LM:
     """Load a shipped model by name (see `SHIPPED`) or a local Hugging Face model directory.
 
     A shipped model is converted from its GGUF once and cached as safetensors
     under ``$STRUCTSPEC_CACHE/models``; later loads take seconds. ``device="auto"``
     picks CUDA when available, else the CPU; ``dtype`` (``"float32"``,
     ``"bfloat16"``, ``"float16"`` or a torch dtype) defaults to float32 on the
-    CPU and bfloat16 on CUDA.
+    CPU and bfloat16 on CUDA. ``kernels="auto"`` packs a float32 CPU model's
+    linear layers for oneDNN (`structspec.kernels`: the model is then for
+    inference only), ``"onednn"`` insists on it, ``"torch"`` keeps torch's own.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     where, precision = resolve_device(device, dtype)
+    if kernels not in ("auto", "onednn", "torch"):
+        raise OptionError(f"kernels={kernels!r} is not one of auto, onednn, torch")
+    pack = kernels != "torch" and packable(where, precision)
+    if kernels == "onednn" and not pack:
+        raise OptionError("kernels='onednn' needs a float32 model on the CPU and a torch built with oneDNN")
 
     if name in SHIPPED:
         converted = cache_dir("models") / name
@@ -371,6 +387,8 @@ def load(name: str = DEFAULT_MODEL, device: str = "auto", dtype: str | torch.dty
             f"unknown model {name!r}: use one of {', '.join(SHIPPED)} or a local model directory"
         )
     model = AutoModelForCausalLM.from_pretrained(path, dtype=precision).to(where)
+    if pack:
+        pack_linears(model)
     return LM(model, AutoTokenizer.from_pretrained(path), name=name)
 
 

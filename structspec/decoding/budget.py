@@ -64,13 +64,14 @@ DEFAULT_COST = PassCost.linear(0.0)
 
 
 def curve_path(lm: object) -> Path | None:
-    """Where ``lm``'s stored curve lives (``$STRUCTSPEC_CACHE/pass-cost``, by name, dtype and device type);
-    None for a model without a name, device and dtype (test fakes). Changes nothing."""
+    """Where ``lm``'s stored curve lives (``$STRUCTSPEC_CACHE/pass-cost``, by name, dtype, device type and
+    kernels); None for a model without a name, device and dtype (test fakes). Changes nothing."""
     name, device = getattr(lm, "name", None), getattr(lm, "device", None)
     dtype = getattr(getattr(lm, "model", None), "dtype", None)
     if not name or device is None or dtype is None:
         return None
-    key = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{name}-{str(dtype).removeprefix('torch.')}-{device.type}")
+    packed = "-onednn" if getattr(lm, "kernels", "torch") == "onednn" else ""  # another curve entirely
+    key = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{name}-{str(dtype).removeprefix('torch.')}-{device.type}{packed}")
     return cache_dir("pass-cost") / f"{key}.json"
 
 

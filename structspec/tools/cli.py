@@ -85,7 +85,7 @@ def extract(args: argparse.Namespace) -> int:
 
     if args.ray is None:
         generate["draft"] = jobs.resolve_draft(args.draft, args.device, args.dtype)
-        lm = jobs.load_model(args.model, args.device, args.dtype)
+        lm = jobs.load_model(args.model, args.device, args.dtype, args.kernels)
         with progress:
             summary = jobs.run_job(lm, spec, records, args.output, jobs.JobOptions(template, generate, args.batch_size),
                                    show, retry_errors=args.retry_errors)
@@ -109,11 +109,15 @@ def extract(args: argparse.Namespace) -> int:
 
 
 def _model_options(parser: argparse.ArgumentParser) -> None:
-    """``--device`` and ``--dtype``, for every command that loads a model (passed to `structspec.load`)."""
+    """``--device``, ``--dtype`` and ``--kernels``, for every command that loads a model (passed to
+    `structspec.load`)."""
     parser.add_argument("--device", default="auto",
                         help="auto (CUDA when available, else the CPU), cpu, cuda or cuda:N (default: auto)")
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
                         help="the model's weights and activations (default: float32 on the CPU, bfloat16 on CUDA)")
+    parser.add_argument("--kernels", choices=["auto", "onednn", "torch"], default="auto",
+                        help="auto: a float32 CPU model's linear layers prepacked for oneDNN; torch: torch's own "
+                             "(default: auto)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -224,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "demo":
             console = Console()
             with console.status(f"loading {args.model} (the first run converts its GGUF, ~20 s)"):
-                lm = jobs.load_model(args.model, args.device, args.dtype)
+                lm = jobs.load_model(args.model, args.device, args.dtype, args.kernels)
             return demo(lm, console, args.explain, args.html)
         commands = {"extract": extract, "compare": compare.main, "bench": bench.main, "throughput": throughput.run,
                     "pass-cost": pass_cost.run}

@@ -190,8 +190,8 @@ def main(args: argparse.Namespace) -> int:
         raise JobConfigError(f"{args.tasks} has no tasks")
     if args.batch_size < 1:
         raise JobConfigError(f"--batch-size must be ≥ 1, got {args.batch_size}")
-    draft = load_model(args.draft, args.device, args.dtype) if args.draft else None
-    lm = load_model(args.model, args.device, args.dtype)
+    draft = load_model(args.draft, args.device, args.dtype, args.kernels) if args.draft else None
+    lm = load_model(args.model, args.device, args.dtype, args.kernels)
     console = Console() if Console().is_terminal else Console(width=170)
     by_method = run_tasks(lm, tasks, rows(draft, args.batch_size), args.max_new_tokens, console)
 

@@ -486,11 +486,11 @@ def run_job(
     return summary
 
 
-def load_model(name: str, device: str = "auto", dtype: str | None = None) -> LM:
-    """`structspec.load` on ``device`` in ``dtype`` (None: the device's default); an unknown name or a device
-    that is not there is a `JobConfigError`."""
+def load_model(name: str, device: str = "auto", dtype: str | None = None, kernels: str = "auto") -> LM:
+    """`structspec.load` on ``device`` in ``dtype`` (None: the device's default) with ``kernels``; an unknown
+    name or a device that is not there is a `JobConfigError`."""
     try:
-        return structspec.load(name, device=device, dtype=dtype)
+        return structspec.load(name, device=device, dtype=dtype, kernels=kernels)
     except StructspecError as e:
         raise JobConfigError(str(e)) from None
 

@@ -107,6 +107,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--config", choices=sorted(CONFIGS), help="a random-weight model of this architecture")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: per device)")
+    parser.add_argument("--kernels", default="auto", help="auto, onednn or torch (see structspec.load)")
     parser.add_argument("--batch-sizes", default="1,8,16")
     parser.add_argument("--windows", default="1,4,8,16", help="tokens fed per row and pass")
     parser.add_argument("--context", type=int, default=512, help="kept KV slots per row before the timed passes")
@@ -129,9 +130,9 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     device, dtype = resolve_device(args.device, args.dtype)
-    lm = random_model(args.config, device, dtype) if args.config else load(args.model, device=args.device, dtype=args.dtype)
+    lm = random_model(args.config, device, dtype) if args.config else load(args.model, device=args.device, dtype=args.dtype, kernels=args.kernels)
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    print(f"{lm.name} on {gpu}, {str(dtype).removeprefix('torch.')}, context {args.context}")
+    print(f"{lm.name} on {gpu}, {str(dtype).removeprefix('torch.')}, {lm.kernels} kernels, context {args.context}")
     if args.store:
         seconds = {}
         for rows in sorted({1, *(int(b) for b in args.batch_sizes.split(","))}):
