@@ -32,6 +32,7 @@ import structspec
 from structspec.automaton import apply_token_bitmask_inplace
 from structspec.decoding.budget import store_pass_cost
 from structspec.decoding.slots import Slots
+from structspec.kernels import pack_linears, packable
 from structspec.lm import LM, load, resolve_device
 
 # Architectures for random-weight models (the published configs' shapes).
@@ -66,37 +67,52 @@ def _sync(device: torch.device) -> None:
 
 
 @torch.no_grad()
-def pass_seconds(lm: LM, rows: int, window: int, context: int, repeats: int) -> tuple[float, float]:
+def pass_seconds(lm: LM, rows: int, window: int, context: int, repeats: int,
+                 forced: bool = False) -> tuple[float, float]:
     """Median seconds of one engine pass (B=``rows`` windows of ``window`` tokens after ``context`` kept
-    slots), and of its model forward alone."""
+    slots), and of its model forward alone. ``forced``: every row but a window's last allows one token, as
+    in a verify pass over forced text (no LM head, no mask there: the verify-row savings at their most)."""
     device = lm.device
     fsm = structspec.compile(structspec.Regex(r"[a-z ]{1,4000}"), lm).fsm
     generator = torch.Generator().manual_seed(0)
     vocab = min(len(lm.vocab), lm.logits_width)
+    one = torch.tensor([3])
     cache, slots = lm.new_cache(), Slots(rows)
     prompt = torch.randint(3, vocab, (rows, context), generator=generator).tolist()
-    lm.forward_slots(prompt, [0] * rows, slots.window_mask([context] * rows), cache, [(b, context - 1) for b in range(rows)])
-    slots.keep([context] * rows, context)
+    if not lm.batchable:  # sliding-window layers (Gemma 3): one sequence through the single-row path
+        if rows != 1:
+            raise ValueError(f"{lm.name} runs one row per pass (sliding-window layers): use --batch-sizes 1")
+        lm.forward(prompt[0], cache)
+    else:
+        lm.forward_slots(prompt, [0] * rows, slots.window_mask([context] * rows), cache,
+                         [(b, context - 1) for b in range(rows)])
+        slots.keep([context] * rows, context)
     times, forwards = [], []
     for step in range(repeats + 1):
         windows = torch.randint(3, vocab, (rows, window), generator=generator).tolist()
         _sync(device)
         t0 = time.perf_counter()
         wanted = [(b, j) for b in range(rows) for j in range(window)]
-        logits = lm.forward_slots(windows, [context + step * window] * rows, slots.window_mask([window] * rows),
-                                  cache, wanted)
+        full = [r for r, (_, j) in enumerate(wanted) if not forced or j == window - 1]
+        allowed = [None if r in full else one for r in range(len(wanted))] if forced else None
+        if lm.batchable:
+            logits = lm.forward_slots(windows, [context + step * window] * rows, slots.window_mask([window] * rows),
+                                      cache, wanted, allowed)
+        else:
+            logits = lm.forward(windows[0], cache, logits_to_keep=window, allowed=allowed)
         _sync(device)
         forward = time.perf_counter() - t0
-        bitmask = fsm.allocate_token_bitmask(len(wanted))
-        for r in range(len(wanted)):
+        bitmask = fsm.allocate_token_bitmask(len(full))
+        for r in range(len(full)):
             fsm.fill_next_token_bitmask(bitmask, r, fsm.initial_state)
-        apply_token_bitmask_inplace(logits, bitmask.to(device, non_blocking=True))
+        apply_token_bitmask_inplace(logits[full], bitmask.to(device, non_blocking=True))
         logits.argmax(-1).tolist()
         _sync(device)
         if step:  # the first pass warms up kernels and allocators
             times.append(time.perf_counter() - t0)
             forwards.append(forward)
-        slots.keep([window] * rows, window)
+        if lm.batchable:
+            slots.keep([window] * rows, window)
     return statistics.median(times), statistics.median(forwards)
 
 
@@ -130,7 +146,10 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     device, dtype = resolve_device(args.device, args.dtype)
-    lm = random_model(args.config, device, dtype) if args.config else load(args.model, device=args.device, dtype=args.dtype, kernels=args.kernels)
+    lm = (random_model(args.config, device, dtype) if args.config
+          else load(args.model, device=args.device, dtype=args.dtype, kernels=args.kernels))
+    if args.config and args.kernels != "torch" and packable(device, dtype):
+        pack_linears(lm.model)  # as `load` does
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"{lm.name} on {gpu}, {str(dtype).removeprefix('torch.')}, {lm.kernels} kernels, context {args.context}")
     if args.store:
@@ -146,17 +165,22 @@ def run(args: argparse.Namespace) -> int:
     sizes = [int(b) for b in args.batch_sizes.split(",")]
     windows = [int(w) for w in args.windows.split(",")]
     base = None
-    print(f"{'rows':>5} {'fed/row':>8} {'ms/pass':>9} {'forward ms':>11} {'× 1×1':>7} {'tokens/s':>10}")
+    # "forced": the same pass where every row but a window's last allows one token (verify-row savings)
+    print(f"{'rows':>5} {'fed/row':>8} {'ms/pass':>9} {'forward ms':>11} {'× 1×1':>7} {'tokens/s':>10} "
+          f"{'forced ms':>10} {'× 1×1':>7}")
     for rows in sizes:
         for window in windows:
             seconds, forward = pass_seconds(lm, rows, window, args.context, args.repeats)
+            forced = pass_seconds(lm, rows, window, args.context, args.repeats, forced=True)[0]
             base = base or seconds
             accepted = min(args.accepted, window)
             cell = {"rows": rows, "window": window, "ms": seconds * 1e3, "forward_ms": forward * 1e3,
-                    "relative": seconds / base, "tokens_per_s": rows * accepted / seconds}
+                    "relative": seconds / base, "tokens_per_s": rows * accepted / seconds,
+                    "forced_ms": forced * 1e3, "forced_relative": forced / base}
             cells.append(cell)
             print(f"{rows:>5} {window:>8} {cell['ms']:>9.2f} {cell['forward_ms']:>11.2f} {cell['relative']:>7.2f} "
-                  f"{cell['tokens_per_s']:>10.0f}", flush=True)
+                  f"{cell['tokens_per_s']:>10.0f} {cell['forced_ms']:>10.2f} {cell['forced_relative']:>7.2f}",
+                  flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"model": lm.name, "device": gpu, "dtype": str(dtype), "context": args.context,
