@@ -1,4 +1,4 @@
-"""The Character example from the guided-generation literature, on SmolLM2-135M.
+"""The Character example from the guided-generation literature, on SmolLM2-135M (README: on Qwen).
 
 Prints the object and, for plain masked decoding, exact fast-forward and exact
 fast-forward with prompt lookup, how many target forward passes it took: the field
@@ -37,10 +37,10 @@ class Weapon(str, Enum):
 
 class Character(BaseModel):
     name: constr(max_length=10)
-    age: int = Field(json_schema_extra={"maxDigits": 3})  # outlines-core's digit bound: SmolLM2
-    armor: Armor                                            # otherwise writes 1000000… forever
+    age: int = Field(ge=0, le=999)  # bounds: unbounded, small models write 1000000… up to the digit bound
+    armor: Armor
     weapon: Weapon
-    strength: int = Field(json_schema_extra={"maxDigits": 3})
+    strength: int = Field(ge=0, le=999)
 
 
 PROMPT = [{"role": "user", "content": "Give me a character description for a fantasy role-playing game, as JSON."}]
