@@ -429,6 +429,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda or cuda:N")
     parser.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: float32 on the CPU, "
                                                       "bfloat16 on CUDA); every row runs in it")
+    parser.add_argument("--kernels", default="auto", help="auto, onednn or torch (see structspec.load)")
     parser.add_argument("--records", type=int, default=16, help="records of examples/tasks.jsonl, schemas in turn")
     parser.add_argument("--batch-sizes", default="1,8,16",
                         help="comma-separated batch sizes for structspec's rows (B=1 always runs: the reference)")
@@ -456,13 +457,13 @@ def run(args: argparse.Namespace) -> int:
     tasks = spread(load_tasks(), args.records)
     try:
         if args.bf16_agreement:
-            full = structspec.load(args.model, args.device, "float32")
+            full = structspec.load(args.model, args.device, "float32", kernels=args.kernels)
             half = structspec.load(args.model, args.device, "bfloat16")
             result = agreement(full, half, tasks, max(batch_sizes), args.max_new_tokens)
             print_agreement(console, result)
             raw: dict[str, Any] = asdict(result)
         else:
-            lm = structspec.load(args.model, args.device, args.dtype)
+            lm = structspec.load(args.model, args.device, args.dtype, kernels=args.kernels)
             report = benchmark(lm, tasks, batch_sizes, args.peer_batch_size, args.max_new_tokens, console)
             print_report(console, report)
             raw = report_json(report)
