@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from structspec.errors import OptionError
+
 
 class PackedLinear(torch.nn.Module):
     """``nn.Linear`` with its weight reordered for oneDNN. Inference only: its forward never records a graph.
@@ -39,10 +41,24 @@ class PackedLinear(torch.nn.Module):
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, bias, "none", [], "")
 
 
+KERNELS = ("auto", "onednn", "torch")
+
+
 def packable(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether `pack_linears` applies to a model on ``device`` in ``dtype``: float32 on the CPU, with a torch
     built with oneDNN. Changes nothing."""
     return device.type == "cpu" and dtype == torch.float32 and torch.backends.mkldnn.is_available()
+
+
+def should_pack(kernels: str, device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether the ``kernels`` option (one of `KERNELS`) packs a model on ``device`` in ``dtype``: ``"auto"``
+    where `packable`, ``"onednn"`` always (an `OptionError` where it cannot), ``"torch"`` never. Changes nothing."""
+    if kernels not in KERNELS:
+        raise OptionError(f"kernels={kernels!r} is not one of {', '.join(KERNELS)}")
+    pack = kernels != "torch" and packable(device, dtype)
+    if kernels == "onednn" and not pack:
+        raise OptionError("kernels='onednn' needs a float32 model on the CPU and a torch built with oneDNN")
+    return pack
 
 
 def pack_linears(model: Any) -> int:

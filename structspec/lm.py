@@ -20,7 +20,7 @@ import torch
 
 from structspec.cache import cache_dir
 from structspec.errors import ModelNotFoundError, OptionError, PromptError, SpecError, VocabularyMismatchError
-from structspec.kernels import PackedLinear, pack_linears, packable
+from structspec.kernels import PackedLinear, pack_linears, should_pack
 from structspec.vocab import TokenVocab, vocab_from_tokenizer
 
 Prompt = str | list[dict[str, str]]
@@ -360,11 +360,7 @@ def load(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     where, precision = resolve_device(device, dtype)
-    if kernels not in ("auto", "onednn", "torch"):
-        raise OptionError(f"kernels={kernels!r} is not one of auto, onednn, torch")
-    pack = kernels != "torch" and packable(where, precision)
-    if kernels == "onednn" and not pack:
-        raise OptionError("kernels='onednn' needs a float32 model on the CPU and a torch built with oneDNN")
+    pack = should_pack(kernels, where, precision)  # before loading: a bad option costs no load
 
     if name in SHIPPED:
         converted = cache_dir("models") / name

@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 import structspec
 from structspec.decoding.drafters import SHORT_NAMES
+from structspec.kernels import KERNELS
 from structspec.lm import DEFAULT_MODEL, LM
 from structspec.tools import bench, compare, jobs, pass_cost, throughput
 from structspec.tools.explain import explain_html, legend_rich, stats_table, to_rich, token_views
@@ -115,7 +116,7 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
                         help="auto (CUDA when available, else the CPU), cpu, cuda or cuda:N (default: auto)")
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
                         help="the model's weights and activations (default: float32 on the CPU, bfloat16 on CUDA)")
-    parser.add_argument("--kernels", choices=["auto", "onednn", "torch"], default="auto",
+    parser.add_argument("--kernels", choices=KERNELS, default="auto",
                         help="auto: a float32 CPU model's linear layers prepacked for oneDNN; torch: torch's own "
                              "(default: auto)")
 

@@ -32,7 +32,7 @@ import structspec
 from structspec.automaton import apply_token_bitmask_inplace
 from structspec.decoding.budget import store_pass_cost
 from structspec.decoding.slots import Slots
-from structspec.kernels import pack_linears, packable
+from structspec.kernels import pack_linears, should_pack
 from structspec.lm import LM, load, resolve_device
 
 # Architectures for random-weight models (the published configs' shapes).
@@ -148,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
     device, dtype = resolve_device(args.device, args.dtype)
     lm = (random_model(args.config, device, dtype) if args.config
           else load(args.model, device=args.device, dtype=args.dtype, kernels=args.kernels))
-    if args.config and args.kernels != "torch" and packable(device, dtype):
+    if args.config and should_pack(args.kernels, device, dtype):
         pack_linears(lm.model)  # as `load` does
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"{lm.name} on {gpu}, {str(dtype).removeprefix('torch.')}, {lm.kernels} kernels, context {args.context}")
