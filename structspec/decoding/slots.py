@@ -3,7 +3,8 @@
 A batched pass appends one window of W slots to every row's cache. A row keeps
 the slots of the tokens it fed and the target accepted; its padding and its
 rejected drafts (a chain's rejected tail, a token tree's other branches) become
-holes, masked out for good, so no key or value moves on the hot path. `compaction` gathers the kept slots to the front when holes pile up.
+holes, masked out for good, so no key or value moves on the hot path.
+`compaction` gathers the kept slots to the front when holes pile up.
 Plain torch on the CPU: the driver copies one mask per pass to the model's device.
 """
 

@@ -241,7 +241,8 @@ def main(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     console = Console() if Console().is_terminal else Console(width=160)
-    lm = load_model(args.model, args.device, args.dtype, args.kernels)  # before moving the cache: the converted model stays
+    # before moving the cache: the converted model stays
+    lm = load_model(args.model, args.device, args.dtype, args.kernels)
     draft_model = load_model(args.draft_model, args.device, args.dtype, args.kernels) if args.draft_model else None
     tasks = spread(load_tasks(), args.limit)
     compared = rows(draft_model)

@@ -93,8 +93,8 @@ def pass_seconds(lm: LM, rows: int, window: int, context: int, repeats: int,
         _sync(device)
         t0 = time.perf_counter()
         wanted = [(b, j) for b in range(rows) for j in range(window)]
-        full = [r for r, (_, j) in enumerate(wanted) if not forced or j == window - 1]
-        allowed = [None if r in full else one for r in range(len(wanted))] if forced else None
+        allowed = [None if j == window - 1 else one for _, j in wanted] if forced else None
+        full = [r for r in range(len(wanted)) if allowed is None or allowed[r] is None]  # rows the mask covers
         if lm.batchable:
             logits = lm.forward_slots(windows, [context + step * window] * rows, slots.window_mask([window] * rows),
                                       cache, wanted, allowed)
