@@ -1,4 +1,4 @@
-"""Schema reach (issue 16): property counts, dependentRequired, uniqueItems, not, recursive $ref.
+"""Schema reach (issue 16): property counts, dependentRequired, uniqueItems, not, overlapping oneOf, recursive $ref.
 
 Each keyword's regex is checked against jsonschema both ways over a finite universe of instances: a text
 matches the regex exactly when jsonschema accepts its value (for recursion: and it nests within the depth).
@@ -17,8 +17,10 @@ from pydantic import BaseModel
 
 import structspec
 from structspec import SchemaError, to_regex
+from structspec.automaton.parse import parse, write
 from structspec.errors import OptionError
 from structspec.schema import constraint_of, validator
+from structspec.schema.difference import difference
 
 PROPS = {"a": {"const": 1}, "b": {"const": True}, "c": {"const": None}, "d": {"const": "x"}}
 
@@ -83,6 +85,64 @@ def test_not_over_types_and_finite_sets_is_exact(schema: dict) -> None:
     agrees(schema, SCALARS)
 
 
+# strings a slash or an escape apart, integers a sign apart, and a value of every other type
+SPELLED = ['"x"', '"y"', '"xy"', '""', '"/"', '"\\/"', '"a/b"', '"a\\/b"', '"\\""', '"\\n"',
+           "0", "-0", "1", "7", "-7", "12", "1.5", "true", "false", "null", "[]", "{}"]
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "string", "not": {"const": "x"}},
+    {"type": "string", "not": {"enum": ["x", "", "/", "a/b", '"', "\n"]}},
+    {"type": "string", "maxLength": 2, "not": {"enum": ["x", "xy", 7]}},
+    {"type": "string", "pattern": "^[a-z]+$", "not": {"const": "x"}},
+    {"type": "integer", "not": {"const": 0}},
+    {"type": "integer", "not": {"enum": [1, 7.0, "x"]}},
+    {"type": "integer", "minimum": 1, "maximum": 12, "not": {"enum": [1, 7]}},  # (bounds: 0 is never "-0")
+    {"type": "integer", "minimum": -7, "maximum": -1, "not": {"const": -7}},
+    {"type": ["string", "integer", "null"], "not": {"enum": ["x", 0, None]}},
+    {"type": ["string", "boolean"], "not": {"enum": ["x", True]}},
+    {"type": "string", "not": {"$ref": "#/$defs/x"}, "$defs": {"x": {"const": "x"}}},
+])
+def test_not_removes_finite_values_from_strings_and_integers_exactly(schema: dict) -> None:
+    agrees(schema, SPELLED)
+
+
+@pytest.mark.parametrize("schema", [
+    {"oneOf": [{"type": "string"}, {"const": "x"}]},  # "x" matches both: every string but "x"
+    {"oneOf": [{"enum": ["x", "y", 1]}, {"enum": ["y", 1.0, 7]}]},
+    {"oneOf": [{"type": "integer"}, {"enum": [1, "x"]}, {"type": "string", "maxLength": 1}]},
+    {"oneOf": [{"type": "boolean"}, {"const": True}, {"type": "null"}]},
+    {"oneOf": [{"$ref": "#/$defs/s"}, {"enum": ["/", "y"]}], "$defs": {"s": {"type": "string"}}},
+    {"type": "string", "oneOf": [{"maxLength": 1}, {"enum": ["x", "xy"]}]},
+])
+def test_overlapping_one_of_is_exact_where_the_overlap_is_finite(schema: dict) -> None:
+    agrees(schema, SPELLED)
+
+
+def test_a_discriminated_one_of_stays_a_union() -> None:
+    schema = {"oneOf": [{"type": "object", "properties": {"k": {"const": "a"}, "v": {"type": "integer"}},
+                         "required": ["k"], "additionalProperties": False},
+                        {"type": "object", "properties": {"k": {"enum": ["b", "c"]}, "v": {"type": "string"}},
+                         "required": ["k"], "additionalProperties": False}]}
+    agrees(schema, ['{"k":"a","v":1}', '{"k":"a","v":"x"}', '{"k":"b","v":"x"}', '{"k":"c"}', '{"k":"d"}', "{}"])
+
+
+@pytest.mark.parametrize(("regex", "texts"), [
+    (r'"([^"\\]|\\["\\/])*"', ['"x"', '"xy"', '""', '"\\/"']), (r"-?(0|[1-9][0-9]*)", ["0", "-0", "12"]),
+    ("a*", ["", "aa"]), ("(ab|a)(b)?c{0,2}", ["abc", "a", "zz"]), ("[a-c]{2,3}", ["ab", "abc"]),
+])
+def test_difference_removes_exactly_the_texts(regex: str, texts: list[str]) -> None:
+    left = write(difference(parse(regex), texts))
+    for n in range(5):
+        for chars in itertools.product('abcxyz0129-/"\\', repeat=n):
+            s = "".join(chars)
+            assert (re.fullmatch(left, s) is not None) == (re.fullmatch(regex, s) is not None and s not in texts), s
+
+
+def test_difference_of_a_finite_language_with_itself_is_empty() -> None:
+    assert difference(parse("(a|bc)"), ["a", "bc"]) is None
+
+
 def tree(depth: int) -> dict[str, Any]:
     """A chain of nodes ``depth`` deep."""
     return {"v": depth} if depth == 1 else {"v": depth, "kids": [tree(depth - 1)]}
@@ -132,6 +192,8 @@ def test_a_recursive_pydantic_model_compiles_and_generates(byte_lm: structspec.L
     {"type": "object", "properties": PROPS, "dependentRequired": {"a": ["d"]}, "additionalProperties": False},
     {"type": "array", "items": {"enum": ["x", "y", "z"]}, "uniqueItems": True},
     {"type": "boolean", "not": {"const": False}},
+    {"type": "string", "maxLength": 3, "not": {"enum": ["", "a", "b"]}},
+    {"oneOf": [{"type": "integer", "minimum": 0, "maximum": 3}, {"enum": [0, 1, "x"]}]},
     TREE,
 ])
 def test_generated_outputs_validate(byte_lm: structspec.LM, schema: dict) -> None:
@@ -152,9 +214,17 @@ def test_generated_outputs_validate(byte_lm: structspec.LM, schema: dict) -> Non
     ({"type": "array", "items": {"type": "integer", "maximum": 3}, "uniqueItems": True}, "uniqueItems", "/"),
     ({"type": "array", "items": {"enum": list(range(6))}, "uniqueItems": True}, "uniqueItems", "/"),  # 1,957
     ({"type": "array", "items": {"enum": [1, 2]}, "uniqueItems": True, "minItems": 3}, "uniqueItems", "/"),
-    ({"type": "object", "properties": {"s": {"type": "string", "not": {"enum": ["a"]}}}}, "not", "/properties/s"),
+    ({"type": "object", "properties": {"n": {"type": "number", "not": {"enum": [1]}}}}, "not", "/properties/n"),
     ({"type": "number", "not": {"type": "integer"}}, "not", "/"),
     ({"type": "string", "not": {"type": "string"}}, "not", "/"),
+    ({"type": "string", "not": {"const": "/" * 11}}, "not", "/"),  # 2**11 spellings
+    ({"type": "string", "enum": ["x"], "not": {"const": "x"}}, "not", "/"),
+    ({"type": "string", "maxLength": 0, "not": {"const": ""}}, "not", "/"),
+    ({"properties": {"o": {"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 2}]}}}, "oneOf",
+     "/properties/o"),
+    ({"oneOf": [{"type": "number"}, {"const": 1}]}, "oneOf", "/"),
+    ({"oneOf": [{"type": "string", "not": {"const": "y"}}, {"const": "x"}]}, "oneOf", "/"),
+    ({"oneOf": [{"enum": ["x", 1]}, {"enum": [1.0, "x"]}]}, "oneOf", "/"),
     ({"$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n"}, "minItems": 1}}, "$ref": "#/$defs/n"},
      "$ref", "/"),
 ])
@@ -168,6 +238,9 @@ def test_not_strict_drops_what_cannot_be_exact() -> None:
     with pytest.warns(UserWarning, match="uniqueItems"):
         regex = to_regex({"type": "array", "items": {"type": "string"}, "uniqueItems": True}, strict=False)
     assert re.fullmatch(regex, '["a","a"]')
+    with pytest.warns(UserWarning, match="'oneOf' at /"):
+        constraint = constraint_of({"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 1}]}, strict=False)
+    assert re.fullmatch(constraint.regex, '"x"') and constraint.parse('"x"') == "x"  # oneOf is not validated
 
 
 @pytest.mark.parametrize("depth", [0, -1, 1.5, True])

@@ -99,7 +99,7 @@ def test_parsers_return_the_promised_values() -> None:
         ({"oneOf": [{"type": "integer"}, {"type": "integer"}]}, "oneOf", "/"),
         ({"type": "string", "maxLength": 3, "pattern": "a+b"}, "pattern", "/"),
         ({"type": "string", "format": "uri-template"}, "format", "/"),
-        ({"type": "string", "not": {"const": "x"}}, "not", "/"),  # no complement in the regex layer
+        ({"type": "number", "not": {"const": 1}}, "not", "/"),  # a number has too many spellings to remove
         ({"enum": [1], "type": "string"}, "enum", "/"),
         ({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["b"], "additionalProperties": False},
          "required", "/"),

@@ -106,7 +106,7 @@ class ByteNFA:
 
     def _item(self, op: C._NamedIntConstant, arg: object, state: int) -> int:
         if op in (C.LITERAL, C.NOT_LITERAL, C.ANY, C.IN):
-            return self._chars(_char_ranges(op, arg), state)
+            return self._chars(char_ranges(op, arg), state)
         if op is C.SUBPATTERN:
             if arg[1] or arg[2]:
                 raise _Unsupported("inline flags such as (?i) are not supported")
@@ -193,7 +193,7 @@ class ByteNFA:
         return found
 
 
-def _char_ranges(op: C._NamedIntConstant, arg: object) -> Ranges:
+def char_ranges(op: C._NamedIntConstant, arg: object) -> Ranges:
     """The code points one parsed character item matches."""
     if op is C.LITERAL:
         return normalize(((arg, arg),))  # (a lone surrogate: none, it has no UTF-8 encoding)

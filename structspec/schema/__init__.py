@@ -5,8 +5,9 @@ Modules, each one concept: `constraint` (the `Regex` and `Constraint` types), `s
 (resolving a spec), `keywords` (keyword tables, JSON types), `pointers` (JSON pointers
 and `$ref`), `validation` (a schema's draft: metaschema check, output validator),
 `checker` (rejecting what the translation would ignore), `reach` (property counts,
-dependentRequired, uniqueItems, ``not`` and recursive ``$ref`` as nodes it can translate),
-`merge` (two nodes as one),
+dependentRequired, uniqueItems, ``not``, overlapping ``oneOf`` and recursive ``$ref`` as nodes it can
+translate), `difference` (a regex less a finite set of texts, for ``not`` and ``oneOf``), `merge` (two nodes
+as one),
 `emit` (the checker's rewrites, and the regex they emit), `translate` (the checked schema as parsed regex
 items, each node once and shared; leaves as outlines-core's text), `bounds` (numeric
 bounds as digit regexes), `patterns` (ECMA patterns as JSON-safe regexes) and

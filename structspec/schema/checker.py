@@ -28,6 +28,7 @@ from structspec.schema.bounds import (
     integer_range_regex,
     read_bounds,
 )
+from structspec.schema.difference import difference
 from structspec.schema.emit import Rewrites
 from structspec.schema.keywords import (
     ANNOTATIONS,
@@ -177,11 +178,18 @@ class _Checker:
         return self._reached(node, ptr, refs)
 
     def _reached(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...]) -> tuple[Any, str, tuple] | None:
-        """The rewrite of `reach` for ``not``, unique items, or property counts and dependencies; None if the
-        node has none of them. Under ``strict=False`` a keyword that cannot be rewritten is dropped."""
+        """The rewrite of `reach` for ``not``, a ``oneOf`` whose branches may overlap, unique items, or property
+        counts and dependencies; None if the node has none of them. Under ``strict=False`` a keyword that
+        cannot be rewritten is dropped."""
         try:
             if self._has(node, "not"):
+                texts = reach.excluded_texts(node, self.document, ptr)
+                if texts is not None:
+                    return self._without_texts(node, ptr, refs, texts), ptr, refs
                 return reach.without_not(node, self.document, ptr), ptr, refs
+            if self._has(node, "oneOf") and not all(excludes(x, y, self.document) for i, x in enumerate(node["oneOf"])
+                                                    for j, y in enumerate(node["oneOf"]) if i != j):
+                return reach.exactly_one(node, self.document, ptr), ptr, refs
             if node.get("uniqueItems") is False:
                 return {k: v for k, v in node.items() if k != "uniqueItems"}, ptr, refs
             if self._has(node, "uniqueItems"):
@@ -192,6 +200,19 @@ class _Checker:
         except SchemaError as e:
             self._unenforced(node, e.keyword, ptr, e.reason)
         return None
+
+    def _without_texts(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...], texts: list[str]) -> dict[str, Any]:
+        """``node`` less its ``not`` (checked here), less ``texts``: the hole's node that stands for it."""
+        rest = {k: v for k, v in node.items() if k != "not"}
+        self.walk(rest, ptr, refs)
+        kept = self.rewrites.items(rest, ptr)
+        try:
+            items = difference(kept, texts)
+        except ValueError as e:
+            raise SchemaError("not", ptr, f"the values cannot be removed from the node's regex: {e}") from None
+        if items is None:
+            raise SchemaError("not", ptr, "every value the node admits is excluded")
+        return self.rewrites.hole(node, items)
 
     def _merged(self, node: dict[str, Any], key: str, ptr: str, merged: Any, refs: tuple[str, ...]) -> Any:
         if merged is False:
@@ -275,20 +296,15 @@ class _Checker:
                                                             ptr))
 
     def _anyOf(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...]) -> None:
-        self._reject_others(node, ptr, {"anyOf"})
-        for i, sub in enumerate(node["anyOf"]):
-            self._sub(sub, ptr, refs, "anyOf", i)
+        self._branches(node, ptr, refs, "anyOf")
 
     def _oneOf(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...]) -> None:
-        self._reject_others(node, ptr, {"oneOf"})
-        subs = node["oneOf"]
-        if not all(excludes(x, y, self.document) for i, x in enumerate(subs) for j, y in enumerate(subs) if i != j):
-            self._unenforced(node, "oneOf", ptr, "branches may overlap (a value must match exactly one): they "
-                             "differ neither by type, nor by value, nor by a required property's value; "
-                             "use anyOf if any branch will do")
-            return
-        for i, sub in enumerate(subs):
-            self._sub(sub, ptr, refs, "oneOf", i)
+        self._branches(node, ptr, refs, "oneOf")  # no value matches two: `_reached` rewrote overlapping ones
+
+    def _branches(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...], key: str) -> None:
+        self._reject_others(node, ptr, {key})
+        for i, sub in enumerate(node[key]):
+            self._sub(sub, ptr, refs, key, i)
 
     def _prefixItems(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...]) -> None:
         self._reject_others(node, ptr, {"prefixItems", "type", "items", "minItems", "maxItems"})
@@ -393,6 +409,8 @@ class _Checker:
                 self._unenforced(node, "format", ptr, "cannot be combined with minLength/maxLength")
             else:
                 pattern = f"({grammars.get(node['format']).pattern})"  # catalogue patterns are JSON-safe
+        if self._has(node, "pattern") and node["pattern"] in self.rewrites.holes:
+            return  # a hole's own node: emitted already
         if self._has(node, "pattern"):
             pattern = json_safe_pattern(ecma_classes(node["pattern"]))
             if pattern is None:

@@ -62,12 +62,13 @@ class Rewrites:
         self.drops.setdefault(id(node), set()).add(keyword)
         self.dropped[(keyword, pointer)] = None
 
-    def hole(self, node: dict[str, Any], regex: str | Items) -> None:
+    def hole(self, node: dict[str, Any], regex: str | Items) -> dict[str, Any]:
         """Emit ``regex`` (structspec's own regex text, or items) for ``node``: it stands as a string node whose
-        pattern is a marker (`standalone` hands that to outlines-core in the cross-check)."""
+        pattern is a marker (`standalone` hands that to outlines-core in the cross-check). Returns that node."""
         marker = f"structspecHole{len(self.holes)}x{id(self):x}"
         self.holes[marker] = self.translator.text(regex) if isinstance(regex, str) else regex
         self.replace(node, {"type": "string", "pattern": marker})
+        return self.replaced[id(node)]
 
     def has(self, node: dict[str, Any], keyword: str) -> bool:
         """Whether ``node`` holds ``keyword`` and it was not dropped."""

@@ -1,21 +1,25 @@
 """Keywords a regex cannot state directly, rewritten into equivalent nodes the translation can: property
 counts and dependencies (one branch per allowed set of optional members), unique items (one branch per
-arrangement of the item values), ``not`` (over a type, or removing values from a finite set), and recursive
-``$ref`` (unrolled to a depth). Each rewrite is exact, or a `SchemaError` naming keyword and pointer; the
-unrolled recursion is a narrowing the caller lists. Pure functions: no input is changed.
+arrangement of the item values), ``not`` (over a type, removing values from a finite set, or removing a finite
+set of strings or integers from a string or integer node), a ``oneOf`` whose branches overlap (the values
+that match exactly one branch), and recursive ``$ref`` (unrolled to a depth). Each rewrite is exact, or a
+`SchemaError` naming keyword and pointer; the unrolled recursion is a narrowing the caller lists. No input is
+changed (the document learns where the new nodes sit, so errors in them name the node they came from).
 """
 
 from __future__ import annotations
 
-from itertools import combinations, permutations
-from math import perm
+from itertools import combinations, permutations, product
+from math import perm, prod
 from typing import Any
 
 import jsonschema
 
 from structspec.errors import SchemaError
-from structspec.schema.keywords import ANNOTATIONS, LITERALS, NAMED, VALIDATION, type_set
+from structspec.schema.keywords import ANNOTATIONS, LITERALS, NAMED, VALIDATION, json_type, type_set
+from structspec.schema.merge import excludes, merge
 from structspec.schema.pointers import Document, join
+from structspec.schema.validation import validator
 
 MAX_OPTIONAL = 8
 """Property counts and dependencies are enforced by one branch per set of optional members present, so for at
@@ -24,11 +28,18 @@ most this many optional members (2**8 = 256 sets)."""
 MAX_ARRANGEMENTS = 256
 """``uniqueItems`` is enforced by one branch per arrangement of distinct item values, up to this many."""
 
+MAX_SPELLINGS = 1024
+"""``not`` removes a string by each of its spellings (a slash is written ``/`` or ``\\/``), up to this many."""
+
 MAX_RECURSION_DEPTH = 3
 """How many levels a recursive definition nests by default (the ``max_recursion_depth`` option)."""
 
 _COUNTING = ("minProperties", "maxProperties", "dependentRequired", "dependencies")
 _JSON_TYPES = ("null", "boolean", "object", "array", "number", "string")
+# How outlines-core's string regex writes the characters it escapes (a slash either way); it writes every other
+# character as itself. structspec's patterns match no backslash, so they write a value in at most one of these.
+_ESCAPES = {'"': ['\\"'], "\\": ["\\\\"], "/": ["/", "\\/"], "\b": ["\\b"], "\f": ["\\f"], "\n": ["\\n"],
+            "\r": ["\\r"], "\t": ["\\t"]}
 
 
 def counts_properties(node: dict[str, Any]) -> bool:
@@ -89,10 +100,7 @@ def unique_arrays(node: dict[str, Any], document: Document, ptr: str) -> dict[st
         raise SchemaError("uniqueItems", ptr, "enforced only for arrays whose items are an enum, a const or a "
                           "boolean (with type, minItems and maxItems beside it): a regex cannot remember which "
                           "items came before")
-    distinct: dict[Any, Any] = {}
-    for v in values:  # jsonschema's equality: 1 and 1.0 are one value, 1 and true are two
-        distinct.setdefault(("number", float(v)) if _is_number(v) else (type(v).__name__, v), v)
-    choices = list(distinct.values())
+    choices = _distinct(values)
     low, high = node.get("minItems", 0), min(node.get("maxItems", len(choices)), len(choices))
     if low > high:
         raise SchemaError("uniqueItems", ptr, f"minItems {low} is more than the {len(choices)} distinct values "
@@ -127,10 +135,11 @@ def _finite_values(node: dict[str, Any]) -> list[Any] | None:
 
 def without_not(node: dict[str, Any], document: Document, ptr: str) -> dict[str, Any]:
     """``node`` with its ``not`` folded in: the values of a finite node (enum, const, boolean, null) that the
-    ``not`` schema rejects, or a ``type`` less the excluded types (``not`` over a type alone).
-    `SchemaError` otherwise: the regex layer (Python's re syntax) has no complement or lookahead, so the
-    strings or numbers outside a set cannot be written."""
-    sub = document.resolve(node["not"]) if isinstance(node["not"], dict) else node["not"]
+    ``not`` schema rejects, a ``type`` less the excluded types (``not`` over a type alone), or, where ``not``
+    admits finitely many values and ``node`` several types, one branch per type with the values of that type
+    excluded. A string or integer node that loses values is `excluded_texts`' case. `SchemaError` otherwise:
+    the regex layer has no complement, and a number has too many spellings to remove them."""
+    sub = _not_of(node, document)
     rest = {k: v for k, v in node.items() if k != "not"}
     if sub is True or sub is False:
         if sub is True:
@@ -138,7 +147,7 @@ def without_not(node: dict[str, Any], document: Document, ptr: str) -> dict[str,
         return rest or {"anyOf": [{"type": t} for t in _JSON_TYPES]}
     values = _finite_values(rest)
     if values is not None:
-        keep = [v for v in values if not jsonschema.Draft202012Validator(sub).is_valid(v)]
+        keep = [v for v in values if not _matches(document, sub, v)]
         if not keep:
             raise SchemaError("not", ptr, "every value the node admits is excluded")
         return {"enum": keep}
@@ -151,9 +160,123 @@ def without_not(node: dict[str, Any], document: Document, ptr: str) -> dict[str,
         if not kept:
             raise SchemaError("not", ptr, "no type is left once the excluded types are removed")
         return rest | {"type": kept[0] if len(kept) == 1 else kept}
+    excluded = _finite_values(sub)
+    types = list(type_set(rest["type"]) if "type" in rest else _JSON_TYPES)
+    if excluded is not None and len(types) > 1:
+        branches = []
+        for t in types:
+            hit = [v for v in excluded if _has_type(v, t)]
+            values = _finite_values(rest | {"type": t})
+            if values is not None and all(_matches(document, {"enum": hit}, v) for v in values):
+                continue  # (a boolean or null branch with every value excluded)
+            branches.append(rest | {"type": t} | ({"not": {"enum": hit}} if hit else {}))
+            document.adopt(branches[-1], node)
+        return {"anyOf": branches}
+    if excluded is not None and not any(_has_type(v, types[0]) for v in excluded):
+        return rest
+    if excluded is not None and types[0] == "number":
+        raise SchemaError("not", ptr, "a number has many spellings (1, 1.0, 10e-1), so 'not' removes values from "
+                          "strings and integers only; use type: integer, or list the allowed values with enum")
     raise SchemaError("not", ptr, "the regex layer (Python's re syntax) has no complement or lookahead, so "
-                      "'not' is enforced only over a type alone, or on an enum, const, boolean or null node; "
-                      "list the allowed values with enum instead")
+                      "'not' is enforced over a type alone, on an enum, const, boolean or null node, or as a finite "
+                      "set of values (enum, const) removed from a node; list the allowed values with enum instead")
+
+
+def excluded_texts(node: dict[str, Any], document: Document, ptr: str) -> list[str] | None:
+    """The JSON texts the ``not`` of a string or integer ``node`` removes when it admits finitely many values
+    (enum, const): every spelling the translation has for each excluded value of the node's type. None for
+    other nodes, or when ``not`` excludes no value of that type. `SchemaError` for a string of more than
+    `MAX_SPELLINGS` spellings."""
+    sub = _not_of(node, document)
+    rest = {k: v for k, v in node.items() if k != "not"}
+    values = _finite_values(sub) if isinstance(sub, dict) else None
+    if values is None or _finite_values(rest) is not None or rest.get("type") not in ("string", "integer"):
+        return None
+    kind = rest["type"]
+    hit = [v for v in values if _has_type(v, kind)]
+    return [text for v in hit for text in _spellings(v, kind, ptr)] or None
+
+
+def _spellings(value: Any, kind: str, ptr: str) -> list[str]:
+    """The JSON texts of ``value`` (a string or an integer) that a string or integer regex may match."""
+    if kind == "integer":
+        return [str(int(value))] + (["-0"] if value == 0 else [])
+    ways = [_ESCAPES.get(c, [c]) for c in value]
+    if (count := prod(map(len, ways))) > MAX_SPELLINGS:
+        raise SchemaError("not", ptr, f"{value!r} has {count} spellings (each slash may be written \\/), more "
+                          f"than the {MAX_SPELLINGS} removed one by one; list the allowed values with enum instead")
+    return ['"' + "".join(spelling) + '"' for spelling in product(*ways)]
+
+
+def exactly_one(node: dict[str, Any], document: Document, ptr: str) -> dict[str, Any]:
+    """``node``'s ``oneOf`` as the values that match exactly one branch: each value of a finite branch (enum,
+    const, boolean, null) that no other branch matches, and each other branch less the finite branches'
+    values it matches (a string or integer node loses them as `excluded_texts` says). `SchemaError` where two
+    infinite branches may overlap (they must differ by type, by value or by a required property's value), or
+    where a branch cannot lose a value it shares (a number, a branch with a ``not`` of its own)."""
+    branches = [(i, b) for i, b in enumerate(node["oneOf"]) if b is not False]
+    if any(b is True for _, b in branches):
+        raise SchemaError("oneOf", ptr, "a branch true matches every value, so the others match none alone")
+    finite = {i: _finite_values(document.resolve(b)) for i, b in branches}
+    infinite = [(i, b) for i, b in branches if finite[i] is None]
+    for i, x in infinite:
+        for j, y in infinite:
+            if i != j and not excludes(x, y, document):
+                raise SchemaError("oneOf", ptr, f"branches {i} and {j} may overlap (a value must match exactly "
+                                  "one), and only values of enum, const, boolean or null branches are removed "
+                                  "from the others; make them differ by type, by value or by a required "
+                                  "property's value, or use anyOf if any branch will do")
+    values = _distinct([v for i, _ in branches for v in finite[i] or []])
+    matched = {_key(v): sum(_matches(document, b, v) for _, b in branches) for v in values}
+    out = []
+    for i, b in branches:
+        if finite[i] is not None:
+            if keep := [v for v in _distinct(finite[i]) if matched[_key(v)] == 1]:
+                out.append({"enum": keep})
+                document.adopt(out[-1], b)
+            continue
+        shared = [v for v in values if _matches(document, b, v)]
+        types = type_set(document.resolve(b).get("type", _JSON_TYPES))
+        lost = next((v for v in shared if json_type(v) == "number" or json_type(v) == "integer" and "number" in types),
+                    None)
+        less = merge(b, {"not": {"enum": shared}}, document) if shared else b
+        if lost is not None or less is None:
+            why = (f"a number has too many spellings (1, 1.0, 10e-1) to remove {lost!r}" if lost is not None
+                   else "its own 'not' cannot take the shared values too")
+            raise SchemaError("oneOf", ptr, f"branch {i} overlaps an enum, const, boolean or null branch, and {why}; "
+                              "list that branch's values with enum, or use anyOf if any branch will do")
+        out.append(less)
+        document.adopt(less, b)
+    if not out:
+        raise SchemaError("oneOf", ptr, "no value matches exactly one branch")
+    return out[0] if len(out) == 1 else {"anyOf": out}
+
+
+def _not_of(node: dict[str, Any], document: Document) -> Any:
+    return document.resolve(node["not"]) if isinstance(node["not"], dict) else node["not"]
+
+
+def _has_type(value: Any, kind: str) -> bool:
+    """Whether ``value`` has JSON type ``kind`` (1.0 is an integer, every integer a number)."""
+    return jsonschema.Draft202012Validator({"type": kind}).is_valid(value)
+
+
+def _matches(document: Document, schema: Any, value: Any) -> bool:
+    """Whether ``value`` is valid against ``schema``, a node of ``document`` (its references resolved there)."""
+    return validator(document.root).evolve(schema=schema).is_valid(value)
+
+
+def _key(value: Any) -> tuple[str, Any]:
+    """``value`` as jsonschema compares it: 1 and 1.0 are one value, 1 and true are two."""
+    return ("number", value) if _is_number(value) else (type(value).__name__, value)
+
+
+def _distinct(values: list[Any]) -> list[Any]:
+    """``values`` without repeats (by `_key`), in order."""
+    first: dict[tuple[str, Any], Any] = {}
+    for v in values:
+        first.setdefault(_key(v), v)
+    return list(first.values())
 
 
 def unroll(schema: Any, depth: int) -> tuple[Any, list[str]]:

@@ -1,0 +1,112 @@
+"""A regular language less a finite set of texts, on parsed regex items: what ``not`` over a string or integer
+node, and an overlapping ``oneOf``, subtract.
+
+The regex layer has no complement, but L less a finite set F is still a regex. Walk a trie of F beside
+Antimirov's linear forms of L (each way L can go on, paired with the characters that lead there): where a
+character leaves the trie, L goes on unchanged; along the trie, L goes on only through the trie's children,
+and may end only where the trie's prefix is not itself in F. Each trie node writes one alternative per way
+on, so the result grows with F's total length times L's ways on from a point, not with L's size times F's.
+"""
+
+from __future__ import annotations
+
+import re._constants as C  # the parser's opcodes
+from collections.abc import Iterable
+
+from structspec.automaton.nfa import char_ranges
+from structspec.automaton.parse import REPEATS, write
+from structspec.automaton.utf8 import Ranges, complement
+from structspec.schema.translate import Items, branch
+
+_CHARS = (C.LITERAL, C.NOT_LITERAL, C.ANY, C.IN)
+
+
+class _Trie(dict):
+    """Texts by their characters: a child per next character; ``end`` marks a whole text."""
+
+    end = False
+
+
+def difference(items: Items, texts: Iterable[str]) -> Items | None:
+    """Items matching what ``items`` matches except ``texts``; None if nothing is left. ``ValueError`` for
+    items a DFA cannot read either (anchors, lookarounds). Builds new items around shared parts of ``items``;
+    changes neither."""
+    trie = _Trie()
+    for text in texts:
+        node = trie
+        for c in text:
+            node = node.setdefault(c, _Trie())
+        node.end = True
+    alternatives = _less([items], trie)
+    return [branch(alternatives)] if alternatives else None
+
+
+def _less(ways: list[Items], trie: _Trie) -> list[Items]:
+    """The alternatives of what any of ``ways`` matches, less the texts of ``trie`` (ways and texts both
+    read from the same point)."""
+    out: list[Items] = [[]] if any(map(_nullable, ways)) and not trie.end else []
+    steps = {write(rest): (chars, rest) for way in ways for chars, rest in _linear(way)}.values()  # (deduped)
+    for c, child in trie.items():
+        after = [rest for chars, rest in steps if _contains(chars, ord(c))]
+        if after and (tails := _less(after, child)):
+            out.append([(C.LITERAL, ord(c)), *(tails[0] if len(tails) == 1 else [branch(tails)])])
+    for chars, rest in steps:  # characters that leave the trie: the way goes on as it was
+        others = complement((*complement(chars), *((ord(c), ord(c)) for c in trie)))
+        if others:
+            out.append([_class(others), *rest])
+    return out
+
+
+def _linear(way: Items) -> list[tuple[Ranges, Items]]:
+    """Antimirov's linear form of ``way``: (characters, rest) pairs, ``way`` matching exactly the strings
+    c + s with c of a pair's characters and s matched by its rest."""
+    out = []
+    for i, (op, arg) in enumerate(way):
+        out += [(chars, [*rest, *way[i + 1 :]]) for chars, rest in _first(op, arg)]
+        if not _nullable([(op, arg)]):
+            break
+    return out
+
+
+def _first(op: C._NamedIntConstant, arg: object) -> list[tuple[Ranges, Items]]:
+    """The linear form of one item."""
+    if op in _CHARS:
+        return [(char_ranges(op, arg), [])]
+    if op is C.SUBPATTERN:
+        return _linear(arg[3])
+    if op is C.BRANCH:
+        return [pair for alternative in arg[1] for pair in _linear(alternative)]
+    if op in REPEATS:
+        low, high, body = arg
+        if high == 0:
+            return []
+        low = 0 if _nullable(body) else max(low - 1, 0)  # a nullable body may stand in for its copies
+        left = high if high is C.MAXREPEAT else high - 1
+        again = [(C.MAX_REPEAT, (low, left, body))] if left else []
+        return [(chars, [*rest, *again]) for chars, rest in _linear(body)]
+    raise ValueError(f"{str(op).lower()} (anchors, lookarounds, backreferences) is not supported")
+
+
+def _nullable(way: Items) -> bool:
+    """Whether ``way`` matches the empty string."""
+    for op, arg in way:
+        if op in _CHARS:
+            return False
+        if op is C.SUBPATTERN and not _nullable(arg[3]):
+            return False
+        if op is C.BRANCH and not any(map(_nullable, arg[1])):
+            return False
+        if op in REPEATS and arg[0] and not _nullable(arg[2]):
+            return False
+        if op not in (C.SUBPATTERN, C.BRANCH, *REPEATS):
+            raise ValueError(f"{str(op).lower()} (anchors, lookarounds, backreferences) is not supported")
+    return True
+
+
+def _contains(chars: Ranges, code: int) -> bool:
+    return any(lo <= code <= hi for lo, hi in chars)
+
+
+def _class(chars: Ranges) -> tuple:
+    """One item matching ``chars``."""
+    return C.IN, [(C.LITERAL, lo) if lo == hi else (C.RANGE, (lo, hi)) for lo, hi in chars]
