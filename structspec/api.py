@@ -114,8 +114,10 @@ class GenerateOptions:
     is translated through text), ``"self"`` (the target's first layers), ``"threshold"`` (self-draft with
     threshold decoding), ``"staged"`` (self-draft whose own drafts come from prompt lookup; ``Staged(lm)``
     stages a draft model), ``"tree"`` (prompt lookup's chain plus sibling branches, verified as one token
-    tree; greedy rows), ``"auto"`` (prompt lookup, plus self-draft on a GPU), a `Drafter`, or None (no
-    drafts). Drafts are verified by the target, so greedy output is token-identical whatever the drafter.
+    tree; greedy rows), ``"lookahead"`` (lookahead decoding: n-grams from the target's own Jacobi step on
+    guessed tokens, verified in the same token tree; greedy rows), ``"auto"`` (prompt lookup, plus
+    self-draft on a GPU), a `Drafter`, or None (no drafts). Drafts are verified by the target, so greedy
+    output is token-identical whatever the drafter.
     ``output_logprobs=True`` fills ``Result.logprobs``: each output token's log-probability under the
     target's masked (and, when sampling, warped) distribution at the pass that chose or verified it (0.0
     for tokens the FSM forced).

@@ -24,6 +24,8 @@ checks every token anyway. After the target's verdict the loop calls
   through text.
 * `Composite`: prompt lookup first, a model drafter where lookup has nothing.
 * ``draft="tree"``: `structspec.decoding.tree.TreeDrafter`, token trees.
+* ``draft="lookahead"``: `structspec.decoding.lookahead.LookaheadDrafter`, lookahead decoding (the
+  target's own Jacobi step and the n-grams it produces, in token trees).
 """
 
 from __future__ import annotations
@@ -525,7 +527,7 @@ class Staged:
     lm: LanguageModel
 
 
-SHORT_NAMES = ("prompt_lookup", "self", "staged", "threshold", "tree", "auto")
+SHORT_NAMES = ("prompt_lookup", "self", "staged", "threshold", "tree", "lookahead", "auto")
 
 
 def make_drafter(draft: Drafter | LanguageModel | Staged | str | None, target: LanguageModel) -> Drafter | None:
@@ -552,6 +554,10 @@ def make_drafter(draft: Drafter | LanguageModel | Staged | str | None, target: L
         from structspec.decoding.tree import TreeDrafter  # tree.py imports this module: imported at the top, a cycle
 
         return TreeDrafter()
+    if draft == "lookahead":
+        from structspec.decoding.lookahead import LookaheadDrafter  # imports this module, as tree.py does
+
+        return LookaheadDrafter()
     if draft == "threshold":
         return ModelDrafter(target.early_exit(), name="threshold", policy=Threshold())
     if draft == "auto":

@@ -118,7 +118,7 @@ def slot_pass(lm: LM, cache: object, slots: Slots, live: list[RowDecode], window
         stats.tokens_fed.append(len(window))
         stats.model_seconds += (t2 - t1) / len(live)  # a shared pass costs each row its share
         stats.constraint_seconds += (t3 - t2 + t1 - t0) / len(live)
-        path, token = row.choose(choices[r : r + n]) if choices is not None else row.verify(logits[r : r + n])
+        path, token = row.verify(logits[r : r + n], choices[r : r + n] if choices is not None else None)
         kept.append(row.accept(path, token, row.path_logprobs(logits[r : r + n], path, token)))
         r += n
     slots.keep(kept, max(len(w) for w in windows))

@@ -18,7 +18,9 @@ its KV cache and the masks. Each turn:
 A candidate is a chain, or a token tree (`TreeDrafting`, `structspec.decoding.tree`)
 when the driver runs the slot path (``trees``) and the row is greedy: its window
 then carries each token's parent (`window_parents`) and position
-(`window_positions`), and the verified path is one branch of it.
+(`window_positions`), and the verified path is one branch of it. A greedy row
+shows the target's choice at every candidate position to a drafter that learns
+from them (`Observing`, `structspec.decoding.lookahead`).
 """
 
 from __future__ import annotations
@@ -182,15 +184,20 @@ class RowDecode:
             positions.append(positions[p] + 1 if p >= 0 else self.cached)
         return positions
 
-    def verify(self, logits: torch.Tensor) -> tuple[list[int], int]:
+    def verify(self, logits: torch.Tensor, choices: list[int] | None = None) -> tuple[list[int], int]:
         """The target's verdict on the candidate from its masked ``logits`` [len(candidate) + 1, vocab]:
-        (verified path as candidate indices, next token). Draws from the row's generator when sampling;
-        changes nothing else."""
+        (verified path as candidate indices, next token). A sampled row draws from its generator; a greedy row
+        takes each logits row's argmax (``choices``, where the driver read them already) and shows them to an
+        `Observing` drafter, which learns from them. Changes nothing in the row."""
         cand = self.candidate
         if self.options.sampling.do_sample:  # sampled rows draft chains only
             accepted, token = verify_sampled(logits, cand.tokens, cand.q, self.options.sampling, self.generator)
             return list(range(accepted)), token
-        return self.choose(logits.argmax(-1).tolist())
+        if choices is None:
+            choices = logits.argmax(-1).tolist()
+        if isinstance(self.drafter, Observing):
+            self.drafter.observe(self.prompt_ids + self.out, cand, choices)
+        return self.choose(choices)
 
     def choose(self, choices: list[int]) -> tuple[list[int], int]:
         """The greedy verdict from the target's masked argmax at each logits row (``choices``): (verified
@@ -306,6 +313,15 @@ class TreeDrafting(Drafter, Protocol):
     ) -> Candidate:
         """A token tree after ``context`` (in ``state``), at most ``limit`` deep, its size set by ``drafted``
         (the drafter tokens the cost model would feed); every token allowed by the FSM."""
+
+
+@runtime_checkable
+class Observing(Protocol):
+    """A drafter that learns from the target's choices (`structspec.decoding.lookahead.LookaheadDrafter`)."""
+
+    def observe(self, context: list[int], candidate: Candidate, choices: list[int]) -> None:
+        """The target's masked argmax at the root (``choices[0]``) and after each token ``i`` of ``candidate``
+        (``choices[1 + i]``), drafted after ``context`` (changes the drafter)."""
 
 
 def draft_candidate(

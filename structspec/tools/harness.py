@@ -42,12 +42,13 @@ Method = Keywords | Peer
 def methods(draft_model: LM | None = None, self_draft: bool = False, trees: bool = False) -> dict[str, Keywords]:
     """structspec's rows in table order: plain masked decoding, fast-forward, then drafting on top of it.
 
-    ``trees`` adds token trees after prompt lookup; ``self_draft`` adds the
+    ``trees`` adds token trees and lookahead decoding after prompt lookup; ``self_draft`` adds the
     drafters built from the target's own first layers (self-draft, staged
     self-draft, threshold, auto); ``draft_model`` adds the draft-model rows,
     plain and staged.
     """
-    drafts: dict[str, Any] = {"prompt lookup": "prompt_lookup"} | ({"tree": "tree"} if trees else {})
+    drafts: dict[str, Any] = {"prompt lookup": "prompt_lookup"} | (
+        {"tree": "tree", "lookahead": "lookahead"} if trees else {})
     if self_draft:
         drafts |= {"self-draft": "self", "staged self-draft": "staged", "threshold": "threshold", "auto": "auto"}
     if draft_model is not None:

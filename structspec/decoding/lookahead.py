@@ -1,0 +1,205 @@
+"""Lookahead decoding (Fu et al. 2024, "Break the Sequential Dependency of LLM Inference Using Lookahead
+Decoding"): the target's own verify pass runs a Jacobi iteration on guessed future tokens, and the n-grams
+it produces become drafts. No draft model.
+
+`LookaheadDrafter` drafts a token tree (`structspec.decoding.row.TreeDrafting`) of two branches, merged
+into a trie where they share a prefix:
+
+1. **the main branch**: a chain continued, token by token, by the longest match of its last tokens in the
+   n-gram pool (the target's most recent choice after them) or, failing that, earlier in the context
+   (prompt lookup), forced text spliced in (`structspec.decoding.row.draft_candidate`);
+2. **the Jacobi branch**: the guess window, up to ``window`` guesses for the tokens after the context, cut
+   at the first token the FSM does not allow and refilled from there (`_Refill`): as the main branch goes
+   on but from a single matched token, else with the allowed token the context used last, so the
+   iteration always has guesses to start from.
+
+After the pass the row shows the drafter the target's masked argmax at every node (`observe`, called by
+`structspec.decoding.row.RowDecode.verify`). Along the Jacobi branch those choices are one Jacobi step:
+each guess's successor, computed from the guesses before it. They become the next guess window, which the
+next tree takes from past the tokens the row committed in between (accepted, the target's own, forced).
+At every node the last tokens and the target's choice after them are an n-gram the target produced; the
+pool keeps them by those tokens (the most recent ``max_pool`` keys), so guesses that were wrong where they
+stood still draft once the output reaches their tokens.
+
+Verification is the tree's (`structspec.decoding.verify.accept_tree`): greedy output is plain masked
+decoding's, and the branches the target did not take cost only their share of the pass. Tree size comes
+from the cost model as `structspec.decoding.tree.TreeDrafter`'s does: at most ``drafted`` drafter tokens
+on the main branch and ``drafted`` nodes beyond it.
+
+Trees are for greedy rows. A sampled row drafts the main branch as a chain (through `Drafter.next`) and
+learns nothing, so it drafts what prompt lookup drafts. Rows on a model that cannot batch (`LM.batchable`,
+sliding windows) draft chains too; their pool learns from the target's choice after each chain token, but
+they have no Jacobi branch.
+
+Typical use::
+
+    structspec.generate_result(lm, Character, prompt, draft="lookahead")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from structspec.automaton.fsm import TokenFSM
+from structspec.decoding.drafters import Step, continuations
+from structspec.decoding.fastforward import Forcer
+from structspec.decoding.row import Candidate, DecodeOptions, draft_candidate
+from structspec.decoding.sampling import SamplingConfig
+from structspec.result import Stats
+
+RECENT = 64  # context tokens a refill looks back over for a guess to start from: a scan per guessed token
+
+
+@dataclass(eq=False)
+class LookaheadDrafter:
+    """Lookahead decoding (module doc): token trees for greedy rows, and a `Drafter` whose chain is the pool's
+    n-grams, then prompt lookup's. It keeps one row's guess window and pool: one instance per row
+    (``draft="lookahead"`` makes one per row).
+
+    ``window``: Jacobi guesses per tree; ``max_ngram``: the longest run of last tokens matched, in the pool
+    and in the context; ``max_tokens`` and ``min_start``: as `PromptLookup`'s; ``max_pool``: n-grams kept.
+    """
+
+    window: int = 5
+    max_ngram: int = 3
+    max_tokens: int = 10
+    min_start: int = 2
+    max_pool: int = 4096
+    name: str = "lookahead"
+    passes: int = 0  # no draft model: the Jacobi step rides in the target's verify pass
+    _pool: dict[tuple[int, ...], int] = field(default_factory=dict)  # last tokens → the target's choice after them
+    _origin: list[int] = field(default_factory=list)  # the context the guess window follows
+    _guesses: list[int] = field(default_factory=list)  # the guess window: tokens for the positions after _origin
+    _branch: list[int] = field(default_factory=list)  # the last candidate's Jacobi branch, as node indices
+    _count: int = 0  # drafter tokens in this chain
+
+    def draft_tree(
+        self, forcer: Forcer | None, fsm: TokenFSM, context: list[int], state: int, limit: int, drafted: int,
+        options: DecodeOptions, stats: Stats,
+    ) -> Candidate:
+        """The main branch and the Jacobi branch after ``context`` (in ``state``, module doc), no path longer
+        than ``limit``, at most ``drafted`` drafter tokens on the main branch and ``drafted`` nodes beyond it.
+        Every token is allowed by the FSM. Reads the FSM's caches and the guess window; changes only the
+        drafter's record of this candidate."""
+        tree = draft_candidate(self, forcer, fsm, context, state, limit, drafted, options, None, stats)
+        tree.parents = tree.parent_indices()  # the chain, as a tree the Jacobi branch hangs from
+        depth = min(self.window, limit)
+        guesses = self._guesses_after(context)[:depth]
+        states = fsm.walk(state, guesses)  # up to the first guess the FSM does not allow
+        guesses = guesses[: len(states)]
+        room = depth - len(guesses)
+        refill = draft_candidate(_Refill(self), forcer, fsm, context + guesses, states[-1] if states else state,
+                                 room, room, options, None, stats)
+        self._branch = _graft(tree, guesses + refill.tokens, states + refill.states,
+                              [self.name] * len(guesses) + refill.sources, drafted)
+        return tree
+
+    def observe(self, context: list[int], candidate: Candidate, choices: list[int]) -> None:
+        """Learn from the target's masked argmax at the root (``choices[0]``) and after each node ``i`` of
+        ``candidate`` (``choices[1 + i]``), drafted after ``context``: each node's last tokens and the choice
+        after them go into the pool, and the choices along the Jacobi branch become the guess window. Changes
+        the drafter."""
+        root = tuple(context[-self.max_ngram :])
+        tails: list[tuple[int, ...]] = []  # each node's last max_ngram tokens
+        for token, parent in zip(candidate.tokens, candidate.parent_indices()):
+            tails.append(((tails[parent] if parent >= 0 else root) + (token,))[-self.max_ngram :])
+        for tail, choice in zip([root, *tails], choices):
+            for n in range(1, len(tail) + 1):
+                self._pool.pop(tail[-n:], None)  # inserted again last: the most recent
+                self._pool[tail[-n:]] = choice
+        while len(self._pool) > self.max_pool:
+            del self._pool[next(iter(self._pool))]  # the oldest
+        self._origin, self._guesses = list(context), [choices[0]] + [choices[1 + i] for i in self._branch]
+
+    def begin(self) -> None:
+        self._count, self._branch = 0, []
+
+    def next(self, context: list[int], state: int, fsm: TokenFSM, sampling: SamplingConfig,
+             generator: torch.Generator | None) -> Step | None:
+        if self._count >= self.max_tokens:
+            return None
+        shortest = self.min_start if self._count == 0 else 1  # as `PromptLookup`: a copy starts from a longer match
+        token = self._continuation(context, lambda t: fsm.next_state(state, t) is not None, shortest)
+        if token is None:
+            return None
+        self._count += 1
+        return Step(token, self.name)
+
+    def feedback(self, drafted: dict[str, int], accepted: dict[str, int]) -> None:
+        pass  # fixed sizes: the cost model caps them
+
+    def _continuation(self, context: list[int], allows: Callable[[int], bool], shortest: int) -> int | None:
+        """The token after the longest run of ``context``'s last tokens (``max_ngram`` down to 1) with a
+        continuation ``allows`` accepts: the pool's, else what followed the run's earliest occurrence in
+        ``context`` if the run has at least ``shortest`` tokens. Changes nothing."""
+        for n in range(min(self.max_ngram, len(context)), 0, -1):
+            pooled = self._pool.get(tuple(context[-n:]))
+            if pooled is not None and allows(pooled):
+                return pooled
+            if n >= shortest and (copied := next(continuations(context, n, n, allows), None)) is not None:
+                return copied
+        return None
+
+    def _guesses_after(self, context: list[int]) -> list[int]:
+        """The guess window's tokens for the positions after ``context``: none unless the window was made after
+        a prefix of it. Changes nothing."""
+        start = len(self._origin)
+        if len(context) < start or context[:start] != self._origin:
+            return []
+        return self._guesses[len(context) - start :]
+
+
+@dataclass(eq=False)
+class _Refill:
+    """The Jacobi branch's refill as a `Drafter`: ``owner``'s continuation from a single matched token on, else
+    the allowed token the context used last among its last `RECENT` (a guess for the iteration to start
+    from). Changes nothing."""
+
+    owner: LookaheadDrafter
+    passes: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.owner.name
+
+    def begin(self) -> None:
+        pass
+
+    def next(self, context: list[int], state: int, fsm: TokenFSM, sampling: SamplingConfig,
+             generator: torch.Generator | None) -> Step | None:
+        def allows(t: int) -> bool:
+            return fsm.next_state(state, t) is not None
+
+        token = self.owner._continuation(context, allows, 1)
+        if token is None:
+            token = next((t for t in reversed(context[-RECENT:]) if allows(t)), None)
+        return Step(token, self.name) if token is not None else None
+
+    def feedback(self, drafted: dict[str, int], accepted: dict[str, int]) -> None:
+        pass
+
+
+def _graft(tree: Candidate, tokens: list[int], states: list[int], sources: list[str], budget: int) -> list[int]:
+    """Hang the chain ``tokens`` (reaching ``states``, proposed by ``sources``) from the root of ``tree``,
+    sharing each node that already holds the chain's token under the same parent, with at most ``budget`` new
+    nodes. Changes ``tree``; returns the chain's node indices (fewer than its tokens if the budget ran out)."""
+    parents: list[int] = tree.parents  # type: ignore[assignment]  # a tree
+    nodes: list[int] = []
+    for token, state, source in zip(tokens, states, sources):
+        parent = nodes[-1] if nodes else -1
+        node = next((i for i, (t, p) in enumerate(zip(tree.tokens, parents)) if p == parent and t == token), None)
+        if node is None:
+            if budget == 0:
+                break
+            budget -= 1
+            node = len(tree.tokens)
+            tree.tokens.append(token)
+            tree.states.append(state)
+            tree.sources.append(source)
+            tree.q.append(None)
+            parents.append(parent)
+        nodes.append(node)
+    return nodes

@@ -1,0 +1,211 @@
+"""Lookahead decoding: greedy output equals plain masked decoding, single-row and batched; every tree node is
+allowed by the FSM; a Jacobi step becomes the next guess window and its n-grams become drafts the target
+accepts; sampled rows draft prompt lookup's chains."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pytest
+import torch
+from pydantic import BaseModel
+
+import structspec
+from structspec import Regex
+from structspec.automaton.fsm import TokenFSM
+from structspec.decoding.drafters import PromptLookup, make_drafter
+from structspec.decoding.fastforward import Forcer
+from structspec.decoding.lookahead import LookaheadDrafter
+from structspec.decoding.loop import decode
+from structspec.decoding.row import Candidate, DecodeOptions
+from structspec.decoding.sampling import SamplingConfig
+from structspec.decoding.verify import accept_tree
+from structspec.result import Stats
+from structspec.testing import restricted
+from structspec.tools.harness import methods
+
+
+class Hero(BaseModel):
+    name: str
+    home: str
+    mount: Literal["horse", "griffin", "boat"]
+    level: int
+
+
+# repeated phrases to copy, enums, a list whose items repeat: the pool and prompt lookup both have work
+DOC = "Mira Vale of Oakford rides a griffin. Mira Vale of Oakford is level 7. Mira Vale rides north, then north."
+WAYS = {"type": "array", "items": {"enum": ["north", "south", "east"]}, "maxItems": 6}
+CASES = [(Hero, DOC), (WAYS, DOC), (Regex(r"(ab|cd|ef)( (ab|cd|ef)){5}"), "Pick."),
+         ({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}, DOC)]
+N = 48
+
+
+def plain(lm: structspec.LM, spec: object, prompt: str, **options: object) -> structspec.Result:
+    return structspec.generate_result(lm, spec, prompt, max_new_tokens=N, fast_forward="off", draft=None, **options)
+
+
+def lookahead(lm: structspec.LM, spec: object, prompt: str, **options: object) -> structspec.Result:
+    return structspec.generate_result(lm, spec, prompt, max_new_tokens=N, draft="lookahead", **options)
+
+
+@dataclass(eq=False)
+class _Recording(LookaheadDrafter):
+    """A lookahead drafter that keeps every tree it drafts with its root state and depth limit."""
+
+    trees: list[tuple[TokenFSM, int, int, Candidate]] = field(default_factory=list)
+
+    def draft_tree(self, forcer: Forcer | None, fsm: TokenFSM, context: list[int], state: int, limit: int,
+                   drafted: int, options: DecodeOptions, stats: Stats) -> Candidate:
+        tree = super().draft_tree(forcer, fsm, context, state, limit, drafted, options, stats)
+        self.trees.append((fsm, state, limit, tree))
+        return tree
+
+
+@pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
+def test_lookahead_greedy_equals_plain_masked_decoding_and_every_node_is_allowed(
+        kind: str, request: pytest.FixtureRequest) -> None:
+    lm = request.getfixturevalue(kind)
+    nodes = passes = accepted = branched = 0
+    for spec, prompt in CASES:
+        drafter = _Recording()
+        base = plain(lm, spec, prompt)
+        got = structspec.generate_result(lm, spec, prompt, max_new_tokens=N, draft=drafter)
+        assert (got.token_ids, got.stop_reason) == (base.token_ids, base.stop_reason), spec
+        assert got.stats.draft_passes == 0  # no draft model: the drafts ride in the target's pass
+        nodes, passes = nodes + got.stats.tree_nodes, passes + got.stats.target_forward_passes
+        accepted += got.stats.drafts["lookahead"].accepted
+        assert len(drafter.trees) == got.stats.target_forward_passes
+        for fsm, root, limit, tree in drafter.trees:
+            parents = tree.parent_indices()
+            depth: list[int] = []
+            for i, (token, parent) in enumerate(zip(tree.tokens, parents)):
+                assert -1 <= parent < i  # parents come first
+                assert fsm.next_state(tree.states[parent] if parent >= 0 else root, token) == tree.states[i]
+                depth.append(depth[parent] + 1 if parent >= 0 else 1)
+            assert max(depth, default=0) <= limit
+            siblings = list(zip(parents, tree.tokens))
+            assert len(set(siblings)) == len(siblings)  # a trie: branches share their common prefix
+            branched += len(set(parents)) < len(parents)  # some node has two children
+    assert nodes > 2 * passes and accepted > 0  # trees, not chains, were fed, and some branch was verified
+    assert branched > 0  # the Jacobi branch left the main branch somewhere
+
+
+def test_lookahead_logprobs_equal_plain_logprobs(byte_lm: structspec.LM) -> None:
+    base = plain(byte_lm, Hero, DOC, output_logprobs=True)
+    got = lookahead(byte_lm, Hero, DOC, output_logprobs=True)
+    assert got.token_ids == base.token_ids
+    assert got.stats.drafts["lookahead"].accepted > 0
+    assert got.logprobs == pytest.approx(base.logprobs, abs=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
+def test_batched_lookahead_rows_equal_plain_and_the_row_alone(kind: str, request: pytest.FixtureRequest) -> None:
+    lm = request.getfixturevalue(kind)
+    rows = CASES + CASES[::-1]  # mixed specs, each beside others than the first time
+    base, alone = [plain(lm, *row) for row in rows], [lookahead(lm, *row) for row in rows]
+    for batch_size in (1, 3):
+        got = structspec.generate_batch(lm, [spec for spec, _ in rows], [prompt for _, prompt in rows],
+                                        batch_size=batch_size, max_new_tokens=N, draft="lookahead")
+        assert [(r.token_ids, r.stop_reason) for r in got] == [(r.token_ids, r.stop_reason) for r in base]
+        # each row keeps its own window and pool: the same trees in any batch, so the same passes
+        assert [r.stats.target_forward_passes for r in got] == [r.stats.target_forward_passes for r in alone]
+        assert sum(r.stats.tree_nodes for r in got) > 0
+
+
+def _scripted_pass(drafter: LookaheadDrafter, fsm: TokenFSM, context: list[int], target: dict[tuple[int, int], int],
+                   other: int) -> tuple[Candidate, list[int], int]:
+    """One verify pass of a scripted target that chooses by the last two tokens (``other`` where ``target`` has
+    no entry): draft a tree after ``context``, show the drafter the choices, return (tree, path, next token)."""
+    state = fsm.walk(fsm.initial_state, context)[-1]
+    tree = drafter.draft_tree(None, fsm, context, state, 40 - len(context), 16, DecodeOptions(), Stats())
+    reached = [context]  # the tokens before the root, then before each node's choice
+    for token, parent in zip(tree.tokens, tree.parent_indices()):
+        reached.append(reached[parent + 1] + [token])
+    choices = [target.get((r[-2], r[-1]), other) for r in reached]
+    drafter.observe(context, tree, choices)
+    path, token = accept_tree(choices, tree.tokens, tree.parent_indices())
+    return tree, path, token
+
+
+def test_a_jacobi_step_is_the_next_guess_window_and_its_ngrams_become_accepted_drafts(byte_lm: structspec.LM) -> None:
+    fsm = structspec.compile(Regex("[a-z]{40}"), byte_lm).fsm
+    p, q, r, s, t, u, v, w, x, z = (fsm.vocab.single_byte_tokens[ord(c)] for c in "pqrstuvwxz")
+    context = [p, q, r, s, t, u, p, q]
+    # the target: after ...p q comes r s, then v (prompt lookup copies r s t u); after s t it says w, after
+    # t u x; after s v comes t, after v t comes w
+    target = {(p, q): r, (q, r): s, (r, s): v, (s, t): w, (t, u): x, (s, v): t, (v, t): w, (t, w): x}
+    drafter = LookaheadDrafter(window=4)
+
+    tree, path, token = _scripted_pass(drafter, fsm, context, target, z)
+    assert tree.tokens[:6] == [r, s, t, u, p, q] and tree.parents == list(range(-1, len(tree.tokens) - 1))
+    assert [tree.tokens[i] for i in path] == [r, s] and token == v  # the Jacobi branch is the copy's first 4
+    context += [r, s, v]
+    # the Jacobi step: the choices after the branch's r s t u were s v w x; past the 3 committed tokens the
+    # window guesses w x, hung from the root where the main branch has nothing
+    tree, path, token = _scripted_pass(drafter, fsm, context, target, z)
+    assert tree.tokens[:2] == [w, x] and tree.parents[:2] == [-1, 0]
+    assert (path, token) == ([], t)
+    context += [t]
+    # the n-gram the first pass produced at the rejected node t (after t, w) drafts here, where prompt lookup
+    # has no two-token match and would copy u; the target accepts it
+    assert PromptLookup().next(context, fsm.walk(fsm.initial_state, context)[-1], fsm, SamplingConfig(), None) is None
+    tree, path, token = _scripted_pass(drafter, fsm, context, target, z)
+    assert [tree.tokens[i] for i in path] == [w] and tree.sources[path[0]] == "lookahead" and token == x
+
+
+class _BigramLM:
+    """A target whose logits depend only on the token they follow (a fixed random table), through both the
+    single-row and the slot path; everything else delegates to ``lm``."""
+
+    def __init__(self, lm: structspec.LM, seed: int) -> None:
+        self.lm = lm
+        self.table = torch.randn(lm.logits_width, lm.logits_width, generator=torch.Generator().manual_seed(seed))
+
+    def forward(self, token_ids: list[int], cache: object, logits_to_keep: int = 1, allowed: object = None
+                ) -> torch.Tensor:
+        return restricted(self.table[token_ids[-logits_to_keep:]].clone(), allowed)
+
+    def forward_slots(self, windows: list[list[int]], positions: object, attend: object, cache: object,
+                      rows: list[tuple[int, int]], allowed: object = None) -> torch.Tensor:
+        return restricted(self.table[[windows[b][j] for b, j in rows]].clone(), allowed)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.lm, name)
+
+
+def test_lookahead_saves_passes_where_prompt_lookup_has_nothing_to_copy(byte_lm: structspec.LM) -> None:
+    target = _BigramLM(byte_lm, seed=3)  # its output repeats no two tokens within these 40
+    fsm = structspec.compile(Regex("[a-z]{80}"), byte_lm).fsm
+    prompt, options = byte_lm.encode_prompt("Write letters."), DecodeOptions(40, fast_forward="off")
+    base = decode(target, fsm, prompt, options)
+    copied = decode(target, fsm, prompt, options, PromptLookup())
+    got = decode(target, fsm, prompt, options, LookaheadDrafter())
+    assert got.token_ids == copied.token_ids == base.token_ids
+    assert copied.stats.target_forward_passes == base.stats.target_forward_passes  # nothing copied
+    assert got.stats.drafts["lookahead"].accepted > 0
+    assert got.stats.target_forward_passes < base.stats.target_forward_passes
+    # every pass feeds its pending tokens (the prompt, then the target's last token) and every tree node
+    fed, passes = got.stats.tokens_fed, got.stats.target_forward_passes
+    assert len(fed) == passes and sum(fed) == len(prompt) + passes - 1 + got.stats.tree_nodes > sum(base.stats.tokens_fed)
+
+
+def test_sampled_rows_draft_prompt_lookups_chains(byte_lm: structspec.LM) -> None:
+    drafter = LookaheadDrafter()
+    assert make_drafter(drafter, byte_lm) is drafter
+    pairs, prompt = Regex(r"(ab|cd)( (ab|cd)){15}"), "ab cd ab ab cd cd ab"  # a sample repeats pairs to copy
+    got = lookahead(byte_lm, pairs, prompt, do_sample=True, seed=0)
+    copied = structspec.generate_result(byte_lm, pairs, prompt, max_new_tokens=N, draft="prompt_lookup",
+                                        do_sample=True, seed=0)
+    assert got.stats.tree_nodes == 0
+    assert got.token_ids == copied.token_ids  # a sampled row learns nothing: prompt lookup's drafts, its draws
+    ours, theirs = got.stats.drafts["lookahead"], copied.stats.drafts["prompt_lookup"]
+    assert (ours.drafted, ours.accepted) == (theirs.drafted, theirs.accepted) and ours.drafted > ours.accepted > 0
+
+
+def test_lookahead_is_a_drafter_name_and_a_bench_row(byte_lm: structspec.LM) -> None:
+    assert isinstance(make_drafter("lookahead", byte_lm), LookaheadDrafter)
+    rows = methods(trees=True)
+    assert rows["+ lookahead"] == {"fast_forward": "exact", "draft": "lookahead"}
+    assert list(rows).index("+ lookahead") == list(rows).index("+ tree") + 1
+    assert "+ lookahead" not in methods()
