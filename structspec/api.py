@@ -19,7 +19,7 @@ from __future__ import annotations
 import codecs
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Protocol
 
 import jsonschema
@@ -34,7 +34,14 @@ from structspec.decoding.fastforward import FastForward
 from structspec.decoding.loop import decode_steps
 from structspec.decoding.row import Decoded, DecodeOptions
 from structspec.decoding.sampling import SamplingConfig
-from structspec.errors import InvalidOutput, OptionError, PromptError, StructspecError, TokenBudgetExceeded
+from structspec.errors import (
+    InvalidOutput,
+    OptionError,
+    PromptError,
+    StructspecError,
+    TokenBudgetExceeded,
+    UnspellableError,
+)
 from structspec.lm import LM, Prompt, load
 from structspec.result import FieldDone, Finished, Result, Stats, StreamEvent, TextChunk
 from structspec.schema import COMPACT, Constraint, constraint_of
@@ -200,7 +207,8 @@ def generate_result(
     Stopping is a result: when ``max_new_tokens`` runs out, the `Result` has
     ``stop_reason="max_new_tokens"``, ``value=None`` and the partial text,
     tokens and stats (likewise ``"max_context"`` when the model's context fills
-    up). A prompt that does not fit the model's context raises `PromptError`.
+    up). A prompt that does not fit the model's context raises `PromptError`; a state the vocabulary cannot
+    spell on from raises `UnspellableError`, carrying the partial result.
     """
     return _generate(model, spec, prompt, GenerateOptions.of(options, generation_config), streamer)
 
@@ -212,8 +220,9 @@ def generate(
     """Generate and return the validated value: a Pydantic instance, a parsed JSON value, or a `str` for a regex.
 
     Takes the arguments of `generate_result`; raises `TokenBudgetExceeded` (carrying the partial
-    text, tokens and stats) when ``max_new_tokens`` (or the model's context) runs out, and
-    `InvalidOutput` when the spec's validator rejects the output.
+    text, tokens and stats) when ``max_new_tokens`` (or the model's context) runs out,
+    `InvalidOutput` when the spec's validator rejects the output, and `UnspellableError` (carrying the
+    partial result too) when the output reaches a character the vocabulary cannot spell.
     """
     checked = GenerateOptions.of(options, generation_config)
     result = _generate(model, spec, prompt, checked, streamer)
@@ -259,7 +268,9 @@ def iter_batch(
     row's place is refilled with the next prompt; the prompts' shared token prefix is prefilled once. A row
     that cannot run (an empty prompt, a prompt longer than the context, a bad spec)
     is a `Result` with ``stop_reason="error"`` and the `StructspecError` in
-    ``error``; other rows are unaffected. When sampling, row ``i`` draws from
+    ``error``; other rows are unaffected. So is a row that reaches a character the
+    vocabulary cannot spell: its `Result` is the partial output, with the
+    `UnspellableError` (naming the row) in ``error``. When sampling, row ``i`` draws from
     its own generator seeded with ``seed + i``, so its sample does not depend on
     ``batch_size`` or refill order. ``draft`` is a name or a loaded LM (each row
     gets its own drafter); a draft model with the target's tokenizer and self-draft
@@ -293,8 +304,19 @@ def iter_batch(
         except StructspecError as error:
             yield i, Result(None, "", [], "error", Stats(), error=_in_row(error, i))
     prefix = shared_prefix([row.prompt_ids for row in rows])
-    for i, decoded in decode_batch(lm, iter(rows), checked.decode_options(), batch_size, prefix):
-        yield i, _result(lm, row_compiled[i], decoded)
+    todo = {row.index: row for row in rows}
+    while todo:
+        taken: list[int] = []  # rows the batch has started
+        try:
+            for i, decoded in decode_batch(lm, _taking(list(todo.values()), taken), checked.decode_options(),
+                                           batch_size, prefix):
+                del todo[i]
+                yield i, _result(lm, row_compiled[i], decoded)
+        except UnspellableError:
+            # The batch cannot say whose state it was: its rows in flight are decoded again, each alone (as the
+            # batch would have, seeded alike), and the one that reaches the state gets its partial output.
+            for i in [i for i in taken if i in todo]:
+                yield i, _alone(lm, row_compiled[i], todo.pop(i).prompt_ids, checked, i)
 
 
 def generate_batch(model: LM | str, spec: Any, prompts: list[Prompt], **options: Any) -> list[Result]:
@@ -373,6 +395,25 @@ def _generate(
     return finished.result
 
 
+def _taking(rows: list[RowInput], taken: list[int]) -> Iterator[RowInput]:
+    """``rows``, each one's index appended to ``taken`` as it is taken."""
+    for row in rows:
+        taken.append(row.index)
+        yield row
+
+
+def _alone(lm: LM, compiled: Compiled, prompt_ids: list[int], options: GenerateOptions, row: int) -> Result:
+    """Batch row ``row`` decoded on its own, seeded as in the batch; reaching a state the vocabulary cannot
+    spell on from, its `Result` is the partial output with the error (naming the row) in ``error``."""
+    seeded = replace(options, seed=None if options.seed is None else options.seed + row)
+    try:
+        *_, finished = _events(lm, compiled, prompt_ids, seeded, fields=False)
+    except UnspellableError as error:
+        _in_row(error, row)
+        return error.result
+    return finished.result  # type: ignore[union-attr]
+
+
 def _put(events: Iterator[StreamEvent], prompt_ids: list[int], streamer: Streamer) -> Iterator[StreamEvent]:
     """``events``, each chunk's token ids put to ``streamer`` as it passes: transformers' order (the prompt's
     ids, then new ids as [1, n] LongTensors, as its assisted decoding puts them, then ``end()``)."""
@@ -394,12 +435,22 @@ def _events(
     utf8 = codecs.getincrementaldecoder("utf-8")("replace")  # as `TokenVocab.decode`, but holds split characters
     members = _Members() if fields else None
     turns = decode_steps(lm, compiled.fsm, prompt_ids, options.decode_options(), make_drafter(options.draft, lm))
+    out: list[int] = []
+    out_sources: list[str] = []
     while True:
         try:
             ids, sources = next(turns)
         except StopIteration as stop:
             decoded: Decoded = stop.value
             break
+        except UnspellableError as error:  # the output so far goes with it (the loop's passes are not counted)
+            fsm = compiled.fsm
+            reached = fsm.walk(fsm.initial_state, out)[-1] if out else fsm.initial_state
+            stats = Stats(prompt_tokens=len(prompt_ids), output_tokens=len(out))
+            error.attach(_result(lm, compiled, Decoded(out, out_sources, "error", stats)), reached != error.state)
+            raise
+        out += ids
+        out_sources += sources
         chunk = TextChunk(utf8.decode(lm.vocab.spell(ids)), ids, sources)
         yield chunk
         if members is not None:

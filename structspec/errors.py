@@ -76,6 +76,46 @@ class TokenBudgetExceeded(StructspecError):
         super().__init__(f"{budget} before the output was complete (partial output: {self.text[-120:]!r}); {fix}")
 
 
+class UnspellableError(StructspecError, ValueError):
+    """Decoding reached a state where the constraint needs a character no token of this vocabulary (within
+    the model's logits) can start: masking would leave nothing to choose.
+
+    Raised when the state is first reached (the automaton stays lazy); ``characters`` are some of those it
+    needs next. Raised mid-decode by `generate`, `generate_result` and `stream`, it carries the partial
+    `Result` (``stop_reason="error"``) of the output accepted before the turn that reached the state:
+    ``text``, ``token_ids``, ``sources`` and ``stats`` (prompt and output token counts and the compile);
+    these are None when it is raised outside a decode. ``ahead`` says the state lies past that text, at
+    the end of forced text (or a draft) the turn had not yet accepted. In a batch, the row's `Result` holds it in
+    ``error``, with the row in ``row``, and the other rows are unaffected.
+    """
+
+    def __init__(self, state: int, characters: list[str]) -> None:
+        self.state = state
+        self.characters = characters
+        self.result: Any = None
+        self.text: str | None = None
+        self.token_ids: list[int] | None = None
+        self.sources: list[str] | None = None
+        self.stats: Any = None
+        self.ahead = False
+        super().__init__(self._message())
+
+    def attach(self, result: Any, ahead: bool) -> None:
+        """Carry ``result``, the output accepted before the state (``ahead``: the state lies past its end), and
+        quote its text in the message. Changes the error (and sets ``result.error`` to it)."""
+        self.result, self.text, self.token_ids = result, result.text, result.token_ids
+        self.sources, self.stats, self.ahead = result.sources, result.stats, ahead
+        result.error = self
+        self.args = (self._message(),)
+
+    def _message(self) -> str:
+        shown = ", ".join(repr(c) for c in self.characters) or "nothing"
+        where = "here" if self.text is None else (
+            f"{'past the forced text after' if self.ahead else 'after'} the partial output {self.text[-120:]!r}")
+        return (f"no token of this vocabulary can come next: the constraint needs {shown} {where} (FSM state "
+                f"{self.state}); use a tokenizer that spells it, or a constraint that does not require it")
+
+
 class InvalidOutput(StructspecError, ValueError):
     """The output matched the spec's constraint but its validator rejected it (a Pydantic validator, or a
     keyword kept for validation only): `generate` could not return a value.

@@ -20,24 +20,8 @@ from collections.abc import Callable
 import numpy as np
 
 from structspec.automaton.dfa import DEAD, LazyDFA
-from structspec.errors import StructspecError
+from structspec.errors import UnspellableError
 from structspec.vocab import TokenVocab
-
-
-class UnspellableError(StructspecError, ValueError):
-    """Decoding reached a state where the constraint needs a character no token of this vocabulary (within
-    the model's logits) can start: masking would leave nothing to choose.
-
-    Raised when the state is first reached; ``characters`` are some of those it needs next.
-    """
-
-    def __init__(self, state: int, characters: list[str]) -> None:
-        self.state = state
-        self.characters = characters
-        shown = ", ".join(repr(c) for c in characters) or "nothing"
-        super().__init__(f"no token of this vocabulary can come next: the constraint needs {shown} here "
-                         f"(FSM state {state}); use a tokenizer that spells it, or a constraint that does not "
-                         "require it")
 
 
 class _VocabBytes:
@@ -81,9 +65,10 @@ class TokenIndex:
     def allowed_token_ids(self, state: int) -> np.ndarray:
         """Allowed token ids in ``state``, ascending, every EOS id included when final: a read-only int32 array.
 
-        `UnspellableError` if ``state`` is not final and no token the model can produce
-        is allowed (the vocabulary cannot spell what comes next). Does not change the language; the first call per state walks the vocabulary
-        and builds the DFA rows it reaches (the table grows, the language does not).
+        `UnspellableError` (naming the characters needed) if ``state`` is not final and no token the model
+        can produce is allowed: the vocabulary cannot spell what comes next. Raised on every call for such a
+        state, the first included. Does not change the language; the first call per state walks the
+        vocabulary and builds the DFA rows it reaches (the table grows, the language does not).
         """
         return self._cached(self._allowed, state, self._compute_allowed)
 
