@@ -199,6 +199,8 @@ class LM:
         hidden = self.model.base_model(
             input_ids=ids, position_ids=pos, attention_mask=mask[:, None], past_key_values=cache, use_cache=True
         ).last_hidden_state
+        if not rows:  # a pass that only fills the cache (every row fed pending tokens alone)
+            return hidden.new_empty(0, self.logits_width, dtype=torch.float32)
         index = torch.tensor(rows, device=hidden.device)  # the last layer's device under device_map
         return self.head(hidden[index[:, 0], index[:, 1]], allowed)
 

@@ -10,7 +10,10 @@ from pydantic import BaseModel, Field
 
 import structspec
 from structspec import Regex
+from structspec.decoding import batch, loop
 from structspec.decoding.batch import shared_prefix
+from structspec.decoding.budget import DEFAULT_COST, PassCost
+from structspec.decoding.row import DecodeOptions, RowDecode
 from structspec.decoding.slots import Slots
 from structspec.lm import LM
 from structspec.testing import chi_square_pvalue, exact_output_distribution, tiny_lm
@@ -215,3 +218,94 @@ def test_batch_size_one_and_sliding_window_models_run_the_single_row_loop() -> N
     batch = structspec.generate_batch(lm, SPECS[:3], PROMPTS[:3], batch_size=3, max_new_tokens=40)
     assert [r.token_ids for r in batch] == [r.token_ids for r in alone(lm, SPECS[:3], PROMPTS[:3])]
     assert [r.stats.prefill_passes for r in batch] == [0, 0, 0]
+
+
+# One pass's width for the batch as a whole (`choose_width`, `RowDecode.fit`). STEEP: a padded position costs
+# more than a one-token pass, so every pass is one token wide; STORED: Qwen2.5-Coder-0.5B's measured 8-row
+# curve on a CPU (README), here at every batch size, so widths vary with what the rows bring.
+STEEP = PassCost.linear(1.5)
+STORED = PassCost({1: ((1, 1.46), (2, 3.04), (3, 2.46), (4, 3.64), (8, 4.67), (12, 6.58), (16, 7.9))})
+# long forced runs (fast-forwarded into pending, then fed in chunks) beside rows with choices
+SHIPMENT = Regex(r'\{"customer_name": "[A-Z][a-z]{1,8}", "destination_city": "(Paris|London|Tokyo)", '
+                 r'"number_of_items": [0-9]{1,2}, "shipping_is_paid": (true|false)\}')
+FORCED_SPECS = [SHIPMENT, SPECS[1], SHIPMENT, SPECS[3], Order, SHIPMENT, SPECS[4], SHIPMENT]
+FORCED_PROMPTS = [f'Copy: {{"customer_name": "{name}", "destination_city": "{city}", "number_of_items": {n}, '
+                  f'"shipping_is_paid": true}} and {name} again.' if i % 2 == 0 else PROMPTS[i]
+                  for i, (name, city, n) in enumerate(zip(["Ada", "Bo", "Cy", "Di", "Ed", "Flo", "Gus", "Hal"],
+                                                          ["Paris", "Tokyo", "London", "Paris"] * 2, range(3, 90, 11)))]
+
+
+def spy_fits(monkeypatch) -> tuple[list[tuple[int, int]], list[int]]:
+    """(window length, width) of every `RowDecode.fit`, and the pending tokens before every chunk accepted."""
+    fits, chunks = [], []
+    fit, accept_chunk = RowDecode.fit, RowDecode.accept_chunk
+    monkeypatch.setattr(RowDecode, "fit", lambda self, width: (
+        fits.append((len(self.pending) + len(self.candidate.tokens), width)), fit(self, width))[1])
+    monkeypatch.setattr(RowDecode, "accept_chunk", lambda self: (chunks.append(len(self.pending)), accept_chunk(self))[1])
+    return fits, chunks
+
+
+@pytest.mark.parametrize("draft", ["prompt_lookup", "tree", "lookahead", "self", None])
+@pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
+def test_windows_fit_to_the_batch_width_keep_plain_masked_tokens(kind: str, draft: str | None, request,
+                                                                 monkeypatch) -> None:
+    lm = request.getfixturevalue(kind)
+    plain = alone(lm, FORCED_SPECS, FORCED_PROMPTS, fast_forward="off", draft=None)
+    assert sum(r.stats.forced_tokens for r in alone(lm, FORCED_SPECS, FORCED_PROMPTS, draft=None)) > 40
+    for curve in (STEEP, STORED):
+        monkeypatch.setattr(batch, "pass_cost", lambda lm, curve=curve: curve)
+        fits, chunks = spy_fits(monkeypatch)
+        got = structspec.generate_batch(lm, FORCED_SPECS, FORCED_PROMPTS, batch_size=4, max_new_tokens=40, draft=draft)
+        assert [r.token_ids for r in got] == [r.token_ids for r in plain]
+        assert [r.stop_reason for r in got] == [r.stop_reason for r in plain]
+        # every pass caches at least one token per row: never more passes than one token per pass
+        for r, p in zip(got, plain):
+            assert r.stats.target_forward_passes <= p.stats.target_forward_passes
+        assert all(width >= 1 for _, width in fits) and any(length > width for length, width in fits)
+        fed = [n for r in got for n in r.stats.tokens_fed]
+        if curve is STEEP:  # one token per row per pass: plain masked decoding's passes, forced runs included
+            assert set(fed) == {1}
+            assert all(width == 1 for _, width in fits)
+            # forced runs went in over several passes (a SentencePiece vocabulary spells a literal in many
+            # ways, bytes too, so it forces single tokens only; the rest of its forced text is spliced)
+            assert max(chunks) > (2 if kind == "byte_lm" else 1)
+        else:
+            assert max(fed) > 1  # where rows bring forced text or drafts together, a wider pass pays
+    monkeypatch.setattr(batch, "pass_cost", lambda lm: DEFAULT_COST)  # no curve: every window whole, as before
+    fits, chunks = spy_fits(monkeypatch)
+    whole = structspec.generate_batch(lm, FORCED_SPECS, FORCED_PROMPTS, batch_size=4, max_new_tokens=40, draft=draft)
+    assert [r.token_ids for r in whole] == [r.token_ids for r in plain]
+    assert not chunks and all(length <= width for length, width in fits)
+    assert max(n for r in whole for n in r.stats.tokens_fed) > 5
+
+
+def test_a_chunk_feeds_pending_tokens_with_no_logits(byte_lm) -> None:
+    fsm = structspec.compile(SHIPMENT, byte_lm).fsm
+    prompt = byte_lm.encode_prompt("Ship the order now, please:")
+    row = RowDecode.start(fsm, byte_lm.tokenizer, prompt, DecodeOptions(), None, None)  # the prompt pending
+    window = row.prepare()
+    assert len(prompt) > 4 and row.candidate.sources == ["forced"] * (len(window) - len(prompt)) != []
+    assert row.window_gains() == [float(w) for w in range(1, len(window) + 1)]  # pending and forced text: certain
+    assert row.fit(3) == prompt[:3]
+    assert row.mask_states() == [] and row.window_parents() == [-1, 0, 1] and row.window_positions() == [0, 1, 2]
+    assert row.accept_chunk() == [0, 1, 2]
+    assert row.cached == 3 and row.pending == prompt[3:] and row.chunk == 0 and row.out == []
+    assert row.prepare() == window[3:]  # the rest of the prompt, then the same candidate
+    assert row.fit(len(prompt) - 1) == window[3 : len(prompt) + 2]  # the candidate cut to its first two nodes
+    assert row.mask_states() == [row.state] + row.candidate.states and len(row.candidate.tokens) == 2
+    assert row.window_positions() == list(range(3, len(prompt) + 2))
+
+
+def test_sampled_rows_are_never_cut_so_their_samples_do_not_depend_on_the_batch(byte_lm, monkeypatch) -> None:
+    # alone a drafted token is nearly free, in a batch a padded one costs a whole pass: were a sampled row's
+    # draft (drawn with its generator) cut to the batch's width, its next draws would differ
+    curve = PassCost({1: ((1, 1.0), (16, 1.1)), 2: ((1, 2.0), (2, 4.0))})
+    for module in (batch, loop):
+        monkeypatch.setattr(module, "pass_cost", lambda lm: curve)
+    draft = tiny_lm("byte_level", seed=7, device=DEVICE)
+    options = {"temperature": 1.3, "max_new_tokens": 40, "draft": draft}
+    single = [structspec.generate_result(byte_lm, s, p, seed=5 + i, **options)
+              for i, (s, p) in enumerate(zip(FORCED_SPECS, FORCED_PROMPTS))]
+    got = structspec.generate_batch(byte_lm, FORCED_SPECS, FORCED_PROMPTS, batch_size=4, seed=5, **options)
+    assert [r.token_ids for r in got] == [r.token_ids for r in single]
+    assert max(n for r in got for n in r.stats.tokens_fed) > 3  # long drafts, fed whole

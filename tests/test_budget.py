@@ -6,7 +6,8 @@ import pytest
 
 import structspec
 from structspec.result import DraftStats
-from structspec.decoding.budget import DEFAULT_COST, DraftLength, PassCost, curve_path, pass_cost, store_pass_cost
+from structspec.decoding.budget import (DEFAULT_COST, DraftLength, PassCost, choose_width, curve_path, pass_cost,
+                                       store_pass_cost)
 from structspec.testing import save_tiny_model, tiny_lm
 from structspec.tools import pass_cost as pass_cost_tool
 
@@ -106,3 +107,36 @@ def test_with_batch_curves_greedy_rows_keep_their_tokens_and_sampled_rows_their_
     for i, prompt in enumerate(prompts):
         one = structspec.generate_result(lm, spec, prompt, **{**sampled, "seed": 5 + i})
         assert one.token_ids == batch[i].token_ids  # sampled rows draft as if alone: the same draws
+
+
+# Qwen2.5-Coder-0.5B on this CPU, 8 rows: a pass 2 wide costs twice one 1 wide, 8 wide only three times
+EIGHT_ROWS = PassCost({8: ((1, 1.46), (2, 3.04), (4, 3.64), (8, 4.67), (12, 6.58), (16, 7.9))})
+
+
+def test_a_batch_width_counts_every_rows_padding() -> None:
+    forced_run = [float(w) for w in range(1, 11)]  # a 10-token forced run: every token fed is output
+    draft = [1.0, 1.3, 1.5, 1.6]  # one pending token, then drafts that often fail
+    lone = [1.0]
+    gains = [forced_run, draft] + [lone] * 6
+    assert choose_width(gains, EIGHT_ROWS) == 1  # one long window would make all eight rows pay for it
+    assert choose_width(gains, DEFAULT_COST) == 10  # no curve: the widest window, nothing cut
+    assert choose_width(gains, PassCost.linear(0.001)) == 10
+    # a sampled row's whole window is a floor; padding the pass pays for anyway is filled
+    assert choose_width([draft] + [lone] * 7, EIGHT_ROWS) == 1
+    assert choose_width([draft] + [lone] * 7, EIGHT_ROWS, floor=4) == 4
+    assert choose_width(gains, EIGHT_ROWS, floor=4) == 8
+    # where most rows bring forced text, a wider pass pays, and the rows short of it pad
+    assert choose_width([forced_run] * 6 + [draft, lone], EIGHT_ROWS) == 10
+    assert choose_width([forced_run[:4]] * 6 + [draft, lone], EIGHT_ROWS) == 4
+
+
+def test_expected_kept_tokens_of_a_cut_chain_or_tree() -> None:
+    lengths = DraftLength(DEFAULT_COST)  # every position at the prior: kept with 2/3
+    p = 2 / 3
+    # a chain: forced text (kept), then two drafted tokens
+    assert lengths.expected_kept([-1, 0, 1], [False, True, True]) == pytest.approx([1, 1 + p, 1 + p + p * p])
+    # a tree: two drafted roots, the second with a child; its first nodes' best path
+    assert lengths.expected_kept([-1, -1, 1], [True, True, True]) == pytest.approx([p, p, p + p * p])
+    for _ in range(10):
+        lengths.record(drafted=3, accepted=0)  # the first drafted token never kept
+    assert lengths.expected_kept([-1, 0], [True, True])[-1] < 0.3

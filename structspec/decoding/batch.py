@@ -7,16 +7,21 @@ drafter and generator). A turn:
    that stopped leaves and its slot is refilled with the next prompt, prefilled
    on its own (from the KV of the prompts' shared prefix) and written into the
    slot, so a job never waits for its slowest document;
-2. one target pass over all windows (`structspec.decoding.loop.slot_pass`),
+2. one width for the pass (`structspec.decoding.budget.choose_width`): padding
+   costs what a token does, so the greedy rows' windows are cut to the width
+   with the most expected tokens per unit of pass cost (`RowDecode.fit`: a
+   shorter candidate, or a chunk of a long forced run with no logits); sampled
+   rows are fed whole. Without a stored curve: the widest window, nothing cut;
+3. one target pass over all windows (`structspec.decoding.loop.slot_pass`),
    right-padded to the longest, with explicit positions and a 4-D mask over
    cache slots (`structspec.decoding.slots`); a greedy row with a tree drafter
    feeds a token tree, its siblings at one position;
    logits only for each row's candidate and bonus positions, and of those only
    the allowed ids' where the FSM allows few (`structspec.decoding.verify.restrict`);
-3. one packed bitmask for the full logits rows, applied in one operation;
+4. one packed bitmask for the full logits rows, applied in one operation;
    greedy rows read one argmax per logits row, sampled rows verify on the CPU
    with their own generator;
-4. each row `accept`s; its rejected slots (a chain's tail, a tree's other
+5. each row `accept`s; its rejected slots (a chain's tail, a tree's other
    branches) become holes.
 
 A row's tokens equal the row decoded alone (`structspec.decoding.loop`) up to
@@ -33,7 +38,7 @@ from dataclasses import dataclass
 import torch
 
 from structspec.automaton.fsm import TokenFSM
-from structspec.decoding.budget import pass_cost
+from structspec.decoding.budget import choose_width, pass_cost
 from structspec.decoding.draft_batch import DraftBatch, NeedDraftLogits
 from structspec.decoding.drafters import Drafter, ModelDrafter
 from structspec.decoding.loop import decode, slot_pass
@@ -152,7 +157,9 @@ def decode_batch(
             windows = {new: windows[old] for new, old in enumerate(keep)}
         if not live:
             break
-        slot_pass(lm, cache, slots, live, [windows[s] for s in range(len(live))])
+        floor = max((len(windows[s]) for s, row in enumerate(live) if row.options.sampling.do_sample), default=1)
+        width = choose_width([row.window_gains() for row in live], cost, floor)
+        slot_pass(lm, cache, slots, live, [row.fit(width) for row in live])
 
 
 def _batchable_drafter(drafter: Drafter | None) -> ModelDrafter | None:

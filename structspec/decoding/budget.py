@@ -12,10 +12,21 @@ drafter's own lengths); `DraftLength` learns, per row, how often the i-th drafte
 accepted once the ones before it were, and drafts the length with the most
 expected output tokens per unit of the row's share of the pass.
 
+A batched pass is as wide as its longest window, and a padded position costs
+as much as a fed one. `choose_width` picks one width per pass for the batch as
+a whole: the tokens every row is expected to add to its cache (a greedy row's
+window cut to the width, `structspec.decoding.row.RowDecode.fit`) per unit of
+the whole pass's cost. Without a stored curve that is the widest window, as if
+no row were cut. Greedy rows still draft for the batch they share (`choose`
+with its row count), not as if alone: longer drafts would give the width more
+to fill padding with, but on SmolLM2's extraction tasks that saved under 1% of
+pass cost, and a model drafter would spend draft passes on tokens then cut.
+
 No clock is read while decoding, and the choice depends only on the row's own
 history, the stored curve and, for greedy rows, how many rows share the pass.
-A sampled row always chooses as if alone, so a seed reproduces its sample in
-any batch and at every run; a greedy row's output never depends on its drafts.
+A sampled row always chooses as if alone and is never cut, so a seed
+reproduces its sample in any batch and at every run; a greedy row's output
+never depends on its drafts.
 """
 
 from __future__ import annotations
@@ -61,6 +72,21 @@ class PassCost:
 # on this CPU at B = 1 (README), the stored curves drafted shorter and lost time on both shipped models: the
 # choice does not yet count the forced text a finished draft lets the candidate splice in after it.
 DEFAULT_COST = PassCost.linear(0.0)
+
+
+def choose_width(gains: list[list[float]], cost: PassCost, floor: int = 1) -> int:
+    """The width ``W ≥ floor`` of one pass over ``len(gains)`` rows with the most expected tokens added to the
+    rows' caches per unit of the whole pass's cost (``cost(W, rows) × rows``: padding costs what a token
+    does). ``gains[b][w − 1]``: row ``b``'s expected tokens when fed its window's first ``w`` tokens; past its
+    window, its whole window's. Ties go to the wider, so a flat curve (`DEFAULT_COST`) picks the widest window
+    and cuts no row. Changes nothing."""
+    rows, widest = len(gains), max(len(g) for g in gains)
+    best, best_value = widest, 0.0
+    for width in range(floor, widest + 1):
+        value = sum(g[min(width, len(g)) - 1] for g in gains) / (cost(width, rows) * rows)
+        if value >= best_value:
+            best, best_value = width, value
+    return best
 
 
 def curve_path(lm: object) -> Path | None:
@@ -124,6 +150,23 @@ class DraftLength:
             if value > best_value:
                 best, best_value = k, value
         return best
+
+    def expected_kept(self, parents: list[int], drafted: list[bool]) -> list[float]:
+        """Expected tokens a verify pass keeps of a candidate (a chain or a token tree, ``parents[i]``: node
+        ``i``'s parent, −1 the root) fed only its first ``n`` nodes, for each ``n`` (entry ``n − 1``): the best
+        path's expected accepted prefix, where the drafter's ``k``-th token on a path (``drafted[i]``) is kept
+        with chance `hazard` ``(k)`` and spliced forced text always (it nearly always is). Changes nothing."""
+        survive: list[float] = []  # per node: the chance the path to it is kept whole
+        expected: list[float] = []  # per node: the path's expected kept tokens
+        depth: list[int] = []  # per node: the drafter's tokens on the path to it
+        out: list[float] = []
+        for i, p in enumerate(parents):
+            above = depth[p] if p >= 0 else 0
+            survive.append((survive[p] if p >= 0 else 1.0) * (self.hazard(above) if drafted[i] else 1.0))
+            expected.append((expected[p] if p >= 0 else 0.0) + survive[i])
+            depth.append(above + drafted[i])
+            out.append(max(expected[i], out[-1] if out else 0.0))
+        return out
 
     def hazard(self, i: int) -> float:
         """Estimated chance that drafted token ``i`` is accepted given the ones before it were."""

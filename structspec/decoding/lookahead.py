@@ -112,7 +112,8 @@ class LookaheadDrafter:
                 self._pool[tail[-n:]] = choice
         while len(self._pool) > self.max_pool:
             del self._pool[next(iter(self._pool))]  # the oldest
-        self._origin, self._guesses = list(context), [choices[0]] + [choices[1 + i] for i in self._branch]
+        branch = [i for i in self._branch if i < len(candidate.tokens)]  # a batch may cut the tree (`RowDecode.fit`)
+        self._origin, self._guesses = list(context), [choices[0]] + [choices[1 + i] for i in branch]
 
     def begin(self) -> None:
         self._count, self._branch = 0, []

@@ -88,15 +88,15 @@ def _slot_step(lm: LM, row: RowDecode) -> Callable[[list[int]], None]:
 
 
 def slot_pass(lm: LM, cache: object, slots: Slots, live: list[RowDecode], windows: list[list[int]]) -> None:
-    """One target pass over every row's window (pending tokens and candidate, a chain or a tree) appended to
-    ``cache``, then mask, verify and accept per row. Rejected tokens become holes in ``slots``, gathered away
-    when they pile up. Changes the rows, the cache and the slots."""
+    """One target pass over every row's window (pending tokens and candidate, a chain or a tree; or a chunk
+    of pending tokens alone, `RowDecode.fit`) appended to ``cache``, then mask, verify and accept per row.
+    Rejected tokens become holes in ``slots``, gathered away when they pile up. Changes the rows, the cache
+    and the slots."""
     t0 = time.perf_counter()
-    wanted: list[tuple[int, int]] = []  # (row, window index) of each candidate and bonus position
-    for b, (row, window) in enumerate(zip(live, windows)):
-        n = len(row.candidate.tokens) + 1
-        wanted += [(b, j) for j in range(len(window) - n, len(window))]
-    rows = [(row.fsm, state) for row in live for state in row.mask_states()]
+    masks = [row.mask_states() for row in live]  # per row, a state per logits row (a chunk: none)
+    wanted = [(b, j) for b, (window, states) in enumerate(zip(windows, masks))  # candidate and bonus positions
+              for j in range(len(window) - len(states), len(window))]
+    rows = [(row.fsm, state) for row, states in zip(live, masks) for state in states]
     allowed = restrict(rows, lm.logits_width)
     attend = slots.window_mask([len(w) for w in windows], [row.window_parents() for row in live])
     t1 = time.perf_counter()
@@ -111,13 +111,16 @@ def slot_pass(lm: LM, cache: object, slots: Slots, live: list[RowDecode], window
         choices = logits.argmax(-1).tolist()  # the one read-back of the pass
     t3 = time.perf_counter()
     kept, r = [], 0
-    for row, window in zip(live, windows):
-        n = len(row.candidate.tokens) + 1
+    for row, window, states in zip(live, windows, masks):
+        n = len(states)
         stats = row.stats
         stats.target_forward_passes += 1
         stats.tokens_fed.append(len(window))
         stats.model_seconds += (t2 - t1) / len(live)  # a shared pass costs each row its share
         stats.constraint_seconds += (t3 - t2 + t1 - t0) / len(live)
+        if not n:  # a chunk: nothing to verify
+            kept.append(row.accept_chunk())
+            continue
         path, token = row.verify(logits[r : r + n], choices[r : r + n] if choices is not None else None)
         kept.append(row.accept(path, token, row.path_logprobs(logits[r : r + n], path, token)))
         r += n

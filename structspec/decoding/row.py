@@ -15,6 +15,13 @@ its KV cache and the masks. Each turn:
    token. FSM states are kept per output position, so rollback is indexing;
    the driver drops the rejected rest from its cache.
 
+A batch driver may `fit` a greedy row's window to the width its pass takes
+(`structspec.decoding.budget.choose_width`): the candidate cut to its first
+nodes, or, where the pending tokens alone are longer (a long forced run), a
+chunk of them fed with no logits and nothing to verify (`accept_chunk`).
+Pending tokens are output already and greedy output never depends on drafts,
+so neither changes the row's tokens.
+
 A candidate is a chain, or a token tree (`TreeDrafting`, `structspec.decoding.tree`)
 when the driver runs the slot path (``trees``) and the row is greedy: its window
 then carries each token's parent (`window_parents`) and position
@@ -97,6 +104,7 @@ class RowDecode:
     trees: bool = False  # the driver verifies token trees (the slot path): a greedy `TreeDrafting` row drafts them
     cached: int = 0
     pending: list[int] = field(default_factory=list)
+    chunk: int = 0  # pending tokens the next pass feeds with no logits (`fit`); 0: all of them and the candidate
     out: list[int] = field(default_factory=list)
     states: list[int] = field(default_factory=list)  # states[i]: the FSM state after out[i]
     sources: list[str] = field(default_factory=list)
@@ -165,15 +173,38 @@ class RowDecode:
             )
         return self.pending + self.candidate.tokens
 
+    def window_gains(self) -> list[float]:
+        """Expected tokens the last window adds to the row's cache when only its first ``w`` tokens are fed
+        (entry ``w − 1``, for every ``w`` up to its length; `fit`): the pending tokens fed, then, once all are,
+        the candidate's expected kept path (`DraftLength.expected_kept`). Changes nothing."""
+        cand, fed = self.candidate, len(self.pending)
+        kept = (self.lengths.expected_kept(cand.parent_indices(), [s != FORCED for s in cand.sources]) if self.lengths
+                else [float(n) for n in range(1, len(cand.tokens) + 1)])  # no drafter: forced text only
+        return [float(w) for w in range(1, fed + 1)] + [fed + k for k in kept]
+
+    def fit(self, width: int) -> list[int]:
+        """The last window cut to its first ``width`` tokens (whole where it fits): the candidate keeps its first
+        nodes (a chain's prefix; a tree's topological prefix is a tree), or, where the pending tokens alone are
+        longer, the pass feeds a chunk of them with no candidate and no logits. Cuts greedy rows only: a sampled
+        row's draft was drawn with its generator, so the driver's width fits it. Changes the candidate and `chunk`."""
+        fed, cand = len(self.pending), self.candidate
+        if width < fed:
+            self.chunk, self.candidate = width, Candidate()
+            return self.pending[:width]
+        n = width - fed
+        self.candidate = Candidate(cand.tokens[:n], cand.states[:n], cand.sources[:n], cand.q[:n],
+                                   cand.parents[:n] if cand.parents is not None else None)
+        return self.pending + self.candidate.tokens
+
     def mask_states(self) -> list[int]:
         """The FSM state each logits row of the last window is masked by: the state before each candidate
-        token, then the bonus row's. Does not change anything."""
-        return [self.state] + self.candidate.states
+        token, then the bonus row's; none for a chunk. Does not change anything."""
+        return [] if self.chunk else [self.state] + self.candidate.states
 
     def window_parents(self) -> list[int]:
         """Each token's parent as an offset in the last window (−1 for the first, which follows the cache):
-        the pending tokens form a chain, the candidate's roots follow the last pending token. Changes nothing."""
-        fed = len(self.pending)
+        the pending tokens fed form a chain, the candidate's roots follow the last of them. Changes nothing."""
+        fed = self.chunk or len(self.pending)
         return list(range(-1, fed - 1)) + [fed + p for p in self.candidate.parent_indices()]
 
     def window_positions(self) -> list[int]:
@@ -262,6 +293,14 @@ class RowDecode:
             self.pending = [token]
         self.stats.constraint_seconds += time.perf_counter() - t0
         return list(range(fed)) + [fed + i for i in path]
+
+    def accept_chunk(self) -> list[int]:
+        """After a pass that fed a chunk (`fit`): those pending tokens are in the cache, the rest stay
+        pending. Returns their window offsets, all kept (changes the row)."""
+        fed, self.chunk = self.chunk, 0
+        self.cached += fed
+        del self.pending[:fed]
+        return list(range(fed))
 
     def decoded(self) -> Decoded:
         """The row's output so far as a `Decoded` (call once stopped). Does not change the row."""
