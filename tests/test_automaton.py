@@ -7,6 +7,7 @@ import re
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,6 +16,7 @@ from outlines_core import Index, Vocabulary
 from structspec.automaton.dfa import DEAD, LazyDFA
 from structspec.automaton import UnspellableError
 from structspec.automaton.fsm import _MEMORY_LIMIT, TokenFSM, clear_cache
+from structspec.automaton import nfa as nfa_module
 from structspec.automaton.nfa import ByteNFA
 from structspec.automaton.utf8 import byte_sequences, normalize
 from structspec.errors import RegexError
@@ -183,6 +185,43 @@ def test_repeated_groups_are_shared_and_the_language_kept() -> None:
     for text in texts + mutated:
         accepted = dfa.is_final(dfa.step(dfa.initial, text.encode()))
         assert accepted == bool(re.fullmatch(regex, text)), text
+
+
+def _same_language_on_walks(a: LazyDFA, b: LazyDFA, walks: int, length: int) -> None:
+    """Random byte walks through ``a``: at every step ``b`` allows the same next bytes and agrees on finality."""
+    rng = random.Random(0)
+    for _ in range(walks):
+        x, y = a.initial, b.initial
+        for _ in range(length):
+            a.ensure(np.array([x]))
+            b.ensure(np.array([y]))
+            live = np.flatnonzero(a.table[x] != DEAD)
+            assert live.tolist() == np.flatnonzero(b.table[y] != DEAD).tolist()
+            assert a.is_final(x) == b.is_final(y)
+            if not len(live):
+                break
+            byte = int(rng.choice(live))
+            x, y = int(a.table[x, byte]), int(b.table[y, byte])
+
+
+def test_a_large_group_needed_in_many_places_is_built_once_and_called(monkeypatch) -> None:
+    item = {"type": "object", "properties": {f"f{i}": {"type": "string", "maxLength": 4} for i in range(10)},
+            "required": ["f0", "f9"]}
+    schema = {"type": "object", "$defs": {"item": item}, "required": [f"p{i}" for i in range(0, 30, 3)],
+              "properties": {f"p{i}": {"$ref": "#/$defs/item"} for i in range(30)}}
+    # A large group that can never finish, needed twice: its call is trimmed like any dead branch.
+    dead = r"([a-z]{70})[^\s\S]"
+    sizes = []
+    for regex in (constraint_of(schema).regex, rf"(?:{dead}|a)b(?:{dead}|c)d(?:{dead}|e)"):
+        called = ByteNFA(regex)
+        monkeypatch.setattr(nfa_module, "FRAGMENT_MIN", 10**9)
+        inlined = ByteNFA(regex)
+        monkeypatch.undo()
+        assert not inlined.calls
+        _same_language_on_walks(LazyDFA(called), LazyDFA(inlined), walks=150, length=400)
+        sizes.append((len(called), len(inlined)))
+    assert 5 * sizes[0][0] < sizes[0][1]  # the item's states once, not once per property
+    assert len(sizes[1]) == 2 and sizes[1][0] < sizes[1][1]  # the dead group's calls were built, then trimmed
 
 
 def test_the_compile_cache_is_bounded_and_cleared_by_its_owner(byte_lm) -> None:

@@ -1,4 +1,4 @@
-"""Byte NFA → DFA by the subset construction, one state at a time, as states are reached."""
+"""Byte NFA → DFA by the subset construction over the NFA's positions, one state at a time, as states are reached."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ class LazyDFA:
     def _build(self, d: int) -> None:
         targets: list[set[int]] = [set() for _ in range(256)]
         for s in self._sets[d]:
-            for lo, hi, to in self.nfa.edges[s]:
+            for lo, hi, to in self.nfa.moves(s):
                 for byte in range(lo, hi + 1):
                     targets[byte].add(to)
         interned: dict[frozenset[int], int] = {}

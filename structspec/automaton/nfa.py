@@ -1,4 +1,5 @@
-"""Parsed regex → byte-level Thompson NFA, hash-consed so repeated groups share their states."""
+"""Parsed regex → byte-level Thompson NFA, hash-consed so repeated groups share their states, and large
+groups needed in several places built once and entered by calls."""
 
 from __future__ import annotations
 
@@ -14,6 +15,10 @@ from structspec.errors import RegexError
 
 MAX_STATES = 1_000_000
 """The most NFA states a regex may build into (about 0.5 GB and 10 s of Python); past it, `RegexError`."""
+
+FRAGMENT_MIN = 64
+"""A group whose first build took at least this many states is built once more as a fragment, which every
+later place calls, instead of once per place (a schema's ``$ref`` target used in a hundred places)."""
 
 
 @contextmanager
@@ -34,7 +39,7 @@ class _Unsupported(Exception):
 
 
 class ByteNFA:
-    """Thompson NFA over bytes: byte-range edges and epsilon edges; one start, one accept state.
+    """Thompson NFA over bytes: byte-range edges, epsilon edges and calls; one start, one accept state.
 
     Construction is hash-consed: an item (by structure) built from a state it was
     already built from returns the same end state. Both ends have the same set of
@@ -42,9 +47,19 @@ class ByteNFA:
     spelling of optional properties becomes an O(k) automaton: the alternatives
     ``(a,)?b``, ``(a,)?(b,)?c``, … share their common prefixes.
 
+    An item needed from another state is built again there, unless its first
+    build was large (`FRAGMENT_MIN`): then it is built once more from a fresh
+    state as a *fragment*, and each place calls it: a call-site state enters the
+    fragment's start and, at the fragment's end, returns to a state of its own.
+    So a subschema used in many places costs its states once, not once per place.
+    Calls nest but never recurse (a parsed regex is a tree), so the stack of
+    return states is bounded; the automaton's *positions* are (state, stack)
+    pairs, numbered as they are reached (`closure`, `moves`). `start` and `accept`
+    are positions.
+
     Trimmed once built: edges into states from which no accepting path leads are
-    removed, so every state a DFA reaches can still end in a match. Immutable once
-    built (`closure` only memoizes).
+    removed, so every position a DFA reaches can still end in a match. Immutable
+    once built (`closure` and `moves` only memoize).
     """
 
     def __init__(self, regex: str) -> None:
@@ -53,20 +68,29 @@ class ByteNFA:
         tree = parse(regex)
         self.edges: list[list[tuple[int, int, int]]] = []
         self.eps: list[list[int]] = []
+        self.calls: dict[int, tuple[int, int, int]] = {}  # call-site state → (fragment start, its end, return)
         self._keys: dict[int, int] = {}  # id(items) → structural key (ints, so hashing stays cheap)
         self._interned: dict[tuple, int] = {}
         self._built: dict[tuple[object, int], int] = {}
-        self.start = self._new()
+        self._first: dict[object, int] = {}  # item key → states its first build took
+        self._fragments: dict[object, tuple[int, int]] = {}  # item key → (start, end) of its fragment
+        start = self._new()
         try:
             with gc_paused():
-                self.accept = self._sequence(tree, self.start)
+                end = self._sequence(tree, start)
         except _Unsupported as e:
             raise RegexError(regex, str(e)) from None
-        del self._keys, self._interned, self._built
-        if not self._trim():
+        del self._keys, self._interned, self._built, self._first, self._fragments
+        if not self._trim(start, end):
             raise RegexError(regex, "it matches no string (an empty class like [^\\s\\S], or a part that "
                              "can never be completed)")
+        self._stacks: list[tuple[int, int, int]] = [(-1, -1, -1)]  # stack id → (fragment end, return, below); 0: empty
+        self._stack_ids: dict[tuple[int, int, int], int] = {}
+        self._positions: list[tuple[int, int]] = []  # position → (state, stack id)
+        self._position_ids: dict[tuple[int, int], int] = {}
+        self.start, self.accept = self._position(start, 0), self._position(end, 0)
         self._closures: dict[int, frozenset[int]] = {}
+        self._moves: dict[int, list[tuple[int, int, int]]] = {}
 
     def __len__(self) -> int:
         return len(self.edges)
@@ -97,12 +121,29 @@ class ByteNFA:
 
     def _sequence(self, items: list, state: int) -> int:
         for op, arg in items:
-            memo = (self._item_key(op, arg), state)
-            end = self._built.get(memo)
+            key = self._item_key(op, arg)
+            end = self._built.get((key, state))
             if end is None:
-                end = self._built[memo] = self._item(op, arg, state)
+                if self._first.get(key, 0) >= FRAGMENT_MIN:
+                    end = self._call(key, op, arg, state)
+                else:
+                    before = len(self.edges)
+                    end = self._item(op, arg, state)
+                    self._first.setdefault(key, len(self.edges) - before)
+                self._built[key, state] = end
             state = end
         return state
+
+    def _call(self, key: object, op: C._NamedIntConstant, arg: object, state: int) -> int:
+        """A call of the item's fragment (built on first need) from ``state``; the state it returns to."""
+        fragment = self._fragments.get(key)
+        if fragment is None:
+            start = self._new()
+            fragment = self._fragments[key] = (start, self._item(op, arg, start))
+        site, back = self._new(), self._new()
+        self.eps[state].append(site)
+        self.calls[site] = (*fragment, back)
+        return back
 
     def _item(self, op: C._NamedIntConstant, arg: object, state: int) -> int:
         if op in (C.LITERAL, C.NOT_LITERAL, C.ANY, C.IN):
@@ -144,24 +185,44 @@ class ByteNFA:
                                f"{MAX_STATES:,}; lower their counts")
         return end
 
-    def _trim(self) -> bool:
-        """Drop the edges into states that cannot reach the accept state; whether the start still can."""
+    def _trim(self, start: int, end: int) -> bool:
+        """Drop the edges into states that cannot reach ``end`` (their fragment's end, inside a fragment), and
+        the calls of fragments that cannot reach theirs; whether ``start`` still can reach ``end``."""
         back: list[list[int]] = [[] for _ in self.edges]
         for s, (edges, eps) in enumerate(zip(self.edges, self.eps)):
             for _, _, to in edges:
                 back[to].append(s)
             for to in eps:
                 back[to].append(s)
-        live, todo = {self.accept}, [self.accept]
+        for site, (_, _, back_state) in self.calls.items():
+            back[back_state].append(-1 - site)  # a call site is live once its return state and its fragment are
+        live: set[int] = set()
+        todo: list[int] = []
+        waiting: dict[int, list[int]] = {}  # fragment start → its call sites whose return state is live
+
+        def reach(s: int) -> None:
+            if s not in live:
+                live.add(s)
+                todo.append(s)
+
+        for s in [end, *(fragment_end for _, fragment_end, _ in self.calls.values())]:
+            reach(s)
         while todo:
-            for s in back[todo.pop()]:
-                if s not in live:
-                    live.add(s)
-                    todo.append(s)
+            s = todo.pop()
+            for site in waiting.pop(s, []):  # call sites of the fragment that starts at s
+                reach(site)
+            for t in back[s]:
+                if t >= 0:
+                    reach(t)
+                elif self.calls[-1 - t][0] in live:
+                    reach(-1 - t)
+                else:
+                    waiting.setdefault(self.calls[-1 - t][0], []).append(-1 - t)
         for s in range(len(self.edges)):
             self.edges[s] = [e for e in self.edges[s] if e[2] in live]
             self.eps[s] = [t for t in self.eps[s] if t in live]
-        return self.start in live
+        self.calls = {site: call for site, call in self.calls.items() if site in live}
+        return start in live
 
     def _chars(self, ranges: Ranges, state: int) -> int:
         end = self._new()
@@ -174,22 +235,59 @@ class ByteNFA:
             self.edges[at].append((*sequence[-1], end))
         return end
 
-    def closure(self, state: int) -> frozenset[int]:
-        """NFA states reachable from ``state`` by epsilon edges that match a byte or accept.
+    def _position(self, state: int, stack: int) -> int:
+        key = (state, stack)
+        p = self._position_ids.get(key)
+        if p is None:
+            p = self._position_ids[key] = len(self._positions)
+            self._positions.append(key)
+        return p
 
-        Does not change the NFA (memoized; concurrent callers compute the same set).
+    def _push(self, end: int, back: int, below: int) -> int:
+        key = (end, back, below)
+        stack = self._stack_ids.get(key)
+        if stack is None:
+            stack = self._stack_ids[key] = len(self._stacks)
+            self._stacks.append(key)
+        return stack
+
+    def closure(self, position: int) -> frozenset[int]:
+        """Positions reachable from ``position`` by epsilon edges, calls and returns that match a byte or
+        accept.
+
+        Does not change the language (memoized; numbers new positions as they are reached, so concurrent
+        callers must hold one lock, as `LazyDFA` does).
         """
-        found = self._closures.get(state)
+        found = self._closures.get(position)
         if found is None:
-            seen, todo = {state}, [state]
+            seen, todo = {position}, [position]
             while todo:
-                for nxt in self.eps[todo.pop()]:
-                    if nxt not in seen:
-                        seen.add(nxt)
-                        todo.append(nxt)
-            found = self._closures[state] = frozenset(
-                s for s in seen if self.edges[s] or s == self.accept
+                state, stack = self._positions[todo.pop()]
+                nexts = [(t, stack) for t in self.eps[state]]
+                call = self.calls.get(state)
+                if call is not None:  # enter the fragment, to come back to `back` at its end
+                    start, end, back = call
+                    nexts.append((start, self._push(end, back, stack)))
+                end, back, below = self._stacks[stack]
+                if state == end:  # the fragment's end: return to the call's state
+                    nexts.append((back, below))
+                for nxt in nexts:
+                    p = self._position(*nxt)
+                    if p not in seen:
+                        seen.add(p)
+                        todo.append(p)
+            found = self._closures[position] = frozenset(
+                p for p in seen if self.edges[self._positions[p][0]] or p == self.accept
             )
+        return found
+
+    def moves(self, position: int) -> list[tuple[int, int, int]]:
+        """The byte-range edges out of ``position``: (low byte, high byte, next position). Memoized, as
+        `closure`."""
+        found = self._moves.get(position)
+        if found is None:
+            state, stack = self._positions[position]
+            found = self._moves[position] = [(lo, hi, self._position(to, stack)) for lo, hi, to in self.edges[state]]
         return found
 
 
