@@ -1,7 +1,7 @@
 """The Character example from the guided-generation literature, on SmolLM2-135M (README: on Qwen).
 
 Prints the object and, for plain masked decoding, exact fast-forward and exact
-fast-forward with prompt lookup, how many target forward passes it took: the field
+fast-forward with prompt lookup or lookahead decoding, how many target forward passes it took: the field
 names, punctuation and the rest of each enum value after its first letters cost no
 pass of their own (``exact`` appends single-choice tokens and verifies the rest of
 the forced text in the next pass).
@@ -50,7 +50,8 @@ def main() -> None:
     lm = structspec.load("smollm2-135m")
     table = Table("mode", "output tokens", "forced tokens", "target passes", "passes/token")
     modes = {"off": {"fast_forward": "off"}, "exact": {"fast_forward": "exact"},
-             "exact + prompt lookup": {"fast_forward": "exact", "draft": "prompt_lookup"}}
+             "exact + prompt lookup": {"fast_forward": "exact", "draft": "prompt_lookup"},
+             "exact + lookahead": {"fast_forward": "exact", "draft": "lookahead"}}
     for label, options in modes.items():
         result = structspec.generate_result(lm, Character, PROMPT, max_new_tokens=80, **options)
         s = result.stats
