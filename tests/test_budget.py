@@ -19,10 +19,10 @@ def test_a_curve_interpolates_between_its_points_and_extends_its_last_slope() ->
     assert cost(6) == pytest.approx(1.8)
     assert cost(12) == pytest.approx(2.4)  # 0.1 per token past 8
     assert PassCost.linear(0.5)(5) == pytest.approx(3.0)
-    # a row's share of a batched pass: the largest measured batch size up to the batch's
+    # a row's share of a batched pass: the whole pass linear in the rows between measured batch sizes
     assert cost(4, rows=8) == pytest.approx(0.5)
-    assert cost(4, rows=12) == pytest.approx(0.5)
-    assert cost(4, rows=5) == pytest.approx(1.6)
+    assert cost(4, rows=12) == pytest.approx(0.5)  # past the largest measured size, its share
+    assert cost(4, rows=5) == pytest.approx((1.6 + (4.0 - 1.6) * 4 / 7) / 5)  # not the 1-row curve
     assert PassCost.linear(0.5)(5, rows=8) == pytest.approx(3.0)  # no batch curve: alone
 
 

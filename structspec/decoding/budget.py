@@ -57,15 +57,26 @@ class PassCost:
         return cls({1: ((1, 1.0), (2, 1.0 + per_token))})
 
     def __call__(self, fed: int, rows: int = 1) -> float:
-        """A row's share of a pass where ``rows`` rows are fed ``fed`` tokens each: the curve of the largest
-        measured batch size up to ``rows``, divided by that size. Changes nothing."""
-        size = max((n for n in self.curves if n <= rows), default=min(self.curves))
+        """A row's share of a pass where ``rows`` rows are fed ``fed`` tokens each: the whole pass's cost,
+        linear in the row count between the two nearest measured batch sizes, divided by ``rows``; past the
+        largest measured size, that size's share. Changes nothing."""
+        sizes = sorted(self.curves)
+        below = max((n for n in sizes if n <= rows), default=sizes[0])
+        above = min((n for n in sizes if n >= rows), default=sizes[-1])
+        if below == above:  # a measured size, or outside the measured ones
+            return self._whole(below, fed) / below
+        low, high = self._whole(below, fed), self._whole(above, fed)
+        return (low + (high - low) * (rows - below) / (above - below)) / rows
+
+    def _whole(self, size: int, fed: int) -> float:
+        """The cost of a pass of ``size`` rows fed ``fed`` tokens each, on that size's curve: linear between its
+        points and along its last slope beyond."""
         pts = self.curves[size]
         for i in range(1, len(pts)):
             if fed <= pts[i][0] or i == len(pts) - 1:  # between two points, or past the last one
                 (n0, c0), (n1, c1) = pts[i - 1], pts[i]
-                return (c0 + (c1 - c0) * (fed - n0) / (n1 - n0)) / size
-        return pts[0][1] / size  # a single point: flat
+                return c0 + (c1 - c0) * (fed - n0) / (n1 - n0)
+        return pts[0][1]  # a single point: flat
 
 
 # Until a curve is stored, a fed token costs nothing: drafts are as long as the drafter makes them. Measured
