@@ -89,7 +89,7 @@ def compile(  # noqa: A001
     lm = load(model) if isinstance(model, str) else model
     constraint = constraint_of(spec, whitespace_pattern, strict, max_integer_digits, max_fraction_digits,
                                max_recursion_depth)
-    return Compiled(constraint, TokenFSM.from_regex(constraint.regex, lm.vocab, lm.logits_width, eos_token_id))
+    return Compiled(constraint, TokenFSM.from_regex(constraint.pattern, lm.vocab, lm.logits_width, eos_token_id))
 
 
 class GenerationConfigLike(Protocol):

@@ -26,8 +26,8 @@ class SchemaError(StructspecError, ValueError):
 class RegexError(StructspecError, ValueError):
     """A regular expression that cannot be compiled into a token FSM."""
 
-    def __init__(self, pattern: str, reason: str) -> None:
-        self.pattern = pattern
+    def __init__(self, pattern: object, reason: str) -> None:
+        self.pattern = pattern = str(pattern)  # (a parsed regex is written out)
         self.reason = reason
         shown = pattern if len(pattern) <= 200 else pattern[:200] + "…"
         super().__init__(f"invalid regex {shown!r}: {reason}")

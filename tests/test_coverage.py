@@ -10,7 +10,7 @@ import pytest
 
 import structspec
 from structspec import SchemaError
-from structspec.tools.coverage import in_layout, summarize
+from structspec.tools.coverage import in_layout, spread, summarize
 from structspec.schema import constraint_of, validator
 
 ROWS = [json.loads(line) for line in (Path(__file__).parent / "data" / "jsonschemabench_sample.jsonl").open()]
@@ -84,3 +84,14 @@ def test_summary_counts_statuses_and_shares() -> None:
     assert row["compiled"] == "33.3%" and row["SchemaError"].startswith("33.3% not 1")
     assert row["other"] == "timeout 1" and row["valid accepted"] == "100.0% (2/2)"
     assert row["generated valid"] == "2/2 (1 incomplete)"
+
+
+def test_a_baseline_sample_is_spread_and_counted_as_a_sample() -> None:
+    assert spread(10, 3) == [0, 3, 6] and spread(3, 5) == spread(3, None) == [0, 1, 2]
+    compiled = {"status": "compiled", "compile_s": 0.5, "regex_s": 0.1, "states": 10, "valid_accepted": [1, 1],
+                "invalid_rejected": [0, 0]}
+    records = [{"structspec": compiled, **({"outlines-core": {"status": "timeout"}} if i in spread(4, 2) else {})}
+               for i in range(4)]
+    ours, baseline = summarize(records, "structspec"), summarize(records, "outlines-core")
+    assert ours["rows"] == "4" and ours["compiled"] == "100.0%"
+    assert baseline["rows"] == "2 of 4" and baseline["compiled"] == "0.0%" and baseline["other"] == "timeout 2"

@@ -547,3 +547,82 @@ def test_a_regex_text_outlines_core_cannot_allocate_is_a_schema_error() -> None:
     with pytest.raises(SchemaError, match="characters") as caught:
         constraint_of(schema)
     assert caught.value.keyword == "items"
+
+
+_DRAFTS = ["https://json-schema.org/draft/2020-12/schema", "https://json-schema.org/draft/2019-09/schema"]
+_METASCHEMA_CASES = [
+    {"type": "object", "properties": {"a": {"type": "string", "pattern": "^x", "minLength": 1}},
+     "required": ["a"], "$defs": {"d": {"type": "array", "prefixItems": [{"const": 1}], "items": False}}},
+    {"anyOf": [{"$ref": "#/$defs/d"}, {"type": ["integer", "null"], "multipleOf": 2}],
+     "$defs": {"d": {"dependentRequired": {"a": ["b"]}, "patternProperties": {"^x": {}}}}},
+    {"$id": "https://example.com/s", "$anchor": "top", "if": {"minProperties": 1}, "then": {"not": {}},
+     "contains": {"enum": [1]}, "minContains": 1, "unevaluatedProperties": False, "dependencies": {"a": ["b"]}},
+]
+# values that some keyword rejects: wrong type, negative count, bad regex, not a list of unique strings
+_BAD_VALUES = [5, -1, 1.5, "x", "^(", [], ["a", "a"], {}, {"type": 3}, None, False, "#/x y"]
+
+
+def _spots(node: object, path: tuple = ()) -> list[tuple]:
+    """Every path into ``node`` (objects' members and lists' items)."""
+    found = [path]
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in items:
+        found += _spots(value, (*path, key))
+    return found
+
+
+def _set(node: object, path: tuple, value: object) -> object:
+    """A copy of ``node`` with ``value`` at ``path``."""
+    if not path:
+        return value
+    copy = json.loads(json.dumps(node))
+    parent = copy
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = value
+    return copy
+
+
+def _get(node: object, path: tuple) -> object:
+    for key in path:
+        node = node[key]
+    return node
+
+
+@pytest.mark.parametrize("draft", _DRAFTS)
+def test_the_flattened_metaschema_accepts_exactly_what_jsonschema_does(draft: str) -> None:
+    # every value of each case replaced by each bad value, and each keyword added with it: the fast check and
+    # jsonschema's own must agree on every one (the schema errors then come from jsonschema's)
+    from structspec.schema.validation import _metaschema_validator, flat_metaschema
+
+    cls = jsonschema.validators.validator_for({"$schema": draft})
+    assert flat_metaschema(cls.META_SCHEMA) is not cls.META_SCHEMA  # (2019-09, 2020-12: vocabularies merged)
+    keywords = ["minItems", "pattern", "$ref", "required", "type", "enum", "items", "prefixItems", "$defs",
+                "dependentRequired", "$anchor", "$id", "const", "unevaluatedProperties", "minContains",
+                "$dynamicRef", "$recursiveRef", "dependencies", "properties", "allOf", "format", "$comment"]
+    verdicts = []
+    for case in _METASCHEMA_CASES:
+        case = {"$schema": draft, **case}
+        spots = _spots(case)[2:]  # (not the root, nor its $schema)
+        candidates = [case] + [_set(case, path, bad) for path in spots for bad in _BAD_VALUES]
+        candidates += [_set(case, (*path, key), bad) for path in [(), *spots] if isinstance(_get(case, path), dict)
+                       for key in keywords for bad in _BAD_VALUES[:3]]
+        for schema in candidates:
+            try:
+                cls.check_schema(schema)
+                valid = True
+            except jsonschema.SchemaError:
+                valid = False
+            assert _metaschema_validator(cls).is_valid(schema) == valid, schema
+            verdicts.append(valid)
+    assert min(sum(verdicts), len(verdicts) - sum(verdicts)) >= 100  # both verdicts met often
+
+
+def test_a_recursive_schema_is_checked_as_written() -> None:
+    # unrolling inlines the definitions where they are used: an unused bad one is still an invalid schema
+    schema = {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#"}}},
+              "definitions": {"unused": {"type": 5}}}
+    with pytest.raises(SchemaError, match="not a valid JSON Schema") as err:
+        constraint_of(schema)
+    assert (err.value.keyword, err.value.pointer) == ("type", "/definitions/unused")
+    assert full(to_regex({k: v for k, v in schema.items() if k != "definitions"}), '{"kids":[{},{"kids":[]}]}')

@@ -65,21 +65,28 @@ class CompileInfo:
 class TokenFSM:
     """A regex over token ids; states are ints.
 
-    Every read below leaves the language unchanged. Reads that meet a state for
-    the first time build the DFA rows they reach and cache that state's answer,
-    under a lock, so threads sharing an FSM get the answers one thread would.
+    ``pattern`` is the regex it was compiled from, text or `ParsedRegex` (`regex` is its text). Every read
+    below leaves the language unchanged. Reads that meet a state for the first time build the DFA rows they
+    reach and cache that state's answer, under a lock, so threads sharing an FSM get the answers one thread
+    would.
     """
 
-    regex: str
+    pattern: str | ParsedRegex
     index: TokenIndex
     info: CompileInfo
 
+    @property
+    def regex(self) -> str:
+        """The regex text (a `ParsedRegex`'s is written on the first read, then kept)."""
+        return str(self.pattern)
+
     @classmethod
     def from_regex(
-        cls, regex: str, vocab: TokenVocab, logits_width: int | None = None,
+        cls, regex: str | ParsedRegex, vocab: TokenVocab, logits_width: int | None = None,
         eos_token_ids: int | Sequence[int] | None = None,
     ) -> TokenFSM:
-        """Compile (or load from cache) the FSM of ``regex`` over ``vocab``.
+        """Compile (or load from cache) the FSM of ``regex`` (text, or a `ParsedRegex`: never written) over
+        ``vocab``.
 
         ``logits_width`` is the model's logits size (default: the tokenizer's
         size); ids the tokenizer does not have are never allowed. ``eos_token_ids``

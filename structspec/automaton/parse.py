@@ -3,7 +3,7 @@
 Python's own parser does the reading (so the dialect is Python's); this module
 adds the cut-outs that keep large regexes cheap to parse, turns parser errors
 into `RegexError`s whose positions refer to the whole regex, and carries items
-a translator built directly (`ParsedRegex`), so they are never parsed again.
+a translator built directly (`ParsedRegex`), so they are never parsed again, nor written unless asked.
 """
 
 from __future__ import annotations
@@ -22,26 +22,34 @@ _HOLE = 0xF0000  # private-use code points stand in for groups cut out of a rege
 _HOLE_MIN = 48  # groups shorter than this are parsed in place
 
 
-class ParsedRegex(str):
-    """Regex text that carries its items: `parse` returns them as they are.
+class ParsedRegex:
+    """A regex as parsed items, for `parse` to return as they are, and a ``key`` naming its language.
 
-    ``key`` names the language for the compile cache (something cheaper to hash than
-    the text, such as the translated schema and its options). Immutable, as a str is.
+    ``key`` names the language for the compile cache (something cheaper to hash than the text, such as the
+    translated schema and its options). Items shared in many places (a DAG) can spell megabytes of text, so
+    the text is written only when asked for (`str`, pickling); the items and the language never change.
     """
 
-    items: list
-    key: str
+    __slots__ = ("items", "key", "_text")
 
-    def __new__(cls, items: list, key: str) -> ParsedRegex:
-        self = super().__new__(cls, write(items))
+    def __init__(self, items: list, key: str) -> None:
         self.items, self.key = items, key
-        return self
+        self._text: str | None = None
+
+    def __str__(self) -> str:
+        """The regex text (`write`): written on the first call and kept."""
+        if self._text is None:
+            self._text = write(self.items)
+        return self._text
+
+    def __repr__(self) -> str:
+        return f"ParsedRegex(key={self.key[:12]!r}…)"
 
     def __reduce__(self) -> tuple:
         return str, (str(self),)  # pickled (to a process or a Ray worker) as its text: parsed there if needed
 
 
-def parse(regex: str) -> list:
+def parse(regex: str | ParsedRegex) -> list:
     """The parsed items of ``regex``; `RegexError` if it is invalid or sets inline flags."""
     if isinstance(regex, ParsedRegex):
         return regex.items

@@ -51,10 +51,12 @@ from structspec.schema.patterns import (
     with_lengths,
 )
 from structspec.schema.pointers import Document, join
-from structspec.schema.validation import check_json, check_metaschema
 
 # The keywords outlines-core dispatches on, in its order.
 _DISPATCH = ("properties", "patternProperties", "anyOf", "oneOf", "prefixItems", "enum", "const", "$ref", "type")
+
+# JSON Schema's type test (`is_type`: 1.0 is an integer, True is no number), one validator for every node.
+_JSON_TYPES = jsonschema.Draft202012Validator(True)
 
 MAX_LENGTH = 10_000
 """A ``maxLength`` above this is narrowed to it: each counted character costs automaton states (about 23
@@ -63,13 +65,12 @@ for a JSON string character), and 100,000 of them take seconds and a gigabyte to
 
 def check(schema: dict[str, Any], strict: bool, whitespace_pattern: str, digits: Digits = Digits()) -> Rewrites:
     """The rewrites that emit ``schema`` exactly, or narrowed as listed in ``narrowings`` (``digits`` bounds
-    the numbers the schema leaves unbounded); raises `SchemaError` if it is not a valid JSON Schema, admits
-    no value, or uses a keyword that would not be enforced (``strict=False``: drops it, listed in ``dropped``).
+    the numbers the schema leaves unbounded); raises `SchemaError` if it admits no value or uses a keyword
+    that would not be enforced (``strict=False``: drops it, listed in ``dropped``). ``schema`` is a valid JSON
+    Schema (`check_json`, `check_metaschema`), or one `reach.unroll` made of one.
 
     Does not change ``schema``.
     """
-    check_json(schema)
-    check_metaschema(schema)
     checker = _Checker(Rewrites(Document(schema), whitespace_pattern, digits), strict)
     checker.walk(schema, "", ())
     return checker.rewrites
@@ -329,7 +330,8 @@ class _Checker:
             self._unenforced(node, keyword, ptr, "object and array values are not supported")
             return
         if "type" in node:  # a value must match both: keep the values of the node's type
-            typed = [v for v in values if jsonschema.Draft202012Validator({"type": node["type"]}).is_valid(v)]
+            types = node["type"] if isinstance(node["type"], list) else [node["type"]]
+            typed = [v for v in values if any(_JSON_TYPES.is_type(v, t) for t in types)]
             if not typed:
                 raise SchemaError(keyword, ptr, f"no value has the node's type {node['type']!r}")
             self.rewrites.replace(node, {"enum": typed})

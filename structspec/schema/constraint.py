@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from structspec.automaton.parse import ParsedRegex
+
 COMPACT = ""
 """The default whitespace pattern: no whitespace between JSON tokens (``{"a":1,"b":[2,3]}``).
 
@@ -24,11 +26,18 @@ class Regex:
 class Constraint:
     """A spec resolved to the regex that constrains decoding and the parser of its output.
 
-    ``narrowings`` lists where the regex admits less than the schema, one ``"pointer: what"`` each
-    (digit bounds on unbounded numbers, bounds and lengths capped for automaton size).
+    ``pattern`` is what the automaton is built from: the regex text, or for a JSON Schema its parsed items
+    (`ParsedRegex`), whose text `regex` writes on first read. ``narrowings`` lists where the regex admits less
+    than the schema, one ``"pointer: what"`` each (digit bounds on unbounded numbers, bounds and lengths
+    capped for automaton size).
     """
 
-    regex: str
+    pattern: str | ParsedRegex
     parse: Callable[[str], Any]
     json_schema: dict[str, Any] | None  # None for a plain regex
     narrowings: tuple[str, ...] = ()
+
+    @property
+    def regex(self) -> str:
+        """The regex text, for other engines (a translated schema's is written on the first read, then kept)."""
+        return str(self.pattern)

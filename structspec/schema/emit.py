@@ -1,5 +1,5 @@
 """What the checker decided for one schema document (`Rewrites`), and the regex it emits: the structure
-translated by `translate` into parsed items, written out as text only for other engines."""
+translated by `translate` into parsed items, written out as text only when asked for (other engines)."""
 
 from __future__ import annotations
 
@@ -129,7 +129,8 @@ class Rewrites:
         return self.translator.items(node, pointer)
 
     def regex(self, node: Any, pointer: str) -> ParsedRegex:
-        """The regex of ``node`` (already checked, at ``pointer``): its text, carrying its items for the automaton.
+        """The regex of ``node`` (already checked, at ``pointer``): its items, the key naming its language, and
+        its text written only when asked for.
 
         `SchemaError` if the text would be longer than `MAX_REGEX_CHARS` (k optional properties are
         O(k) items but O(k²) text, and nesting multiplies it).

@@ -16,14 +16,14 @@ from structspec.schema.bounds import MAX_FRACTION_DIGITS, MAX_INTEGER_DIGITS, Di
 from structspec.schema.checker import check
 from structspec.schema.constraint import COMPACT, Constraint, Regex
 from structspec.schema.reach import MAX_RECURSION_DEPTH, unroll
-from structspec.schema.validation import validator
+from structspec.schema.validation import check_json, check_metaschema, validator
 
 
 def to_regex(spec: Any, whitespace_pattern: str = COMPACT, strict: bool = True,
              max_integer_digits: int | None = MAX_INTEGER_DIGITS,
              max_fraction_digits: int | None = MAX_FRACTION_DIGITS,
              max_recursion_depth: int = MAX_RECURSION_DEPTH) -> str:
-    """The regex structspec constrains decoding with, for handing the same constraint to another engine."""
+    """The regex text structspec constrains decoding with, for handing the same constraint to another engine."""
     return constraint_of(spec, whitespace_pattern, strict, max_integer_digits, max_fraction_digits,
                          max_recursion_depth).regex
 
@@ -92,7 +92,10 @@ def _json_constraint(
     if schema is False:
         raise SpecError("the JSON Schema false admits no value, so there is nothing to generate; "
                         "pass a schema that some value matches")
-    document, unrolled = unroll({} if schema is True else schema, depth)  # true: any JSON value
+    root = {} if schema is True else schema  # true: any JSON value
+    check_json(root)
+    check_metaschema(root)  # before unrolling: the unrolled copy of a recursive schema can be far larger
+    document, unrolled = unroll(root, depth)
     rewrites = check(document, strict, whitespace_pattern, digits)
     if rewrites.dropped:
         warnings.warn(
@@ -100,7 +103,7 @@ def _json_constraint(
             + ", ".join(f"{key!r} at {ptr or '/'}" for key, ptr in rewrites.dropped),
             stacklevel=3,
         )
-    regex = rewrites.regex(document, "")
+    pattern = rewrites.regex(document, "")
     if parse is None:
         validate = validator(rewrites.pruned(document)).validate
 
@@ -109,4 +112,4 @@ def _json_constraint(
             validate(value)
             return value
 
-    return Constraint(regex, parse, schema, (*unrolled, *rewrites.narrowings))
+    return Constraint(pattern, parse, schema, (*unrolled, *rewrites.narrowings))

@@ -15,6 +15,9 @@ schema with `jsonschema`.
 Each compile runs in one worker process under a time limit and an address-space
 limit (``resource.setrlimit``); a worker that runs over is killed and replaced,
 and the row counts as "timeout".
+
+``--engines structspec`` runs structspec alone; ``--baseline-limit N`` runs outlines-core on N rows per
+split, spread evenly (its row count then reads "N of M"), so that a run over every row stays feasible.
 """
 
 from __future__ import annotations
@@ -46,9 +49,14 @@ def load_rows(data: Path, split: str, limit: int | None = None) -> list[dict[str
     """
     with gzip.open(data / f"{split}.jsonl.gz", "rt", encoding="utf-8") as f:
         lines = f.readlines()
-    if limit is not None and limit < len(lines):
-        lines = [lines[i * len(lines) // limit] for i in range(limit)]
-    return [json.loads(line) for line in lines]
+    return [json.loads(lines[i]) for i in spread(len(lines), limit)]
+
+
+def spread(n: int, limit: int | None) -> list[int]:
+    """``limit`` indices of ``range(n)`` spread evenly over it (all of them when None or at least ``n``)."""
+    if limit is None or limit >= n:
+        return list(range(n))
+    return [i * n // limit for i in range(limit)]
 
 
 def in_layout(value: Any, node: Any, root: Any) -> str:
@@ -178,7 +186,7 @@ def _run_task(engine: str, row: dict[str, Any]) -> dict[str, Any]:
     try:
         start = time.perf_counter()
         if engine == "structspec":
-            regex = constraint_of(schema).regex
+            regex = constraint_of(schema).pattern  # its text is not written: compiling never needs it
             out["regex_s"] = time.perf_counter() - start
             fsm: Any = TokenFSM.from_regex(regex, lm.vocab, lm.logits_width)
             out["compile_s"] = time.perf_counter() - start
@@ -199,7 +207,7 @@ def _run_task(engine: str, row: dict[str, Any]) -> dict[str, Any]:
         return {"status": "error", "error": f"{type(e).__name__}: {str(e)[:160]}"}
     # Ours is built lazily: its size is the NFA's; outlines-core's is the states of its Index.
     out["states"] = len(fsm.index.dfa.nfa) if engine == "structspec" else len(fsm.index.get_transitions())
-    out["regex_chars"] = len(regex)
+    out["regex_chars"] = len(str(regex))
     tests = [(t["valid"], in_layout(t["data"], schema, schema)) for t in row.get("tests") or [] if "data" in t]
     if engine == "structspec":  # what laziness moves into decoding: each new state's mask
         out["mask_s"] = _mask_seconds(fsm, [text for valid, text in tests if valid])
@@ -297,8 +305,9 @@ def _share(pairs: list[list[int]]) -> str:
 
 
 def summarize(records: list[dict[str, Any]], engine: str) -> dict[str, str]:
-    """One table row: the split's figures for ``engine``."""
-    runs = [r[engine] for r in records]
+    """One table row: the split's figures for ``engine``, over the records it ran on (the rows column says
+    "n of N" where that is a sample)."""
+    runs = [r[engine] for r in records if engine in r]
     n = len(runs)
     status = Counter(r["status"] for r in runs)
     keywords = Counter(r["keyword"] for r in runs if r["status"] == "schema_error")
@@ -306,7 +315,7 @@ def summarize(records: list[dict[str, Any]], engine: str) -> dict[str, str]:
     generated = [r["generated"] for r in ok if "generated" in r]
     gen_valid, gen_invalid, gen_incomplete = (sum(g[i] for g in generated) for i in range(3))
     return {
-        "rows": str(n),
+        "rows": str(n) if n == len(records) else f"{n} of {len(records)}",
         "compiled": f"{100 * status['compiled'] / n:.1f}%",
         "SchemaError": f"{100 * status['schema_error'] / n:.1f}% "
         + ", ".join(f"{k} {v}" for k, v in keywords.most_common(4)),
@@ -344,6 +353,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default="smollm2-135m", help="model whose vocabulary the FSMs are built over")
     parser.add_argument("--generate", type=int, default=3, help="instances generated per compiled schema (0: none)")
     parser.add_argument("--out", type=Path, help="write every row's record here (JSON lines)")
+    parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES), help="engines to run")
+    parser.add_argument("--baseline-limit", type=int, help="rows per split outlines-core runs on, spread "
+                        "evenly over the rows structspec runs on (default: all of them)")
     args = parser.parse_args(argv)
 
     splits = args.splits or sorted(p.name.removesuffix(".jsonl.gz") for p in args.data.glob("*.jsonl.gz"))
@@ -353,9 +365,12 @@ def main(argv: list[str] | None = None) -> None:
     try:
         for split in splits:
             records = []
-            for row in load_rows(args.data, split, args.limit):
-                record = {"id": row["id"], **{engine: worker.run(engine, row) for engine in ENGINES}}
-                if args.generate and record["structspec"]["status"] == "compiled":  # its own time limit
+            rows = load_rows(args.data, split, args.limit)
+            baseline = set(spread(len(rows), args.baseline_limit))
+            for i, row in enumerate(rows):
+                engines = [e for e in args.engines if e == "structspec" or i in baseline]
+                record = {"id": row["id"], **{engine: worker.run(engine, row) for engine in engines}}
+                if args.generate and record.get("structspec", {}).get("status") == "compiled":  # its own time limit
                     generated = worker.run("generate", row)
                     record["structspec"]["generated"] = generated.get("generated", [0, 0, 0])
                     record["structspec"]["generation"] = generated.get("status", "done")
@@ -363,7 +378,7 @@ def main(argv: list[str] | None = None) -> None:
                 if out:
                     out.write(json.dumps(record) + "\n")
                     out.flush()
-            table[split] = {engine: summarize(records, engine) for engine in ENGINES}
+            table[split] = {engine: summarize(records, engine) for engine in args.engines}
             print(f"{split}: done ({len(records)} rows)", flush=True)
     finally:
         worker.close()
