@@ -21,6 +21,7 @@ from structspec.automaton.parse import parse, write
 from structspec.errors import OptionError
 from structspec.schema import constraint_of, validator
 from structspec.schema.difference import difference
+from structspec.schema.reach import unroll
 
 PROPS = {"a": {"const": 1}, "b": {"const": True}, "c": {"const": None}, "d": {"const": "x"}}
 
@@ -172,6 +173,38 @@ def test_a_schema_that_refers_to_its_root_unrolls() -> None:
     schema = {"type": "object", "properties": {"next": {"$ref": "#"}}, "additionalProperties": False}
     regex = to_regex(schema, max_recursion_depth=2)
     assert re.fullmatch(regex, '{"next":{}}') and not re.fullmatch(regex, '{"next":{"next":{}}}')
+
+
+def test_a_recursive_schema_unrolls_its_shared_definitions_once_per_nesting_count() -> None:
+    # Five levels of five properties each referring to the level below, beside a recursive tree: unrolled as a
+    # tree walk that is 5^5 copies of the bottom level; shared, each level once.
+    defs: dict[str, Any] = {"l5": {"type": "integer", "minimum": 0, "maximum": 9}, "n": TREE["$defs"]["n"]}
+    for level in range(4, -1, -1):
+        defs[f"l{level}"] = {"type": "object", "additionalProperties": False, "required": [f"p{i}" for i in range(5)],
+                             "properties": {f"p{i}": {"$ref": f"#/$defs/l{level + 1}"} for i in range(5)}}
+    schema = {"$defs": defs, "type": "object", "additionalProperties": False, "required": ["tree", "wide"],
+              "properties": {"tree": {"$ref": "#/$defs/n"}, "wide": {"$ref": "#/$defs/l0"}}}
+    unrolled, narrowings = unroll(schema, 2)
+    assert narrowings
+    seen: set[int] = set()
+
+    def distinct(node: Any) -> None:
+        if isinstance(node, dict) and id(node) not in seen:
+            seen.add(id(node))
+            for value in node.values():
+                distinct(value)
+
+    distinct(unrolled)
+    assert len(seen) < 100  # 5^5 as a tree
+    regex = constraint_of(schema, max_recursion_depth=2).regex
+
+    def wide(level: int) -> Any:
+        return 7 if level == 5 else {f"p{i}": wide(level + 1) for i in range(5)}
+
+    jsonschema.validate({"tree": tree(2), "wide": wide(0)}, schema)
+    for depth, ok in ((2, True), (3, False)):
+        text = json.dumps({"tree": tree(depth), "wide": wide(0)}, separators=(",", ":"))
+        assert bool(re.fullmatch(regex, text)) == ok
 
 
 class Node(BaseModel):

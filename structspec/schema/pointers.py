@@ -42,9 +42,9 @@ class Document:
             for i, item in enumerate(node):
                 self._index(item, join(pointer, i))
             return
-        if not isinstance(node, dict):
+        if not isinstance(node, dict) or id(node) in self._pointers:  # a shared node: indexed where first met
             return
-        self._pointers.setdefault(id(node), pointer)
+        self._pointers[id(node)] = pointer
         if isinstance(node.get("$ref"), str):
             self._ref_sites.setdefault(node["$ref"], pointer)
         for key, value in node.items():

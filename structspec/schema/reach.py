@@ -289,32 +289,45 @@ def unroll(schema: Any, depth: int) -> tuple[Any, list[str]]:
     if not _has_cycle(schema, document, (), set()):
         return schema, []
     narrowed: dict[str, None] = {}
+    recursive = _recursive_refs(schema, document)
+    done: dict[tuple[int, tuple[str, ...]], tuple[Any, Any]] = {}  # (id(node), chain) → (node, its expansion)
 
     def expand(node: Any, chain: tuple[str, ...], ptr: str) -> Any:
+        # Only recursive refs enter the chain, kept sorted: a node's expansion depends on how often each one
+        # encloses it, not on the path. So a subschema used in many places expands once per count (a tree
+        # walk of the document's DAG is exponential in its nesting), and shares the result.
+        key = (id(node), chain)
+        if key in done:
+            return done[key][1]
         if isinstance(node, list):
-            return [expand(n, chain, join(ptr, i)) for i, n in enumerate(node)]
-        if not isinstance(node, dict):
+            out: Any = [expand(n, chain, join(ptr, i)) for i, n in enumerate(node)]
+        elif not isinstance(node, dict):
             return node
-        ptr = document.pointer(node, ptr)
-        if isinstance(node.get("$ref"), str):
+        elif isinstance(node.get("$ref"), str):
+            ptr = document.pointer(node, ptr)
             ref = node["$ref"]
             if chain.count(ref) >= depth:
                 narrowed[f"{ptr or '/'}: recursive {ref!r} nests at most {depth} levels (max_recursion_depth)"] = None
                 return False
-            target = expand(document.resolve(node), chain + (ref,), ptr)
+            inner = tuple(sorted(chain + (ref,))) if ref in recursive else chain
+            target = expand(document.resolve(node), inner, ptr)
             rest = expand({k: v for k, v in node.items() if k != "$ref"}, chain, ptr)
-            return target if not any(k in VALIDATION for k in rest) else rest | {"allOf": [target]}
-        out = {}
-        for key, value in node.items():
-            if key in ("$defs", "definitions"):  # inlined where they are referred to
-                continue
-            if key in LITERALS or key in ANNOTATIONS:
-                out[key] = value
-            elif key in NAMED and isinstance(value, dict):
-                out[key] = {n: expand(v, chain, join(ptr, key, n)) for n, v in value.items()}
-            else:
-                out[key] = expand(value, chain, join(ptr, key))
-        return _without_false(out)
+            out = target if not any(k in VALIDATION for k in rest) else rest | {"allOf": [target]}
+        else:
+            ptr = document.pointer(node, ptr)
+            members = {}
+            for key_, value in node.items():
+                if key_ in ("$defs", "definitions"):  # inlined where they are referred to
+                    continue
+                if key_ in LITERALS or key_ in ANNOTATIONS:
+                    members[key_] = value
+                elif key_ in NAMED and isinstance(value, dict):
+                    members[key_] = {n: expand(v, chain, join(ptr, key_, n)) for n, v in value.items()}
+                else:
+                    members[key_] = expand(value, chain, join(ptr, key_))
+            out = _without_false(members)
+        done[key] = (node, out)  # holding the node keeps its id from being reused
+        return out
 
     unrolled = expand(schema, ("#",), "")
     if unrolled is False:
@@ -340,6 +353,43 @@ def _without_false(node: dict[str, Any]) -> Any:
                 return False
             node = node | {key: kept}
     return node
+
+
+def _recursive_refs(schema: Any, document: Document) -> set[str]:
+    """The ``$ref`` values (``"#"`` for the root) whose target reaches the same ``$ref`` again. Changes
+    nothing."""
+    def refs_under(node: Any, found: set[str]) -> set[str]:
+        if isinstance(node, list):
+            for n in node:
+                refs_under(n, found)
+        elif isinstance(node, dict):
+            if isinstance(node.get("$ref"), str):
+                found.add(node["$ref"])
+            for k, v in node.items():
+                if k in LITERALS or k in ANNOTATIONS or k in ("$ref", "$defs", "definitions"):
+                    continue
+                refs_under(list(v.values()) if k in NAMED and isinstance(v, dict) else v, found)
+        return found
+
+    graph: dict[str, set[str]] = {"#": refs_under(schema, set())}
+    todo = list(graph["#"])
+    while todo:
+        ref = todo.pop()
+        if ref not in graph:
+            graph[ref] = refs_under(document.resolve({"$ref": ref}), set())
+            todo += graph[ref]
+    recursive = set()
+    for ref in graph:
+        seen, stack = set(), list(graph[ref])
+        while stack:
+            r = stack.pop()
+            if r == ref:
+                recursive.add(ref)
+                break
+            if r not in seen:
+                seen.add(r)
+                stack += graph.get(r, ())
+    return recursive
 
 
 def _has_cycle(node: Any, document: Document, chain: tuple[str, ...], acyclic: set[str]) -> bool:
