@@ -83,3 +83,24 @@ def test_outside_a_decode_it_has_no_partial_output(byte_lm) -> None:
     with pytest.raises(UnspellableError, match="needs '@' here") as caught:
         fsm.allowed_token_ids(state)
     assert caught.value.result is None and caught.value.text is None
+
+
+@pytest.mark.parametrize("draft", ["prompt_lookup", "tree", "lookahead"])
+def test_a_draft_into_a_state_the_vocabulary_cannot_leave_is_not_drafted(byte_lm, draft) -> None:
+    # After "a" the model picks one letter of {b, d} in both regexes; in one of them the other letter leads to
+    # the "@" this vocabulary cannot spell. The prompt repeats that letter after "a", so prompt lookup (and the
+    # trees built on it) would draft into the state: plain decoding never reaches it, nor may a draft.
+    lm = _NoAt(byte_lm)
+    outcomes = []
+    for good, bad in (("b", "d"), ("d", "b")):
+        spec = Regex(f"a({bad}@x|{good}{good}{good})")
+        prompt = f"a{bad}a{bad}a{bad}a{bad} a{bad}a{bad}a"
+        try:
+            plain = structspec.generate_result(lm, spec, prompt, fast_forward="off", draft=None)
+        except UnspellableError:
+            outcomes.append("raised")
+            continue
+        result = structspec.generate_result(lm, spec, prompt, draft=draft)
+        assert result.token_ids == plain.token_ids and result.text == f"a{good * 3}"
+        outcomes.append("finished")
+    assert sorted(outcomes) == ["finished", "raised"]  # the model's letter leads to "@" in exactly one

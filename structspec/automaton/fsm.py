@@ -29,7 +29,7 @@ from structspec.automaton.index import TokenIndex
 from structspec.automaton.nfa import ByteNFA
 from structspec.automaton.parse import ParsedRegex
 from structspec.cache import cache_dir, write_atomic
-from structspec.errors import OptionError
+from structspec.errors import OptionError, UnspellableError
 from structspec.vocab import TokenVocab
 
 # Compiled indexes kept in memory, least recently used first; each keeps the masks of the states it visited.
@@ -158,6 +158,16 @@ class TokenFSM:
         first call per state walks the vocabulary (the DFA table grows) and caches the answer.
         """
         return self.index.allowed_token_ids(state)
+
+    def spellable(self, state: int) -> bool:
+        """Whether some token of the vocabulary (or an EOS id) can follow ``state``: False exactly where
+        `allowed_token_ids` raises `UnspellableError`. A drafter's token leading to such a state is not
+        drafted, so only the output itself reaching it raises. Caches like `allowed_token_ids`."""
+        try:
+            self.allowed_token_ids(state)
+        except UnspellableError:
+            return False
+        return True
 
     def is_complete(self, state: int) -> bool:
         """Whether an EOS id is the only way on: the output is finished without asking the model.

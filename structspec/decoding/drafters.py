@@ -321,7 +321,9 @@ class StagedDrafter(_PolicyDraft):
         """Draft the tokens after ``context`` (in ``state``) that one draft pass verifies: the guess's prefix the
         draft agrees with, then the draft's own token (one pass; changes the run and the draft cache)."""
         guess = self.lookup.guess(context, self.lookup.max_tokens, fsm.next_state, state)
-        states = [state] + fsm.walk(state, guess)
+        walked = fsm.walk(state, guess)
+        keep = next((i for i, s in enumerate(walked) if not fsm.spellable(s)), len(walked))  # masks of states
+        guess, states = guess[:keep], [state] + walked[:keep]  # the vocabulary cannot leave would raise
         logits = _masked(self._own.logits_along(context + guess, len(context)), fsm, states)
         tokens: list[int] = []
         probs: list[float] = []

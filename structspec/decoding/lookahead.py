@@ -89,6 +89,7 @@ class LookaheadDrafter:
         depth = min(self.window, limit)
         guesses = self._guesses_after(context)[:depth]
         states = fsm.walk(state, guesses)  # up to the first guess the FSM does not allow
+        states = states[: next((i for i, s in enumerate(states) if not fsm.spellable(s)), len(states))]
         guesses = guesses[: len(states)]
         room = depth - len(guesses)
         refill = draft_candidate(_Refill(self), forcer, fsm, context + guesses, states[-1] if states else state,

@@ -376,7 +376,11 @@ def draft_candidate(
         t0 = time.perf_counter()
         spliced, spliced_states = forcer.spelled(state) if forcer else ([], [])
         if spliced:
-            n = min(len(spliced), limit - len(cand.tokens))
+            # a state the vocabulary cannot leave ends the candidate: only the output reaching it may raise
+            n = min(next((i for i, s in enumerate(spliced_states) if not fsm.spellable(s)), len(spliced)),
+                    limit - len(cand.tokens))
+            if n == 0:
+                break
             cand.tokens += spliced[:n]
             cand.states += spliced_states[:n]
             cand.sources += [FORCED] * n
@@ -393,7 +397,7 @@ def draft_candidate(
         entry.seconds += time.perf_counter() - t0
         entry.draft_passes += drafter.passes - passes
         next_state = fsm.next_state(state, step.token) if step else None
-        if step is None or next_state is None:
+        if step is None or next_state is None or not fsm.spellable(next_state):
             break
         cand.tokens.append(step.token)
         cand.states.append(next_state)

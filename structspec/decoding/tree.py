@@ -114,7 +114,7 @@ class TreeDrafter:
             if quote is not None and boundary and fsm.next_state(state, quote) is not None:
                 tokens.append(quote)  # the value may end here: at a word boundary or where the branch ends
             tokens += self._matches(fsm, context, state)
-        return [t for t in dict.fromkeys(tokens) if t != child]
+        return [t for t in dict.fromkeys(tokens) if t != child and fsm.spellable(fsm.next_state(state, t))]
 
     def _options(self, fsm: TokenFSM, state: int) -> list[int] | None:
         """The allowed tokens when they are few (EOS aside): all of them, or those no other allowed token
