@@ -28,6 +28,7 @@ import torch
 
 from structspec.automaton import fsm as _fsm
 from structspec.automaton.fsm import TokenFSM, check_eos_token_ids
+from structspec.automaton.nfa import gc_paused
 from structspec.decoding.batch import RowInput, decode_batch, shared_prefix
 from structspec.decoding.drafters import Drafter, make_drafter
 from structspec.decoding.fastforward import FastForward
@@ -87,9 +88,10 @@ def compile(  # noqa: A001
     long it took and whether it came from the cache.
     """
     lm = load(model) if isinstance(model, str) else model
-    constraint = constraint_of(spec, whitespace_pattern, strict, max_integer_digits, max_fraction_digits,
-                               max_recursion_depth)
-    return Compiled(constraint, TokenFSM.from_regex(constraint.pattern, lm.vocab, lm.logits_width, eos_token_id))
+    with gc_paused():  # a compile allocates and frees little: full collections over a loaded model find nothing
+        constraint = constraint_of(spec, whitespace_pattern, strict, max_integer_digits, max_fraction_digits,
+                                   max_recursion_depth)
+        return Compiled(constraint, TokenFSM.from_regex(constraint.pattern, lm.vocab, lm.logits_width, eos_token_id))
 
 
 class GenerationConfigLike(Protocol):

@@ -224,6 +224,34 @@ def test_a_large_group_needed_in_many_places_is_built_once_and_called(monkeypatc
     assert len(sizes[1]) == 2 and sizes[1][0] < sizes[1][1]  # the dead group's calls were built, then trimmed
 
 
+@pytest.mark.parametrize("regex", [
+    r'"([^"\\]|\\["\\nt]){0,300}"', r"a{3,400}b", r"(ab|c){90,}d", r"((ab){2,40}c){1,30}", r"(é|x[0-9]){100}y?",
+    r"(a{0,70}[^\s\S]|b){1,200}c", r"((x?){3}y){40,60}",
+])
+def test_large_counted_repeats_are_counters_with_the_language_of_copies(regex: str, monkeypatch) -> None:
+    counted = ByteNFA(regex)
+    monkeypatch.setattr(nfa_module, "COUNTER_MIN", 10**9)
+    copied = ByteNFA(regex)
+    monkeypatch.undo()
+    counters = [call for call in counted.calls.values() if call[3:] != (1, 1)]
+    assert counters and all(call[3:] == (1, 1) for call in copied.calls.values()) and len(counted) < len(copied)
+    _same_language_on_walks(LazyDFA(counted), LazyDFA(copied), walks=60, length=900)
+    rng, a, b = random.Random(1), LazyDFA(counted), LazyDFA(copied)
+    for _ in range(300):  # near the bounds, where walks rarely stop
+        text = "".join(rng.choice("abcxyé0\"\\nt") for _ in range(rng.choice([5, 60, 120, 250, 305])))
+        assert a.is_final(a.step(a.initial, text.encode())) == b.is_final(b.step(b.initial, text.encode()))
+
+
+def test_a_string_with_a_huge_max_length_costs_one_body_and_counts_exactly() -> None:
+    regex = constraint_of({"type": "string", "maxLength": 5000}).regex
+    nfa = ByteNFA(regex)
+    assert len(nfa) < 200  # copies: 5,000 bodies of a dozen states
+    dfa = LazyDFA(nfa)
+    for n, accepted in ((0, True), (4999, True), (5000, True), (5001, False)):
+        assert dfa.is_final(dfa.step(dfa.initial, ('"' + "é" * n + '"').encode())) is accepted, n
+    assert dfa.step(dfa.initial, b'"' + b"a" * 5001) == DEAD
+
+
 def test_the_compile_cache_is_bounded_and_cleared_by_its_owner(byte_lm) -> None:
     vocab = byte_lm.vocab
     assert TokenFSM.from_regex("clear-[0-9]", vocab).info.source in ("compiled", "disk")
@@ -279,7 +307,7 @@ def test_threads_sharing_an_fsm_get_the_answers_of_one_thread(byte_lm) -> None:
 
 # --- bad input: empty languages at compile time, unspellable states when first reached ----------------------
 
-@pytest.mark.parametrize("regex", [r"[^\s\S]", r"a*[^\s\S]", r"(a|b)c[^\s\S]d", "\ud800", r"(x{2000}){2000}"])
+@pytest.mark.parametrize("regex", [r"[^\s\S]", r"a*[^\s\S]", r"(a|b)c[^\s\S]d", "\ud800", r"((x?){2000}){2000}"])
 def test_a_regex_matching_nothing_or_too_large_is_a_regex_error(regex: str) -> None:
     with pytest.raises(RegexError, match="matches no string|automaton states"):
         ByteNFA(regex)

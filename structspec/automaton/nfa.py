@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gc
 import re._constants as C  # the parser's opcodes
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from structspec.automaton.parse import REPEATS, parse
@@ -19,6 +19,10 @@ MAX_STATES = 1_000_000
 FRAGMENT_MIN = 64
 """A group whose first build took at least this many states is built once more as a fragment, which every
 later place calls, instead of once per place (a schema's ``$ref`` target used in a hundred places)."""
+
+COUNTER_MIN = 256
+"""A counted repetition whose copies would take at least this many states is built as a counter: its body once,
+as a fragment, entered again with the count on the stack (a ``maxLength`` of 5,000 costs one body, not 5,000)."""
 
 
 @contextmanager
@@ -52,10 +56,13 @@ class ByteNFA:
     state as a *fragment*, and each place calls it: a call-site state enters the
     fragment's start and, at the fragment's end, returns to a state of its own.
     So a subschema used in many places costs its states once, not once per place.
-    Calls nest but never recurse (a parsed regex is a tree), so the stack of
-    return states is bounded; the automaton's *positions* are (state, stack)
-    pairs, numbered as they are reached (`closure`, `moves`). `start` and `accept`
-    are positions.
+    A large counted repetition ``x{m,n}`` (`COUNTER_MIN`) is a call that may
+    repeat: its frame counts the passes through ``x``'s fragment, and at the
+    fragment's end the call returns once the count is at least m and enters the
+    fragment again while it is below n. Calls nest but never recurse (a parsed
+    regex is a tree) and counts are bounded, so the stacks of frames are bounded;
+    the automaton's *positions* are (state, stack) pairs, numbered as they are
+    reached (`closure`, `moves`). `start` and `accept` are positions.
 
     Trimmed once built: edges into states from which no accepting path leads are
     removed, so every position a DFA reaches can still end in a match. Immutable
@@ -68,23 +75,26 @@ class ByteNFA:
         tree = parse(regex)
         self.edges: list[list[tuple[int, int, int]]] = []
         self.eps: list[list[int]] = []
-        self.calls: dict[int, tuple[int, int, int]] = {}  # call-site state → (fragment start, its end, return)
+        # call-site state → (fragment start, its end, return state, least and most passes; None: unbounded)
+        self.calls: dict[int, tuple[int, int, int, int, int | None]] = {}
         self._keys: dict[int, int] = {}  # id(items) → structural key (ints, so hashing stays cheap)
         self._interned: dict[tuple, int] = {}
         self._built: dict[tuple[object, int], int] = {}
         self._first: dict[object, int] = {}  # item key → states its first build took
         self._fragments: dict[object, tuple[int, int]] = {}  # item key → (start, end) of its fragment
+        self._sizes: dict[object, int] = {}  # item key → states its fragment took
         start = self._new()
-        try:
-            with gc_paused():
+        with gc_paused():
+            try:
                 end = self._sequence(tree, start)
-        except _Unsupported as e:
-            raise RegexError(regex, str(e)) from None
-        del self._keys, self._interned, self._built, self._first, self._fragments
-        if not self._trim(start, end):
+            except _Unsupported as e:
+                raise RegexError(regex, str(e)) from None
+            del self._keys, self._interned, self._built, self._first, self._fragments, self._sizes
+            live = self._trim(start, end)
+        if not live:
             raise RegexError(regex, "it matches no string (an empty class like [^\\s\\S], or a part that "
                              "can never be completed)")
-        self._stacks: list[tuple[int, int, int]] = [(-1, -1, -1)]  # stack id → (fragment end, return, below); 0: empty
+        self._stacks: list[tuple[int, int, int]] = [(-1, -1, 0)]  # stack id → (call site, below, passes); 0: empty
         self._stack_ids: dict[tuple[int, int, int], int] = {}
         self._positions: list[tuple[int, int]] = []  # position → (state, stack id)
         self._position_ids: dict[tuple[int, int], int] = {}
@@ -136,13 +146,22 @@ class ByteNFA:
 
     def _call(self, key: object, op: C._NamedIntConstant, arg: object, state: int) -> int:
         """A call of the item's fragment (built on first need) from ``state``; the state it returns to."""
+        return self._enter(self._fragment(key, lambda start: self._item(op, arg, start)), state, 1, 1)
+
+    def _fragment(self, key: object, build: Callable[[int], int]) -> tuple[int, int]:
+        """The (start, end) of the fragment named ``key``, built from a fresh state on first need."""
         fragment = self._fragments.get(key)
         if fragment is None:
             start = self._new()
-            fragment = self._fragments[key] = (start, self._item(op, arg, start))
+            fragment = self._fragments[key] = (start, build(start))
+            self._sizes[key] = len(self.edges) - start
+        return fragment
+
+    def _enter(self, fragment: tuple[int, int], state: int, low: int, high: int | None) -> int:
+        """A call from ``state`` through ``fragment``, ``low`` to ``high`` times in a row; the state it returns to."""
         site, back = self._new(), self._new()
         self.eps[state].append(site)
-        self.calls[site] = (*fragment, back)
+        self.calls[site] = (*fragment, back, low, high)
         return back
 
     def _item(self, op: C._NamedIntConstant, arg: object, state: int) -> int:
@@ -160,6 +179,11 @@ class ByteNFA:
         if op in REPEATS:
             low, high, body = arg
             copies = low if high is C.MAXREPEAT else high  # (a star adds one more, looping)
+            if copies > 1 and not _nullable(body):  # (a body matching "" could count without reading a byte)
+                key = ("body", self._key(body))
+                fragment = self._fragment(key, lambda start: self._sequence(body, start))
+                if self._sizes[key] * copies >= COUNTER_MIN:
+                    return self._enter(fragment, state, low, None if high is C.MAXREPEAT else high)
             for i in range(low):
                 state = self._copy(body, state, i == 0, copies)
             if high is C.MAXREPEAT:  # star: loop through one state
@@ -194,8 +218,9 @@ class ByteNFA:
                 back[to].append(s)
             for to in eps:
                 back[to].append(s)
-        for site, (_, _, back_state) in self.calls.items():
-            back[back_state].append(-1 - site)  # a call site is live once its return state and its fragment are
+        for site, (_, _, back_state, low, _) in self.calls.items():
+            # A call site is live once its return state is, and its fragment too unless it may pass through it 0 times.
+            back[back_state].append(site if low == 0 else -1 - site)
         live: set[int] = set()
         todo: list[int] = []
         waiting: dict[int, list[int]] = {}  # fragment start → its call sites whose return state is live
@@ -205,7 +230,7 @@ class ByteNFA:
                 live.add(s)
                 todo.append(s)
 
-        for s in [end, *(fragment_end for _, fragment_end, _ in self.calls.values())]:
+        for s in [end, *(call[1] for call in self.calls.values())]:
             reach(s)
         while todo:
             s = todo.pop()
@@ -243,8 +268,8 @@ class ByteNFA:
             self._positions.append(key)
         return p
 
-    def _push(self, end: int, back: int, below: int) -> int:
-        key = (end, back, below)
+    def _push(self, site: int, below: int, passes: int) -> int:
+        key = (site, below, passes)
         stack = self._stack_ids.get(key)
         if stack is None:
             stack = self._stack_ids[key] = len(self._stacks)
@@ -265,12 +290,18 @@ class ByteNFA:
                 state, stack = self._positions[todo.pop()]
                 nexts = [(t, stack) for t in self.eps[state]]
                 call = self.calls.get(state)
-                if call is not None:  # enter the fragment, to come back to `back` at its end
-                    start, end, back = call
-                    nexts.append((start, self._push(end, back, stack)))
-                end, back, below = self._stacks[stack]
-                if state == end:  # the fragment's end: return to the call's state
-                    nexts.append((back, below))
+                if call is not None:  # enter the fragment, to come back to the call's return state at its end
+                    start, _, back, low, _ = call
+                    nexts.append((start, self._push(state, stack, 1)))
+                    if low == 0:
+                        nexts.append((back, stack))
+                site, below, passes = self._stacks[stack]
+                if site >= 0 and state == self.calls[site][1]:  # the fragment's end: return, or pass once more
+                    start, _, back, low, high = self.calls[site]
+                    if passes >= low:
+                        nexts.append((back, below))
+                    if high is None or passes < high:  # (unbounded: every count past `low` is the same)
+                        nexts.append((start, self._push(site, below, min(passes + 1, low) if high is None else passes + 1)))
                 for nxt in nexts:
                     p = self._position(*nxt)
                     if p not in seen:
@@ -312,3 +343,19 @@ def char_ranges(op: C._NamedIntConstant, arg: object) -> Ranges:
         else:
             raise _Unsupported(f"character class item {item_op} is not supported")
     return complement(tuple(ranges)) if negate else normalize(tuple(ranges))
+
+
+def _nullable(items: list) -> bool:
+    """Whether the parsed sequence ``items`` matches the empty string."""
+    for op, arg in items:
+        if op is C.SUBPATTERN:
+            empty = _nullable(arg[3])
+        elif op is C.BRANCH:
+            empty = any(map(_nullable, arg[1]))
+        elif op in REPEATS:
+            empty = arg[0] == 0 or _nullable(arg[2])
+        else:
+            empty = False  # a character (anything else is refused when built)
+        if not empty:
+            return False
+    return True
