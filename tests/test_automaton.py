@@ -215,12 +215,15 @@ def test_a_large_group_needed_in_many_places_is_built_once_and_called(monkeypatc
     for regex in (constraint_of(schema).regex, rf"(?:{dead}|a)b(?:{dead}|c)d(?:{dead}|e)"):
         called = ByteNFA(regex)
         monkeypatch.setattr(nfa_module, "FRAGMENT_MIN", 10**9)
+        monkeypatch.setattr(ByteNFA, "_count", lambda self, items: None)  # no place needs anything twice
         inlined = ByteNFA(regex)
         monkeypatch.undo()
         assert not inlined.calls
         _same_language_on_walks(LazyDFA(called), LazyDFA(inlined), walks=150, length=400)
         sizes.append((len(called), len(inlined)))
     assert 5 * sizes[0][0] < sizes[0][1]  # the item's states once, not once per property
+    twice = ByteNFA(r"(x[a-z]{40}y)-(x[a-z]{40}y)")
+    assert len(twice.calls) == 2 and len(twice) < 60  # needed twice: built once, as a fragment, from the first need
     assert len(sizes[1]) == 2 and sizes[1][0] < sizes[1][1]  # the dead group's calls were built, then trimmed
 
 

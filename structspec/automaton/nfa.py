@@ -16,7 +16,7 @@ from structspec.errors import RegexError
 MAX_STATES = 1_000_000
 """The most NFA states a regex may build into (about 0.5 GB and 10 s of Python); past it, `RegexError`."""
 
-FRAGMENT_MIN = 64
+FRAGMENT_MIN = 16
 """A group whose first build took at least this many states is built once more as a fragment, which every
 later place calls, instead of once per place (a schema's ``$ref`` target used in a hundred places)."""
 
@@ -51,10 +51,11 @@ class ByteNFA:
     spelling of optional properties becomes an O(k) automaton: the alternatives
     ``(a,)?b``, ``(a,)?(b,)?c``, … share their common prefixes.
 
-    An item needed from another state is built again there, unless its first
-    build was large (`FRAGMENT_MIN`): then it is built once more from a fresh
-    state as a *fragment*, and each place calls it: a call-site state enters the
-    fragment's start and, at the fragment's end, returns to a state of its own.
+    An item needed in several places is first built from a fresh state as a
+    *fragment*, which its places call: a call-site state enters the fragment's
+    start and, at the fragment's end, returns to a state of its own; once the
+    fragment is known to be small (under `FRAGMENT_MIN` states), later places
+    build their own copies instead.
     So a subschema used in many places costs its states once, not once per place.
     A large counted repetition ``x{m,n}`` (`COUNTER_MIN`) is a call that may
     repeat: its frame counts the passes through ``x``'s fragment, and at the
@@ -73,8 +74,8 @@ class ByteNFA:
         """Parse and build ``regex``: `RegexError` if it is invalid, uses what a DFA cannot do, matches no
         string, or needs more than `MAX_STATES` states."""
         tree = parse(regex)
-        self.edges: list[list[tuple[int, int, int]]] = []
-        self.eps: list[list[int]] = []
+        self.edges: list = []  # state → its byte-range edges (lo, hi, to); lists while building, tuples once trimmed
+        self.eps: list = []  # state → the states its epsilon edges lead to; the same
         # call-site state → (fragment start, its end, return state, least and most passes; None: unbounded)
         self.calls: dict[int, tuple[int, int, int, int, int | None]] = {}
         self._keys: dict[int, int] = {}  # id(items) → structural key (ints, so hashing stays cheap)
@@ -83,13 +84,15 @@ class ByteNFA:
         self._first: dict[object, int] = {}  # item key → states its first build took
         self._fragments: dict[object, tuple[int, int]] = {}  # item key → (start, end) of its fragment
         self._sizes: dict[object, int] = {}  # item key → states its fragment took
+        self._needs: dict[object, int] = {}  # item key → places that need it (`_count`)
         start = self._new()
         with gc_paused():
             try:
+                self._count(tree)
                 end = self._sequence(tree, start)
             except _Unsupported as e:
                 raise RegexError(regex, str(e)) from None
-            del self._keys, self._interned, self._built, self._first, self._fragments, self._sizes
+            del self._keys, self._interned, self._built, self._first, self._fragments, self._sizes, self._needs
             live = self._trim(start, end)
         if not live:
             raise RegexError(regex, "it matches no string (an empty class like [^\\s\\S], or a part that "
@@ -134,7 +137,11 @@ class ByteNFA:
             key = self._item_key(op, arg)
             end = self._built.get((key, state))
             if end is None:
-                if self._first.get(key, 0) >= FRAGMENT_MIN:
+                first = self._first.get(key)
+                if first is None and self._needs.get(key, 0) > 1:  # built once as a fragment, which this place calls
+                    end = self._call(key, op, arg, state)
+                    self._first[key] = self._sizes[key]
+                elif first is not None and first >= FRAGMENT_MIN:
                     end = self._call(key, op, arg, state)
                 else:
                     before = len(self.edges)
@@ -143,6 +150,24 @@ class ByteNFA:
                 self._built[key, state] = end
             state = end
         return state
+
+    def _count(self, items: list, times: int = 1) -> None:
+        """Count in ``_needs`` how many places need each item (where an item is needed again, its parts are
+        not counted again: if large, it is a fragment, and they are built once)."""
+        for op, arg in items:
+            key = self._item_key(op, arg)
+            again = key in self._needs
+            self._needs[key] = self._needs.get(key, 0) + times
+            if again:
+                continue
+            if op is C.SUBPATTERN:
+                self._count(arg[3])
+            elif op is C.BRANCH:
+                for alternative in arg[1]:
+                    self._count(alternative)
+            elif op in REPEATS:
+                builds = arg[0] + (1 if arg[1] is C.MAXREPEAT else arg[1] - arg[0])
+                self._count(arg[2], 1 if builds <= 1 else 2)  # copied: needed again
 
     def _call(self, key: object, op: C._NamedIntConstant, arg: object, state: int) -> int:
         """A call of the item's fragment (built on first need) from ``state``; the state it returns to."""
@@ -244,8 +269,9 @@ class ByteNFA:
                 else:
                     waiting.setdefault(self.calls[-1 - t][0], []).append(-1 - t)
         for s in range(len(self.edges)):
-            self.edges[s] = [e for e in self.edges[s] if e[2] in live]
-            self.eps[s] = [t for t in self.eps[s] if t in live]
+            # Tuples of ints, which the cyclic collector stops tracking: a large NFA adds nothing to its scans.
+            self.edges[s] = tuple(e for e in self.edges[s] if e[2] in live)
+            self.eps[s] = tuple(t for t in self.eps[s] if t in live)
         self.calls = {site: call for site, call in self.calls.items() if site in live}
         return start in live
 
