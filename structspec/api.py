@@ -445,11 +445,8 @@ def _events(
         except StopIteration as stop:
             decoded: Decoded = stop.value
             break
-        except UnspellableError as error:  # the output so far goes with it (the loop's passes are not counted)
-            fsm = compiled.fsm
-            reached = fsm.walk(fsm.initial_state, out)[-1] if out else fsm.initial_state
-            stats = Stats(prompt_tokens=len(prompt_ids), output_tokens=len(out))
-            error.attach(_result(lm, compiled, Decoded(out, out_sources, "error", stats)), reached != error.state)
+        except UnspellableError as error:  # the output that reached the state goes with it, with the loop's stats
+            error.attach(_result(lm, compiled, error.decoded))
             raise
         out += ids
         out_sources += sources

@@ -80,13 +80,13 @@ class UnspellableError(StructspecError, ValueError):
     """Decoding reached a state where the constraint needs a character no token of this vocabulary (within
     the model's logits) can start: masking would leave nothing to choose.
 
-    Raised when the state is first reached (the automaton stays lazy); ``characters`` are some of those it
-    needs next. Raised mid-decode by `generate`, `generate_result` and `stream`, it carries the partial
-    `Result` (``stop_reason="error"``) of the output accepted before the turn that reached the state:
-    ``text``, ``token_ids``, ``sources`` and ``stats`` (prompt and output token counts and the compile);
-    these are None when it is raised outside a decode. ``ahead`` says the state lies past that text, at
-    the end of forced text (or a draft) the turn had not yet accepted. In a batch, the row's `Result` holds it in
-    ``error``, with the row in ``row``, and the other rows are unaffected.
+    Raised when the output first reaches the state (the automaton stays lazy; drafts and forced runs stop
+    short of such states, so only the output itself reaches one); ``characters`` are some of those it needs
+    next. Raised mid-decode by `generate`, `generate_result` and `stream`, it carries the partial `Result`
+    (``stop_reason="error"``) of the output that reached the state, forced text included: ``text``,
+    ``token_ids``, ``sources`` and ``stats`` (the decode's passes, drafts and timings); these are None when
+    it is raised outside a decode. In a batch, the row's `Result` holds it in ``error``, with the row in
+    ``row``, and the other rows are unaffected.
     """
 
     def __init__(self, state: int, characters: list[str]) -> None:
@@ -97,21 +97,20 @@ class UnspellableError(StructspecError, ValueError):
         self.token_ids: list[int] | None = None
         self.sources: list[str] | None = None
         self.stats: Any = None
-        self.ahead = False
+        self.decoded: Any = None  # the decode loop's partial output (a `Decoded`), set where it is raised mid-decode
         super().__init__(self._message())
 
-    def attach(self, result: Any, ahead: bool) -> None:
-        """Carry ``result``, the output accepted before the state (``ahead``: the state lies past its end), and
-        quote its text in the message. Changes the error (and sets ``result.error`` to it)."""
+    def attach(self, result: Any) -> None:
+        """Carry ``result``, the output that reached the state, and quote its text in the message. Changes the
+        error (and sets ``result.error`` to it)."""
         self.result, self.text, self.token_ids = result, result.text, result.token_ids
-        self.sources, self.stats, self.ahead = result.sources, result.stats, ahead
+        self.sources, self.stats = result.sources, result.stats
         result.error = self
         self.args = (self._message(),)
 
     def _message(self) -> str:
         shown = ", ".join(repr(c) for c in self.characters) or "nothing"
-        where = "here" if self.text is None else (
-            f"{'past the forced text after' if self.ahead else 'after'} the partial output {self.text[-120:]!r}")
+        where = "here" if self.text is None else f"after the partial output {self.text[-120:]!r}"
         return (f"no token of this vocabulary can come next: the constraint needs {shown} {where} (FSM state "
                 f"{self.state}); use a tokenizer that spells it, or a constraint that does not require it")
 

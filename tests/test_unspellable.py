@@ -39,18 +39,23 @@ def test_the_error_names_the_character_and_carries_the_partial_output(byte_lm, f
         with pytest.raises(UnspellableError, match=r"needs '@' after the partial output '[a-z]{3}'") as caught:
             call(lm, EMAIL, "Mail:", fast_forward=fast_forward, draft=draft)
         error = caught.value
-        assert error.characters == ["@"] and re.fullmatch("[a-z]{3}", error.text) and not error.ahead
+        assert error.characters == ["@"] and re.fullmatch("[a-z]{3}", error.text)
         result = error.result
         assert (result.stop_reason, result.value, result.error) == ("error", None, error)
         assert lm.vocab.decode(error.token_ids) == error.text == result.text
         assert len(error.sources) == len(error.token_ids) == result.stats.output_tokens > 0
+        assert result.stats.target_forward_passes >= result.stats.model_tokens > 0  # the decode's own stats
 
 
-def test_a_state_past_forced_text_is_said_to_lie_ahead_of_the_partial_output(byte_lm) -> None:
-    with pytest.raises(UnspellableError, match=r"needs '@' past the forced text after the partial output") as caught:
-        structspec.generate(_NoAt(byte_lm), FORCED, "JSON:")  # '"mail":"ann' is forced, and never accepted
+@pytest.mark.parametrize("draft", ["prompt_lookup", "lookahead", None])
+def test_forced_text_up_to_the_state_is_in_the_partial_output_with_the_decode_stats(byte_lm, draft) -> None:
+    with pytest.raises(UnspellableError, match=r"""needs '@' after the partial output '\{"id":[0-9],"mail":"ann'""") as caught:
+        structspec.generate(_NoAt(byte_lm), FORCED, "JSON:", draft=draft)  # ',"mail":"ann' is forced
     error = caught.value
-    assert re.fullmatch(r'\{"id":[0-9]', error.text) and error.ahead and error.characters == ["@"]
+    assert re.fullmatch(r'\{"id":[0-9],"mail":"ann', error.text) and error.characters == ["@"]
+    stats = error.result.stats
+    assert stats.output_tokens == len(error.token_ids) and stats.forced_tokens > 0 and stats.target_forward_passes > 0
+    assert "forced" in error.sources
 
 
 def test_stream_raises_it_after_the_chunks_it_streamed(byte_lm) -> None:

@@ -58,9 +58,12 @@ class Forcer:
 
     def force(self, state: int) -> Forced | None:
         """The tokens forced from ``state`` (while the FSM allows exactly one token, not EOS), or None.
-        Does not change anything."""
+        A run that reaches a state the vocabulary cannot spell on from ends there: the output keeps the forced
+        text, and the decode raises `UnspellableError` when it next reads that state. Does not change anything."""
         tokens, visited = [], []
-        while len(allowed := self.fsm.allowed_token_ids(state)) == 1 and allowed[0] != self.fsm.eos_token_id:
+        while self.fsm.spellable(state) and (
+            len(allowed := self.fsm.allowed_token_ids(state)) == 1 and allowed[0] != self.fsm.eos_token_id
+        ):
             token = int(allowed[0])
             state = self.fsm.next_state(state, token)
             tokens.append(token)
@@ -72,7 +75,7 @@ class Forcer:
         if state in self._forced_bytes:
             return self._forced_bytes[state]
         start, text = state, bytearray()
-        while len(text) < _MAX_FORCED_BYTES:
+        while len(text) < _MAX_FORCED_BYTES and self.fsm.spellable(state):  # (the output raises there, not a draft)
             allowed = self.fsm.allowed_token_ids(state)
             if self.fsm.eos_token_id in allowed:
                 break

@@ -20,6 +20,7 @@ from structspec.decoding.drafters import Drafter
 from structspec.decoding.row import Decoded, DecodeOptions, RowDecode, TreeDrafting
 from structspec.decoding.slots import Slots
 from structspec.decoding.verify import mask_full_rows, restrict
+from structspec.errors import UnspellableError
 from structspec.lm import LM, LanguageModel
 
 Turn = tuple[list[int], list[str]]
@@ -44,11 +45,16 @@ def decode_steps(
                           pass_cost(lm), trees)
     step = _slot_step(lm, row) if trees else _crop_step(lm, row)  # type: ignore[arg-type]
     told = 0  # output tokens already yielded
-    while (window := row.prepare()) is not None:
-        step(window)
-        if len(row.out) > told:
-            yield row.out[told:], row.sources[told:]
-            told = len(row.out)
+    try:
+        while (window := row.prepare()) is not None:
+            step(window)
+            if len(row.out) > told:
+                yield row.out[told:], row.sources[told:]
+                told = len(row.out)
+    except UnspellableError as error:  # the output so far, forced text not yet yielded included, goes with it
+        row.stop = "error"
+        error.decoded = row.decoded()
+        raise
     if len(row.out) > told:  # forced in the last `prepare`
         yield row.out[told:], row.sources[told:]
     return row.decoded()
