@@ -316,6 +316,20 @@ def test_a_regex_matching_nothing_or_too_large_is_a_regex_error(regex: str) -> N
         ByteNFA(regex)
 
 
+@pytest.mark.parametrize("schema", [
+    {"type": "array", "items": {"type": "object", "properties": {"a": {"type": "string", "maxLength": 300},
+                                                                 "b": {"enum": [1, "x", None]}}}},
+    {"anyOf": [{"type": "integer", "minimum": -40, "maximum": 12345}, {"type": "string", "pattern": "^[a-z]{2,90}$"}]},
+])
+def test_a_build_without_an_empty_class_has_no_dead_state_to_trim(schema: dict) -> None:
+    # Only a class matching no character makes dead states, so other builds skip the trim: it would remove nothing.
+    nfa = ByteNFA(constraint_of(schema).regex)
+    assert not nfa._dead_ends
+    edges, eps, calls = [list(e) for e in nfa.edges], [list(e) for e in nfa.eps], dict(nfa.calls)
+    assert nfa._trim(0, nfa._positions[nfa.accept][0])
+    assert (nfa.edges, nfa.eps, nfa.calls) == (edges, eps, calls)
+
+
 def test_dead_branches_are_trimmed_so_every_state_can_still_finish() -> None:
     dfa = LazyDFA(ByteNFA(r"(a[^\s\S]|b)c"))
     assert dfa.step(dfa.initial, b"a") == DEAD

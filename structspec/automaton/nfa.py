@@ -74,8 +74,8 @@ class ByteNFA:
         """Parse and build ``regex``: `RegexError` if it is invalid, uses what a DFA cannot do, matches no
         string, or needs more than `MAX_STATES` states."""
         tree = parse(regex)
-        self.edges: list = []  # state → its byte-range edges (lo, hi, to); lists while building, tuples once trimmed
-        self.eps: list = []  # state → the states its epsilon edges lead to; the same
+        self.edges: list[list[tuple[int, int, int]]] = []
+        self.eps: list[list[int]] = []
         # call-site state → (fragment start, its end, return state, least and most passes; None: unbounded)
         self.calls: dict[int, tuple[int, int, int, int, int | None]] = {}
         self._keys: dict[int, int] = {}  # id(items) → structural key (ints, so hashing stays cheap)
@@ -85,6 +85,8 @@ class ByteNFA:
         self._fragments: dict[object, tuple[int, int]] = {}  # item key → (start, end) of its fragment
         self._sizes: dict[object, int] = {}  # item key → states its fragment took
         self._needs: dict[object, int] = {}  # item key → places that need it (`_count`)
+        self._estimates: dict[int, int] = {}  # id(items) → `_size`
+        self._dead_ends = False  # whether a class matching no character was built (`_chars`)
         start = self._new()
         with gc_paused():
             try:
@@ -93,7 +95,10 @@ class ByteNFA:
             except _Unsupported as e:
                 raise RegexError(regex, str(e)) from None
             del self._keys, self._interned, self._built, self._first, self._fragments, self._sizes, self._needs
-            live = self._trim(start, end)
+            del self._estimates
+            # Every state a build makes lies on a path to its item's end, but for a class matching no character:
+            # only then are there dead states to trim.
+            live = self._trim(start, end) if self._dead_ends else True
         if not live:
             raise RegexError(regex, "it matches no string (an empty class like [^\\s\\S], or a part that "
                              "can never be completed)")
@@ -138,7 +143,8 @@ class ByteNFA:
             end = self._built.get((key, state))
             if end is None:
                 first = self._first.get(key)
-                if first is None and self._needs.get(key, 0) > 1:  # built once as a fragment, which this place calls
+                if first is None and self._needs.get(key, 0) > 1 and self._item_size(op, arg) >= FRAGMENT_MIN:
+                    # needed again: built once, as a fragment, which this place calls
                     end = self._call(key, op, arg, state)
                     self._first[key] = self._sizes[key]
                 elif first is not None and first >= FRAGMENT_MIN:
@@ -168,6 +174,24 @@ class ByteNFA:
             elif op in REPEATS:
                 builds = arg[0] + (1 if arg[1] is C.MAXREPEAT else arg[1] - arg[0])
                 self._count(arg[2], 1 if builds <= 1 else 2)  # copied: needed again
+
+    def _size(self, items: list) -> int:
+        """About how many states building the parsed sequence ``items`` inline takes (a character: one, as
+        if ASCII; sharing and calls aside). Memoized by the sequence's identity: the tree outlives the build."""
+        size = self._estimates.get(id(items))
+        if size is None:
+            size = self._estimates[id(items)] = sum(self._item_size(op, arg) for op, arg in items)
+        return size
+
+    def _item_size(self, op: C._NamedIntConstant, arg: object) -> int:
+        """`_size` of one item."""
+        if op is C.SUBPATTERN:
+            return self._size(arg[3])
+        if op is C.BRANCH:
+            return 1 + sum(map(self._size, arg[1]))
+        if op in REPEATS:
+            return 1 + max(arg[0] if arg[1] is C.MAXREPEAT else arg[1], 1) * self._size(arg[2])
+        return 1
 
     def _call(self, key: object, op: C._NamedIntConstant, arg: object, state: int) -> int:
         """A call of the item's fragment (built on first need) from ``state``; the state it returns to."""
@@ -204,11 +228,10 @@ class ByteNFA:
         if op in REPEATS:
             low, high, body = arg
             copies = low if high is C.MAXREPEAT else high  # (a star adds one more, looping)
-            if copies > 1 and not _nullable(body):  # (a body matching "" could count without reading a byte)
-                key = ("body", self._key(body))
-                fragment = self._fragment(key, lambda start: self._sequence(body, start))
-                if self._sizes[key] * copies >= COUNTER_MIN:
-                    return self._enter(fragment, state, low, None if high is C.MAXREPEAT else high)
+            # (a body matching "" could count without reading a byte)
+            if copies > 1 and self._size(body) * copies >= COUNTER_MIN and not _nullable(body):
+                fragment = self._fragment(("body", self._key(body)), lambda start: self._sequence(body, start))
+                return self._enter(fragment, state, low, None if high is C.MAXREPEAT else high)
             for i in range(low):
                 state = self._copy(body, state, i == 0, copies)
             if high is C.MAXREPEAT:  # star: loop through one state
@@ -269,15 +292,16 @@ class ByteNFA:
                 else:
                     waiting.setdefault(self.calls[-1 - t][0], []).append(-1 - t)
         for s in range(len(self.edges)):
-            # Tuples of ints, which the cyclic collector stops tracking: a large NFA adds nothing to its scans.
-            self.edges[s] = tuple(e for e in self.edges[s] if e[2] in live)
-            self.eps[s] = tuple(t for t in self.eps[s] if t in live)
+            self.edges[s] = [e for e in self.edges[s] if e[2] in live]
+            self.eps[s] = [t for t in self.eps[s] if t in live]
         self.calls = {site: call for site, call in self.calls.items() if site in live}
         return start in live
 
     def _chars(self, ranges: Ranges, state: int) -> int:
         end = self._new()
-        for sequence in byte_sequences(ranges):
+        sequences = byte_sequences(ranges)
+        self._dead_ends |= not sequences
+        for sequence in sequences:
             at = state
             for a, b in sequence[:-1]:
                 at_next = self._new()
@@ -385,3 +409,4 @@ def _nullable(items: list) -> bool:
         if not empty:
             return False
     return True
+
