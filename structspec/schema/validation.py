@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jsonschema
+import jsonschema_rs
 from jsonschema.protocols import Validator
-from jsonschema_specifications import REGISTRY
 
 from structspec.errors import SchemaError
 from structspec.schema.keywords import NAMED
 from structspec.schema.pointers import join
-
-if TYPE_CHECKING:
-    from referencing._core import Resolver  # (referencing exports no name for it)
 
 
 def validator(schema: Any) -> Validator:
@@ -31,72 +28,28 @@ def validator(schema: Any) -> Validator:
 
 def check_metaschema(schema: Any) -> None:
     """Raise `SchemaError` (the metaschema keyword that fails, at the pointer of the bad value) if ``schema``
-    is not a valid JSON Schema of its draft."""
+    is not a valid JSON Schema of its draft.
+
+    jsonschema-rs decides first (a Kubernetes schema: 0.1 ms instead of 30): formats checked, it accepts
+    no schema jsonschema rejects (tested on mutated schemas of every draft), so its yes is final. Where it
+    says no, jsonschema's own check decides, and words the error.
+    """
     cls = jsonschema.validators.validator_for(schema)
-    if _metaschema_validator(cls).is_valid(schema):
-        return
-    try:  # the error jsonschema's own check reports
+    try:
+        if _fast_validator(cls).is_valid(schema):
+            return
+    except ValueError:  # a string it cannot read (a lone surrogate has no UTF-8): jsonschema decides
+        pass
+    try:
         cls.check_schema(schema)
     except jsonschema.SchemaError as e:
         raise SchemaError(*_keyword_at(schema, e), f"not a valid JSON Schema: {e.message}") from None
 
 
 @functools.cache
-def _metaschema_validator(cls: type[Validator]) -> Validator:
-    """What ``cls.check_schema`` validates with (the metaschema's validator, its format checker), over
-    `flat_metaschema`."""
-    meta = cls.META_SCHEMA
-    checker = jsonschema.validators.validator_for(meta, default=cls)
-    return checker(flat_metaschema(meta), format_checker=checker.FORMAT_CHECKER)
-
-
-# The keywords of a vocabulary metaschema's root that name or describe it rather than constrain a schema.
-_VOCABULARY_ROOT = frozenset(("$schema", "$id", "$vocabulary", "$dynamicAnchor", "$recursiveAnchor", "$defs",
-                              "title", "$comment"))
-
-
-def flat_metaschema(meta: dict[str, Any]) -> dict[str, Any]:
-    """``meta`` as one schema of the same language: the vocabulary metaschemas its ``allOf`` names merged into
-    its root, every ``$ref`` inlined, and the recursive reference (2019-09's ``$recursiveRef``, 2020-12's
-    ``$dynamicRef``) a ``$ref`` to the root. ``meta`` itself where it has no ``allOf`` (drafts 3 to 7), or
-    where its vocabularies disagree on a keyword.
-
-    Drafts 2019-09 and 2020-12 resolve eight references per subschema of a checked schema (a ``$dynamicRef``,
-    then an ``allOf`` of seven vocabularies): five times the cost of one schema's ``properties`` and a ``$ref``.
-    """
-    if "allOf" not in meta:
-        return meta
-    resolver = REGISTRY.resolver(base_uri=meta["$id"])
-    vocabularies = [resolver.lookup(part["$ref"]) for part in meta["allOf"]]
-    parts = [_inlined(found.contents, found.resolver) for found in vocabularies]
-    parts.append(_inlined({k: v for k, v in meta.items() if k != "allOf"}, resolver))
-    flat: dict[str, Any] = {"$schema": meta["$schema"], "properties": {}}
-    for part in parts:
-        for key, value in part.items():
-            if key == "properties" and not set(value) & set(flat["properties"]):
-                flat["properties"].update(value)
-            elif key not in _VOCABULARY_ROOT and flat.setdefault(key, value) != value:
-                return meta
-    return flat
-
-
-def _inlined(node: Any, resolver: Resolver) -> Any:
-    """The metaschema ``node`` with each ``$ref`` replaced by its target (looked up with ``resolver``) and the
-    recursive reference by ``{"$ref": "#"}``."""
-    if isinstance(node, list):
-        return [_inlined(n, resolver) for n in node]
-    if not isinstance(node, dict):
-        return node
-    if node.get("$dynamicRef") == "#meta" or node.get("$recursiveRef") == "#":
-        rest = {k: v for k, v in node.items() if k not in ("$dynamicRef", "$recursiveRef")}
-        return {"$ref": "#"} if not rest else {**_inlined(rest, resolver), "allOf": [{"$ref": "#"}]}
-    # (a name map such as "properties" may name a "$ref": its value is a subschema, never a str)
-    out = {k: _inlined(v, resolver) for k, v in node.items() if k != "$ref" or not isinstance(v, str)}
-    if isinstance(node.get("$ref"), str):
-        found = resolver.lookup(node["$ref"])
-        target = _inlined(found.contents, found.resolver)
-        return {**target, **out} if not set(target) & set(out) else {**out, "allOf": [*out.get("allOf", []), target]}
-    return out
+def _fast_validator(cls: type[Validator]) -> jsonschema_rs.Validator:
+    """jsonschema-rs's validator of ``cls``'s metaschema, checking formats as ``cls.check_schema`` does."""
+    return jsonschema_rs.validator_for(cls.META_SCHEMA, validate_formats=True)
 
 
 def check_json(node: Any, path: tuple[Any, ...] = ()) -> None:
