@@ -590,7 +590,7 @@ def _get(node: object, path: tuple) -> object:
 
 
 @pytest.mark.parametrize("draft", [*_DRAFTS, "http://json-schema.org/draft-07/schema#",
-                                   "http://json-schema.org/draft-04/schema#"])
+                                   "http://json-schema.org/draft-04/schema#", "http://json-schema.org/draft-03/schema#"])
 def test_the_metaschema_check_accepts_exactly_what_jsonschema_does(draft: str) -> None:
     # every value of each case replaced by each bad value, and each keyword added with it: the check (jsonschema-rs
     # first) and jsonschema's own must agree on every one, and jsonschema-rs must decide most valid ones alone
@@ -619,10 +619,10 @@ def test_the_metaschema_check_accepts_exactly_what_jsonschema_does(draft: str) -
             except SchemaError:
                 checked = False
             assert checked == valid, schema
-            fast += _fast_validator(cls).is_valid(schema)
+            fast += _fast_validator(cls) is not None and _fast_validator(cls).is_valid(schema)
             verdicts.append(valid)
     assert min(sum(verdicts), len(verdicts) - sum(verdicts)) >= 100  # both verdicts met often
-    assert fast >= 0.95 * sum(verdicts)
+    assert fast >= 0.95 * sum(verdicts) or (draft.endswith("draft-03/schema#") and _fast_validator(cls) is None)
 
 
 def test_a_recursive_schema_is_checked_as_written() -> None:

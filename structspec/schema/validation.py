@@ -35,8 +35,9 @@ def check_metaschema(schema: Any) -> None:
     says no, jsonschema's own check decides, and words the error.
     """
     cls = jsonschema.validators.validator_for(schema)
+    fast = _fast_validator(cls)
     try:
-        if _fast_validator(cls).is_valid(schema):
+        if fast is not None and fast.is_valid(schema):
             return
     except ValueError:  # a string it cannot read (a lone surrogate has no UTF-8): jsonschema decides
         pass
@@ -47,9 +48,13 @@ def check_metaschema(schema: Any) -> None:
 
 
 @functools.cache
-def _fast_validator(cls: type[Validator]) -> jsonschema_rs.Validator:
-    """jsonschema-rs's validator of ``cls``'s metaschema, checking formats as ``cls.check_schema`` does."""
-    return jsonschema_rs.validator_for(cls.META_SCHEMA, validate_formats=True)
+def _fast_validator(cls: type[Validator]) -> jsonschema_rs.Validator | None:
+    """jsonschema-rs's validator of ``cls``'s metaschema, checking formats as ``cls.check_schema`` does; None
+    for a draft it does not know (draft 3)."""
+    try:
+        return jsonschema_rs.validator_for(cls.META_SCHEMA, validate_formats=True)
+    except ValueError:
+        return None
 
 
 def check_json(node: Any, path: tuple[Any, ...] = ()) -> None:
