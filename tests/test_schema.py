@@ -453,12 +453,34 @@ def test_a_true_subschema_outlines_core_cannot_read_is_named(schema: dict, keywo
     assert full(to_regex({"type": "object", "additionalProperties": True}), '{"a":1}')  # read there
 
 
+@pytest.mark.parametrize("value", [5, None, ["https://json-schema.org/draft/2020-12/schema"], {"$id": "x"}])
+def test_a_schema_uri_that_is_no_string_is_named(value: object) -> None:
+    with pytest.raises(SchemaError, match=r"\$schema.*must be a string") as err:
+        to_regex({"$schema": value, "type": "string"})
+    assert (err.value.keyword, err.value.pointer) == ("$schema", "/")
+
+
 def test_a_node_of_unknown_keywords_only_names_one() -> None:
-    # JSON Schema ignores unknown keywords, but outlines-core cannot translate a node that holds only those
-    with pytest.raises(SchemaError) as err:
+    # JSON Schema ignores unknown keywords: a node holding only those admits any value, likely a misspelling
+    with pytest.raises(SchemaError, match="misspelling") as err:
         to_regex({"type": "object", "properties": {"a": {"ref": "#/$defs/b"}}})
     assert (err.value.keyword, err.value.pointer) == ("ref", "/properties/a")
     assert full(to_regex({"type": "string", "x-note": 1}), '"a"')  # beside a keyword it knows, no matter
+
+
+@pytest.mark.parametrize("schema", [
+    {"x-intellij-html-description": "<b>any</b>"},
+    {"type": "object", "properties": {"a": {"x-note": 1, "x-other": [1]}, "b": {"type": "integer", "x-unit": "s"}},
+     "required": ["a"], "x-top": True},
+])
+def test_vendor_extensions_are_annotations_even_alone(schema: dict) -> None:
+    # x-… keywords constrain nothing: a node holding only those admits any value, as jsonschema reads it
+    regex, check = to_regex(schema), jsonschema.validators.validator_for(schema)(schema)
+    values = [1, "s", None, [1, {"k": [True]}], {"a": 1}, {"a": {"x": []}, "b": 2}, {"a": "z", "b": "2"}, {"b": 1}]
+    texts = [json.dumps(v, separators=(",", ":")) for v in values]
+    verdicts = [full(regex, t) for t in texts]
+    assert verdicts == [check.is_valid(v) for v in values]
+    assert set(verdicts) == ({True, False} if "type" in schema else {True})  # the object's bounds still hold
 
 
 def test_an_outlines_core_failure_still_names_its_keyword() -> None:

@@ -31,12 +31,12 @@ from structspec.schema.bounds import (
 from structspec.schema.difference import difference
 from structspec.schema.emit import Rewrites
 from structspec.schema.keywords import (
-    ANNOTATIONS,
     COUNTS,
     FORMATS,
     KEYWORD_TYPES,
     TYPE_KEYWORDS,
     VALIDATION,
+    is_annotation,
     overlap,
     same,
     type_set,
@@ -110,11 +110,12 @@ class _Checker:
         self._walked.add(id(node))
 
     def _reject_unknown(self, node: dict[str, Any], ptr: str) -> None:
-        """JSON Schema ignores unknown keywords, but outlines-core fails on a node left with nothing else."""
-        unknown = next((k for k in node if k not in VALIDATION and k not in ANNOTATIONS), None)
+        """A node whose only keywords are unknown admits any value, as JSON Schema ignores them: likely a
+        misspelling, so refused, unless the keywords are vendor extensions (``x-…``), annotations by name."""
+        unknown = next((k for k in node if k not in VALIDATION and not is_annotation(k)), None)
         if unknown is not None:
             raise SchemaError(unknown, ptr, "not a JSON Schema keyword (a misspelling, like 'ref' for '$ref'?), "
-                              "and outlines-core cannot translate a node that holds only unknown keywords")
+                              "in a node with no other: it would admit any value (name a vendor extension x-…)")
 
     def _sub(self, node: Any, ptr: str, refs: tuple[str, ...], keyword: str, *names: Any) -> None:
         """Check the subschema of ``keyword`` (under ``names``) of the node at ``ptr``."""

@@ -11,7 +11,7 @@ from typing import Any
 from structspec.automaton.parse import ParsedRegex, written_size
 from structspec.errors import SchemaError
 from structspec.schema.bounds import EXPONENT_DIGITS, Digits
-from structspec.schema.keywords import ANNOTATIONS, LITERALS, NAMED
+from structspec.schema.keywords import LITERALS, NAMED, is_annotation
 from structspec.schema.pointers import Document
 from structspec.schema.translate import ANY, Items, Translator
 
@@ -90,7 +90,7 @@ class Rewrites:
                 continue
             elif key in NAMED:  # keys here are names
                 out[key] = {k: self.normalized(v) for k, v in value.items()}
-            elif key not in ANNOTATIONS:
+            elif not is_annotation(key):
                 out[key] = self.normalized(value)
         if node.get("type") == "object" and node.get("additionalProperties") is False and "properties" not in node:
             out = {"type": "object", "maxProperties": 0}  # outlines-core has no form for "no properties"

@@ -12,6 +12,11 @@ ANNOTATIONS = frozenset(
 )
 """Keywords that never constrain an instance; removed before translation."""
 
+
+def is_annotation(keyword: str) -> bool:
+    """Whether ``keyword`` never constrains an instance: one of `ANNOTATIONS`, or a vendor extension (``x-…``)."""
+    return keyword in ANNOTATIONS or keyword.startswith("x-")
+
 VALIDATION = frozenset(
     "type enum const multipleOf maximum exclusiveMaximum minimum exclusiveMinimum maxLength "
     "minLength pattern format maxItems minItems uniqueItems maxContains minContains "

@@ -21,7 +21,7 @@ from structspec.automaton.nfa import gc_paused
 from structspec.automaton.parse import parse
 from structspec.errors import RegexError, SchemaError
 from structspec.schema.bounds import Digits
-from structspec.schema.keywords import ANNOTATIONS, LITERALS
+from structspec.schema.keywords import LITERALS, is_annotation
 from structspec.schema.patterns import ecma_classes
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ class Translator:
 
     def _view(self, node: dict[str, Any]) -> dict[str, Any]:
         """``node``'s own keywords as outlines-core gets them (see `Rewrites.normalized`); children stay nodes."""
-        out = {k: v for k, v in node.items() if k in LITERALS or (self.rewrites.has(node, k) and k not in ANNOTATIONS)}
+        out = {k: v for k, v in node.items() if k in LITERALS or (self.rewrites.has(node, k) and not is_annotation(k))}
         if node.get("type") == "object" and node.get("additionalProperties") is False and "properties" not in node:
             return {"type": "object", "maxProperties": 0}  # outlines-core has no form for "no properties"
         return out or ANY

@@ -4,6 +4,7 @@ the validator outputs are checked with."""
 from __future__ import annotations
 
 import functools
+import json
 import math
 from typing import Any
 
@@ -22,8 +23,17 @@ def validator(schema: Any) -> Validator:
     A bare ``FormatChecker()`` mixes the drafts' checkers (draft 3's ``time``
     rejects the ``Z`` that RFC 3339 allows).
     """
-    cls = jsonschema.validators.validator_for(schema)
+    cls = _draft(schema)
     return cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+def _draft(schema: Any) -> type[Validator]:
+    """jsonschema's validator class for ``schema``'s draft; `SchemaError` if its ``$schema`` is no string
+    (jsonschema would fail reading it)."""
+    if isinstance(schema, dict) and not isinstance(schema.get("$schema", ""), str):
+        raise SchemaError("$schema", "", f"must be a string, the URI of a draft's metaschema, not "
+                          f"{json.dumps(schema['$schema'])[:60]}")
+    return jsonschema.validators.validator_for(schema)
 
 
 def check_metaschema(schema: Any) -> None:
@@ -34,7 +44,7 @@ def check_metaschema(schema: Any) -> None:
     no schema jsonschema rejects (tested on mutated schemas of every draft), so its yes is final. Where it
     says no, jsonschema's own check decides, and words the error.
     """
-    cls = jsonschema.validators.validator_for(schema)
+    cls = _draft(schema)
     fast = _fast_validator(cls)
     try:
         if fast is not None and fast.is_valid(schema):
