@@ -58,9 +58,9 @@ _DISPATCH = ("properties", "patternProperties", "anyOf", "oneOf", "prefixItems",
 # JSON Schema's type test (`is_type`: 1.0 is an integer, True is no number), one validator for every node.
 _JSON_TYPES = jsonschema.Draft202012Validator(True)
 
-MAX_LENGTH = 10_000
-"""A ``maxLength`` above this is narrowed to it: each counted character costs automaton states (about 23
-for a JSON string character), and 100,000 of them take seconds and a gigabyte to build."""
+MAX_LENGTH = 4_294_967_294
+"""A ``maxLength`` above this is narrowed to it: the largest count a regex can hold (Python's parser; the
+automaton counts a long repetition instead of copying it, so any count costs the same)."""
 
 
 def check(schema: dict[str, Any], strict: bool, whitespace_pattern: str, digits: Digits = Digits()) -> Rewrites:
@@ -439,12 +439,12 @@ class _Checker:
     def _max_length(self, node: dict[str, Any], ptr: str) -> int | None:
         """``maxLength`` of a string node, narrowed to `MAX_LENGTH` (recorded); None if it has none."""
         if node.get("minLength", 0) > MAX_LENGTH:
-            raise SchemaError("minLength", ptr, f"strings of more than {MAX_LENGTH} characters cannot be "
-                              "enforced (each counted character costs automaton states); lower minLength")
+            raise SchemaError("minLength", ptr, f"strings of more than {MAX_LENGTH:,} characters cannot be "
+                              "enforced (the largest count a regex can hold); lower minLength")
         if node.get("maxLength") is None or node["maxLength"] <= MAX_LENGTH:
             return node.get("maxLength")
         self.rewrites.narrow(ptr, f"maxLength {node['maxLength']} narrowed to {MAX_LENGTH} "
-                             "(each counted character costs automaton states)")
+                             "(the largest count a regex can hold)")
         return MAX_LENGTH
 
     def _readable(self, node: dict[str, Any], ptr: str, pattern: str) -> str | None:
