@@ -45,9 +45,17 @@ KERNELS = ("auto", "onednn", "torch")
 
 
 def packable(device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether `pack_linears` applies to a model on ``device`` in ``dtype``: float32 on the CPU, with a torch
-    built with oneDNN. Changes nothing."""
-    return device.type == "cpu" and dtype == torch.float32 and torch.backends.mkldnn.is_available()
+    """Whether `pack_linears` applies to a model on ``device`` in ``dtype``: float32 on the CPU with a torch
+    built with oneDNN, and bfloat16 too where the CPU has a native bfloat16 path (AVX-512 BF16 or AMX; without
+    one oneDNN emulates it, slower than torch's own). Changes nothing."""
+    if device.type != "cpu" or not torch.backends.mkldnn.is_available():
+        return False
+    return dtype == torch.float32 or (dtype == torch.bfloat16 and native_bf16())
+
+
+def native_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 natively in oneDNN (AVX-512 BF16 or AMX). Changes nothing."""
+    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
 
 
 def should_pack(kernels: str, device: torch.device, dtype: torch.dtype) -> bool:
@@ -57,7 +65,8 @@ def should_pack(kernels: str, device: torch.device, dtype: torch.dtype) -> bool:
         raise OptionError(f"kernels={kernels!r} is not one of {', '.join(KERNELS)}")
     pack = kernels != "torch" and packable(device, dtype)
     if kernels == "onednn" and not pack:
-        raise OptionError("kernels='onednn' needs a float32 model on the CPU and a torch built with oneDNN")
+        raise OptionError("kernels='onednn' needs a float32 model on the CPU (or bfloat16 on a CPU with AVX-512 BF16 "
+                          "or AMX) and a torch built with oneDNN")
     return pack
 
 

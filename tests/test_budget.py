@@ -90,6 +90,17 @@ def test_pass_cost_store_writes_the_curve_decoding_reads(tmp_path) -> None:
     assert stored(1) == 1.0
 
 
+def test_a_stored_point_never_costs_more_than_a_wider_pass() -> None:
+    lm = tiny_lm("byte_level")
+    lm.name = "budget-outlier-test"
+    # a stall measured the 2-token pass at twice the 4-token one: stored capped by the wider pass
+    store_pass_cost(lm, {(1, 1): 1.0, (1, 2): 3.0, (1, 4): 1.5, (1, 8): 2.0, (2, 1): 2.5, (2, 2): 2.2})
+    stored = pass_cost(lm)
+    assert stored.curves[1] == ((1, 1.0), (2, 1.5), (4, 1.5), (8, 2.0))
+    assert stored.curves[2] == ((1, 2.2), (2, 2.2))
+    assert [stored(n) for n in (1, 2, 3, 4, 8)] == sorted(stored(n) for n in (1, 2, 3, 4, 8))
+
+
 def test_with_batch_curves_greedy_rows_keep_their_tokens_and_sampled_rows_their_samples() -> None:
     lm = tiny_lm("byte_level")
     lm.name = "budget-batch-test"

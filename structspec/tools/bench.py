@@ -154,9 +154,10 @@ def _row(runs: list[Run], compile_seconds: tuple[float | None, float | None]) ->
 
 
 def print_report(console: Console, lm: LM, compared: Mapping[str, Method], by_method: dict[str, list[Run]],
-                 compile_times: dict[str, CompileTimes], max_new_tokens: int, divergences: list[Divergence]) -> None:
-    """Print the table, acceptance per draft source, compile times and the oracle checks (``divergences``:
-    where the peer's output first leaves plain masked decoding's)."""
+                 compile_times: dict[str, CompileTimes], max_new_tokens: int,
+                 divergences: Mapping[str, list[Divergence]]) -> None:
+    """Print the table, acceptance per draft source, compile times and the oracle checks (``divergences``: per
+    method, where its output first leaves plain masked decoding's)."""
     names = list(by_method)
     structspec_rows = [n for n in names if isinstance(compared[n], dict)]  # they share structspec's compile
     task_ids = [r.task_id for r in by_method[names[0]]]
@@ -221,19 +222,25 @@ def print_report(console: Console, lm: LM, compared: Mapping[str, Method], by_me
         return
     if PEER in by_method:
         console.print(f"[bold]Oracle:[/bold] {PLAIN} and {PEER} produced the same token ids on "
-                      f"{len(task_ids) - len(divergences)}/{len(task_ids)} tasks.", highlight=False)
-        for d in divergences:
-            why = (f"masked-logit margin {d.margin:.3f}, "
-                   + ("a near-tie" if d.margin < NEAR_TIE else f"not a tie: {PEER}'s mask or logits differ")
-                   if d.theirs_allowed else f"our mask forbids {PEER}'s token there")
-            console.print(f"  {d.task_id}: first difference at output token {d.position}: {PLAIN} {d.ours!r} vs "
-                          f"{PEER} {d.theirs!r}: {why}", highlight=False)
+                      f"{len(task_ids) - len(divergences.get(PEER, []))}/{len(task_ids)} tasks.", highlight=False)
+        _print_divergences(console, PEER, divergences.get(PEER, []))
     for name in structspec_rows:
         if name != PLAIN:
             same_ids = sum(r.token_ids == ref.token_ids for r, ref in zip(by_method[name], reference))
             same_text = sum(r.text == ref.text for r, ref in zip(by_method[name], reference))
             console.print(f"{name}: same token ids as {PLAIN} on {same_ids}/{len(task_ids)} tasks, "
                           f"same text on {same_text}/{len(task_ids)}.", highlight=False)
+            _print_divergences(console, name, divergences.get(name, []))
+
+
+def _print_divergences(console: Console, name: str, divergences: list[Divergence]) -> None:
+    """One line per task where ``name`` first leaves plain masked decoding: a near-tie, or a mask difference."""
+    for d in divergences:
+        why = (f"masked-logit margin {d.margin:.3f}, "
+               + ("a near-tie" if d.margin < NEAR_TIE else f"not a tie: {name}'s mask or logits differ")
+               if d.theirs_allowed else f"our mask forbids {name}'s token there")
+        console.print(f"  {d.task_id}: first difference at output token {d.position}: {PLAIN} {d.ours!r} vs "
+                      f"{name} {d.theirs!r}: {why}", highlight=False)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -259,8 +266,11 @@ def main(args: argparse.Namespace) -> int:
             os.environ.pop("STRUCTSPEC_CACHE")
             if saved is not None:
                 os.environ["STRUCTSPEC_CACHE"] = saved
-    divergences = [d for task, ours, theirs in zip(tasks, by_method[PLAIN], by_method[PEER])
-                   if (d := divergence(lm, task, ours.token_ids, theirs.token_ids)) is not None]
+    # where each other row first leaves plain masked decoding, with the masked-logit margin there
+    divergences = {name: [d for task, ours, theirs in zip(tasks, by_method[PLAIN], runs)
+                          if (d := divergence(lm, task, ours.token_ids, theirs.token_ids)) is not None]
+                   for name, runs in by_method.items()
+                   if name == PEER or (name != PLAIN and isinstance(compared[name], dict))}
     print_report(console, lm, compared, by_method, compile_times, args.max_new_tokens, divergences)
     return 0
 
