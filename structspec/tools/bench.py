@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -27,6 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 import structspec
+from structspec.cache import cache_dir
 from structspec.lm import LM
 from structspec.testing import divergence_margin
 from structspec.tools.harness import PLAIN, Method, Run, methods, run_tasks, spread, summarize
@@ -257,8 +259,11 @@ def main(args: argparse.Namespace) -> int:
         words = args.only.split(",")
         compared = {n: m for n, m in compared.items() if n in (PLAIN, PEER) or any(w in n for w in words)}
     saved = os.environ.get("STRUCTSPEC_CACHE")
+    curves = cache_dir("pass-cost")
     with tempfile.TemporaryDirectory(prefix="structspec-bench-") as cache:
         os.environ["STRUCTSPEC_CACHE"] = cache  # an empty FSM cache, so the first compile is cold
+        # the stored pass-cost curves stay: drafting reads them as it does in the user's own runs
+        shutil.copytree(curves, cache_dir("pass-cost"), dirs_exist_ok=True)
         try:
             compile_times = measure_compile(lm, tasks)
             by_method = run_tasks(lm, tasks, compared, args.max_new_tokens, console)
