@@ -20,7 +20,7 @@ import torch
 
 from structspec.cache import cache_dir
 from structspec.errors import ModelNotFoundError, OptionError, PromptError, SpecError, VocabularyMismatchError
-from structspec.kernels import PackedLinear, pack_linears, should_pack
+from structspec.kernels import PackedLinear, attention_by_row, pack_linears, should_pack
 from structspec.vocab import TokenVocab, vocab_from_tokenizer
 
 Prompt = str | list[dict[str, str]]
@@ -387,7 +387,37 @@ def load(
     model = AutoModelForCausalLM.from_pretrained(path, dtype=precision).to(where)
     if pack:
         pack_linears(model)
+        if precision != torch.float32:  # float32 attention is batch-invariant already (kernels.py)
+            use_attention_by_row(model)
     return LM(model, AutoTokenizer.from_pretrained(path), name=name)
+
+
+BY_ROW = "structspec_by_row"  # the attention implementation's name in transformers' registry
+PREFILL_ROWS = 64  # more query rows than this: a prompt's prefill, which no verify pass is compared with
+
+
+def _attention_by_row(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                      **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """transformers' attention interface over `structspec.kernels.attention_by_row`; a prefill of more than
+    `PREFILL_ROWS` rows goes to transformers' SDPA attention whole. Returns [batch, q, heads, d]."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if query.shape[2] > PREFILL_ROWS:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
+    return attention_by_row(query, key, value, attention_mask, scaling).transpose(1, 2).contiguous(), None
+
+
+def use_attention_by_row(model: Any) -> None:
+    """Make ``model``'s attention run one query row per call (changes the model): a verify pass over k tokens
+    then computes each position as a one-token step does, bit for bit, where SDPA over k rows would not
+    (bfloat16 on the CPU; `structspec.kernels`)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(BY_ROW, _attention_by_row)
+    AttentionMaskInterface.register(BY_ROW, sdpa_mask)  # the masks SDPA gets: None where causal suffices
+    model.set_attn_implementation(BY_ROW)
 
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
