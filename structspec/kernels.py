@@ -98,6 +98,8 @@ def attention_by_row(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     # In float32: on the CPU, SDPA of one bfloat16 query row costs 8× the same row in float32 (0.8 against 0.1 ms
     # over 512 keys, Qwen's 14 heads), so the upcast pays for itself; the result is rounded back.
     out_dtype, query, key, value = query.dtype, query.float(), key.float(), value.float()
+    if mask is not None and mask.is_floating_point():
+        mask = mask.float()  # an additive mask in the model's dtype: SDPA wants the query's
     if ends is not None:  # row i sees keys [0, ends[i]): its keys alone, unmasked, as a one-token step sees them
         rows = [sdpa(query[:, :, i:i + 1], key[:, :, :end], value[:, :, :end], scale=scale, enable_gqa=gqa)
                 for i, end in enumerate(ends)]

@@ -386,10 +386,16 @@ def load(
         )
     model = AutoModelForCausalLM.from_pretrained(path, dtype=precision).to(where)
     if pack:
-        pack_linears(model)
-        if precision != torch.float32:  # float32 attention is batch-invariant already (kernels.py)
-            use_attention_by_row(model)
+        pack_for_cpu(model)
     return LM(model, AutoTokenizer.from_pretrained(path), name=name)
+
+
+def pack_for_cpu(model: Any) -> None:
+    """Pack ``model``'s linear layers for oneDNN and, outside float32, run its attention by row, so that a verify
+    pass equals its one-token steps bit for bit (`structspec.kernels`). Changes the model in place."""
+    pack_linears(model)
+    if model.dtype != torch.float32:  # float32 attention is batch-invariant already
+        use_attention_by_row(model)
 
 
 BY_ROW = "structspec_by_row"  # the attention implementation's name in transformers' registry

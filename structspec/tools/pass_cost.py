@@ -32,8 +32,8 @@ import structspec
 from structspec.automaton import apply_token_bitmask_inplace
 from structspec.decoding.budget import store_pass_cost
 from structspec.decoding.slots import Slots
-from structspec.kernels import pack_linears, should_pack
-from structspec.lm import LM, load, resolve_device
+from structspec.kernels import should_pack
+from structspec.lm import LM, load, pack_for_cpu, resolve_device
 
 # Architectures for random-weight models (the published configs' shapes).
 CONFIGS: dict[str, dict[str, Any]] = {
@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
     lm = (random_model(args.config, device, dtype) if args.config
           else load(args.model, device=args.device, dtype=args.dtype, kernels=args.kernels))
     if args.config and should_pack(args.kernels, device, dtype):
-        pack_linears(lm.model)  # as `load` does
+        pack_for_cpu(lm.model)  # as `load` does
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"{lm.name} on {gpu}, {str(dtype).removeprefix('torch.')}, {lm.kernels} kernels, context {args.context}")
     if args.store:
