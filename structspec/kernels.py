@@ -87,41 +87,45 @@ def invariant_by(layer: PackedLinear, most: int = 16) -> Invariance:
 
 def attention_by_row(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
                      scale: float | None) -> torch.Tensor:
-    """Scaled dot-product attention one query row at a time in float32, each as a one-token step computes it: query
-    [batch, heads, q, d], key and value [batch, kv heads, t, d] (grouped heads repeat), ``mask`` [batch, 1, q, t]
-    (boolean or additive) or None for causal attention over the last ``q`` positions. Returns [batch, heads, q,
-    d]; changes nothing."""
+    """Scaled dot-product attention one query row at a time in float32, each as a one-token step computes it:
+    query [batch, heads, q, d], key and value [batch, kv heads, t, d] (grouped heads repeat), ``mask`` [batch, 1,
+    q, t] (boolean or additive) or None for causal attention over the last ``q`` positions. Returns [batch,
+    heads, q, d]; changes nothing.
+
+    With one sequence, each row attends to exactly the keys it sees, gathered and unmasked (a token tree's node
+    sees its path's keys, in order, as the one-token steps along that path did); a batch keeps its masks."""
     q, t = query.shape[2], key.shape[2]
     sdpa = torch.nn.functional.scaled_dot_product_attention
     gqa = query.shape[1] != key.shape[1]
-    ends = _prefix_ends(mask, q, t)
     # In float32: on the CPU, SDPA of one bfloat16 query row costs 8× the same row in float32 (0.8 against 0.1 ms
     # over 512 keys, Qwen's 14 heads), so the upcast pays for itself; the result is rounded back.
     out_dtype, query, key, value = query.dtype, query.float(), key.float(), value.float()
     if mask is not None and mask.is_floating_point():
         mask = mask.float()  # an additive mask in the model's dtype: SDPA wants the query's
-    if ends is not None:  # row i sees keys [0, ends[i]): its keys alone, unmasked, as a one-token step sees them
-        rows = [sdpa(query[:, :, i:i + 1], key[:, :, :end], value[:, :, :end], scale=scale, enable_gqa=gqa)
-                for i, end in enumerate(ends)]
-    else:
-        assert mask is not None
-        rows = [sdpa(query[:, :, i:i + 1], key, value, attn_mask=mask[:, :, i:i + 1], scale=scale, enable_gqa=gqa)
-                for i in range(q)]
+    rows = []
+    for i, keys in enumerate(_seen(mask, q, t)):
+        if keys is None:  # a batch: its mask as it is
+            rows.append(sdpa(query[:, :, i:i + 1], key, value, attn_mask=mask[:, :, i:i + 1], scale=scale,
+                             enable_gqa=gqa))
+        else:
+            rows.append(sdpa(query[:, :, i:i + 1], key[:, :, keys], value[:, :, keys], scale=scale, enable_gqa=gqa))
     return (rows[0] if q == 1 else torch.cat(rows, dim=2)).to(out_dtype)
 
 
-def _prefix_ends(mask: torch.Tensor | None, q: int, t: int) -> list[int] | None:
-    """Per query row, how many leading keys it sees, where each sees a prefix of the keys (causal attention
-    with or without a mask written out); None where a row's visible keys have holes (a batch of slots)."""
-    if mask is None:
-        return [t - q + i + 1 for i in range(q)]
-    if mask.shape[0] != 1 or mask.shape[1] != 1:
-        return None
-    visible = mask[0, 0] if mask.dtype == torch.bool else mask[0, 0] == 0
-    visible = visible.expand(q, t)
-    ends = visible.sum(-1)
-    prefix = torch.arange(t, device=mask.device) < ends[:, None]
-    return ends.tolist() if torch.equal(visible, prefix) else None
+def _seen(mask: torch.Tensor | None, q: int, t: int) -> list[Any]:
+    """Per query row, the keys it sees: a slice where they are a prefix, else their indices; None per row for
+    a batch of several sequences (their masks stay)."""
+    if mask is None:  # causal over the last q positions
+        return [slice(0, t - q + i + 1) for i in range(q)]
+    if mask.shape[0] != 1:
+        return [None] * q
+    visible = (mask[0, 0] if mask.dtype == torch.bool else mask[0, 0] == 0).expand(q, t)
+    seen: list[Any] = []
+    for row in visible:
+        keys = row.nonzero().squeeze(-1)
+        n = len(keys)
+        seen.append(slice(0, n) if n == 0 or int(keys[-1]) == n - 1 else keys)
+    return seen
 
 
 KERNELS = ("auto", "onednn", "torch")

@@ -167,6 +167,13 @@ class LM:
         return "onednn" if isinstance(self.model.get_output_embeddings(), PackedLinear) else "torch"
 
     @cached_property
+    def prefills_apart(self) -> bool:
+        """Whether single-row decoding feeds a prompt but its last token in a pass of its own, as a batch does:
+        where attention runs by row (`use_attention_by_row`), so that a prompt's forced text and drafts are
+        computed as plain decoding's one-token steps compute them."""
+        return getattr(self.model.config, "_attn_implementation", None) == BY_ROW
+
+    @cached_property
     def batchable(self) -> bool:
         """Whether rows can share passes through a slot cache with holes: not with sliding-window layers
         (Gemma 3), whose window counts slots, not a row's kept positions."""

@@ -156,6 +156,12 @@ def test_attention_by_row_is_each_rows_one_token_step_for_every_mask_form() -> N
     whole = torch.nn.functional.scaled_dot_product_attention(query.float(), expanded[0].float(), expanded[1].float(),
                                                              attn_mask=causal)
     torch.testing.assert_close(steps.float(), whole, rtol=0.02, atol=0.02)
+    # a token tree: node 2 does not see its sibling at key 37; it attends to its path's keys, gathered
+    tree = causal.clone()
+    tree[0, 0, 2:, 37] = False
+    path = torch.tensor([*range(37), 38])
+    node = attention_by_row(query[:, :, 2:3], key[:, :, path], value[:, :, path], None, None)
+    assert torch.equal(attention_by_row(query, key, value, tree, None)[:, :, 2:3], node)
     # a batch of slots: row b's keys have holes, so each row keeps its mask
     holes = causal.repeat(2, 1, 1, 1)
     holes[1, 0, :, 3] = False
@@ -196,10 +202,11 @@ def test_a_packed_bfloat16_verify_pass_is_its_one_token_steps_bit_for_bit(bf16_p
 @pytest.mark.parametrize("draft", ["prompt_lookup", "tree", "lookahead"])
 def test_every_mode_on_a_packed_bfloat16_model_decodes_as_plain_masked(bf16_pair, draft: str) -> None:
     _, packed = bf16_pair
-    assert packed.kernels == "onednn" and packed.model.dtype == torch.bfloat16
+    assert packed.kernels == "onednn" and packed.model.dtype == torch.bfloat16 and packed.prefills_apart
     plain = structspec.generate_result(packed, Order, PROMPT, draft=None, fast_forward="off", max_new_tokens=60)
     fast = structspec.generate_result(packed, Order, PROMPT, draft=draft, max_new_tokens=60)
     assert fast.token_ids == plain.token_ids
+    assert plain.stats.prefill_passes == fast.stats.prefill_passes == 1  # the prompt but its last token, apart
     assert fast.stats.target_forward_passes < plain.stats.target_forward_passes
     batched = structspec.generate_batch(packed, Order, [PROMPT, PROMPT + " "], batch_size=2, draft=draft,
                                         max_new_tokens=60)

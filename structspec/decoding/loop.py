@@ -43,7 +43,11 @@ def decode_steps(
     trees = isinstance(drafter, TreeDrafting) and getattr(lm, "batchable", False)
     row = RowDecode.start(fsm, lm.tokenizer, prompt_ids, options, drafter, generator, lm.max_context,
                           pass_cost(lm), trees)
-    step = _slot_step(lm, row) if trees else _crop_step(lm, row)  # type: ignore[arg-type]
+    cache = lm.new_cache()
+    slots = Slots(1) if trees else None
+    if getattr(lm, "prefills_apart", False) and len(prompt_ids) > 1:
+        _prefill_apart(lm, cache, slots, row)
+    step = _slot_step(lm, row, cache, slots) if slots else _crop_step(lm, row, cache)  # type: ignore[arg-type]
     told = 0  # output tokens already yielded
     try:
         while (window := row.prepare()) is not None:
@@ -60,9 +64,22 @@ def decode_steps(
     return row.decoded()
 
 
-def _crop_step(lm: LanguageModel, row: RowDecode) -> Callable[[list[int]], None]:
+def _prefill_apart(lm: LanguageModel, cache: object, slots: Slots | None, row: RowDecode) -> None:
+    """Feed ``row``'s prompt but its last token in a pass of its own (changes the cache, the slots and the row),
+    as a batched row's is: the forced text and drafts that follow then go through attention by row, as plain
+    decoding's one-token steps do, instead of inside the prompt's pass (`LM.prefills_apart`)."""
+    t0 = time.perf_counter()
+    ids = row.pending
+    lm.forward(ids[:-1], cache)
+    if slots is not None:
+        slots.place(0, len(ids) - 1)
+    row.cached, row.pending = len(ids) - 1, ids[-1:]
+    row.stats.prefill_passes += 1
+    row.stats.model_seconds += time.perf_counter() - t0
+
+
+def _crop_step(lm: LanguageModel, row: RowDecode, cache: object) -> Callable[[list[int]], None]:
     """One turn of ``row`` on a KV cache of its own: a pass over the window, verify, accept, crop the rest."""
-    cache = lm.new_cache()
     fsm, sampling = row.fsm, row.options.sampling
 
     def step(window: list[int]) -> None:
@@ -87,9 +104,8 @@ def _crop_step(lm: LanguageModel, row: RowDecode) -> Callable[[list[int]], None]
     return step
 
 
-def _slot_step(lm: LM, row: RowDecode) -> Callable[[list[int]], None]:
+def _slot_step(lm: LM, row: RowDecode, cache: object, slots: Slots) -> Callable[[list[int]], None]:
     """One turn of ``row`` on the slot path, as a batch of one."""
-    cache, slots = lm.new_cache(), Slots(1)
     return lambda window: slot_pass(lm, cache, slots, [row], [window])
 
 
