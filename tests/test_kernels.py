@@ -156,12 +156,12 @@ def test_attention_by_row_is_each_rows_one_token_step_for_every_mask_form() -> N
     whole = torch.nn.functional.scaled_dot_product_attention(query.float(), expanded[0].float(), expanded[1].float(),
                                                              attn_mask=causal)
     torch.testing.assert_close(steps.float(), whole, rtol=0.02, atol=0.02)
-    # a token tree: node 2 does not see its sibling at key 37; it attends to its path's keys, gathered
+    # a token tree: node 3 does not see its sibling at key 37; it attends to its path's keys, gathered
     tree = causal.clone()
-    tree[0, 0, 2:, 37] = False
+    tree[0, 0, 3:, 37] = False
     path = torch.tensor([*range(37), 38])
-    node = attention_by_row(query[:, :, 2:3], key[:, :, path], value[:, :, path], None, None)
-    assert torch.equal(attention_by_row(query, key, value, tree, None)[:, :, 2:3], node)
+    node = attention_by_row(query[:, :, 3:4], key[:, :, path], value[:, :, path], None, None)
+    assert torch.equal(attention_by_row(query, key, value, tree, None)[:, :, 3:4], node)
     # a batch of slots: row b's keys have holes, so each row keeps its mask
     holes = causal.repeat(2, 1, 1, 1)
     holes[1, 0, :, 3] = False
