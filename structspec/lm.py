@@ -20,7 +20,7 @@ import torch
 
 from structspec.cache import cache_dir
 from structspec.errors import ModelNotFoundError, OptionError, PromptError, SpecError, VocabularyMismatchError
-from structspec.kernels import PackedLinear, attention_by_row, pack_linears, should_pack
+from structspec.kernels import PackedLinear, attention_by_row, native_bf16, pack_linears, should_pack
 from structspec.vocab import TokenVocab, vocab_from_tokenizer
 
 Prompt = str | list[dict[str, str]]
@@ -361,9 +361,10 @@ def load(
     A shipped model is converted from its GGUF once and cached as safetensors
     under ``$STRUCTSPEC_CACHE/models``; later loads take seconds. ``device="auto"``
     picks CUDA when available, else the CPU; ``dtype`` (``"float32"``,
-    ``"bfloat16"``, ``"float16"`` or a torch dtype) defaults to float32 on the
-    CPU and bfloat16 on CUDA. ``kernels="auto"`` packs a float32 CPU model's
-    linear layers for oneDNN (`structspec.kernels`: the model is then for
+    ``"bfloat16"``, ``"float16"`` or a torch dtype) defaults to bfloat16 on CUDA
+    and on CPUs with AVX-512 BF16 or AMX, else float32. ``kernels="auto"`` packs
+    a float32 CPU model's linear layers for oneDNN (bfloat16 too where the CPU
+    multiplies it natively; `structspec.kernels`: the model is then for
     inference only), ``"onednn"`` insists on it, ``"torch"`` keeps torch's own.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -447,8 +448,8 @@ def resolve_device(device: str = "auto", dtype: str | torch.dtype | None = None)
         raise OptionError(f"device={device!r} is not a torch device: use 'auto', 'cpu', 'cuda' or 'cuda:N'") from None
     if where.type == "cuda" and not torch.cuda.is_available():
         raise OptionError(f"device={device!r} but torch sees no CUDA device: use device='cpu' or 'auto'")
-    if dtype is None:
-        return where, torch.bfloat16 if where.type == "cuda" else torch.float32
+    if dtype is None:  # bfloat16 where it is fast: CUDA, and CPUs that multiply it natively (README "dtype")
+        return where, torch.bfloat16 if where.type == "cuda" or native_bf16() else torch.float32
     if isinstance(dtype, torch.dtype):
         return where, dtype
     if dtype not in _DTYPES:

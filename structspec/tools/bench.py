@@ -133,7 +133,9 @@ def divergence(lm: LM, task: Task, ours: list[int], theirs: list[int]) -> Diverg
     return Divergence(task.id, i, margin, lm.vocab.decode(ours[i:i + 1]), lm.vocab.decode(theirs[i:i + 1]), allowed)
 
 
-NEAR_TIE = 0.1  # a masked-logit margin below this can flip with float rounding (another pass shape or kernel)
+# A masked-logit margin below this can flip with float rounding (another pass shape or kernel). bfloat16
+# logits of 16 to 64 are spaced 0.125 to 0.25 apart, so a margin of one or two of those steps is a tie there.
+NEAR_TIE = {torch.float32: 0.1, torch.bfloat16: 0.5, torch.float16: 0.1}
 GREEDY = "HF greedy (unconstrained)"  # the headline ratios are against transformers' own greedy decoding
 
 _COLUMNS = [  # header, format
@@ -222,24 +224,26 @@ def print_report(console: Console, lm: LM, compared: Mapping[str, Method], by_me
     reference = by_method.get(PLAIN)
     if reference is None:
         return
+    tie = NEAR_TIE.get(getattr(getattr(lm, "model", None), "dtype", torch.float32), 0.1)
     if PEER in by_method:
         console.print(f"[bold]Oracle:[/bold] {PLAIN} and {PEER} produced the same token ids on "
                       f"{len(task_ids) - len(divergences.get(PEER, []))}/{len(task_ids)} tasks.", highlight=False)
-        _print_divergences(console, PEER, divergences.get(PEER, []))
+        _print_divergences(console, PEER, divergences.get(PEER, []), tie)
     for name in structspec_rows:
         if name != PLAIN:
             same_ids = sum(r.token_ids == ref.token_ids for r, ref in zip(by_method[name], reference))
             same_text = sum(r.text == ref.text for r, ref in zip(by_method[name], reference))
             console.print(f"{name}: same token ids as {PLAIN} on {same_ids}/{len(task_ids)} tasks, "
                           f"same text on {same_text}/{len(task_ids)}.", highlight=False)
-            _print_divergences(console, name, divergences.get(name, []))
+            _print_divergences(console, name, divergences.get(name, []), tie)
 
 
-def _print_divergences(console: Console, name: str, divergences: list[Divergence]) -> None:
-    """One line per task where ``name`` first leaves plain masked decoding: a near-tie, or a mask difference."""
+def _print_divergences(console: Console, name: str, divergences: list[Divergence], tie: float) -> None:
+    """One line per task where ``name`` first leaves plain masked decoding: a near-tie (a margin under ``tie``),
+    or a mask difference."""
     for d in divergences:
         why = (f"masked-logit margin {d.margin:.3f}, "
-               + ("a near-tie" if d.margin < NEAR_TIE else f"not a tie: {name}'s mask or logits differ")
+               + ("a near-tie" if d.margin < tie else f"not a tie: {name}'s mask or logits differ")
                if d.theirs_allowed else f"our mask forbids {name}'s token there")
         console.print(f"  {d.task_id}: first difference at output token {d.position}: {PLAIN} {d.ours!r} vs "
                       f"{name} {d.theirs!r}: {why}", highlight=False)
