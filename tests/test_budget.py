@@ -99,6 +99,9 @@ def test_a_stored_point_never_costs_more_than_a_wider_pass() -> None:
     assert stored.curves[1] == ((1, 1.0), (2, 1.5), (4, 1.5), (8, 2.0))
     assert stored.curves[2] == ((1, 2.2), (2, 2.2))
     assert [stored(n) for n in (1, 2, 3, 4, 8)] == sorted(stored(n) for n in (1, 2, 3, 4, 8))
+    # a one-token pass measured slower than a two-token one: capped, and the unit with it
+    store_pass_cost(lm, {(1, 1): 1.2, (1, 2): 1.0, (1, 4): 1.5})
+    assert pass_cost(lm).curves[1] == ((1, 1.0), (2, 1.0), (4, 1.5))
 
 
 def test_with_batch_curves_greedy_rows_keep_their_tokens_and_sampled_rows_their_samples() -> None:

@@ -127,12 +127,15 @@ def store_pass_cost(lm: object, seconds: dict[tuple[int, int], float]) -> Path:
     path = curve_path(lm)
     if path is None or (1, 1) not in seconds:
         raise ValueError("curves are stored for a named model on a device, and need one row's one-token pass")
-    curves: dict[int, list[tuple[int, float]]] = {}
+    capped: dict[tuple[int, int], float] = {}
     for rows, fed in sorted(seconds, reverse=True):
         # A pass never costs more than a wider one: a slow outlier (a stall, a page fault) would otherwise
         # make drafting avoid that width for good, so each point is capped by the cheapest wider one.
-        wider = curves.get(rows, [(fed, float("inf"))])[0][1]
-        curves.setdefault(rows, []).insert(0, (fed, min(seconds[rows, fed] / seconds[1, 1], wider)))
+        wider = [capped[r, n] for r, n in capped if r == rows]
+        capped[rows, fed] = min([seconds[rows, fed], *wider])
+    curves: dict[int, list[tuple[int, float]]] = {}
+    for rows, fed in sorted(capped):  # the unit stays one row's one-token pass, capped too
+        curves.setdefault(rows, []).append((fed, capped[rows, fed] / capped[1, 1]))
     raw = {f"{rows}x{fed}": s for (rows, fed), s in seconds.items()}
     write_atomic(path, json.dumps({"curves": curves, "seconds": raw}).encode())
     return path
