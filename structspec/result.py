@@ -39,7 +39,8 @@ class Stats:
     prompt_tokens: int = 0
     output_tokens: int = 0
     target_forward_passes: int = 0  # passes that chose output tokens (a batched row's prefill is apart)
-    prefill_passes: int = 0  # the pass that fed the prompt before the first choosing pass (batched rows; single rows where `LM.prefills_apart`)
+    # the pass that fed the prompt before the first choosing pass (batched rows; single rows where LM.prefills_apart)
+    prefill_passes: int = 0
     prefix_tokens_reused: int = 0  # batched rows: prompt tokens whose KV came from the prompts' shared prefix
     tokens_fed: list[int] = field(default_factory=list)  # tokens fed to the target, per pass
     tree_nodes: int = 0  # drafted tokens fed in token-tree passes, every branch counted (in tokens_fed too)

@@ -39,7 +39,8 @@ def test_every_row_runs_with_passes_and_greedy_rows_identical_to_plain_masked_at
     structspec_rows = [(m, b) for b in (1, 2) for m in methods()]  # B=1 runs though only 2 was asked for
     peers = [(throughput.OUTLINES, 2), (throughput.OUTLINES_MIXED, 2), (throughput.UNCONSTRAINED, 2)]
     assert list(rows) == structspec_rows + peers
-    assert raw["dtype"] == ("bfloat16" if native_bf16() else "float32") and raw["max_new_tokens"] == 12 and raw["memory"]
+    assert raw["dtype"] == ("bfloat16" if native_bf16() else "float32")
+    assert raw["max_new_tokens"] == 12 and raw["memory"]
     for key, row in rows.items():
         assert row["model_calls"] > 0 and row["seconds"] > 0 and row["peak_memory_mib"] > 0, key
         assert len(row["outputs"]) == 4 and all(o["row_passes"] > 0 for o in row["outputs"]), key

@@ -128,11 +128,11 @@ def store_pass_cost(lm: object, seconds: dict[tuple[int, int], float]) -> Path:
     if path is None or (1, 1) not in seconds:
         raise ValueError("curves are stored for a named model on a device, and need one row's one-token pass")
     capped: dict[tuple[int, int], float] = {}
+    cheapest: dict[int, float] = {}  # per row count: the cheapest pass at least as wide as the current one
     for rows, fed in sorted(seconds, reverse=True):
         # A pass never costs more than a wider one: a slow outlier (a stall, a page fault) would otherwise
         # make drafting avoid that width for good, so each point is capped by the cheapest wider one.
-        wider = [capped[r, n] for r, n in capped if r == rows]
-        capped[rows, fed] = min([seconds[rows, fed], *wider])
+        capped[rows, fed] = cheapest[rows] = min(seconds[rows, fed], cheapest.get(rows, float("inf")))
     curves: dict[int, list[tuple[int, float]]] = {}
     for rows, fed in sorted(capped):  # the unit stays one row's one-token pass, capped too
         curves.setdefault(rows, []).append((fed, capped[rows, fed] / capped[1, 1]))

@@ -47,7 +47,10 @@ def decode_steps(
     slots = Slots(1) if trees else None
     if getattr(lm, "prefills_apart", False) and len(prompt_ids) > 1:
         _prefill_apart(lm, cache, slots, row)
-    step = _slot_step(lm, row, cache, slots) if slots else _crop_step(lm, row, cache)  # type: ignore[arg-type]
+    if slots is not None:
+        step = _slot_step(lm, row, cache, slots)  # type: ignore[arg-type]
+    else:
+        step = _crop_step(lm, row, cache)
     told = 0  # output tokens already yielded
     try:
         while (window := row.prepare()) is not None:

@@ -224,7 +224,7 @@ def print_report(console: Console, lm: LM, compared: Mapping[str, Method], by_me
     reference = by_method.get(PLAIN)
     if reference is None:
         return
-    tie = NEAR_TIE.get(getattr(getattr(lm, "model", None), "dtype", torch.float32), 0.1)
+    tie = NEAR_TIE.get(lm.model.dtype, 0.1)
     if PEER in by_method:
         console.print(f"[bold]Oracle:[/bold] {PLAIN} and {PEER} produced the same token ids on "
                       f"{len(task_ids) - len(divergences.get(PEER, []))}/{len(task_ids)} tasks.", highlight=False)

@@ -115,8 +115,8 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto",
                         help="auto (CUDA when available, else the CPU), cpu, cuda or cuda:N (default: auto)")
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
-                        help="the model's weights and activations (default: bfloat16 on CUDA and on CPUs with AVX-512 BF16 "
-                             "or AMX, else float32)")
+                        help="the model's weights and activations (default: bfloat16 on CUDA and on CPUs with "
+                             "AVX-512 BF16 or AMX, else float32)")
     parser.add_argument("--kernels", choices=KERNELS, default="auto",
                         help="auto: a float32 CPU model's linear layers prepacked for oneDNN; torch: torch's own "
                              "(default: auto)")

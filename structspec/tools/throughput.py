@@ -428,7 +428,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=DEFAULT_MODEL, help="a shipped model name or a local HF model directory")
     parser.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda or cuda:N")
     parser.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: bfloat16 on CUDA and "
-                                                      "on CPUs with AVX-512 BF16 or AMX, else float32); every row runs in it")
+                                                      "on CPUs with AVX-512 BF16 or AMX, else float32); every row "
+                                                      "runs in it")
     parser.add_argument("--kernels", default="auto", help="auto, onednn or torch (see structspec.load)")
     parser.add_argument("--records", type=int, default=16, help="records of examples/tasks.jsonl, schemas in turn")
     parser.add_argument("--batch-sizes", default="1,8,16",
