@@ -18,6 +18,7 @@ from structspec.decoding.drafters import (
     Schedule,
     Step,
     Threshold,
+    copied_text,
     make_drafter,
 )
 from structspec.decoding.sampling import SamplingConfig
@@ -221,8 +222,31 @@ def test_prompt_lookup_starts_a_candidate_only_from_a_match_of_min_start_tokens(
         step = lookup.next(context, fsm.initial_state, fsm, SamplingConfig(), None)
         return None if step is None else step.token
 
-    assert first(PromptLookup()) is None  # a 1-token match starts nothing by default
-    assert first(PromptLookup(min_start=1)) == d
+    assert first(PromptLookup(min_text=0)) is None  # a 1-token match starts nothing by default
+    assert first(PromptLookup(min_start=1, min_text=0)) == d
+
+
+def test_prompt_lookup_copies_the_text_where_the_tokens_differ(qwen_lm) -> None:
+    fsm = structspec.compile(Regex(r'"[A-Z0-9-]{0,20}"'), qwen_lm).fsm
+    enc = qwen_lm.tokenizer.encode
+    doc, out = enc("Invoice INV-2024-0381 from Brightline", add_special_tokens=False), enc('"INV', add_special_tokens=False)
+    assert not set(out[1:]) & set(doc)  # the document's " INV" is another token than the output's "INV"
+    state = fsm.walk(fsm.initial_state, out)[-1]
+
+    def copy(lookup: PromptLookup) -> str:
+        lookup.begin()
+        proposed, at = [], state
+        while step := lookup.next(doc + out + proposed, at, fsm, SamplingConfig(), None):
+            proposed.append(step.token)
+            at = fsm.next_state(at, step.token)
+        return qwen_lm.vocab.decode(proposed)
+
+    assert copy(PromptLookup()) == "-2024-0381"  # " from" is not in the language: the copy stops there
+    assert copy(PromptLookup(min_text=0)) == ""  # by tokens alone, nothing matches
+    # the longest run of last bytes found decides: where what follows it is not allowed, no shorter run drafts
+    blocked = fsm.walk(fsm.initial_state, enc('"INV-2024-0381', add_special_tokens=False))[-1]
+    tail = enc('"INV-2024-0381', add_special_tokens=False)
+    assert copied_text(doc + tail, qwen_lm.vocab, lambda t: fsm.next_state(blocked, t) is not None, 1) is None
 
 
 def test_early_exit_shares_weights_and_leaves_the_target_intact(byte_lm) -> None:

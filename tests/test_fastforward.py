@@ -84,6 +84,22 @@ def test_forced_text_of_keys_and_enum_completion(byte_lm) -> None:
     assert forcer.forced_bytes(state)[0] == b'ace"}'
 
 
+def test_closing_spells_the_quote_with_the_forced_text_after_it_as_the_tokenizer_does(qwen_lm) -> None:
+    spec = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
+            "required": ["a", "b"]}
+    fsm = structspec.compile(spec, qwen_lm).fsm
+    forcer = Forcer(fsm, qwen_lm.tokenizer)
+    enc = qwen_lm.tokenizer.encode
+    inside = fsm.walk(fsm.initial_state, enc('{"a":"xy', add_special_tokens=False))[-1]
+    close, states = forcer.closing(inside)
+    assert qwen_lm.vocab.decode(close) == '","b":"' and qwen_lm.vocab.decode(close[:1]) == '","'  # one token
+    assert close == enc('","b":"', add_special_tokens=False) and states == fsm.walk(inside, close)
+    last = fsm.walk(fsm.initial_state, enc('{"a":"x","b":"yz', add_special_tokens=False))[-1]
+    assert qwen_lm.vocab.decode(forcer.closing(last)[0]) == '"}'
+    digits = structspec.compile(Regex(r"[0-9]{1,5}"), qwen_lm).fsm
+    assert Forcer(digits, qwen_lm.tokenizer).closing(digits.initial_state) == ([], [])  # no string to close
+
+
 def test_complete_output_needs_no_final_pass(byte_lm) -> None:
     counting = CountingLM(byte_lm)
     result = run(counting, Regex(r"(alpha|beta)!!!"), "exact")

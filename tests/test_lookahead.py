@@ -149,7 +149,7 @@ def test_a_jacobi_step_is_the_next_guess_window_and_its_ngrams_become_accepted_d
     context += [t]
     # the n-gram the first pass produced at the rejected node t (after t, w) drafts here, where prompt lookup
     # has no two-token match and would copy u; the target accepts it
-    assert PromptLookup().next(context, fsm.walk(fsm.initial_state, context)[-1], fsm, SamplingConfig(), None) is None
+    assert PromptLookup(min_text=0).next(context, fsm.walk(fsm.initial_state, context)[-1], fsm, SamplingConfig(), None) is None
     tree, path, token = _scripted_pass(drafter, fsm, context, target, z)
     assert [tree.tokens[i] for i in path] == [w] and tree.sources[path[0]] == "lookahead" and token == x
 
@@ -209,3 +209,29 @@ def test_lookahead_is_a_drafter_name_and_a_bench_row(byte_lm: structspec.LM) -> 
     assert rows["+ lookahead"] == {"fast_forward": "exact", "draft": "lookahead"}
     assert list(rows).index("+ lookahead") == list(rows).index("+ tree") + 1
     assert "+ lookahead" not in methods()
+
+
+def test_lookahead_closes_the_copied_string_where_the_copy_goes_on_past_punctuation(qwen_lm: structspec.LM) -> None:
+    spec = {"type": "object", "properties": {"vendor": {"type": "string"}, "date": {"type": "string"}},
+            "required": ["vendor", "date"]}
+    fsm = structspec.compile(spec, qwen_lm).fsm
+    forcer = Forcer(fsm, qwen_lm.tokenizer)
+    enc = qwen_lm.tokenizer.encode
+    context = enc("Invoice from Brightline Design Studio, issued on 2024-03-14.", add_special_tokens=False) + enc(
+        '{"vendor":"Brightline Design', add_special_tokens=False)
+    state = fsm.walk(fsm.initial_state, context[-enc('{"vendor":"Brightline Design', add_special_tokens=False)
+                                                   .__len__():])[-1]
+    tree = LookaheadDrafter().draft_tree(forcer, fsm, context, state, 16, 16, DecodeOptions(), Stats())
+    parents, spelled = tree.parent_indices(), [qwen_lm.vocab.decode([t]) for t in tree.tokens]
+    main = [i for i in range(len(tree.tokens)) if parents[i] == i - 1 and all(p == j - 1 for j, p in
+                                                                              enumerate(parents[: i + 1]))]
+    assert "".join(spelled[i] for i in main).startswith(" Studio, issued")  # the copy goes on past the value
+    comma = next(i for i in main if spelled[i] == ",")
+    # the closed string hangs where the comma does: '","' then the forced next key, as the target writes it
+    close = [i for i in range(len(tree.tokens)) if parents[i] == parents[comma] and i != comma]
+    assert [spelled[i] for i in close] == ['","']
+    chain = [close[0]]
+    while (child := next((i for i in range(len(tree.tokens)) if parents[i] == chain[-1]), None)) is not None:
+        chain.append(child)
+    assert "".join(spelled[i] for i in chain) == '","date":"'
+    assert tree.sources[close[0]] == "lookahead" and {tree.sources[i] for i in chain[1:]} == {"forced"}

@@ -8,7 +8,8 @@ checks every token anyway. After the target's verdict the loop calls
 `Drafter.feedback` so adaptive drafters can tune their length.
 
 * `PromptLookup`: copy what followed the last n tokens earlier in the context
-  (extraction copies from the document). No model.
+  (extraction copies from the document), or the last bytes where the tokens
+  differ (`copied_text`). No model.
 * `ModelDrafter`: a smaller causal LM with the target's tokenizer, masked by
   the FSM, with its own KV cache kept in sync by common prefix. Its `Policy`
   decides the draft length: `Schedule` (+2/−1, stop below a confidence) or
@@ -39,8 +40,13 @@ import torch
 
 from structspec.errors import SpecError
 from structspec.lm import LanguageModel
+from structspec.vocab import TokenVocab
 from structspec.automaton.fsm import TokenFSM
 from structspec.decoding.sampling import SamplingConfig, probabilities, sample
+
+
+TEXT_MATCH = 32  # the most last bytes `copied_text` matches; longer runs add no confidence
+TEXT_TOKEN = 32  # the longest token `copied_text` proposes: what follows a match is read this far
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,12 @@ class PromptLookup:
     (replayed, so pass counts are exact), starting from 2-token matches cut the
     tokens fed by 26% and raised acceptance from 17% to 23%, for 1.18× the
     passes: fewer seconds on a CPU, where a fed token costs a share of a pass.
+
+    Where no token n-gram matches, the text may (`copied_text`, a run of at
+    least ``min_text`` last bytes; 0 switches it off): the output spells
+    ``"INV`` + ``-2024`` what the document tokenized ``" INV"`` + ``-2024``. On
+    the same 12 tasks with the stored float32 pass-cost curve, 0.427 → 0.342
+    target passes per output token and 10% less pass cost (one run each).
     """
 
     max_ngram: int = 3
@@ -92,6 +104,7 @@ class PromptLookup:
     name: str = "prompt_lookup"
     passes: int = 0
     min_start: int = 2
+    min_text: int = 1
     _count: int = 0
 
     def begin(self) -> None:
@@ -102,7 +115,12 @@ class PromptLookup:
         if self._count >= self.max_tokens:
             return None
         shortest = self.min_start if self._count == 0 else 1  # once copying, the copy's own tokens extend the match
-        token = _copied(context, self.max_ngram, shortest, lambda t: fsm.next_state(state, t) is not None)
+        def allows(t: int) -> bool:
+            return fsm.next_state(state, t) is not None
+
+        token = _copied(context, self.max_ngram, shortest, allows)
+        if token is None and self.min_text:
+            token = copied_text(context, fsm.vocab, allows, self.min_text)
         if token is None:
             return None
         self._count += 1
@@ -145,6 +163,29 @@ def continuations(context: list[int], longest: int, shortest: int, allows: Calla
 def _copied(context: list[int], longest: int, shortest: int, allows: Callable[[int], bool]) -> int | None:
     """The first of `continuations`: what followed the longest matching n-gram at its earliest occurrence."""
     return next(continuations(context, longest, shortest, allows), None)
+
+
+def copied_text(context: list[int], vocab: TokenVocab, allows: Callable[[int], bool], shortest: int) -> int | None:
+    """Prompt lookup by text, where the tokens differ but the bytes repeat: the document's ``" INV-2024"`` is
+    the output's ``"INV`` + ``-2024`` (no token n-gram matches), its ``" Elena Vasquez"`` the output's ``"E`` +
+    ``lena`` + ... Finds the longest run of ``context``'s last bytes (at most `TEXT_MATCH`, at least
+    ``shortest``) earlier in the context, earliest first, and proposes the longest token spelling a prefix of
+    what follows there that ``allows`` accepts, or None. Changes nothing."""
+    text = vocab.spell(context)
+    ids = vocab.ids_by_bytes
+    for n in range(min(TEXT_MATCH, len(text) - 1), shortest - 1, -1):
+        at = text.find(text[-n:], 0, len(text) - 1)  # an occurrence with a byte after it: an earlier one
+        if at < 0:
+            continue
+        while at >= 0:  # the longest run found decides: a shorter one is a weaker guess than none
+            rest = text[at + n : at + n + TEXT_TOKEN]
+            for size in range(len(rest), 0, -1):
+                token = ids.get(rest[:size])
+                if token is not None and allows(token):
+                    return token
+            at = text.find(text[-n:], at + 1, len(text) - 1)
+        return None
+    return None
 
 
 class Policy(Protocol):

@@ -50,6 +50,7 @@ class Forcer:
     _forced_bytes: dict[int, tuple[bytes, int]] = field(default_factory=dict)
     _spelled: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)
     _splits: dict[int, int] = field(default_factory=dict)  # token → the shorter first token the target prefers
+    _closing: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._byte_token = self.fsm.vocab.single_byte_tokens  # to walk the FSM one byte at a time
@@ -104,6 +105,19 @@ class Forcer:
             self._spelled[state] = (ids[: len(visited)], visited)
         return self._spelled[state]
 
+    def closing(self, state: int) -> tuple[list[int], list[int]]:
+        """A string value closed at ``state``: ``"`` and the forced text after it in their canonical spelling
+        (``","`` + ``vendor`` + ``":"`` where another key must follow), the states after each; empty where the
+        FSM does not allow ``"`` there. Models close a copied value with one such token (``","``, ``"}``),
+        rarely with ``"`` alone. Cached; does not change anything."""
+        if state not in self._closing:
+            quote = self._byte_token.get(ord('"'))
+            after = self.fsm.next_state(state, quote) if quote is not None else None
+            ids = self._respell(self._encode(b'"' + self.forced_bytes(after)[0]) or []) if after is not None else []
+            visited = self.fsm.walk(state, ids)
+            self._closing[state] = (ids[: len(visited)], visited)
+        return self._closing[state]
+
     def learn(self, rejected: int, chosen: int) -> None:
         """The target rejected forced token ``rejected`` for ``chosen``; if ``chosen`` spells a proper prefix
         of it (``":`` for ``":"``), spell forced text that way from now on (this decode only)."""
@@ -111,6 +125,7 @@ class Forcer:
         if head and len(head) < len(whole) and whole.startswith(head):
             self._splits[rejected] = chosen
             self._spelled.clear()
+            self._closing.clear()
 
     def _respell(self, ids: list[int]) -> list[int]:
         """``ids`` with every learned split applied: the preferred head, then the rest spelled canonically."""

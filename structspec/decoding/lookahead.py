@@ -2,13 +2,16 @@
 Decoding"): the target's own verify pass runs a Jacobi iteration on guessed future tokens, and the n-grams
 it produces become drafts. No draft model.
 
-`LookaheadDrafter` drafts a token tree (`structspec.decoding.row.TreeDrafting`) of two branches, merged
-into a trie where they share a prefix:
+`LookaheadDrafter` drafts a token tree (`structspec.decoding.row.TreeDrafting`) of a main branch and
+siblings, merged into a trie where they share a prefix:
 
 1. **the main branch**: a chain continued, token by token, by the longest match of its last tokens in the
    n-gram pool (the target's most recent choice after them) or, failing that, earlier in the context
    (prompt lookup), forced text spliced in (`structspec.decoding.row.draft_candidate`);
-2. **the Jacobi branch**: the guess window, up to ``window`` guesses for the tokens after the context, cut
+2. **closing siblings**: where the main branch copies on past punctuation (``,`` ``.`` ``|`` ...) or ends on a
+   copied token, the string closed there and the forced text after it (``","`` + the next key, `Forcer.closing`):
+   the document goes on past a value's end, the target closes the string (nodes left after the Jacobi branch);
+3. **the Jacobi branch**: the guess window, up to ``window`` guesses for the tokens after the context, cut
    at the first token the FSM does not allow and refilled from there (`_Refill`): as the main branch goes
    on but from a single matched token, else with the allowed token the context used last, so the
    iteration always has guesses to start from.
@@ -44,12 +47,13 @@ from dataclasses import dataclass, field
 import torch
 
 from structspec.automaton.fsm import TokenFSM
-from structspec.decoding.drafters import Step, continuations
+from structspec.decoding.drafters import Step, continuations, copied_text
 from structspec.decoding.fastforward import Forcer
-from structspec.decoding.row import Candidate, DecodeOptions, draft_candidate
+from structspec.decoding.row import FORCED, Candidate, DecodeOptions, draft_candidate
 from structspec.decoding.sampling import SamplingConfig
 from structspec.result import Stats
 
+PUNCTUATION = {b",", b".", b";", b"|", b"(", b")", b"\n"}  # where a copied value likely ended, as a token's first byte
 RECENT = 64  # context tokens a refill looks back over for a guess to start from: a scan per guessed token
 
 
@@ -60,13 +64,14 @@ class LookaheadDrafter:
     (``draft="lookahead"`` makes one per row).
 
     ``window``: Jacobi guesses per tree; ``max_ngram``: the longest run of last tokens matched, in the pool
-    and in the context; ``max_tokens`` and ``min_start``: as `PromptLookup`'s; ``max_pool``: n-grams kept.
+    and in the context; ``max_tokens``, ``min_start`` and ``min_text``: as `PromptLookup`'s; ``max_pool``: n-grams kept.
     """
 
     window: int = 5
     max_ngram: int = 3
     max_tokens: int = 10
     min_start: int = 2
+    min_text: int = 1
     max_pool: int = 4096
     name: str = "lookahead"
     passes: int = 0  # no draft model: the Jacobi step rides in the target's verify pass
@@ -80,7 +85,7 @@ class LookaheadDrafter:
         self, forcer: Forcer | None, fsm: TokenFSM, context: list[int], state: int, limit: int, drafted: int,
         options: DecodeOptions, stats: Stats,
     ) -> Candidate:
-        """The main branch and the Jacobi branch after ``context`` (in ``state``, module doc), no path longer
+        """The main branch, the Jacobi branch and closing siblings after ``context`` (in ``state``, module doc), no path longer
         than ``limit``, at most ``drafted`` drafter tokens on the main branch and ``drafted`` nodes beyond it.
         Every token is allowed by the FSM. Reads the FSM's caches and the guess window; changes only the
         drafter's record of this candidate."""
@@ -94,9 +99,32 @@ class LookaheadDrafter:
         room = depth - len(guesses)
         refill = draft_candidate(_Refill(self), forcer, fsm, context + guesses, states[-1] if states else state,
                                  room, room, options, None, stats)
+        spine = len(tree.tokens)
         self._branch = _graft(tree, guesses + refill.tokens, states + refill.states,
                               [self.name] * len(guesses) + refill.sources, drafted)
+        if forcer is not None:
+            self._close(tree, forcer, fsm, state, spine, limit, drafted - (len(tree.tokens) - spine))
         return tree
+
+    def _close(self, tree: Candidate, forcer: Forcer, fsm: TokenFSM, state: int, spine: int, limit: int,
+               budget: int) -> None:
+        """Siblings that close the string the main branch copies (`Forcer.closing`: ``","`` and the next key),
+        where the copy goes on past punctuation or ends: the document goes on past a value's end, the target
+        closes the string there. At most ``budget`` nodes, nearest the root first. Changes ``tree``."""
+        for p in range(-1, spine):
+            child = p + 1
+            if child < spine:
+                spelled = fsm.vocab.token_bytes[tree.tokens[child]] or b""
+                if tree.sources[child] != self.name or spelled[:1] not in PUNCTUATION:
+                    continue
+            elif p < 0 or tree.sources[p] != self.name:
+                continue  # the branch ends on forced text (or is empty): nothing copied to close
+            close, states = forcer.closing(tree.states[p] if p >= 0 else state)
+            if budget <= 0 or not close or (child < spine and close[0] == tree.tokens[child]):
+                continue
+            size = len(tree.tokens)
+            _graft(tree, close[: limit - child], states, [self.name] + [FORCED] * (len(close) - 1), budget, p)
+            budget -= len(tree.tokens) - size
 
     def observe(self, context: list[int], candidate: Candidate, choices: list[int]) -> None:
         """Learn from the target's masked argmax at the root (``choices[0]``) and after each node ``i`` of
@@ -124,7 +152,12 @@ class LookaheadDrafter:
         if self._count >= self.max_tokens:
             return None
         shortest = self.min_start if self._count == 0 else 1  # as `PromptLookup`: a copy starts from a longer match
-        token = self._continuation(context, lambda t: fsm.next_state(state, t) is not None, shortest)
+        def allows(t: int) -> bool:
+            return fsm.next_state(state, t) is not None
+
+        token = self._continuation(context, allows, shortest)
+        if token is None and self.min_text:
+            token = copied_text(context, fsm.vocab, allows, self.min_text)
         if token is None:
             return None
         self._count += 1
@@ -184,14 +217,16 @@ class _Refill:
         pass
 
 
-def _graft(tree: Candidate, tokens: list[int], states: list[int], sources: list[str], budget: int) -> list[int]:
-    """Hang the chain ``tokens`` (reaching ``states``, proposed by ``sources``) from the root of ``tree``,
-    sharing each node that already holds the chain's token under the same parent, with at most ``budget`` new
-    nodes. Changes ``tree``; returns the chain's node indices (fewer than its tokens if the budget ran out)."""
+def _graft(tree: Candidate, tokens: list[int], states: list[int], sources: list[str], budget: int,
+           root: int = -1) -> list[int]:
+    """Hang the chain ``tokens`` (reaching ``states``, proposed by ``sources``) from node ``root`` of ``tree``
+    (−1: its root), sharing each node that already holds the chain's token under the same parent, with at most
+    ``budget`` new nodes. Changes ``tree``; returns the chain's node indices (fewer than its tokens if the
+    budget ran out)."""
     parents: list[int] = tree.parents  # type: ignore[assignment]  # a tree
     nodes: list[int] = []
     for token, state, source in zip(tokens, states, sources):
-        parent = nodes[-1] if nodes else -1
+        parent = nodes[-1] if nodes else root
         node = next((i for i, (t, p) in enumerate(zip(tree.tokens, parents)) if p == parent and t == token), None)
         if node is None:
             if budget == 0:

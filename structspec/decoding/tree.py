@@ -7,8 +7,9 @@ along it, nearest the root first:
 1. **options**: where the FSM allows only a few tokens (an enum, a Literal),
    each of them;
 2. **closing a copied string**: at a word boundary of the main branch (and
-   at its end), the ``"`` token where the FSM allows it: prompt lookup keeps
-   copying the document past a value's end, the target closes the string;
+   at its end), the token that closes the string there as models spell it,
+   ``","`` or ``"}`` rather than ``"`` alone (`Forcer.closing`): prompt lookup
+   keeps copying the document past a value's end, the target closes the string;
 3. **other prompt-lookup matches**: the tokens that followed the last n-gram
    at its other places in the context.
 
@@ -43,9 +44,6 @@ from structspec.decoding.row import FORCED, Candidate, DecodeOptions, draft_cand
 from structspec.decoding.sampling import SamplingConfig
 from structspec.result import Stats
 
-QUOTE = ord('"')
-
-
 @dataclass(eq=False)
 class TreeDrafter:
     """Drafts token trees for greedy rows (module doc); a `Drafter` whose chain is prompt lookup's.
@@ -65,7 +63,9 @@ class TreeDrafter:
 
     def __post_init__(self) -> None:
         self._lookup = PromptLookup(self.max_ngram, self.max_tokens, self.name)
-        self._branch = PromptLookup(self.max_ngram, self.max_tokens, self.name)
+        # a sibling's branch copies by tokens only: a text match would draft after every sibling and leave the
+        # later siblings no nodes
+        self._branch = PromptLookup(self.max_ngram, self.max_tokens, self.name, min_text=0)
 
     def begin(self) -> None:
         self._lookup.begin()
@@ -95,25 +95,25 @@ class TreeDrafter:
             if p + 2 > limit or (child is not None and tree.sources[p + 1] == FORCED) or fsm.is_complete(at):
                 continue  # no room, forced text (no choice), or nothing but EOS
             prefix = context + tree.tokens[: p + 1]
-            for token in self._siblings(fsm, prefix, at, child)[: self.max_options]:
+            close = forcer.closing(at)[0][:1] if forcer is not None else []
+            for token in self._siblings(fsm, prefix, at, child, close)[: self.max_options]:
                 if budget <= 0:
                     break
                 budget -= self._add_branch(tree, p, fsm.next_state(at, token), token, forcer, fsm, prefix,
                                            min(limit - p - 2, budget - 1), options, stats)
         return tree
 
-    def _siblings(self, fsm: TokenFSM, context: list[int], state: int, child: int | None) -> list[int]:
-        """Tokens worth a sibling of ``child`` after ``context`` in ``state``, best first. Changes nothing."""
+    def _siblings(self, fsm: TokenFSM, context: list[int], state: int, child: int | None,
+                  close: list[int]) -> list[int]:
+        """Tokens worth a sibling of ``child`` after ``context`` in ``state``, best first; ``close``: the token
+        that closes a string here (`Forcer.closing`), if any. Changes nothing."""
         options = self._options(fsm, state)
         if options is not None:
             tokens = options
         else:
-            tokens = []
-            quote = fsm.vocab.single_byte_tokens.get(QUOTE)
             boundary = child is None or not (fsm.vocab.token_bytes[child] or b"")[:1].isalnum()
-            if quote is not None and boundary and fsm.next_state(state, quote) is not None:
-                tokens.append(quote)  # the value may end here: at a word boundary or where the branch ends
-            tokens += self._matches(fsm, context, state)
+            # the value may end here: at a word boundary or where the branch ends
+            tokens = (close if boundary else []) + self._matches(fsm, context, state)
         return [t for t in dict.fromkeys(tokens) if t != child and fsm.spellable(fsm.next_state(state, t))]
 
     def _options(self, fsm: TokenFSM, state: int) -> list[int] | None:
