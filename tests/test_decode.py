@@ -23,7 +23,7 @@ class Pet(BaseModel):
 
 def test_passes_are_counted_exactly(byte_lm) -> None:
     counting = CountingLM(byte_lm)
-    result = structspec.generate_result(counting, Regex(r"[a-z]{1,6}"), "hello", max_new_tokens=20)
+    result = structspec.generate_result(counting, Regex(r"[a-z]{1,6}"), "hello", max_new_tokens=20, draft=None)
     stats = result.stats
     assert re.fullmatch(r"[a-z]{1,6}", result.text)
     assert stats.target_forward_passes == counting.passes
