@@ -100,6 +100,24 @@ def test_closing_spells_the_quote_with_the_forced_text_after_it_as_the_tokenizer
     assert Forcer(digits, qwen_lm.tokenizer).closing(digits.initial_state) == ([], [])  # no string to close
 
 
+def test_a_learned_split_is_forgotten_when_the_target_writes_the_whole_token_again(qwen_lm) -> None:
+    spec = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
+            "required": ["a", "b"]}
+    fsm = structspec.compile(spec, qwen_lm).fsm
+    forcer = Forcer(fsm, qwen_lm.tokenizer)
+    ids = {qwen_lm.vocab.decode([t]): t for t in qwen_lm.tokenizer.encode('":"', add_special_tokens=False)
+           + qwen_lm.tokenizer.encode('":', add_special_tokens=False)}
+    whole, head = ids['":"'], ids['":']  # one token each in Qwen's vocabulary
+    after_b = fsm.walk(fsm.initial_state, qwen_lm.tokenizer.encode('{"a":"x","b', add_special_tokens=False))[-1]
+    assert forcer.spelled(after_b)[0] == [whole]
+    forcer.learn(whole, head)  # the first key: the target wrote '":' + '"'
+    assert forcer.spelled(after_b)[0][0] == head
+    forcer.learn(head, whole)  # a later key: '":"' again, so the split is forgotten
+    assert forcer.spelled(after_b)[0] == [whole]
+    forcer.learn(head, ids['":"'])  # forgetting twice changes nothing
+    assert forcer.spelled(after_b)[0] == [whole]
+
+
 def test_complete_output_needs_no_final_pass(byte_lm) -> None:
     counting = CountingLM(byte_lm)
     result = run(counting, Regex(r"(alpha|beta)!!!"), "exact")

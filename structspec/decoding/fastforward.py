@@ -120,12 +120,18 @@ class Forcer:
 
     def learn(self, rejected: int, chosen: int) -> None:
         """The target rejected forced token ``rejected`` for ``chosen``; if ``chosen`` spells a proper prefix
-        of it (``":`` for ``":"``), spell forced text that way from now on (this decode only)."""
+        of it (``":`` for ``":"``), spell forced text that way from now on (this decode only). If ``rejected``
+        was such a learned head and ``chosen`` is the whole token again, forget the split: Qwen writes the
+        first key's ``":`` + ``"`` and every later key's ``":"``, and keeping the split cost a pass per key."""
         whole, head = self.fsm.vocab.token_bytes[rejected] or b"", self.fsm.vocab.token_bytes[chosen] or b""
         if head and len(head) < len(whole) and whole.startswith(head):
             self._splits[rejected] = chosen
-            self._spelled.clear()
-            self._closing.clear()
+        elif self._splits.get(chosen) == rejected:
+            del self._splits[chosen]
+        else:
+            return
+        self._spelled.clear()
+        self._closing.clear()
 
     def _respell(self, ids: list[int]) -> list[int]:
         """``ids`` with every learned split applied: the preferred head, then the rest spelled canonically."""
