@@ -80,16 +80,7 @@ class TokenVocab:
     @cached_property
     def ids_by_bytes(self) -> dict[bytes, int]:
         """bytes → the lowest token id spelling exactly them (EOS and special tokens excluded)."""
-        out: dict[bytes, int] = {}
-        for i, b in enumerate(self.token_bytes):
-            if b and i != self.eos_token_id:
-                out.setdefault(b, i)
-        return out
-
-    @cached_property
-    def longest_token(self) -> int:
-        """The most bytes one token spells."""
-        return max(len(b) for b in self.token_bytes if b)
+        return {b: ids[0] for b, ids in self.outlines_map().items()}
 
     def outlines_map(self) -> dict[bytes, list[int]]:
         """bytes → token ids, the form `outlines_core.Vocabulary` takes (EOS excluded)."""

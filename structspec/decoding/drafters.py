@@ -174,7 +174,8 @@ def copied_text(context: list[int], vocab: TokenVocab, allows: Callable[[int], b
     text = vocab.spell(context)
     ids = vocab.ids_by_bytes
     for n in range(min(TEXT_MATCH, len(text) - 1), shortest - 1, -1):
-        at = text.find(text[-n:], 0, len(text) - 1)  # an occurrence with a byte after it: an earlier one
+        run = text[-n:]
+        at = text.find(run, 0, len(text) - 1)  # an occurrence with a byte after it: an earlier one
         if at < 0:
             continue
         while at >= 0:  # the longest run found decides: a shorter one is a weaker guess than none
@@ -183,7 +184,7 @@ def copied_text(context: list[int], vocab: TokenVocab, allows: Callable[[int], b
                 token = ids.get(rest[:size])
                 if token is not None and allows(token):
                     return token
-            at = text.find(text[-n:], at + 1, len(text) - 1)
+            at = text.find(run, at + 1, len(text) - 1)
         return None
     return None
 

@@ -99,10 +99,7 @@ class Forcer:
         Cached; does not change anything.
         """
         if state not in self._spelled:
-            text, _ = self.forced_bytes(state)
-            ids = self._respell(self._encode(text) or []) if text else []
-            visited = self.fsm.walk(state, ids)
-            self._spelled[state] = (ids[: len(visited)], visited)
+            self._spelled[state] = self._spell(state, self.forced_bytes(state)[0])
         return self._spelled[state]
 
     def closing(self, state: int) -> tuple[list[int], list[int]]:
@@ -113,10 +110,16 @@ class Forcer:
         if state not in self._closing:
             quote = self._byte_token.get(ord('"'))
             after = self.fsm.next_state(state, quote) if quote is not None else None
-            ids = self._respell(self._encode(b'"' + self.forced_bytes(after)[0]) or []) if after is not None else []
-            visited = self.fsm.walk(state, ids)
-            self._closing[state] = (ids[: len(visited)], visited)
+            self._closing[state] = (self._spell(state, b'"' + self.forced_bytes(after)[0]) if after is not None
+                                    else ([], []))
         return self._closing[state]
+
+    def _spell(self, state: int, text: bytes) -> tuple[list[int], list[int]]:
+        """``text`` from ``state`` in its canonical spelling with the learned splits, cut where the FSM stops
+        it, and the states after each token. Does not change anything."""
+        ids = self._respell(self._encode(text) or []) if text else []
+        visited = self.fsm.walk(state, ids)
+        return ids[: len(visited)], visited
 
     def learn(self, rejected: int, chosen: int) -> None:
         """The target rejected forced token ``rejected`` for ``chosen``; if ``chosen`` spells a proper prefix

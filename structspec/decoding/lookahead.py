@@ -64,7 +64,8 @@ class LookaheadDrafter:
     (``draft="lookahead"`` makes one per row).
 
     ``window``: Jacobi guesses per tree; ``max_ngram``: the longest run of last tokens matched, in the pool
-    and in the context; ``max_tokens``, ``min_start`` and ``min_text``: as `PromptLookup`'s; ``max_pool``: n-grams kept.
+    and in the context; ``max_tokens``, ``min_start`` and ``min_text``: as `PromptLookup`'s; ``max_pool``:
+    n-grams kept.
     """
 
     window: int = 5
@@ -85,8 +86,9 @@ class LookaheadDrafter:
         self, forcer: Forcer | None, fsm: TokenFSM, context: list[int], state: int, limit: int, drafted: int,
         options: DecodeOptions, stats: Stats,
     ) -> Candidate:
-        """The main branch, the Jacobi branch and closing siblings after ``context`` (in ``state``, module doc), no path longer
-        than ``limit``, at most ``drafted`` drafter tokens on the main branch and ``drafted`` nodes beyond it.
+        """The main branch, the Jacobi branch and closing siblings after ``context`` (in ``state``, module doc),
+        no path longer than ``limit``, at most ``drafted`` drafter tokens on the main branch and ``drafted`` nodes
+        beyond it.
         Every token is allowed by the FSM. Reads the FSM's caches and the guess window; changes only the
         drafter's record of this candidate."""
         tree = draft_candidate(self, forcer, fsm, context, state, limit, drafted, options, None, stats)
