@@ -22,7 +22,7 @@ from structspec.testing import save_tiny_model  # noqa: E402
 from structspec.tools import jobs  # noqa: E402
 from structspec.tools.cli import EXIT_CONFIG, EXIT_OK, main  # noqa: E402
 
-N_RECORDS = 20
+N_RECORDS = 40  # five actor calls of 8 rows: a kill after the first lines lands mid-job
 SCHEMA = {  # short outputs, so the tiny random model finishes records
     "type": "object",
     "properties": {"flag": {"type": "boolean"}, "size": {"enum": ["small", "medium", "large"]}},
@@ -34,7 +34,7 @@ OPTIONS = jobs.JobOptions(jobs.default_template(SCHEMA), {"max_new_tokens": 24},
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A saved tiny model, a schema file and 20 records, two malformed: line 4 is not JSON, line 9 has no text."""
+    """A saved tiny model, a schema file and `N_RECORDS` records, two malformed: line 4 is not JSON, line 9 has no text."""
     root = tmp_path_factory.mktemp("ray-job")
     save_tiny_model(root / "model")
     (root / "schema.json").write_text(json.dumps(SCHEMA))

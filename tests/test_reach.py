@@ -280,3 +280,52 @@ def test_not_strict_drops_what_cannot_be_exact() -> None:
 def test_max_recursion_depth_is_checked(depth: Any) -> None:
     with pytest.raises(OptionError, match="max_recursion_depth"):
         to_regex(TREE, max_recursion_depth=depth)
+
+
+@pytest.mark.parametrize("branches", [
+    [{"required": ["a"]}, {"required": ["b", "c"]}, {"required": ["d"]}],  # exclusive groups (Glaive's shapes)
+    [{"required": ["a"]}, {"required": ["a", "b"]}],  # one branch's names inside another's
+    [{"required": ["a", "b"]}, {"required": ["b", "c"]}],
+])
+def test_a_oneof_of_required_sets_admits_exactly_the_objects_that_complete_one(branches: list) -> None:
+    schema = {"type": "object", "properties": PROPS, "oneOf": branches}
+    agrees(schema, objects())
+    assert any(re.fullmatch(to_regex(schema), t) for t in objects())
+
+
+def test_a_oneof_of_required_sets_that_no_object_completes_once_is_a_schema_error() -> None:
+    schema = {"type": "object", "properties": PROPS, "required": ["a", "b"],
+              "oneOf": [{"required": ["a"]}, {"required": ["b"]}]}
+    with pytest.raises(SchemaError) as err:
+        to_regex(schema)
+    assert (err.value.keyword, err.value.pointer) == ("oneOf", "/")
+
+
+def test_a_false_pattern_forbids_the_names_it_matches() -> None:
+    schema = {"type": "object", "properties": PROPS, "patternProperties": {"^[bc]$": False, "^z": {"const": 0}}}
+    agrees(schema, objects() + ['{"a":1,"z":0}', '{"zz":0,"z":0}', '{"z":1}'])
+    with pytest.raises(SchemaError) as err:
+        to_regex(schema | {"required": ["b"]})
+    assert (err.value.keyword, err.value.pointer) == ("patternProperties", "/")
+
+
+def test_a_pattern_that_matches_a_listed_property_with_the_same_or_any_schema_is_enforced() -> None:
+    schema = {"type": "object", "properties": PROPS, "patternProperties": {"^[ab]$": {}}}
+    agrees(schema, objects())
+    with pytest.raises(SchemaError, match="would need both schemas"):
+        to_regex(schema | {"patternProperties": {"^[ab]$": {"type": "string"}}})
+
+
+@pytest.mark.parametrize("schema", [{"format": "date"}, {"minLength": 2}, {"maxItems": 1, "items": {"const": 1}},
+                                    {"minimum": 3}, {"required": ["a"]}])
+def test_a_keyword_without_type_applies_to_its_own_type_and_lets_other_types_through(schema: dict) -> None:
+    texts = ['"2020-02-29"', '"2021-02-29"', '"x"', '""', "1", "3", "3.5", "-7", "true", "null", "[]", "[1]",
+             "[1,1]", '["x"]', "{}", '{"a":1}', '{"b":true}']
+    agrees(schema, texts)
+
+
+def test_an_unknown_format_is_an_annotation_said_in_a_warning() -> None:
+    schema = {"type": "object", "properties": {"u": {"type": "string", "format": "url", "maxLength": 4}}}
+    with pytest.warns(UserWarning, match=r"not enforced: 'url' at /properties/u"):
+        regex = to_regex(schema)
+    assert re.fullmatch(regex, '{"u":"a b"}') and not re.fullmatch(regex, '{"u":"abcde"}')  # maxLength still holds

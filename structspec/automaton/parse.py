@@ -22,6 +22,10 @@ _HOLE = 0xF0000  # private-use code points stand in for groups cut out of a rege
 _HOLE_MIN = 48  # groups shorter than this are parsed in place
 
 
+MAX_WRITTEN = 20_000_000
+"""The longest regex text a `ParsedRegex` writes (for other engines; the automaton reads the items)."""
+
+
 class ParsedRegex:
     """A regex as parsed items, for `parse` to return as they are, and a ``key`` naming its language.
 
@@ -37,8 +41,15 @@ class ParsedRegex:
         self._text: str | None = None
 
     def __str__(self) -> str:
-        """The regex text (`write`): written on the first call and kept."""
+        """The regex text (`write`): written on the first call and kept; `RegexError` if it would be longer than
+        `MAX_WRITTEN` characters (the automaton never needs it)."""
         if self._text is None:
+            size = written_size(self.items)
+            if size > MAX_WRITTEN:
+                raise RegexError("", f"its text would be about {size:.1e} characters (more than {MAX_WRITTEN:,}): "
+                                 "the text spells an array's items twice and an object's optional properties up "
+                                 "to once per property, level after level; the compiled automaton shares them "
+                                 "and needs no text")
             self._text = write(self.items)
         return self._text
 

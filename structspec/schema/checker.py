@@ -55,6 +55,8 @@ from structspec.schema.pointers import Document, join
 # The keywords outlines-core dispatches on, in its order.
 _DISPATCH = ("properties", "patternProperties", "anyOf", "oneOf", "prefixItems", "enum", "const", "$ref", "type")
 
+_ANY_TYPE = ("object", "array", "string", "number", "boolean", "null")
+
 # JSON Schema's type test (`is_type`: 1.0 is an integer, True is no number), one validator for every node.
 _JSON_TYPES = jsonschema.Draft202012Validator(True)
 
@@ -137,7 +139,15 @@ class _Checker:
         of ``allOf``, ``$ref``, ``anyOf`` and ``oneOf`` merge into their subschemas,
         as a value must match both.
         """
+        if "type" not in node and any(k in KEYWORD_TYPES for k in node) and not any(
+                self._has(node, k) for k in (*_DISPATCH, "not")):
+            # JSON Schema applies a type's keywords to values of that type and lets the others through
+            return node | {"type": list(_ANY_TYPE)}, ptr, refs
         types = type_set(node["type"]) if "type" in node else None
+        if types is not None and len(types - {"integer"}) > 1 and any(
+                k in node for k in ("properties", "patternProperties", "prefixItems")):
+            # those keywords dispatch to an object or array alone: one branch per type keeps the others
+            return {"anyOf": [node | {"type": t} for t in sorted(types)]}, ptr, refs
         inapplicable = {k for k in node if types is not None and k in KEYWORD_TYPES
                         and not overlap(KEYWORD_TYPES[k], types)}
         if "additionalItems" in node and not isinstance(node.get("items"), list):
@@ -269,17 +279,30 @@ class _Checker:
         keys = {p: key_regex(p) for p in patterns}
         clash = next((f"pattern {p!r} cannot be read as a JSON-safe, anchored-or-not regular expression"
                       for p, key in keys.items() if key is None), None)
-        clash = clash or next((f"pattern {p!r} also matches property {n!r}, whose value would need both schemas"
-                               for p in patterns for n in props if search(p, n)), None)
         clash = clash or next((f"patterns {p!r} and {q!r} may match the same name with different schemas"
                                for p in patterns for q in patterns if p < q and not same(patterns[p], patterns[q])
                                and not disjoint_patterns(p, q)), None)
-        fields = [(n, props[n], n in required) for n in props]
+        fields = []
+        for name, sub in props.items():  # a listed property whose name a pattern matches takes both schemas
+            for p in (p for p in patterns if not clash and search(p, name)):
+                if patterns[p] is False or sub is False:
+                    sub = False  # the name is forbidden
+                elif patterns[p] is not True and patterns[p] != {} and sub is not patterns[p]:  # (no merge: it
+                    # would copy an unrolled DAG as a tree)
+                    clash = f"pattern {p!r} also matches property {name!r}, whose value would need both schemas"
+            if sub is False and name in required:
+                raise SchemaError("patternProperties", ptr, f"required property {name!r} matches a pattern whose "
+                                  "schema admits no value there")
+            if sub is not False:  # a name the schemas together forbid is never written
+                fields.append((name, sub, name in required))
         takes_extra = False  # whether a required name no pattern matches takes the additionalProperties schema
         for name in (n for n in required if n not in props):
             matching = [p for p in patterns if search(p, name)]
             if len(matching) > 1 or (not matching and extra is False):
                 clash = clash or f"required property {name!r} matches {len(matching)} patterns"
+            if matching and patterns[matching[0]] is False:
+                raise SchemaError("patternProperties", ptr, f"required property {name!r} matches pattern "
+                                  f"{matching[0]!r}, whose schema is false")
             takes_extra = takes_extra or not matching
             fields.append((name, patterns[matching[0]] if matching else {} if extra is True else extra, True))
         if clash:
@@ -288,13 +311,14 @@ class _Checker:
             self.rewrites.replace(node, rest)
             self.walk(rest, ptr, refs)
             return
-        for name, sub in props.items():
+        for name, sub, _ in fields[:len(fields) - sum(n not in props for n in required)]:
             self._sub(sub, ptr, refs, "properties", name)
         if takes_extra:
             self._sub(extra, ptr, refs, "additionalProperties")
-        for p, sub in patterns.items():
+        allowed = {p: sub for p, sub in patterns.items() if sub is not False}  # names matching the others: never
+        for p, sub in allowed.items():
             self._sub(sub, ptr, refs, "patternProperties", p)
-        self.rewrites.hole(node, self.rewrites.object_regex(fields, [(keys[p], sub) for p, sub in patterns.items()],
+        self.rewrites.hole(node, self.rewrites.object_regex(fields, [(keys[p], sub) for p, sub in allowed.items()],
                                                             ptr))
 
     def _anyOf(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...]) -> None:
@@ -402,11 +426,15 @@ class _Checker:
         """Fold format, pattern and length bounds into one JSON-safe pattern where they need it."""
         lengths = self._has(node, "minLength") or self._has(node, "maxLength")
         pattern = None
+        if self._has(node, "format") and node["format"] not in FORMATS:
+            # an unknown format is an annotation to JSON Schema's validators too: said (a warning), not enforced
+            self.rewrites.unknown_formats[(node["format"], ptr)] = None
+            rest = {k: v for k, v in node.items() if k != "format"}
+            self.rewrites.replace(node, rest)
+            self.walk(rest, ptr, ())
+            return
         if self._has(node, "format"):
-            if node["format"] not in FORMATS:
-                self._unenforced(node, "format", ptr, f"format {node['format']!r} is not supported "
-                                 f"(supported: {', '.join(sorted(FORMATS))})")
-            elif self._has(node, "pattern"):
+            if self._has(node, "pattern"):
                 self._unenforced(node, "format", ptr, "cannot be combined with pattern")
             elif lengths:
                 self._unenforced(node, "format", ptr, "cannot be combined with minLength/maxLength")

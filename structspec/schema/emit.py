@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from structspec.automaton.parse import ParsedRegex, written_size
+from structspec.automaton.parse import ParsedRegex
 from structspec.errors import SchemaError
 from structspec.schema.bounds import EXPONENT_DIGITS, Digits
 from structspec.schema.keywords import LITERALS, NAMED, is_annotation
@@ -35,6 +35,7 @@ class Rewrites:
     holes: dict[str, Items] = field(default_factory=dict)  # marker → the hole's items
     dropped: dict[tuple[str, str], None] = field(default_factory=dict)  # (keyword, pointer), in order
     narrowings: dict[str, None] = field(default_factory=dict)  # "pointer: what", in order
+    unknown_formats: dict[tuple[str, str], None] = field(default_factory=dict)  # (format, pointer), not enforced
     translator: Translator = field(init=False)
 
     def __post_init__(self) -> None:
@@ -130,18 +131,8 @@ class Rewrites:
 
     def regex(self, node: Any, pointer: str) -> ParsedRegex:
         """The regex of ``node`` (already checked, at ``pointer``): its items, the key naming its language, and
-        its text written only when asked for.
-
-        `SchemaError` if the text would be longer than `MAX_REGEX_CHARS` (k optional properties are
-        O(k) items but O(k²) text, and nesting multiplies it).
-        """
+        its text written only when asked for."""
         items = self.items(node, pointer)
-        size = written_size(items)
-        if size > MAX_REGEX_CHARS:
-            keyword = "items" if '"items"' in json.dumps(self.document.root) else "properties"
-            raise SchemaError(keyword, pointer, f"its regex would be about {size:.1e} characters: the text spells "
-                              "an array's items twice and an object's optional properties up to once per "
-                              "property, level after level; nest fewer arrays or optional objects")
         key = json.dumps([_TRANSLATION, self.document.root, self.whitespace, self.digits.integer,
                           self.digits.fraction, pointer], ensure_ascii=False)
         return ParsedRegex(items, hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest())
@@ -158,7 +149,3 @@ class Rewrites:
 
     def _value(self, node: Any, pointer: str) -> Items:
         return self.items(node, self.document.pointer(node, pointer))
-
-
-MAX_REGEX_CHARS = 20_000_000
-"""The longest regex text structspec writes (the automaton reads the items; the text is for other engines)."""

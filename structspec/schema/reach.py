@@ -16,7 +16,7 @@ from typing import Any
 import jsonschema
 
 from structspec.errors import SchemaError
-from structspec.schema.keywords import ANNOTATIONS, LITERALS, NAMED, VALIDATION, json_type, type_set
+from structspec.schema.keywords import ANNOTATIONS, LITERALS, NAMED, VALIDATION, json_type, same, type_set
 from structspec.schema.merge import excludes, merge
 from structspec.schema.pointers import Document, join
 from structspec.schema.validation import validator
@@ -219,6 +219,8 @@ def exactly_one(node: dict[str, Any], document: Document, ptr: str) -> dict[str,
         raise SchemaError("oneOf", ptr, "a branch true matches every value, so the others match none alone")
     finite = {i: _finite_values(document.resolve(b)) for i, b in branches}
     infinite = [(i, b) for i, b in branches if finite[i] is None]
+    if len(infinite) == len(branches) and (by_presence := _by_required([b for _, b in branches], document, ptr)):
+        return by_presence
     for i, x in infinite:
         for j, y in infinite:
             if i != j and not excludes(x, y, document):
@@ -250,6 +252,50 @@ def exactly_one(node: dict[str, Any], document: Document, ptr: str) -> dict[str,
     if not out:
         raise SchemaError("oneOf", ptr, "no value matches exactly one branch")
     return out[0] if len(out) == 1 else {"anyOf": out}
+
+
+def _by_required(branches: list[Any], document: Document, ptr: str) -> dict[str, Any] | None:
+    """``oneOf`` branches that are one object schema but for ``required`` (``{"oneOf": [{"required": ["radius"]},
+    {"required": ["width", "height"]}]}`` beside ``properties``) as one branch per set of the names some branch
+    requires that completes exactly one branch's names, those present and the rest of them left out (objects
+    are written with listed properties only, so that is exact). None if the branches differ otherwise, or
+    more than `MAX_OPTIONAL` names decide; `SchemaError` if no set completes exactly one branch."""
+    nodes = [document.resolve(b) for b in branches]
+    if not all(isinstance(n, dict) and isinstance(n.get("properties"), dict) for n in nodes):
+        return None
+    base = {k: v for k, v in nodes[0].items() if k != "required"}
+    if any(k in base for k in (*_COUNTING, "patternProperties")) or not all(
+            _shallow_same({k: v for k, v in n.items() if k != "required"}, base) for n in nodes[1:]):
+        return None
+    needs = [set(n.get("required", [])) for n in nodes]
+    always = set.intersection(*needs)
+    deciding = [n for n in base["properties"] if n not in always and any(n in need for need in needs)]
+    if not set.union(*needs) <= set(base["properties"]) or len(deciding) > MAX_OPTIONAL:
+        return None
+    out = []
+    for size in range(len(deciding) + 1):
+        for chosen in combinations(deciding, size):
+            present = always | set(chosen)
+            if sum(need <= present for need in needs) == 1:
+                kept = {n: v for n, v in base["properties"].items() if n not in deciding or n in present}
+                out.append(base | {"properties": kept, "required": [n for n in kept if n in present]})
+    if not out:
+        raise SchemaError("oneOf", ptr, "no set of present properties completes exactly one branch's required ones")
+    return out[0] if len(out) == 1 else {"anyOf": out}
+
+
+def _shallow_same(a: Any, b: Any, depth: int = 0) -> bool:
+    """Whether ``a`` and ``b`` are the same schema by their keys and, below those of a node and of its
+    ``properties``, by identity (branches merged from one node share their subschemas): cheap on an unrolled
+    DAG, which JSON equality would walk as a tree. False may be wrong (the caller then treats them as
+    different); True is not."""
+    if a is b:
+        return True
+    if isinstance(a, dict) and isinstance(b, dict):
+        return depth < 2 and a.keys() == b.keys() and all(_shallow_same(a[k], b[k], depth + 1) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(not isinstance(x, (dict, list)) and same(x, y) for x, y in zip(a, b))
+    return not isinstance(a, (dict, list)) and same(a, b)
 
 
 def _not_of(node: dict[str, Any], document: Document) -> Any:

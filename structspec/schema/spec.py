@@ -15,6 +15,7 @@ from structspec.errors import OptionError, SpecError
 from structspec.schema.bounds import MAX_FRACTION_DIGITS, MAX_INTEGER_DIGITS, Digits
 from structspec.schema.checker import check
 from structspec.schema.constraint import COMPACT, Constraint, Regex
+from structspec.schema.keywords import FORMATS
 from structspec.schema.reach import MAX_RECURSION_DEPTH, unroll
 from structspec.schema.validation import check_json, check_metaschema, validator
 
@@ -101,6 +102,13 @@ def _json_constraint(
         warnings.warn(
             "strict=False: these schema keywords are not enforced: "
             + ", ".join(f"{key!r} at {ptr or '/'}" for key, ptr in rewrites.dropped),
+            stacklevel=3,
+        )
+    if rewrites.unknown_formats:
+        warnings.warn(
+            f"formats structspec does not know (supported: {', '.join(sorted(FORMATS))}) are annotations, as "
+            "JSON Schema validators read unknown formats, and are not enforced: "
+            + ", ".join(f"{name!r} at {ptr or '/'}" for name, ptr in rewrites.unknown_formats),
             stacklevel=3,
         )
     pattern = rewrites.regex(document, "")
