@@ -114,6 +114,8 @@ def _worker_setup(memory_gb: float, model: str, generate: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (int(memory_gb * 2**30),) * 2)
     from outlines_core import Vocabulary
 
+    from structspec.automaton.fsm import TokenFSM
+    from structspec.schema import constraint_of
     from structspec.testing import tiny_lm
     from structspec.tools.jobs import load_model
 
@@ -123,6 +125,11 @@ def _worker_setup(memory_gb: float, model: str, generate: int) -> None:
     _WORKER["outlines_vocab"] = Vocabulary(lm.vocab.eos_token_id, lm.vocab.outlines_map())
     _WORKER["tiny"] = tiny_lm("byte_level") if generate else None
     _WORKER["generate"] = generate
+    # warm: a fresh worker (also one replacing a killed one) pays its first compile's one-time costs here,
+    # not in the next row's time
+    fsm = TokenFSM.from_regex(constraint_of({"type": "object", "properties": {"a": {"type": "string"}}}).pattern,
+                              lm.vocab, lm.logits_width)
+    fsm.allowed_token_ids(fsm.initial_state)
 
 
 class _OutlinesIndex:
@@ -179,6 +186,7 @@ def _run_task(engine: str, row: dict[str, Any]) -> dict[str, Any]:
 
     from structspec.automaton.fsm import TokenFSM
     from structspec.automaton.nfa import gc_paused
+    from structspec.automaton.parse import ParsedRegex, written_size
     from structspec.schema import constraint_of
 
     lm, schema = _WORKER["lm"], row["schema"]
@@ -213,7 +221,8 @@ def _run_task(engine: str, row: dict[str, Any]) -> dict[str, Any]:
         return {"status": "error", "error": f"{type(e).__name__}: {str(e)[:160]}"}
     # Ours is built lazily: its size is the NFA's; outlines-core's is the states of its Index.
     out["states"] = len(fsm.index.dfa.nfa) if engine == "structspec" else len(fsm.index.get_transitions())
-    out["regex_chars"] = len(str(regex))
+    # ours is never written (it may run to gigabytes): its size is what `write` would write
+    out["regex_chars"] = written_size(regex.items) if isinstance(regex, ParsedRegex) else len(regex)
     tests = [(t["valid"], in_layout(t["data"], schema, schema)) for t in row.get("tests") or [] if "data" in t]
     if engine == "structspec":  # what laziness moves into decoding: each new state's mask
         out["mask_s"] = _mask_seconds(fsm, [text for valid, text in tests if valid])
