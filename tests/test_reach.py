@@ -324,7 +324,7 @@ def test_a_keyword_without_type_applies_to_its_own_type_and_lets_other_types_thr
     agrees(schema, texts)
 
 
-def test_an_unknown_format_is_an_annotation_said_in_a_warning() -> None:
+def test_a_format_no_draft_defines_is_an_annotation_said_in_a_warning() -> None:
     schema = {"type": "object", "properties": {"u": {"type": "string", "format": "url", "maxLength": 4}}}
     with pytest.warns(UserWarning, match=r"not enforced: 'url' at /properties/u"):
         regex = to_regex(schema)

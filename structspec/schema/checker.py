@@ -32,6 +32,7 @@ from structspec.schema.difference import difference
 from structspec.schema.emit import Rewrites
 from structspec.schema.keywords import (
     COUNTS,
+    DEFINED_FORMATS,
     FORMATS,
     KEYWORD_TYPES,
     TYPE_KEYWORDS,
@@ -426,7 +427,7 @@ class _Checker:
         """Fold format, pattern and length bounds into one JSON-safe pattern where they need it."""
         lengths = self._has(node, "minLength") or self._has(node, "maxLength")
         pattern = None
-        if self._has(node, "format") and node["format"] not in FORMATS:
+        if self._has(node, "format") and node["format"] not in DEFINED_FORMATS:
             # an unknown format is an annotation to JSON Schema's validators too: said (a warning), not enforced
             self.rewrites.unknown_formats[(node["format"], ptr)] = None
             rest = {k: v for k, v in node.items() if k != "format"}
@@ -434,7 +435,10 @@ class _Checker:
             self.walk(rest, ptr, ())
             return
         if self._has(node, "format"):
-            if self._has(node, "pattern"):
+            if node["format"] not in FORMATS:
+                self._unenforced(node, "format", ptr, f"format {node['format']!r} is not supported "
+                                 f"(supported: {', '.join(sorted(FORMATS))})")
+            elif self._has(node, "pattern"):
                 self._unenforced(node, "format", ptr, "cannot be combined with pattern")
             elif lengths:
                 self._unenforced(node, "format", ptr, "cannot be combined with minLength/maxLength")

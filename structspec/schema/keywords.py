@@ -39,6 +39,14 @@ FORMATS = frozenset({"date-time", "date", "time", "duration", "email", "hostname
 """The formats structspec enforces, each by the catalogue grammar of the same name (outlines-core's own
 regexes can break the JSON string around them and read \\d as Unicode)."""
 
+DEFINED_FORMATS = FORMATS | {
+    "idn-email", "idn-hostname", "uri-reference", "iri", "iri-reference", "uri-template", "json-pointer",
+    "relative-json-pointer", "regex",  # JSON Schema 2020-12
+    "color", "host-name", "ip-address", "utc-millisec",  # draft 3
+}
+"""The formats a JSON Schema draft defines, which a validator may assert: one structspec does not enforce is a
+`SchemaError`. Any other name is an annotation to every validator, so structspec does not enforce it either."""
+
 BOUNDS = ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum")
 """Numeric bounds, which structspec translates itself (outlines-core ignores them)."""
 
