@@ -34,6 +34,7 @@ from structspec.schema.keywords import (
     COUNTS,
     DEFINED_FORMATS,
     FORMATS,
+    JSON_TYPES,
     KEYWORD_TYPES,
     TYPE_KEYWORDS,
     VALIDATION,
@@ -55,8 +56,6 @@ from structspec.schema.pointers import Document, join
 
 # The keywords outlines-core dispatches on, in its order.
 _DISPATCH = ("properties", "patternProperties", "anyOf", "oneOf", "prefixItems", "enum", "const", "$ref", "type")
-
-_ANY_TYPE = ("object", "array", "string", "number", "boolean", "null")
 
 # JSON Schema's type test (`is_type`: 1.0 is an integer, True is no number), one validator for every node.
 _JSON_TYPES = jsonschema.Draft202012Validator(True)
@@ -143,7 +142,7 @@ class _Checker:
         if "type" not in node and any(k in KEYWORD_TYPES for k in node) and not any(
                 self._has(node, k) for k in (*_DISPATCH, "not")):
             # JSON Schema applies a type's keywords to values of that type and lets the others through
-            return node | {"type": list(_ANY_TYPE)}, ptr, refs
+            return node | {"type": list(JSON_TYPES)}, ptr, refs
         types = type_set(node["type"]) if "type" in node else None
         if types is not None and len(types - {"integer"}) > 1 and any(
                 k in node for k in ("properties", "patternProperties", "prefixItems")):
@@ -283,19 +282,21 @@ class _Checker:
         clash = clash or next((f"patterns {p!r} and {q!r} may match the same name with different schemas"
                                for p in patterns for q in patterns if p < q and not same(patterns[p], patterns[q])
                                and not disjoint_patterns(p, q)), None)
-        fields = []
-        for name, sub in props.items():  # a listed property whose name a pattern matches takes both schemas
-            for p in (p for p in patterns if not clash and search(p, name)):
-                if patterns[p] is False or sub is False:
-                    sub = False  # the name is forbidden
-                elif patterns[p] is not True and patterns[p] != {} and sub is not patterns[p]:  # (no merge: it
-                    # would copy an unrolled DAG as a tree)
-                    clash = f"pattern {p!r} also matches property {name!r}, whose value would need both schemas"
-            if sub is False and name in required:
-                raise SchemaError("patternProperties", ptr, f"required property {name!r} matches a pattern whose "
-                                  "schema admits no value there")
-            if sub is not False:  # a name the schemas together forbid is never written
-                fields.append((name, sub, name in required))
+        fields = []  # the listed properties, then the required names only patterns or additionalProperties give
+        for name, sub in props.items():
+            matching = [p for p in patterns if search(p, name)]
+            if any(patterns[p] is False for p in matching):  # the name is forbidden: never written
+                if name in required:
+                    raise SchemaError("patternProperties", ptr, f"required property {name!r} matches a pattern "
+                                      "whose schema is false")
+                continue
+            # a value must match both schemas: accepted where the pattern's adds nothing (no merge: it would copy
+            # an unrolled DAG as a tree)
+            clash = clash or next((f"pattern {p!r} also matches property {name!r}, whose value would need both "
+                                   "schemas" for p in matching if patterns[p] not in (True, {}) and patterns[p] is
+                                   not sub), None)
+            fields.append((name, sub, name in required))
+        listed = len(fields)
         takes_extra = False  # whether a required name no pattern matches takes the additionalProperties schema
         for name in (n for n in required if n not in props):
             matching = [p for p in patterns if search(p, name)]
@@ -312,7 +313,7 @@ class _Checker:
             self.rewrites.replace(node, rest)
             self.walk(rest, ptr, refs)
             return
-        for name, sub, _ in fields[:len(fields) - sum(n not in props for n in required)]:
+        for name, sub, _ in fields[:listed]:
             self._sub(sub, ptr, refs, "properties", name)
         if takes_extra:
             self._sub(extra, ptr, refs, "additionalProperties")

@@ -53,6 +53,9 @@ BOUNDS = ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum")
 COUNTS = (("minLength", "maxLength"), ("minItems", "maxItems"), ("minProperties", "maxProperties"))
 """The lower and upper bounds of a count (of characters, items, properties) that structspec enforces."""
 
+JSON_TYPES = ("null", "boolean", "object", "array", "number", "string")
+"""JSON's value types (``integer`` is a kind of number)."""
+
 TYPE_KEYWORDS = {
     "string": {"minLength", "maxLength", "pattern", "format"},
     "number": set(BOUNDS),

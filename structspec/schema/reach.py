@@ -16,7 +16,16 @@ from typing import Any
 import jsonschema
 
 from structspec.errors import SchemaError
-from structspec.schema.keywords import ANNOTATIONS, LITERALS, NAMED, VALIDATION, json_type, same, type_set
+from structspec.schema.keywords import (
+    ANNOTATIONS,
+    JSON_TYPES,
+    LITERALS,
+    NAMED,
+    VALIDATION,
+    json_type,
+    same,
+    type_set,
+)
 from structspec.schema.merge import excludes, merge
 from structspec.schema.pointers import Document, join
 from structspec.schema.validation import validator
@@ -35,7 +44,6 @@ MAX_RECURSION_DEPTH = 3
 """How many levels a recursive definition nests by default (the ``max_recursion_depth`` option)."""
 
 _COUNTING = ("minProperties", "maxProperties", "dependentRequired", "dependencies")
-_JSON_TYPES = ("null", "boolean", "object", "array", "number", "string")
 # How outlines-core's string regex writes the characters it escapes (a slash either way); it writes every other
 # character as itself. structspec's patterns match no backslash, so they write a value in at most one of these.
 _ESCAPES = {'"': ['\\"'], "\\": ["\\\\"], "/": ["/", "\\/"], "\b": ["\\b"], "\f": ["\\f"], "\n": ["\\n"],
@@ -144,7 +152,7 @@ def without_not(node: dict[str, Any], document: Document, ptr: str) -> dict[str,
     if sub is True or sub is False:
         if sub is True:
             raise SchemaError("not", ptr, "not: true admits no value")
-        return rest or {"anyOf": [{"type": t} for t in _JSON_TYPES]}
+        return rest or {"anyOf": [{"type": t} for t in JSON_TYPES]}
     values = _finite_values(rest)
     if values is not None:
         keep = [v for v in values if not _matches(document, sub, v)]
@@ -153,7 +161,7 @@ def without_not(node: dict[str, Any], document: Document, ptr: str) -> dict[str,
         return {"enum": keep}
     if {k for k in sub if k in VALIDATION} == {"type"}:
         excluded = type_set(sub["type"]) | ({"integer"} if "number" in type_set(sub["type"]) else set())
-        kept = [t for t in (type_set(node["type"]) if "type" in node else _JSON_TYPES) if t not in excluded]
+        kept = [t for t in (type_set(node["type"]) if "type" in node else JSON_TYPES) if t not in excluded]
         if "integer" in excluded and "number" in kept:
             raise SchemaError("not", ptr, "numbers that are not integers cannot be told apart by the regex layer; "
                               "use type: integer or type: number")
@@ -161,7 +169,7 @@ def without_not(node: dict[str, Any], document: Document, ptr: str) -> dict[str,
             raise SchemaError("not", ptr, "no type is left once the excluded types are removed")
         return rest | {"type": kept[0] if len(kept) == 1 else kept}
     excluded = _finite_values(sub)
-    types = list(type_set(rest["type"]) if "type" in rest else _JSON_TYPES)
+    types = list(type_set(rest["type"]) if "type" in rest else JSON_TYPES)
     if excluded is not None and len(types) > 1:
         branches = []
         for t in types:
@@ -238,7 +246,7 @@ def exactly_one(node: dict[str, Any], document: Document, ptr: str) -> dict[str,
                 document.adopt(out[-1], b)
             continue
         shared = [v for v in values if _matches(document, b, v)]
-        types = type_set(document.resolve(b).get("type", _JSON_TYPES))
+        types = type_set(document.resolve(b).get("type", JSON_TYPES))
         lost = next((v for v in shared if json_type(v) == "number" or json_type(v) == "integer" and "number" in types),
                     None)
         less = merge(b, {"not": {"enum": shared}}, document) if shared else b
