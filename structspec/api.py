@@ -67,6 +67,7 @@ def compile(  # noqa: A001
     spec: Any, model: LM | str, whitespace_pattern: str = COMPACT, strict: bool = True,
     max_integer_digits: int | None = MAX_INTEGER_DIGITS, max_fraction_digits: int | None = MAX_FRACTION_DIGITS,
     eos_token_id: int | list[int] | None = None, max_recursion_depth: int = MAX_RECURSION_DEPTH,
+    open_objects: bool = False,
 ) -> Compiled:
     """Compile ``spec`` into a token FSM for ``model``'s tokenizer (cached in memory and on disk).
 
@@ -79,6 +80,9 @@ def compile(  # noqa: A001
     cannot write digits until its budget runs out; `Compiled.narrowings` lists
     every such narrowing. A recursive ``$ref`` (a tree of nodes) nests at most
     ``max_recursion_depth`` levels; at the deepest level the member that would recurse is not offered.
+    An object with listed ``properties`` is written with those members only, even where
+    ``additionalProperties`` allows others (listed in `Compiled.narrowings`); ``open_objects=True`` lets
+    the others follow the listed ones, as JSON Schema allows.
 
     ``eos_token_id`` (an id or a list, as transformers takes it) names the tokens that end the output, each
     allowed exactly where the output may end (default: the tokenizer's EOS); the first is the FSM's
@@ -90,7 +94,7 @@ def compile(  # noqa: A001
     lm = load(model) if isinstance(model, str) else model
     with gc_paused():  # a compile allocates and frees little: full collections over a loaded model find nothing
         constraint = constraint_of(spec, whitespace_pattern, strict, max_integer_digits, max_fraction_digits,
-                                   max_recursion_depth)
+                                   max_recursion_depth, open_objects)
         return Compiled(constraint, TokenFSM.from_regex(constraint.pattern, lm.vocab, lm.logits_width, eos_token_id))
 
 
@@ -116,7 +120,8 @@ class GenerateOptions:
     ``do_sample=None`` samples when ``temperature``, ``top_k`` or ``top_p`` is set and decodes greedily
     otherwise. ``seed`` seeds the sampler. ``eos_token_id`` (an id or a list) names the tokens that end the
     output, as in `compile` (default: the tokenizer's EOS); decoding stops with "eos" on any of them.
-    ``whitespace_pattern``, ``strict``, the digit bounds and ``max_recursion_depth`` are as in `compile`.
+    ``whitespace_pattern``, ``strict``, the digit bounds, ``max_recursion_depth`` and ``open_objects`` are as
+    in `compile`.
     ``fast_forward`` ("off" or "exact") says whether tokens the FSM forces are
     appended without a model call. ``draft`` says where speculative drafts come from: ``"prompt_lookup"``
     (the default: copies from the prompt, free and lossless), a loaded LM (draft model; another tokenizer
@@ -144,6 +149,7 @@ class GenerateOptions:
     max_integer_digits: int | None = MAX_INTEGER_DIGITS
     max_fraction_digits: int | None = MAX_FRACTION_DIGITS
     max_recursion_depth: int = MAX_RECURSION_DEPTH
+    open_objects: bool = False
     fast_forward: FastForward = "exact"
     draft: Drafter | LM | str | None = "prompt_lookup"
     output_logprobs: bool = False
@@ -180,9 +186,10 @@ class GenerateOptions:
         return DecodeOptions(self.max_new_tokens, sampling, self.seed, self.fast_forward, self.output_logprobs)
 
     def compile(self, spec: Any, lm: LM) -> Compiled:
-        """`compile` with these options' whitespace, strictness, digit bounds, end tokens and recursion depth."""
+        """`compile` with these options' whitespace, strictness, digit bounds, end tokens, recursion depth and
+        open objects."""
         return compile(spec, lm, self.whitespace_pattern, self.strict, self.max_integer_digits,
-                       self.max_fraction_digits, self.eos_token_id, self.max_recursion_depth)
+                       self.max_fraction_digits, self.eos_token_id, self.max_recursion_depth, self.open_objects)
 
     def check_model(self, lm: LM) -> None:
         """`OptionError` unless ``eos_token_id`` is unset or names end tokens ``lm``'s tokenizer has (its EOS

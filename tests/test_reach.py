@@ -329,3 +329,77 @@ def test_a_format_no_draft_defines_is_an_annotation_said_in_a_warning() -> None:
     with pytest.warns(UserWarning, match=r"not enforced: 'url' at /properties/u"):
         regex = to_regex(schema)
     assert re.fullmatch(regex, '{"u":"a b"}') and not re.fullmatch(regex, '{"u":"abcde"}')  # maxLength still holds
+
+
+LISTED = {"a": {"const": 1}, "b": {"const": True}}
+EXTRAS = [("z", 1), ("y", "s"), ("q", [1, {"r": None}]), ("b\\", 2)]
+
+
+def open_objects() -> list[str]:
+    """Objects of listed members (a subset of LISTED, declared order) followed by unlisted ones (a subset of
+    EXTRAS), each name once."""
+    texts = []
+    for k in range(len(LISTED) + 1):
+        for listed in itertools.combinations(LISTED, k):
+            for j in range(len(EXTRAS) + 1):
+                for extra in itertools.combinations(EXTRAS, j):
+                    members = [(n, LISTED[n]["const"]) for n in listed] + list(extra)
+                    texts.append("{" + ",".join(f"{json.dumps(n)}:{json.dumps(v, separators=(',', ':'))}"
+                                                for n, v in members) + "}")
+    return texts
+
+
+@pytest.mark.parametrize("extra", [{}, {"additionalProperties": True}, {"additionalProperties": {"type": "integer"}},
+                                   {"additionalProperties": {"type": "string"}, "required": ["a"]}])
+def test_open_objects_admit_exactly_the_unlisted_members_json_schema_allows(extra: dict) -> None:
+    schema = {"type": "object", "properties": LISTED} | extra
+    agrees(schema, open_objects(), open_objects=True)
+    regex = to_regex(schema, open_objects=True)
+    # a listed name is never written twice, nor after an unlisted one; a second spelling of a name is refused
+    for text in ['{"a":1,"a":1}', '{"a":1,"z":1,"a":1}', '{"z":1,"b":true}', '{"a":1,"\\/":1,"/":1}']:
+        assert re.fullmatch(regex, text) is None, text
+    assert not any("not written" in n for n in constraint_of(schema, open_objects=True).narrowings)
+
+
+def test_closed_objects_list_the_narrowing_and_open_ones_keep_counts_closed() -> None:
+    schema = {"type": "object", "properties": LISTED}
+    assert "/: members 'properties' does not list are not written (open_objects=False)" in (
+        constraint_of(schema).narrowings)
+    assert not any("properties" in n for n in constraint_of(schema | {"additionalProperties": False}).narrowings)
+    for counted, why in [({"maxProperties": 2}, "with maxProperties"),
+                         ({"maxProperties": 1}, "with property counts or dependencies"),
+                         ({"dependentRequired": {"a": ["b"]}}, "with property counts or dependencies")]:
+        constraint = constraint_of(schema | counted, open_objects=True)
+        assert any(why in n for n in constraint.narrowings), constraint.narrowings
+        check = validator(schema | counted)
+        accepted = [t for t in open_objects() if re.fullmatch(constraint.regex, t)]
+        assert accepted and all(check.is_valid(json.loads(t)) for t in accepted)  # narrower, never looser
+    with pytest.raises(OptionError, match="open_objects"):
+        constraint_of(schema, open_objects="yes")
+
+
+def test_open_objects_generate_valid_instances(byte_lm: structspec.LM) -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
+              "additionalProperties": {"type": "boolean"}}
+    complete = 0
+    for seed in range(6):
+        result = structspec.generate_result(byte_lm, schema, "JSON:", max_new_tokens=200, do_sample=True, seed=seed,
+                                            open_objects=True)
+        if result.complete:
+            jsonschema.validate(json.loads(result.text), schema)
+            complete += 1
+        else:  # a random model may write long names: its output stops only at the budget
+            assert result.stop_reason == "max_new_tokens"
+    assert complete >= 2
+
+
+@pytest.mark.parametrize("pattern, whole", [("^[a-z]+$", True), ("^a$|^b$", True), (".*x.*", True),
+                                            ("[a-z]", False), ("^ab", False), ("c$", False), ("^a|b$", False)])
+def test_a_pattern_matched_whole_is_listed_unless_anchored(pattern: str, whole: bool) -> None:
+    narrowings = constraint_of({"type": "string", "pattern": pattern}).narrowings
+    assert any("matches whole strings only" in n for n in narrowings) != whole, narrowings
+
+
+def test_values_no_schema_describes_list_their_nesting_depth() -> None:
+    assert any("nest at most 2 levels" in n for n in constraint_of({"type": "array"}).narrowings)
+    assert not any("nest" in n for n in constraint_of({"type": "array", "items": {"type": "integer"}}).narrowings)

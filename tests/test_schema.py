@@ -514,7 +514,7 @@ def test_unbounded_numbers_get_digit_bounds(schema: dict, accepted: list[str], r
     for text in rejected:
         assert not full(constraint.regex, text), text
     loose = constraint_of(schema, **DIGITS_OFF)
-    assert loose.narrowings == ()
+    assert not any("digits" in n for n in loose.narrowings), loose.narrowings
     assert all(full(loose.regex, t) for t in accepted)
     assert any(full(loose.regex, t) for t in rejected if "." not in t or schema.get("type") != "integer")
 

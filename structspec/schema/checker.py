@@ -50,6 +50,7 @@ from structspec.schema.patterns import (
     json_safe_pattern,
     key_regex,
     search,
+    whole,
     with_lengths,
 )
 from structspec.schema.pointers import Document, join
@@ -60,20 +61,25 @@ _DISPATCH = ("properties", "patternProperties", "anyOf", "oneOf", "prefixItems",
 # JSON Schema's type test (`is_type`: 1.0 is an integer, True is no number), one validator for every node.
 _JSON_TYPES = jsonschema.Draft202012Validator(True)
 
+UNLISTED = "members 'properties' does not list are not written"
+"""The narrowing of an object whose ``additionalProperties`` allows members its ``properties`` do not list."""
+
 MAX_LENGTH = 4_294_967_294
 """A ``maxLength`` above this is narrowed to it: the largest count a regex can hold (Python's parser; the
 automaton counts a long repetition instead of copying it, so any count costs the same)."""
 
 
-def check(schema: dict[str, Any], strict: bool, whitespace_pattern: str, digits: Digits = Digits()) -> Rewrites:
+def check(schema: dict[str, Any], strict: bool, whitespace_pattern: str, digits: Digits = Digits(),
+          open_objects: bool = False) -> Rewrites:
     """The rewrites that emit ``schema`` exactly, or narrowed as listed in ``narrowings`` (``digits`` bounds
-    the numbers the schema leaves unbounded); raises `SchemaError` if it admits no value or uses a keyword
+    the numbers the schema leaves unbounded; ``open_objects`` writes the members ``additionalProperties``
+    allows beside listed ``properties``); raises `SchemaError` if it admits no value or uses a keyword
     that would not be enforced (``strict=False``: drops it, listed in ``dropped``). ``schema`` is a valid JSON
     Schema (`check_json`, `check_metaschema`), or one `reach.unroll` made of one.
 
     Does not change ``schema``.
     """
-    checker = _Checker(Rewrites(Document(schema), whitespace_pattern, digits), strict)
+    checker = _Checker(Rewrites(Document(schema), whitespace_pattern, digits, open_objects), strict)
     checker.walk(schema, "", ())
     return checker.rewrites
 
@@ -208,7 +214,13 @@ class _Checker:
                 return reach.unique_arrays(node, self.document, ptr), ptr, refs
             if isinstance(node.get("properties"), dict) and "patternProperties" not in node and (
                     reach.counts_properties(node)):
-                return reach.property_branches(node, ptr), ptr, refs
+                branches = reach.property_branches(node, ptr)
+                if self.rewrites.open_objects and node.get("additionalProperties", True) is not False:
+                    # each branch counts listed members only: an unlisted one would go uncounted
+                    self.rewrites.narrow(ptr, UNLISTED + " (with property counts or dependencies)")
+                    branches = {"anyOf": [b | {"additionalProperties": False}
+                                          for b in branches.get("anyOf", [branches])]}
+                return branches, ptr, refs
         except SchemaError as e:
             self._unenforced(node, e.keyword, ptr, e.reason)
         return None
@@ -264,6 +276,17 @@ class _Checker:
                 raise SchemaError("required", ptr, f"required property {name!r} is not in 'properties'")
         for name, sub in node["properties"].items():
             self._sub(sub, ptr, refs, "properties", name)
+        extra = node.get("additionalProperties", True)
+        if extra is False:
+            return
+        if not self.rewrites.open_objects or self._has(node, "maxProperties"):
+            self.rewrites.narrow(ptr, UNLISTED + (" (with maxProperties)" if self.rewrites.open_objects else
+                                                  " (open_objects=False)"))
+            return
+        self._sub(extra, ptr, refs, "additionalProperties")
+        required = set(node.get("required", []))
+        fields = [(name, sub, name in required) for name, sub in node["properties"].items()]
+        self.rewrites.hole(node, self.rewrites.object_regex(fields, [], ptr, {} if extra is True else extra))
 
     def _patternProperties(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...]) -> None:
         """Translate the object itself: listed properties in order, then any number of pattern-named ones.
@@ -313,6 +336,8 @@ class _Checker:
             self.rewrites.replace(node, rest)
             self.walk(rest, ptr, refs)
             return
+        if extra is not False:
+            self.rewrites.narrow(ptr, "members no listed property or pattern names are not written")
         for name, sub, _ in fields[:listed]:
             self._sub(sub, ptr, refs, "properties", name)
         if takes_extra:
@@ -462,6 +487,9 @@ class _Checker:
                                      "unless it is one character class repeated, like ^[a-z0-9]+$")
             if pattern is not None:
                 pattern = self._readable(node, ptr, pattern)
+            if pattern is not None and not whole(node["pattern"]):
+                self.rewrites.narrow(ptr, f"pattern {node['pattern']!r} matches whole strings only (JSON Schema "
+                                     "finds it anywhere in one)")
         if pattern is not None:
             # a hole, with its quotes: the digit bounds rewrite outlines-core's number text, never a pattern
             self.rewrites.hole(node, f'"{pattern}"')

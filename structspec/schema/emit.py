@@ -11,6 +11,7 @@ from typing import Any
 from structspec.automaton.parse import ParsedRegex
 from structspec.errors import SchemaError
 from structspec.schema.bounds import EXPONENT_DIGITS, Digits
+from structspec.schema.difference import difference
 from structspec.schema.keywords import LITERALS, NAMED, is_annotation
 from structspec.schema.pointers import Document
 from structspec.schema.translate import ANY, Items, Translator
@@ -30,6 +31,7 @@ class Rewrites:
     document: Document
     whitespace: str
     digits: Digits = Digits()
+    open_objects: bool = False  # listed properties' objects also take the members additionalProperties allows
     replaced: dict[int, Any] = field(default_factory=dict)  # id(node) → the node outlines-core gets instead
     drops: dict[int, set[str]] = field(default_factory=dict)  # id(node) → keywords dropped there
     holes: dict[str, Items] = field(default_factory=dict)  # marker → the hole's items
@@ -134,17 +136,23 @@ class Rewrites:
         its text written only when asked for."""
         items = self.items(node, pointer)
         key = json.dumps([_TRANSLATION, self.document.root, self.whitespace, self.digits.integer,
-                          self.digits.fraction, pointer], ensure_ascii=False)
+                          self.digits.fraction, self.open_objects, pointer], ensure_ascii=False)
         return ParsedRegex(items, hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest())
 
     def object_regex(self, fields: list[tuple[str, Any, bool]], patterns: list[tuple[str, Any]],
-                     pointer: str) -> Items:
+                     pointer: str, others: Any = None) -> Items:
         """The items of an object: ``fields`` (name, schema, required) in order, then any number of
-        members whose names match a key regex of ``patterns`` (key regex, schema)."""
+        members whose names match a key regex of ``patterns`` (key regex, schema), or (``others``, a schema)
+        are any name no field has."""
         t = self.translator
-        listed = [(t.member(json.dumps(name, ensure_ascii=False), self._value(sub, pointer)), required)
-                  for name, sub, required in fields]
+        names = [json.dumps(name, ensure_ascii=False) for name, _, _ in fields]
+        listed = [(t.member(name, self._value(sub, pointer)), required)
+                  for name, (_, sub, required) in zip(names, fields)]
         extra = [t.text(f'"{key}"') + t.member("", self._value(sub, pointer)) for key, sub in patterns]
+        if others is not None:
+            unlisted = difference(t.name(), names)
+            if unlisted is not None:
+                extra.append(unlisted + t.member("", self._value(others, pointer)))
         return t.object_items(listed, extra)
 
     def _value(self, node: Any, pointer: str) -> Items:

@@ -124,6 +124,13 @@ def key_regex(pattern: str) -> str | None:
     return "(" + "|".join(out) + ")"
 
 
+def whole(pattern: str) -> bool:
+    """Whether matching ``pattern`` whole (as the translation does) finds what JSON Schema's search finds: each
+    top-level branch anchored (or opened by ``.*``) at both ends."""
+    return all((b.startswith("^") or b.startswith(".*")) and ((b.endswith("$") and not b.endswith("\\$"))
+                                                             or b.endswith(".*")) for b in _branches(pattern))
+
+
 def search(pattern: str, name: str) -> bool:
     """Whether ``pattern`` finds a match in ``name`` (an unreadable pattern counts as a match)."""
     try:

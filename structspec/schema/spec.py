@@ -23,16 +23,16 @@ from structspec.schema.validation import check_json, check_metaschema, validator
 def to_regex(spec: Any, whitespace_pattern: str = COMPACT, strict: bool = True,
              max_integer_digits: int | None = MAX_INTEGER_DIGITS,
              max_fraction_digits: int | None = MAX_FRACTION_DIGITS,
-             max_recursion_depth: int = MAX_RECURSION_DEPTH) -> str:
+             max_recursion_depth: int = MAX_RECURSION_DEPTH, open_objects: bool = False) -> str:
     """The regex text structspec constrains decoding with, for handing the same constraint to another engine."""
     return constraint_of(spec, whitespace_pattern, strict, max_integer_digits, max_fraction_digits,
-                         max_recursion_depth).regex
+                         max_recursion_depth, open_objects).regex
 
 
 def constraint_of(spec: Any, whitespace_pattern: str = COMPACT, strict: bool = True,
                   max_integer_digits: int | None = MAX_INTEGER_DIGITS,
                   max_fraction_digits: int | None = MAX_FRACTION_DIGITS,
-                  max_recursion_depth: int = MAX_RECURSION_DEPTH) -> Constraint:
+                  max_recursion_depth: int = MAX_RECURSION_DEPTH, open_objects: bool = False) -> Constraint:
     """Resolve any supported spec: `Regex`, Pydantic model class, JSON Schema (dict, bool or str), or type.
 
     ``strict=False`` drops the schema keywords structspec cannot enforce, with a
@@ -43,18 +43,23 @@ def constraint_of(spec: Any, whitespace_pattern: str = COMPACT, strict: bool = T
     lifts a bound), so a model cannot write digits until its budget runs out; every
     such narrowing is listed in ``Constraint.narrowings``. A recursive ``$ref`` (a tree of nodes) nests at
     most ``max_recursion_depth`` levels; at the deepest level the member that would recurse is not offered
-    (listed in the narrowings too).
+    (listed in the narrowings too). An object with listed ``properties`` is written with those members only,
+    even where ``additionalProperties`` allows others (a narrowing, listed); ``open_objects=True`` writes the
+    others too, after the listed ones, as JSON Schema allows them (not beside property counts).
     """
     for name, value in (("max_integer_digits", max_integer_digits), ("max_fraction_digits", max_fraction_digits)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise OptionError(f"{name} must be an int >= 1 or None (no bound), got {value!r}")
     if isinstance(max_recursion_depth, bool) or not isinstance(max_recursion_depth, int) or max_recursion_depth < 1:
         raise OptionError(f"max_recursion_depth must be an int >= 1, got {max_recursion_depth!r}")
+    if not isinstance(open_objects, bool):
+        raise OptionError(f"open_objects must be a bool, got {open_objects!r}")
     digits = Digits(max_integer_digits, max_fraction_digits)
+    options = (digits, max_recursion_depth, open_objects)
     if isinstance(spec, Regex):
         return Constraint(spec.pattern, lambda text: text, None)
     if isinstance(spec, type) and issubclass(spec, pydantic.BaseModel):
-        return _json_constraint(spec.model_json_schema(), whitespace_pattern, strict, digits, max_recursion_depth,
+        return _json_constraint(spec.model_json_schema(), whitespace_pattern, strict, *options,
                                 spec.model_validate_json)
     if isinstance(spec, str):
         try:
@@ -67,17 +72,16 @@ def constraint_of(spec: Any, whitespace_pattern: str = COMPACT, strict: bool = T
         if not isinstance(spec, (dict, bool)):
             raise SpecError(f"a str spec must be a JSON Schema document, an object or a boolean, and this one "
                             f"is a {type(spec).__name__}; wrap a regex in structspec.Regex(...)")
-        return _json_constraint(spec, whitespace_pattern, strict, digits, max_recursion_depth, None)
+        return _json_constraint(spec, whitespace_pattern, strict, *options, None)
     if isinstance(spec, (dict, bool)):
-        return _json_constraint(spec, whitespace_pattern, strict, digits, max_recursion_depth, None)
+        return _json_constraint(spec, whitespace_pattern, strict, *options, None)
     if isinstance(spec, (type, enum.EnumMeta)) or get_origin(spec) is not None:
         try:
             adapter = pydantic.TypeAdapter(spec)
             schema = adapter.json_schema()
         except (pydantic.PydanticSchemaGenerationError, pydantic.PydanticUserError, TypeError) as e:
             raise SpecError(f"cannot derive a JSON Schema from {spec!r}: {e}") from None
-        return _json_constraint(schema, whitespace_pattern, strict, digits, max_recursion_depth,
-                                adapter.validate_json)
+        return _json_constraint(schema, whitespace_pattern, strict, *options, adapter.validate_json)
     raise SpecError(
         f"unsupported output spec {spec!r} ({type(spec).__name__}); pass a Pydantic model class, "
         "a JSON Schema (dict or str), structspec.Regex(...), a Literal/Enum, or int/float/bool/str"
@@ -86,7 +90,7 @@ def constraint_of(spec: Any, whitespace_pattern: str = COMPACT, strict: bool = T
 
 def _json_constraint(
     schema: dict[str, Any] | bool, whitespace_pattern: str, strict: bool, digits: Digits, depth: int,
-    parse: Callable[[str], Any] | None,
+    open_objects: bool, parse: Callable[[str], Any] | None,
 ) -> Constraint:
     """``parse=None``: parse JSON and validate it against the schema (less any dropped keywords); ``depth``
     is ``max_recursion_depth``."""
@@ -97,7 +101,7 @@ def _json_constraint(
     check_json(root)
     check_metaschema(root)  # before unrolling: the unrolled copy of a recursive schema can be far larger
     document, unrolled = unroll(root, depth)
-    rewrites = check(document, strict, whitespace_pattern, digits)
+    rewrites = check(document, strict, whitespace_pattern, digits, open_objects)
     if rewrites.dropped:
         warnings.warn(
             "strict=False: these schema keywords are not enforced: "

@@ -31,6 +31,8 @@ Items = list  # parsed regex items: (opcode, argument) pairs
 
 # Any JSON value, as outlines-core translates it in a group (its own form for {} binds looser).
 ANY = {"anyOf": [{"type": t} for t in ("boolean", "null", "number", "string", "array", "object")]}
+ANY_DEPTH = 2  # how deep a value no schema describes nests (arrays and objects), as outlines-core writes it
+_NAME = r'"([^"\\\x00-\x1F\x7F-\x9F]|\\["\\bfnrt])*"'  # STRING less the second spelling of "/"
 _LEAF_TYPES = ("string", "number", "integer", "boolean", "null")
 # outlines-core's errors by how their message starts, with the keyword each is about (one that
 # quotes its keyword names it itself). The checker lets none of them through.
@@ -76,6 +78,7 @@ class Translator:
         self._texts: dict[str, tuple[Items, bool]] = {}  # leaf regex text → (items, has outlines' numbers)
         self._synthetic: dict[tuple[str, int], dict[str, Any]] = {}  # (type, depth) → node, kept alive
         self._refs: list[str] = []  # the $ref chain being translated
+        self._nested = self._nesting_said = False  # whether a value without schema was translated; and said so
 
     def items(self, node: Any, pointer: str) -> Items:
         """The items of ``node`` (checked, at ``pointer``); records the digit bounds on the numbers of any value."""
@@ -86,6 +89,10 @@ class Translator:
             raise SchemaError(*e.args[:1], pointer, *e.args[1:]) from None
         if numbers and self.rewrites.digits != Digits(None, None):
             self.rewrites.narrow_digits(pointer, integer=True, fraction=True, exponent=True)
+        if self._nested and not self._nesting_said:  # where it first shows; said once
+            self._nesting_said = True
+            self.rewrites.narrow(pointer, f"values no schema describes nest at most {ANY_DEPTH} levels of arrays "
+                                 "and objects")
         return items
 
     def text(self, regex: str) -> Items:
@@ -160,7 +167,7 @@ class Translator:
                 return hole, False
             return self._leaf({k: x for k, x in v.items() if k != "type"} | {"type": kind})
         depth = _u64(v.get("depth"))
-        depth = 2 if depth is None else depth
+        depth = ANY_DEPTH if depth is None else depth
         if kind == "array":
             return self._array(v, depth)
         if kind == "object":
@@ -202,6 +209,7 @@ class Translator:
     def _untyped(self, leaves: tuple[str, ...], depth: int) -> list[tuple[Items, bool]]:
         """The alternatives of a value with no schema, as outlines-core orders them: ``leaves``, then (while
         ``depth`` allows nesting) an object and an array."""
+        self._nested = True
         subs = [self._leaf({"type": t}) for t in leaves]
         if depth > 0:
             subs += [self._any("object", depth - 1), self._any("array", depth - 1)]
@@ -260,6 +268,11 @@ class Translator:
                 prefix = [group(prefix), repeat(0, 1, [*m, *comma])]
             body = [repeat(0, 1, [branch(alternatives)])]
         return [*literal("{"), *body, *self.ws, *literal("}")], any(n for _, n in values)
+
+    def name(self) -> Items:
+        """The items of a property name (quotes included) spelled as `json.dumps` spells it, one spelling per
+        name: JSON strings without ``\\/`` (outlines-core's strings allow it)."""
+        return self._parsed(_NAME, leaf=True)[0]
 
     def member(self, name: str, value: Items) -> Items:
         """``name: value`` with the whitespace around the colon (``name`` is JSON text)."""
