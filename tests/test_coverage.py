@@ -12,7 +12,8 @@ import structspec
 from structspec import SchemaError
 from structspec.automaton.dfa import DEAD, LazyDFA
 from structspec.automaton.nfa import ByteNFA
-from structspec.tools.coverage import OrderSearch, _OutOfBudget, in_layout, spread, summarize
+from structspec.testing import in_layout
+from structspec.tools.coverage import OrderSearch, _OutOfBudget, spread, summarize
 from structspec.schema import constraint_of, validator
 
 ROWS = [json.loads(line) for line in (Path(__file__).parent / "data" / "jsonschemabench_sample.jsonl").open()]

@@ -24,7 +24,7 @@ from structspec.schema.checker import check
 from structspec.schema.emit import Rewrites
 from structspec.schema.patterns import ecma_classes
 from structspec.schema.reach import unroll
-from structspec.tools.coverage import in_layout
+from structspec.testing import in_layout
 
 DATA = Path(__file__).parent / "data"
 ROWS = [json.loads(line) for name in ("jsonschemabench_sample.jsonl", "jsonschemabench_slow_sample.jsonl")

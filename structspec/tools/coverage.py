@@ -61,51 +61,6 @@ def spread(n: int, limit: int | None) -> list[int]:
     return [i * n // limit for i in range(limit)]
 
 
-def in_layout(value: Any, node: Any, root: Any) -> str:
-    """``value`` as structspec writes it: compact JSON, object keys in the schema's ``properties`` order."""
-    return json.dumps(_ordered(value, node, root), separators=(",", ":"), ensure_ascii=False)
-
-
-def _ordered(value: Any, node: Any, root: Any, depth: int = 0) -> Any:
-    node = _resolve(node, root)
-    if depth > 50 or not isinstance(node, dict):
-        return value
-    if isinstance(value, dict):
-        props = _properties_for(value, node, root)
-        keys = [k for k in props if k in value] + [k for k in value if k not in props]
-        extra = node.get("additionalProperties", True)
-        return {k: _ordered(value[k], props.get(k, extra), root, depth + 1) for k in keys}
-    if isinstance(value, list):
-        prefix = node.get("prefixItems") or (node["items"] if isinstance(node.get("items"), list) else [])
-        rest = node.get("items") if isinstance(node.get("items"), dict) else True
-        return [_ordered(v, prefix[i] if i < len(prefix) else rest, root, depth + 1) for i, v in enumerate(value)]
-    return value
-
-
-def _properties_for(value: dict[str, Any], node: dict[str, Any], root: Any) -> dict[str, Any]:
-    """The ``properties`` of ``node``, or of its first branch whose properties cover ``value``'s keys."""
-    if "properties" in node:
-        return node["properties"]
-    branches = [_resolve(b, root) for k in ("allOf", "anyOf", "oneOf") for b in node.get(k, [])]
-    with_props = [b for b in branches if isinstance(b, dict) and isinstance(b.get("properties"), dict)]
-    for b in with_props:
-        if set(value) <= set(b["properties"]):
-            return b["properties"]
-    return with_props[0]["properties"] if with_props else {}
-
-
-def _resolve(node: Any, root: Any) -> Any:
-    for _ in range(20):
-        if not (isinstance(node, dict) and isinstance(node.get("$ref"), str) and node["$ref"].startswith("#")):
-            return node
-        target = root
-        for part in filter(None, node["$ref"][1:].split("/")):
-            part = part.replace("~1", "/").replace("~0", "~")
-            target = target.get(part) if isinstance(target, dict) else None
-        node = target
-    return node
-
-
 # ---- the worker: one process, limited in memory; the parent limits its time per task ----
 
 _WORKER: dict[str, Any] = {}
@@ -164,6 +119,10 @@ def _byte_states(fsm: Any, text: str) -> Iterator[int | None]:
             return
 
 
+SEARCH_BUDGET = 20_000
+"""Steps the member-order search of one instance may take (most need one: their own order)."""
+
+
 class _OutOfBudget(Exception):
     """The search for an accepted member order ran past its budget of steps."""
 
@@ -178,7 +137,7 @@ class OrderSearch:
     """
 
     def __init__(self, initial: int, next_byte: Callable[[int, int], int | None], is_final: Callable[[int], bool],
-                 budget: int = 200_000) -> None:
+                 budget: int = SEARCH_BUDGET) -> None:
         self.initial, self.next_byte, self.is_final, self.left = initial, next_byte, is_final, budget
         self._ends: dict[tuple[int, int], dict[int, str]] = {}
 
@@ -245,20 +204,27 @@ class OrderSearch:
         return {after: text + "]" for after, text in closed if after is not None}
 
 
-def _accepted(fsm: Any, value: Any, valid: bool) -> tuple[bool, str | None]:
+def _accepted(fsm: Any, value: Any, schema: Any) -> tuple[bool | None, str | None]:
     """Whether the token FSM (a `TokenFSM` or an `_OutlinesIndex`) accepts ``value`` in some member order, and
-    the text it accepts. A search past its budget counts against the FSM: a valid instance as rejected, an
-    invalid one as accepted."""
+    the text it accepts: its own order and the schema's are tried first, then the search. None where the
+    search runs past its budget (undecided: counted apart)."""
+    from structspec.testing import in_layout
+
     byte_token = _WORKER["lm"].vocab.single_byte_tokens
 
     def next_byte(state: int, byte: int) -> int | None:
         token = byte_token.get(byte)
         return None if token is None else fsm.next_state(state, token)
 
+    search = OrderSearch(fsm.initial_state, next_byte, fsm.is_final, SEARCH_BUDGET)
+    layout = in_layout(value, schema, schema)
+    after = search.step(fsm.initial_state, layout)
+    if after is not None and fsm.is_final(after):
+        return True, layout
     try:
-        text = OrderSearch(fsm.initial_state, next_byte, fsm.is_final).accepted(value)
+        text = search.accepted(value)
     except _OutOfBudget:
-        return not valid, None
+        return None, None
     return text is not None, text
 
 
@@ -317,10 +283,11 @@ def _run_task(engine: str, row: dict[str, Any]) -> dict[str, Any]:
     out["states"] = len(fsm.index.dfa.nfa) if engine == "structspec" else len(fsm.index.get_transitions())
     # ours is never written (it may run to gigabytes): its size is what `write` would write
     out["regex_chars"] = written_size(regex.items) if isinstance(regex, ParsedRegex) else len(regex)
-    results = [(t["valid"], *_accepted(fsm, t["data"], t["valid"])) for t in row.get("tests") or [] if "data" in t]
+    results = [(t["valid"], *_accepted(fsm, t["data"], schema)) for t in row.get("tests") or [] if "data" in t]
     if engine == "structspec":  # what laziness moves into decoding: each new state's mask
         out["mask_s"] = _mask_seconds(fsm, [text for valid, _, text in results if valid and text is not None])
-    results = [(valid, accepted) for valid, accepted, _ in results]
+    out["undecided"] = sum(1 for _, accepted, _ in results if accepted is None)
+    results = [(valid, accepted) for valid, accepted, _ in results if accepted is not None]
     out["valid_accepted"] = [sum(1 for v, a in results if v and a), sum(1 for v, _ in results if v)]
     out["invalid_rejected"] = [sum(1 for v, a in results if not v and not a), sum(1 for v, _ in results if not v)]
     return out
@@ -433,6 +400,7 @@ def summarize(records: list[dict[str, Any]], engine: str) -> dict[str, str]:
         "other": ", ".join(f"{k} {v}" for k, v in status.items() if k not in ("compiled", "schema_error")) or "0",
         "valid accepted": _share([r["valid_accepted"] for r in ok]),
         "invalid rejected": _share([r["invalid_rejected"] for r in ok]),
+        "undecided": str(sum(r.get("undecided", 0) for r in ok)),
         "generated valid": f"{gen_valid}/{gen_valid + gen_invalid} ({gen_incomplete} incomplete)"
         if generated else "-",
         "cold s (med/p90/max)": _quantiles([r["compile_s"] for r in ok]),
