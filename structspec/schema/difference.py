@@ -10,11 +10,13 @@ on, so the result grows with F's total length times L's ways on from a point, no
 
 from __future__ import annotations
 
+import json
+import re
 import re._constants as C  # the parser's opcodes
 from collections.abc import Iterable
 
 from structspec.automaton.nfa import char_ranges
-from structspec.automaton.parse import REPEATS
+from structspec.automaton.parse import REPEATS, parse
 from structspec.automaton.utf8 import Ranges, complement
 from structspec.schema.translate import Items, branch
 
@@ -30,6 +32,42 @@ class _Trie(dict):
     """Texts by their characters: a child per next character; ``end`` marks a whole text."""
 
     end = False
+
+
+# A property name's characters (those a JSON string holds unescaped, outlines-core's set) and escapes (all
+# but \/ and \uXXXX: `json.dumps` writes neither for them), then the closing quote.
+_NAME_REST = parse(r'([^"\\\x00-\x1F\x7F-\x9F]|\\["\\bfnrt])*"')
+_ESCAPES = '"\\bfnrt'
+_UNESCAPED = complement(((0x22, 0x22), (0x5C, 0x5C), (0x00, 0x1F), (0x7F, 0x9F)))
+
+
+def names_except(names: Iterable[str]) -> Items:
+    """A JSON property name, quotes included, other than ``names``: each name spelled one way, as `json.dumps`
+    spells it (so a listed name cannot come back spelled otherwise). Linear in the names' total length: a
+    trie of their spellings, each node closing the name or leaving the trie by any other character."""
+    trie = _Trie()
+    for name in names:
+        body = json.dumps(name, ensure_ascii=False)[1:-1]
+        if "\\u" in body:  # a control character json.dumps writes as \uXXXX: no name here is spelled so
+            continue
+        node = trie
+        for unit in re.findall(r"\\.|.", body, re.DOTALL):  # an escape is one unit
+            node = node.setdefault(unit, _Trie())
+        node.end = True
+    return [(C.LITERAL, ord('"')), *_name_after(trie)]
+
+
+def _name_after(node: _Trie) -> Items:
+    alternatives: list[Items] = [] if node.end else [[(C.LITERAL, ord('"'))]]
+    for unit, child in node.items():
+        alternatives.append([*((C.LITERAL, ord(c)) for c in unit), *_name_after(child)])
+    others = complement((*complement(_UNESCAPED), *((ord(u), ord(u)) for u in node if len(u) == 1)))
+    if others:
+        alternatives.append([_class(others), *_NAME_REST])
+    escapes = [e for e in _ESCAPES if "\\" + e not in node]
+    if escapes:
+        alternatives.append([(C.LITERAL, ord("\\")), _class(tuple((ord(e), ord(e)) for e in escapes)), *_NAME_REST])
+    return [branch(alternatives)]
 
 
 def difference(items: Items, texts: Iterable[str]) -> Items | None:

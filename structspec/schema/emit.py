@@ -11,7 +11,7 @@ from typing import Any
 from structspec.automaton.parse import ParsedRegex
 from structspec.errors import SchemaError
 from structspec.schema.bounds import EXPONENT_DIGITS, Digits
-from structspec.schema.difference import difference
+from structspec.schema.difference import names_except
 from structspec.schema.keywords import LITERALS, NAMED, is_annotation
 from structspec.schema.pointers import Document
 from structspec.schema.translate import ANY, Items, Translator
@@ -145,14 +145,11 @@ class Rewrites:
         members whose names match a key regex of ``patterns`` (key regex, schema), or (``others``, a schema)
         are any name no field has."""
         t = self.translator
-        names = [json.dumps(name, ensure_ascii=False) for name, _, _ in fields]
-        listed = [(t.member(name, self._value(sub, pointer)), required)
-                  for name, (_, sub, required) in zip(names, fields)]
+        listed = [(t.member(json.dumps(name, ensure_ascii=False), self._value(sub, pointer)), required)
+                  for name, sub, required in fields]
         extra = [t.text(f'"{key}"') + t.member("", self._value(sub, pointer)) for key, sub in patterns]
         if others is not None:
-            unlisted = difference(t.name(), names)
-            if unlisted is not None:
-                extra.append(unlisted + t.member("", self._value(others, pointer)))
+            extra.append(names_except(name for name, _, _ in fields) + t.member("", self._value(others, pointer)))
         return t.object_items(listed, extra)
 
     def _value(self, node: Any, pointer: str) -> Items:

@@ -32,7 +32,6 @@ Items = list  # parsed regex items: (opcode, argument) pairs
 # Any JSON value, as outlines-core translates it in a group (its own form for {} binds looser).
 ANY = {"anyOf": [{"type": t} for t in ("boolean", "null", "number", "string", "array", "object")]}
 ANY_DEPTH = 2  # how deep a value no schema describes nests (arrays and objects), as outlines-core writes it
-_NAME = r'"([^"\\\x00-\x1F\x7F-\x9F]|\\["\\bfnrt])*"'  # STRING less the second spelling of "/"
 _LEAF_TYPES = ("string", "number", "integer", "boolean", "null")
 # outlines-core's errors by how their message starts, with the keyword each is about (one that
 # quotes its keyword names it itself). The checker lets none of them through.
@@ -268,11 +267,6 @@ class Translator:
                 prefix = [group(prefix), repeat(0, 1, [*m, *comma])]
             body = [repeat(0, 1, [branch(alternatives)])]
         return [*literal("{"), *body, *self.ws, *literal("}")], any(n for _, n in values)
-
-    def name(self) -> Items:
-        """The items of a property name (quotes included) spelled as `json.dumps` spells it, one spelling per
-        name: JSON strings without ``\\/`` (outlines-core's strings allow it)."""
-        return self._parsed(_NAME, leaf=True)[0]
 
     def member(self, name: str, value: Items) -> Items:
         """``name: value`` with the whitespace around the colon (``name`` is JSON text)."""
