@@ -204,10 +204,11 @@ class OrderSearch:
         return {after: text + "]" for after, text in closed if after is not None}
 
 
-def _accepted(fsm: Any, value: Any, schema: Any) -> tuple[bool | None, str | None]:
-    """Whether the token FSM (a `TokenFSM` or an `_OutlinesIndex`) accepts ``value`` in some member order, and
-    the text it accepts: its own order and the schema's are tried first, then the search. None where the
-    search runs past its budget (undecided: counted apart)."""
+def _accepted(fsm: Any, value: Any, schema: Any, valid: bool) -> tuple[bool | None, str | None]:
+    """Whether the token FSM (a `TokenFSM` or an `_OutlinesIndex`) accepts ``value``, and the text it accepts:
+    in the schema's member order or the value's own, and for a valid value in any order (`OrderSearch`; None
+    where the search runs past its budget: undecided, counted apart). An invalid value is tried in the two
+    orders only: proving that no order is accepted can take every subset of its members."""
     from structspec.testing import in_layout
 
     byte_token = _WORKER["lm"].vocab.single_byte_tokens
@@ -217,15 +218,28 @@ def _accepted(fsm: Any, value: Any, schema: Any) -> tuple[bool | None, str | Non
         return None if token is None else fsm.next_state(state, token)
 
     search = OrderSearch(fsm.initial_state, next_byte, fsm.is_final, SEARCH_BUDGET)
-    layout = in_layout(value, schema, schema)
-    after = search.step(fsm.initial_state, layout)
-    if after is not None and fsm.is_final(after):
-        return True, layout
+    for text in dict.fromkeys([in_layout(value, schema, schema),
+                               json.dumps(value, ensure_ascii=False, separators=(",", ":"))]):
+        after = search.step(fsm.initial_state, text)
+        if after is not None and fsm.is_final(after):
+            return True, text
+    if not valid:
+        return False, None
     try:
         text = search.accepted(value)
     except _OutOfBudget:
         return None, None
     return text is not None, text
+
+
+def _verdicts(fsm: Any, tests: list[dict[str, Any]], schema: Any) -> tuple[dict[str, Any], list[str]]:
+    """The counts of known instances ``fsm`` gets right, and the texts of the valid ones it accepts."""
+    results = [(t["valid"], *_accepted(fsm, t["data"], schema, t["valid"])) for t in tests]
+    decided = [(valid, accepted) for valid, accepted, _ in results if accepted is not None]
+    return {"valid_accepted": [sum(1 for v, a in decided if v and a), sum(1 for v, _ in decided if v)],
+            "invalid_rejected": [sum(1 for v, a in decided if not v and not a), sum(1 for v, _ in decided if not v)],
+            "undecided": sum(1 for _, accepted, _ in results if accepted is None)}, [
+        text for valid, accepted, text in results if valid and accepted]
 
 
 def _mask_seconds(fsm: Any, texts: list[str]) -> list[float]:
@@ -283,13 +297,19 @@ def _run_task(engine: str, row: dict[str, Any]) -> dict[str, Any]:
     out["states"] = len(fsm.index.dfa.nfa) if engine == "structspec" else len(fsm.index.get_transitions())
     # ours is never written (it may run to gigabytes): its size is what `write` would write
     out["regex_chars"] = written_size(regex.items) if isinstance(regex, ParsedRegex) else len(regex)
-    results = [(t["valid"], *_accepted(fsm, t["data"], schema)) for t in row.get("tests") or [] if "data" in t]
+    tests = [t for t in row.get("tests") or [] if "data" in t]
+    verdicts, accepted = _verdicts(fsm, tests, schema)
+    out.update(verdicts)
     if engine == "structspec":  # what laziness moves into decoding: each new state's mask
-        out["mask_s"] = _mask_seconds(fsm, [text for valid, _, text in results if valid and text is not None])
-    out["undecided"] = sum(1 for _, accepted, _ in results if accepted is None)
-    results = [(valid, accepted) for valid, accepted, _ in results if accepted is not None]
-    out["valid_accepted"] = [sum(1 for v, a in results if v and a), sum(1 for v, _ in results if v)]
-    out["invalid_rejected"] = [sum(1 for v, a in results if not v and not a), sum(1 for v, _ in results if not v)]
+        out["mask_s"] = _mask_seconds(fsm, accepted)
+    if engine == "structspec" and not _WORKER["open_objects"] and verdicts["valid_accepted"][0] < sum(
+            t["valid"] for t in tests):
+        # a valid instance rejected: again as JSON Schema reads objects (open_objects=True), untimed
+        try:
+            wide = TokenFSM.from_regex(constraint_of(schema, open_objects=True).pattern, lm.vocab, lm.logits_width)
+            out["open"] = _verdicts(wide, tests, schema)[0]
+        except SchemaError as e:
+            out["open"] = {"status": "schema_error", "keyword": e.keyword}
     return out
 
 
@@ -382,6 +402,11 @@ def _share(pairs: list[list[int]]) -> str:
     return f"{100 * hit / total:.1f}% ({hit}/{total})" if total else "-"
 
 
+def _widest(run: dict[str, Any]) -> dict[str, Any]:
+    """A compiled row's verdicts with open_objects where it was run again so, else its own."""
+    return run["open"] if "valid_accepted" in run.get("open", {}) else run
+
+
 def summarize(records: list[dict[str, Any]], engine: str) -> dict[str, str]:
     """One table row: the split's figures for ``engine``, over the records it ran on (the rows column says
     "n of N" where that is a sample)."""
@@ -400,6 +425,8 @@ def summarize(records: list[dict[str, Any]], engine: str) -> dict[str, str]:
         "other": ", ".join(f"{k} {v}" for k, v in status.items() if k not in ("compiled", "schema_error")) or "0",
         "valid accepted": _share([r["valid_accepted"] for r in ok]),
         "invalid rejected": _share([r["invalid_rejected"] for r in ok]),
+        "valid accepted, open_objects where rejected": _share([_widest(r)["valid_accepted"] for r in ok]),
+        "invalid rejected, open_objects": _share([r["open"]["invalid_rejected"] for r in ok if _widest(r) is not r]),
         "undecided": str(sum(r.get("undecided", 0) for r in ok)),
         "generated valid": f"{gen_valid}/{gen_valid + gen_invalid} ({gen_incomplete} incomplete)"
         if generated else "-",
