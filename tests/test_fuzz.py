@@ -9,6 +9,7 @@ deadline, so the run is the same on a loaded machine. About 1,100 cases in all.
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 from collections.abc import Callable, Iterator
@@ -24,6 +25,7 @@ from structspec import Regex
 from structspec.errors import StructspecError
 from structspec.schema import validator
 
+SCALE = int(os.environ.get("STRUCTSPEC_FUZZ_SCALE", "1"))  # a longer run: STRUCTSPEC_FUZZ_SCALE=10
 SECONDS = 20  # per case: compile, a few decoded tokens, and the checks
 FUZZ = settings(derandomize=True, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -98,19 +100,19 @@ SYNTAX = st.text(alphabet=st.sampled_from(list("ab()[]{}|*+?^$\\.-,09dswDSWxu:=!
                  max_size=24)
 
 
-@settings(FUZZ, max_examples=300)
+@settings(FUZZ, max_examples=300 * SCALE)
 @given(regex=st.one_of(st.text(max_size=24), SYNTAX))
 def test_random_regexes(byte_lm: structspec.LM, regex: str) -> None:
     outcome(lambda: compile_and_walk(byte_lm, regex))
 
 
-@settings(FUZZ, max_examples=150)
+@settings(FUZZ, max_examples=150 * SCALE)
 @given(data=st.binary(max_size=32))
 def test_random_bytes_as_regexes(sp_lm: structspec.LM, data: bytes) -> None:
     outcome(lambda: compile_and_walk(sp_lm, data.decode("latin-1")))
 
 
-@settings(FUZZ, max_examples=100)
+@settings(FUZZ, max_examples=100 * SCALE)
 @given(regex=SYNTAX)
 def test_random_regexes_decode(byte_lm: structspec.LM, regex: str) -> None:
     outcome(lambda: decode_checked(byte_lm, Regex(regex)))
@@ -136,13 +138,13 @@ LEAVES = st.sampled_from([{"type": "integer"}, {"type": "number"}, {"type": "str
                           {"enum": [1, "x", None]}, {}, {"type": "boolean"}])
 
 
-@settings(FUZZ, max_examples=60)
+@settings(FUZZ, max_examples=60 * SCALE)
 @given(kinds=st.lists(st.integers(0, 4), min_size=50, max_size=70), leaf=LEAVES)
 def test_deeply_nested_schemas(byte_lm: structspec.LM, kinds: list[int], leaf: dict) -> None:
     outcome(lambda: decode_checked(byte_lm, nested(kinds, leaf), tokens=8))
 
 
-@settings(FUZZ, max_examples=250)
+@settings(FUZZ, max_examples=250 * SCALE)
 @given(pattern=st.one_of(SYNTAX, st.text(alphabet=st.sampled_from(list("[]^-\\az" + HOSTILE)), max_size=12)),
        lengths=st.sampled_from([{}, {"minLength": 1}, {"maxLength": 2}, {"minLength": 3, "maxLength": 3}]))
 def test_hostile_patterns(byte_lm: structspec.LM, pattern: str, lengths: dict) -> None:
@@ -151,7 +153,7 @@ def test_hostile_patterns(byte_lm: structspec.LM, pattern: str, lengths: dict) -
     outcome(lambda: decode_checked(byte_lm, schema, tokens=4))
 
 
-@settings(FUZZ, max_examples=150)
+@settings(FUZZ, max_examples=150 * SCALE)
 @given(values=st.lists(st.one_of(st.text(max_size=6), st.integers(-10**30, 10**30), st.floats(allow_nan=False),
                                  st.booleans(), st.none()), min_size=0, max_size=30))
 def test_hostile_enums(sp_lm: structspec.LM, values: list) -> None:
@@ -180,7 +182,7 @@ SPECIAL = st.sampled_from(["<|endoftext|>", "<s>", "</s>", "<eos>", "<bos>", "<u
                            "\x00", "\ufffd"])  # (a lone surrogate: see test_a_prompt_with_a_lone_surrogate)
 
 
-@settings(FUZZ, max_examples=120)
+@settings(FUZZ, max_examples=120 * SCALE)
 @given(parts=st.lists(st.one_of(SPECIAL, st.text(max_size=5)), max_size=8), family=st.booleans())
 def test_prompts_with_special_token_text(byte_lm: structspec.LM, sp_lm: structspec.LM, parts: list[str],
                                          family: bool) -> None:

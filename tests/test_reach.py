@@ -403,3 +403,17 @@ def test_a_pattern_matched_whole_is_listed_unless_anchored(pattern: str, whole: 
 def test_values_no_schema_describes_list_their_nesting_depth() -> None:
     assert any("nest at most 2 levels" in n for n in constraint_of({"type": "array"}).narrowings)
     assert not any("nest" in n for n in constraint_of({"type": "array", "items": {"type": "integer"}}).narrowings)
+
+
+def test_open_objects_do_not_make_a_one_of_of_required_names_a_union() -> None:
+    # closed, {"$ref"} and {"name"} objects are disjoint; open, {"$ref": .., "name": ..} matches both branches
+    schema = {"oneOf": [{"type": "object", "required": ["$ref"], "properties": {"$ref": {"type": "string"}}},
+                        {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}]}
+    both = '{"$ref":"x","name":"y"}'
+    assert not validator(schema).is_valid(json.loads(both))
+    assert re.fullmatch(to_regex(schema), both) is None
+    with pytest.raises(SchemaError, match="may overlap") as raised:
+        to_regex(schema, open_objects=True)
+    assert raised.value.keyword == "oneOf"
+    closed = {"oneOf": [b | {"additionalProperties": False} for b in schema["oneOf"]]}  # disjoint again
+    assert re.fullmatch(to_regex(closed, open_objects=True), both) is None

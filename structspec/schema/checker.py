@@ -205,9 +205,11 @@ class _Checker:
                 if texts is not None:
                     return self._without_texts(node, ptr, refs, texts), ptr, refs
                 return reach.without_not(node, self.document, ptr), ptr, refs
-            if self._has(node, "oneOf") and not all(excludes(x, y, self.document) for i, x in enumerate(node["oneOf"])
+            wide = self.rewrites.open_objects
+            if self._has(node, "oneOf") and not all(excludes(x, y, self.document, wide)
+                                                    for i, x in enumerate(node["oneOf"])
                                                     for j, y in enumerate(node["oneOf"]) if i != j):
-                return reach.exactly_one(node, self.document, ptr), ptr, refs
+                return reach.exactly_one(node, self.document, ptr, wide), ptr, refs
             if node.get("uniqueItems") is False:
                 return {k: v for k, v in node.items() if k != "uniqueItems"}, ptr, refs
             if self._has(node, "uniqueItems"):

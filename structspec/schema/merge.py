@@ -81,8 +81,9 @@ def merge(a: Any, b: Any, document: Document) -> Any:
     return out
 
 
-def excludes(x: Any, y: Any, document: Document, depth: int = 0) -> bool:
-    """Whether no value translated from ``x`` matches ``y``, so oneOf of the two works as anyOf."""
+def excludes(x: Any, y: Any, document: Document, open_objects: bool = False, depth: int = 0) -> bool:
+    """Whether no value translated from ``x`` (objects open as ``open_objects`` says) matches ``y``, so oneOf
+    of the two works as anyOf."""
     x, y = _target(x, document), _target(y, document)
     if not isinstance(x, dict) or not isinstance(y, dict) or depth > 10:
         return False
@@ -97,12 +98,14 @@ def excludes(x: Any, y: Any, document: Document, depth: int = 0) -> bool:
     # x yields objects that always hold its required properties, each valued as x's schema for it says
     props, other = x["properties"], y.get("properties", {})
     for name in x.get("required", []):
-        if name in props and name in other and excludes(props[name], other[name], document, depth + 1):
+        if name in props and name in other and excludes(props[name], other[name], document, open_objects,
+                                                        depth + 1):
             return True
         if name not in other and y.get("additionalProperties", True) is False and not y.get("patternProperties"):
             return True
     plain = not any(k in x for k in ("allOf", "anyOf", "oneOf", "$ref", "patternProperties"))  # or more names
-    return plain and any(n not in props and n not in x.get("required", []) for n in y.get("required", []))
+    closed = not open_objects or x.get("additionalProperties", True) is False  # no unlisted names either
+    return plain and closed and any(n not in props and n not in x.get("required", []) for n in y.get("required", []))
 
 
 def _target(node: Any, document: Document) -> Any:

@@ -216,7 +216,7 @@ def _spellings(value: Any, kind: str, ptr: str) -> list[str]:
     return ['"' + "".join(spelling) + '"' for spelling in product(*ways)]
 
 
-def exactly_one(node: dict[str, Any], document: Document, ptr: str) -> dict[str, Any]:
+def exactly_one(node: dict[str, Any], document: Document, ptr: str, open_objects: bool = False) -> dict[str, Any]:
     """``node``'s ``oneOf`` as the values that match exactly one branch: each value of a finite branch (enum,
     const, boolean, null) that no other branch matches, and each other branch less the finite branches'
     values it matches (a string or integer node loses them as `excluded_texts` says). `SchemaError` where two
@@ -231,7 +231,7 @@ def exactly_one(node: dict[str, Any], document: Document, ptr: str) -> dict[str,
         return by_presence
     for i, x in infinite:
         for j, y in infinite:
-            if i != j and not excludes(x, y, document):
+            if i != j and not excludes(x, y, document, open_objects):
                 raise SchemaError("oneOf", ptr, f"branches {i} and {j} may overlap (a value must match exactly "
                                   "one), and only values of enum, const, boolean or null branches are removed "
                                   "from the others; make them differ by type, by value or by a required "
