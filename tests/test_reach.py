@@ -417,3 +417,13 @@ def test_open_objects_do_not_make_a_one_of_of_required_names_a_union() -> None:
     assert raised.value.keyword == "oneOf"
     closed = {"oneOf": [b | {"additionalProperties": False} for b in schema["oneOf"]]}  # disjoint again
     assert re.fullmatch(to_regex(closed, open_objects=True), both) is None
+
+
+@pytest.mark.parametrize("schema, texts", [
+    ({"maxItems": 2.0}, ["[1,2]", "[1,2,3]", "[]", '"x"']),
+    ({"minLength": 2.0}, ['"fo"', '"f"', "1"]),
+    ({"type": "object", "properties": {"a": {"const": 1}, "b": {"const": 1}}, "minProperties": 1.0},
+     ["{}", '{"a":1}', '{"a":1,"b":1}']),
+])
+def test_counts_written_as_integral_floats_are_enforced(schema: dict, texts: list[str]) -> None:
+    agrees(schema, texts)  # JSON Schema reads 2.0 as the integer 2

@@ -145,6 +145,9 @@ class _Checker:
         of ``allOf``, ``$ref``, ``anyOf`` and ``oneOf`` merge into their subschemas,
         as a value must match both.
         """
+        integral = {k: int(node[k]) for pair in COUNTS for k in pair if type(node.get(k)) is float}
+        if integral:  # JSON Schema reads 2.0 as the integer 2 (the metaschema let only integral ones through)
+            return node | integral, ptr, refs
         if "type" not in node and any(k in KEYWORD_TYPES for k in node) and not any(
                 self._has(node, k) for k in (*_DISPATCH, "not")):
             # JSON Schema applies a type's keywords to values of that type and lets the others through
