@@ -427,3 +427,20 @@ def test_open_objects_do_not_make_a_one_of_of_required_names_a_union() -> None:
 ])
 def test_counts_written_as_integral_floats_are_enforced(schema: dict, texts: list[str]) -> None:
     agrees(schema, texts)  # JSON Schema reads 2.0 as the integer 2
+
+
+@pytest.mark.parametrize("wide", [False, True], ids=["closed", "open"])
+def test_a_property_whose_schema_is_false_is_never_written(wide: bool) -> None:
+    schema = {"type": "object", "properties": {"a": {"const": 1}, "b": False}}
+    if wide:
+        agrees(schema, open_objects(), open_objects=True)
+    regex = to_regex(schema, open_objects=wide)
+    assert re.fullmatch(regex, '{"a":1}') and not re.fullmatch(regex, '{"a":1,"b":true}')
+    with pytest.raises(SchemaError, match="schema false"):
+        to_regex(schema | {"required": ["b"]}, open_objects=wide)
+
+
+def test_a_one_of_of_required_names_stays_exact_with_open_objects() -> None:
+    # the branch that leaves a name out must not let it back in as an unlisted member
+    schema = {"type": "object", "properties": LISTED, "oneOf": [{"required": ["a"]}, {"required": ["b"]}]}
+    agrees(schema, open_objects(), open_objects=True)

@@ -214,9 +214,13 @@ def test_boolean_schemas() -> None:
     with pytest.raises(SpecError, match="false admits no value"):
         to_regex(False)
     with pytest.raises(SchemaError) as err:  # false inside a schema: named by the keyword that holds it
-        to_regex({"type": "object", "properties": {"a": False}})
+        to_regex({"type": "object", "properties": {"a": {"type": "array", "items": False, "minItems": 1}}})
+    assert (err.value.keyword, err.value.pointer) == ("items", "/properties/a")
+    assert "/properties/a/items" in str(err.value)
+    with pytest.raises(SchemaError) as err:  # a property false is a name never written; required, no object
+        to_regex({"type": "object", "properties": {"a": False}, "required": ["a"]})
     assert (err.value.keyword, err.value.pointer) == ("properties", "/")
-    assert "/properties/a" in str(err.value)
+    assert full(to_regex({"type": "object", "properties": {"a": False, "b": {"const": 1}}}), '{"b":1}')
 
 
 def test_annotations_and_keywords_of_other_types_are_fine() -> None:
@@ -422,7 +426,7 @@ def test_errors_inside_a_merged_node_point_into_the_document() -> None:
 
 BAD_SPECS = [
     False, "[1, 2]", "{not json", 3.5, object(), {"type": "integer", "maximum": "ten"},
-    {"type": "string", "minLength": 5, "maxLength": 2}, {"type": "object", "properties": {"a": False}},
+    {"type": "string", "minLength": 5, "maxLength": 2}, {"type": "object", "properties": {"a": False}, "required": ["a"]},
     {"type": "array", "items": False}, {"anyOf": [{"type": "string"}, False]},
     {"$ref": "#/$defs/x"}, {"$ref": "x.json"}, {"$defs": {"r": [1]}, "$ref": "#/$defs/r/0"},
     {"type": "integer", "exclusiveMinimum": 3, "maximum": 3}, {"type": "string", "format": "uri-template"},

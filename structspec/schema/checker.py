@@ -276,22 +276,34 @@ class _Checker:
         if node.get("maxProperties", len(node["properties"])) >= len(node["properties"]):
             allowed.add("maxProperties")
         self._reject_others(node, ptr, allowed)
-        for name in node.get("required", []):
+        required = set(node.get("required", []))
+        for name in required:
             if name not in node["properties"]:
                 raise SchemaError("required", ptr, f"required property {name!r} is not in 'properties'")
-        for name, sub in node["properties"].items():
-            self._sub(sub, ptr, refs, "properties", name)
+            if node["properties"][name] is False:
+                raise SchemaError("properties", ptr, f"required property {name!r} has the schema false, which "
+                                  "admits no value")
         extra = node.get("additionalProperties", True)
+        opened = self.rewrites.open_objects and extra is not False and not self._has(node, "maxProperties")
+        forbidden = [name for name, sub in node["properties"].items() if sub is False]  # names never written
+        if forbidden and not opened:  # listed properties only: leaving them out is exact
+            rest = node | {"properties": {n: sub for n, sub in node["properties"].items() if sub is not False}}
+            self.rewrites.replace(node, rest)
+            self.walk(rest, ptr, refs)
+            return
+        for name, sub in node["properties"].items():
+            if sub is not False:
+                self._sub(sub, ptr, refs, "properties", name)
         if extra is False:
             return
-        if not self.rewrites.open_objects or self._has(node, "maxProperties"):
+        if not opened:
             self.rewrites.narrow(ptr, UNLISTED + (" (with maxProperties)" if self.rewrites.open_objects else
                                                   " (open_objects=False)"))
             return
         self._sub(extra, ptr, refs, "additionalProperties")
-        required = set(node.get("required", []))
-        fields = [(name, sub, name in required) for name, sub in node["properties"].items()]
-        self.rewrites.hole(node, self.rewrites.object_regex(fields, [], ptr, {} if extra is True else extra))
+        fields = [(name, sub, name in required) for name, sub in node["properties"].items() if sub is not False]
+        self.rewrites.hole(node, self.rewrites.object_regex(fields, [], ptr, {} if extra is True else extra,
+                                                            forbidden))
 
     def _patternProperties(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...]) -> None:
         """Translate the object itself: listed properties in order, then any number of pattern-named ones.

@@ -140,16 +140,17 @@ class Rewrites:
         return ParsedRegex(items, hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest())
 
     def object_regex(self, fields: list[tuple[str, Any, bool]], patterns: list[tuple[str, Any]],
-                     pointer: str, others: Any = None) -> Items:
+                     pointer: str, others: Any = None, forbidden: list[str] | tuple[str, ...] = ()) -> Items:
         """The items of an object: ``fields`` (name, schema, required) in order, then any number of
         members whose names match a key regex of ``patterns`` (key regex, schema), or (``others``, a schema)
-        are any name no field has."""
+        are any name no field has and not ``forbidden``."""
         t = self.translator
         listed = [(t.member(json.dumps(name, ensure_ascii=False), self._value(sub, pointer)), required)
                   for name, sub, required in fields]
         extra = [t.text(f'"{key}"') + t.member("", self._value(sub, pointer)) for key, sub in patterns]
         if others is not None:
-            extra.append(names_except(name for name, _, _ in fields) + t.member("", self._value(others, pointer)))
+            names = [*(name for name, _, _ in fields), *forbidden]
+            extra.append(names_except(names) + t.member("", self._value(others, pointer)))
         return t.object_items(listed, extra)
 
     def _value(self, node: Any, pointer: str) -> Items:

@@ -227,7 +227,8 @@ def exactly_one(node: dict[str, Any], document: Document, ptr: str, open_objects
         raise SchemaError("oneOf", ptr, "a branch true matches every value, so the others match none alone")
     finite = {i: _finite_values(document.resolve(b)) for i, b in branches}
     infinite = [(i, b) for i, b in branches if finite[i] is None]
-    if len(infinite) == len(branches) and (by_presence := _by_required([b for _, b in branches], document, ptr)):
+    if len(infinite) == len(branches) and (by_presence := _by_required([b for _, b in branches], document, ptr,
+                                                                        open_objects)):
         return by_presence
     for i, x in infinite:
         for j, y in infinite:
@@ -262,11 +263,11 @@ def exactly_one(node: dict[str, Any], document: Document, ptr: str, open_objects
     return out[0] if len(out) == 1 else {"anyOf": out}
 
 
-def _by_required(branches: list[Any], document: Document, ptr: str) -> dict[str, Any] | None:
+def _by_required(branches: list[Any], document: Document, ptr: str, open_objects: bool) -> dict[str, Any] | None:
     """``oneOf`` branches that are one object schema but for ``required`` (``{"oneOf": [{"required": ["radius"]},
     {"required": ["width", "height"]}]}`` beside ``properties``) as one branch per set of the names some branch
-    requires that completes exactly one branch's names, those present and the rest of them left out (objects
-    are written with listed properties only, so that is exact). None if the branches differ otherwise, or
+    requires that completes exactly one branch's names, those present and the rest of them left out (listed
+    with the schema false where ``open_objects`` would let them back in as unlisted members). None if the branches differ otherwise, or
     more than `MAX_OPTIONAL` names decide; `SchemaError` if no set completes exactly one branch."""
     nodes = [document.resolve(b) for b in branches]
     if not all(isinstance(n, dict) and isinstance(n.get("properties"), dict) for n in nodes):
@@ -285,7 +286,8 @@ def _by_required(branches: list[Any], document: Document, ptr: str) -> dict[str,
         for chosen in combinations(deciding, size):
             present = always | set(chosen)
             if sum(need <= present for need in needs) == 1:
-                kept = {n: v for n, v in base["properties"].items() if n not in deciding or n in present}
+                kept = {n: v if n not in deciding or n in present else False for n, v in base["properties"].items()
+                        if open_objects or n not in deciding or n in present}
                 out.append(base | {"properties": kept, "required": [n for n in kept if n in present]})
     if not out:
         raise SchemaError("oneOf", ptr, "no set of present properties completes exactly one branch's required ones")
