@@ -16,16 +16,11 @@ import re._constants as C  # the parser's opcodes
 from collections.abc import Iterable
 
 from structspec.automaton.nfa import char_ranges
-from structspec.automaton.parse import REPEATS, parse
+from structspec.automaton.parse import REPEATS, parse, write
 from structspec.automaton.utf8 import Ranges, complement
 from structspec.schema.translate import Items, branch
 
 _CHARS = (C.LITERAL, C.NOT_LITERAL, C.ANY, C.IN)
-
-
-# A repetition's remainder after one pass, made once per (low, high, body) during one `difference` (which
-# empties it first; its items hold the bodies alive meanwhile), so that remainders compare by identity.
-_REMAINDERS: dict[tuple[int, int, int], tuple] = {}
 
 
 class _Trie(dict):
@@ -80,9 +75,7 @@ def difference(items: Items, texts: Iterable[str]) -> Items | None:
         for c in text:
             node = node.setdefault(c, _Trie())
         node.end = True
-    _REMAINDERS.clear()
     alternatives = _less([items], trie)
-    _REMAINDERS.clear()
     return [branch(alternatives)] if alternatives else None
 
 
@@ -90,9 +83,7 @@ def _less(ways: list[Items], trie: _Trie) -> list[Items]:
     """The alternatives of what any of ``ways`` matches, less the texts of ``trie`` (ways and texts both
     read from the same point)."""
     out: list[Items] = [[]] if any(map(_nullable, ways)) and not trie.end else []
-    # deduped by the identity of their items (`_first` makes each repetition's remainder once): writing them
-    # out to compare was most of the cost
-    steps = {tuple(map(id, rest)): (chars, rest) for way in ways for chars, rest in _linear(way)}.values()
+    steps = {write(rest): (chars, rest) for way in ways for chars, rest in _linear(way)}.values()  # (deduped)
     for c, child in trie.items():
         after = [rest for chars, rest in steps if _contains(chars, ord(c))]
         if after and (tails := _less(after, child)):
@@ -129,7 +120,7 @@ def _first(op: C._NamedIntConstant, arg: object) -> list[tuple[Ranges, Items]]:
             return []
         low = 0 if _nullable(body) else max(low - 1, 0)  # a nullable body may stand in for its copies
         left = high if high is C.MAXREPEAT else high - 1
-        again = [_REMAINDERS.setdefault((low, left, id(body)), (C.MAX_REPEAT, (low, left, body)))] if left else []
+        again = [(C.MAX_REPEAT, (low, left, body))] if left else []
         return [(chars, [*rest, *again]) for chars, rest in _linear(body)]
     raise ValueError(f"{str(op).lower()} (anchors, lookarounds, backreferences) is not supported")
 

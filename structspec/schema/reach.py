@@ -267,8 +267,9 @@ def _by_required(branches: list[Any], document: Document, ptr: str, open_objects
     """``oneOf`` branches that are one object schema but for ``required`` (``{"oneOf": [{"required": ["radius"]},
     {"required": ["width", "height"]}]}`` beside ``properties``) as one branch per set of the names some branch
     requires that completes exactly one branch's names, those present and the rest of them left out (listed
-    with the schema false where ``open_objects`` would let them back in as unlisted members). None if the branches differ otherwise, or
-    more than `MAX_OPTIONAL` names decide; `SchemaError` if no set completes exactly one branch."""
+    with the schema false where ``open_objects`` would let them back in as unlisted members). None if the
+    branches differ otherwise, or more than `MAX_OPTIONAL` names decide; `SchemaError` if no set completes
+    exactly one branch."""
     nodes = [document.resolve(b) for b in branches]
     if not all(isinstance(n, dict) and isinstance(n.get("properties"), dict) for n in nodes):
         return None
@@ -286,8 +287,9 @@ def _by_required(branches: list[Any], document: Document, ptr: str, open_objects
         for chosen in combinations(deciding, size):
             present = always | set(chosen)
             if sum(need <= present for need in needs) == 1:
-                kept = {n: v if n not in deciding or n in present else False for n, v in base["properties"].items()
-                        if open_objects or n not in deciding or n in present}
+                left_out = set(deciding) - present
+                kept = {n: False if n in left_out else v for n, v in base["properties"].items()
+                        if open_objects or n not in left_out}
                 out.append(base | {"properties": kept, "required": [n for n in kept if n in present]})
     if not out:
         raise SchemaError("oneOf", ptr, "no set of present properties completes exactly one branch's required ones")
