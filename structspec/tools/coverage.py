@@ -141,12 +141,20 @@ class OrderSearch:
         self.initial, self.next_byte, self.is_final, self.left = initial, next_byte, is_final, budget
         self._ends: dict[tuple[int, int], dict[int, str]] = {}
 
-    def accepted(self, value: Any) -> str | None:
-        """A spelling of ``value`` the automaton accepts whole, or None; `_OutOfBudget` past the budget."""
-        as_given = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-        after = self.step(self.initial, as_given)  # most instances are accepted in their own order: try it first
-        if after is not None and self.is_final(after):
-            return as_given
+    def first(self, texts: list[str]) -> str | None:
+        """The first of ``texts`` the automaton accepts whole, or None."""
+        for text in dict.fromkeys(texts):
+            after = self.step(self.initial, text)
+            if after is not None and self.is_final(after):
+                return text
+        return None
+
+    def accepted(self, value: Any, tries: tuple[str, ...] = ()) -> str | None:
+        """A spelling of ``value`` the automaton accepts whole, or None; `_OutOfBudget` past the budget. ``tries``
+        and the value's own order come first (most instances are accepted in one of them), then the search."""
+        found = self.first([*tries, json.dumps(value, ensure_ascii=False, separators=(",", ":"))])
+        if found is not None:
+            return found
         return next((text for state, text in self.ends(self.initial, value).items() if self.is_final(state)), None)
 
     def step(self, state: int, text: str) -> int | None:
@@ -218,15 +226,10 @@ def _accepted(fsm: Any, value: Any, schema: Any, valid: bool) -> tuple[bool | No
         return None if token is None else fsm.next_state(state, token)
 
     search = OrderSearch(fsm.initial_state, next_byte, fsm.is_final, SEARCH_BUDGET)
-    for text in dict.fromkeys([in_layout(value, schema, schema),
-                               json.dumps(value, ensure_ascii=False, separators=(",", ":"))]):
-        after = search.step(fsm.initial_state, text)
-        if after is not None and fsm.is_final(after):
-            return True, text
-    if not valid:
-        return False, None
+    layout = in_layout(value, schema, schema)
     try:
-        text = search.accepted(value)
+        text = search.accepted(value, (layout,)) if valid else search.first(
+            [layout, json.dumps(value, ensure_ascii=False, separators=(",", ":"))])
     except _OutOfBudget:
         return None, None
     return text is not None, text
@@ -272,7 +275,8 @@ def _run_task(engine: str, row: dict[str, Any]) -> dict[str, Any]:
         start = time.perf_counter()
         if engine == "structspec":
             with gc_paused():  # as `structspec.compile` does
-                regex = constraint_of(schema, open_objects=_WORKER["open_objects"]).pattern  # its text is not written: compiling never needs it
+                # its text is not written: compiling never needs it
+                regex = constraint_of(schema, open_objects=_WORKER["open_objects"]).pattern
                 out["regex_s"] = time.perf_counter() - start
                 fsm: Any = TokenFSM.from_regex(regex, lm.vocab, lm.logits_width)
                 out["compile_s"] = time.perf_counter() - start
