@@ -401,8 +401,29 @@ def test_a_pattern_matched_whole_is_listed_unless_anchored(pattern: str, whole: 
 
 
 def test_values_no_schema_describes_list_their_nesting_depth() -> None:
-    assert any("nest at most 2 levels" in n for n in constraint_of({"type": "array"}).narrowings)
+    assert any("nest at most 3 levels" in n for n in constraint_of({"type": "array"}).narrowings)
     assert not any("nest" in n for n in constraint_of({"type": "array", "items": {"type": "integer"}}).narrowings)
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3, 4])
+def test_values_no_schema_describes_nest_to_max_recursion_depth(depth: int) -> None:
+    # {} is the recursive "any JSON value": it nests like a recursive $ref, as many levels as it says
+    constraint = constraint_of({"type": "object", "properties": {"a": {}}, "required": ["a"]},
+                               max_recursion_depth=depth)
+    assert f"/: values no schema describes nest at most {depth} levels of arrays and objects " \
+        "(max_recursion_depth)" in constraint.narrowings
+    for levels in range(6):
+        nested: Any = 1
+        for level in range(levels):
+            nested = [nested] if level % 2 else {"k": nested}
+        text = json.dumps({"a": nested}, separators=(",", ":"))
+        assert (re.fullmatch(constraint.regex, text) is not None) == (levels <= depth), text
+
+
+def test_a_schema_keyword_named_depth_changes_nothing() -> None:
+    # an unknown keyword is an annotation, even one the translator's own bookkeeping might have used
+    regex = constraint_of({"type": "array", "depth": 0}).regex
+    assert re.fullmatch(regex, "[[1]]") and re.fullmatch(regex, '[{"a":[2]}]')
 
 
 def test_open_objects_do_not_make_a_one_of_of_required_names_a_union() -> None:

@@ -70,16 +70,16 @@ automaton counts a long repetition instead of copying it, so any count costs the
 
 
 def check(schema: dict[str, Any], strict: bool, whitespace_pattern: str, digits: Digits = Digits(),
-          open_objects: bool = False) -> Rewrites:
+          open_objects: bool = False, nesting: int = reach.MAX_RECURSION_DEPTH) -> Rewrites:
     """The rewrites that emit ``schema`` exactly, or narrowed as listed in ``narrowings`` (``digits`` bounds
     the numbers the schema leaves unbounded; ``open_objects`` writes the members ``additionalProperties``
-    allows beside listed ``properties``); raises `SchemaError` if it admits no value or uses a keyword
+    allows beside listed ``properties``; values no schema describes nest ``nesting`` levels); raises `SchemaError` if it admits no value or uses a keyword
     that would not be enforced (``strict=False``: drops it, listed in ``dropped``). ``schema`` is a valid JSON
     Schema (`check_json`, `check_metaschema`), or one `reach.unroll` made of one.
 
     Does not change ``schema``.
     """
-    checker = _Checker(Rewrites(Document(schema), whitespace_pattern, digits, open_objects), strict)
+    checker = _Checker(Rewrites(Document(schema), whitespace_pattern, digits, open_objects, nesting), strict)
     checker.walk(schema, "", ())
     return checker.rewrites
 

@@ -14,6 +14,7 @@ from structspec.schema.bounds import EXPONENT_DIGITS, Digits
 from structspec.schema.difference import names_except
 from structspec.schema.keywords import LITERALS, NAMED, is_annotation
 from structspec.schema.pointers import Document
+from structspec.schema.reach import MAX_RECURSION_DEPTH
 from structspec.schema.translate import ANY, Items, Translator
 
 # Bumped when the translation changes its output for the same schema: names the compile-cache entries.
@@ -32,6 +33,7 @@ class Rewrites:
     whitespace: str
     digits: Digits = Digits()
     open_objects: bool = False  # listed properties' objects also take the members additionalProperties allows
+    nesting: int = MAX_RECURSION_DEPTH  # levels of arrays and objects a value no schema describes nests
     replaced: dict[int, Any] = field(default_factory=dict)  # id(node) → the node outlines-core gets instead
     drops: dict[int, set[str]] = field(default_factory=dict)  # id(node) → keywords dropped there
     holes: dict[str, Items] = field(default_factory=dict)  # marker → the hole's items

@@ -101,7 +101,7 @@ def _json_constraint(
     check_json(root)
     check_metaschema(root)  # before unrolling: the unrolled copy of a recursive schema can be far larger
     document, unrolled = unroll(root, depth)
-    rewrites = check(document, strict, whitespace_pattern, digits, open_objects)
+    rewrites = check(document, strict, whitespace_pattern, digits, open_objects, depth)
     if rewrites.dropped:
         warnings.warn(
             "strict=False: these schema keywords are not enforced: "

@@ -31,7 +31,6 @@ Items = list  # parsed regex items: (opcode, argument) pairs
 
 # Any JSON value, as outlines-core translates it in a group (its own form for {} binds looser).
 ANY = {"anyOf": [{"type": t} for t in ("boolean", "null", "number", "string", "array", "object")]}
-ANY_DEPTH = 2  # how deep a value no schema describes nests (arrays and objects), as outlines-core writes it
 _LEAF_TYPES = ("string", "number", "integer", "boolean", "null")
 # outlines-core's errors by how their message starts, with the keyword each is about (one that
 # quotes its keyword names it itself). The checker lets none of them through.
@@ -75,7 +74,7 @@ class Translator:
         self.ws = parse(rewrites.whitespace) if rewrites.whitespace else []
         self._memo: dict[int, tuple[Any, Items, bool]] = {}  # id(node) → (node, its items, uses numbers)
         self._texts: dict[str, tuple[Items, bool]] = {}  # leaf regex text → (items, has outlines' numbers)
-        self._synthetic: dict[tuple[str, int], dict[str, Any]] = {}  # (type, depth) → node, kept alive
+        self._any_values: dict[tuple[str, int], tuple[Items, bool]] = {}  # (type, levels below) → its items
         self._refs: list[str] = []  # the $ref chain being translated
         self._nested = self._nesting_said = False  # whether a value without schema was translated; and said so
 
@@ -90,8 +89,8 @@ class Translator:
             self.rewrites.narrow_digits(pointer, integer=True, fraction=True, exponent=True)
         if self._nested and not self._nesting_said:  # where it first shows; said once
             self._nesting_said = True
-            self.rewrites.narrow(pointer, f"values no schema describes nest at most {ANY_DEPTH} levels of arrays "
-                                 "and objects")
+            self.rewrites.narrow(pointer, f"values no schema describes nest at most {self.rewrites.nesting} levels "
+                                 "of arrays and objects (max_recursion_depth)")
         return items
 
     def text(self, regex: str) -> Items:
@@ -165,8 +164,7 @@ class Translator:
             if hole is not None:
                 return hole, False
             return self._leaf({k: x for k, x in v.items() if k != "type"} | {"type": kind})
-        depth = _u64(v.get("depth"))
-        depth = ANY_DEPTH if depth is None else depth
+        depth = self.rewrites.nesting - 1  # levels below this container's, for values no schema describes
         if kind == "array":
             return self._array(v, depth)
         if kind == "object":
@@ -202,8 +200,10 @@ class Translator:
 
     def _any(self, kind: str, depth: int) -> tuple[Items, bool]:
         """A value of type ``kind`` nesting at most ``depth`` levels, as outlines-core writes it for ``{}``."""
-        node = self._synthetic.setdefault((kind, depth), {"type": kind, "depth": depth})
-        return self._node(node)
+        found = self._any_values.get((kind, depth))
+        if found is None:  # built once per level and shared: the automaton's hash-consing sees one item
+            found = self._any_values[kind, depth] = (self._array if kind == "array" else self._object)({}, depth)
+        return found
 
     def _untyped(self, leaves: tuple[str, ...], depth: int) -> list[tuple[Items, bool]]:
         """The alternatives of a value with no schema, as outlines-core orders them: ``leaves``, then (while
