@@ -19,6 +19,7 @@ from structspec.decoding.drafters import (
     Step,
     Threshold,
     copied_text,
+    next_value,
     make_drafter,
 )
 from structspec.decoding.sampling import SamplingConfig
@@ -247,6 +248,17 @@ def test_prompt_lookup_copies_the_text_where_the_tokens_differ(qwen_lm) -> None:
     blocked = fsm.walk(fsm.initial_state, enc('"INV-2024-0381', add_special_tokens=False))[-1]
     tail = enc('"INV-2024-0381', add_special_tokens=False)
     assert copied_text(doc + tail, qwen_lm.vocab, lambda t: fsm.next_state(blocked, t) is not None, 1) is None
+
+
+def test_next_value_reads_the_document_on_after_the_value_just_written() -> None:
+    doc = b"Thanks -- Elena Vasquez | Senior Procurement Manager | Arcadia Foods Inc. | 415 Market Street. "
+    assert next_value(doc + b'{"name":"Elena Vasquez","title":"') == b"Senior Procurement"  # cut at a word's end
+    assert next_value(doc + b'{"name":"Elena Vasquez","title":"Senior Procurement Manager","company":"') == (
+        b"Arcadia Foods Inc.")  # the separator after it is left out
+    assert next_value(b"total EUR 120.00, due 2024-03-14 " + b'{"total":120.00,"due":"') == b"due 2024-03-14"
+    assert next_value(doc + b'{"name":"Elena Vasquez"') is None  # no string value opened
+    assert next_value(doc + b'{"name":"Nobody Here","title":"') is None  # the value is not in the document
+    assert next_value(doc + b'{"name":"') is None  # no value before
 
 
 def test_early_exit_shares_weights_and_leaves_the_target_intact(byte_lm) -> None:

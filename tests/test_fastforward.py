@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 
 import structspec
 from structspec import OptionError, Regex
+from structspec.automaton.fsm import TokenFSM
 from structspec.decoding.fastforward import Forcer
 from structspec.tools.tasks import extraction_prompt, load_tasks
 from structspec.testing import CountingLM, restricted
@@ -84,11 +85,15 @@ def test_forced_text_of_keys_and_enum_completion(byte_lm) -> None:
     assert forcer.forced_bytes(state)[0] == b'ace"}'
 
 
+def _object(lm: structspec.LM, **types: str) -> tuple[TokenFSM, Forcer]:
+    """The FSM of an object whose members (all required) have ``types``, and its forcer."""
+    spec = {"type": "object", "properties": {k: {"type": t} for k, t in types.items()}, "required": list(types)}
+    fsm = structspec.compile(spec, lm).fsm
+    return fsm, Forcer(fsm, lm.tokenizer)
+
+
 def test_closing_spells_the_quote_with_the_forced_text_after_it_as_the_tokenizer_does(qwen_lm) -> None:
-    spec = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
-            "required": ["a", "b"]}
-    fsm = structspec.compile(spec, qwen_lm).fsm
-    forcer = Forcer(fsm, qwen_lm.tokenizer)
+    fsm, forcer = _object(qwen_lm, a="string", b="string")
     enc = qwen_lm.tokenizer.encode
     inside = fsm.walk(fsm.initial_state, enc('{"a":"xy', add_special_tokens=False))[-1]
     close, states = forcer.closing(inside)
@@ -97,14 +102,39 @@ def test_closing_spells_the_quote_with_the_forced_text_after_it_as_the_tokenizer
     last = fsm.walk(fsm.initial_state, enc('{"a":"x","b":"yz', add_special_tokens=False))[-1]
     assert qwen_lm.vocab.decode(forcer.closing(last)[0]) == '"}'
     digits = structspec.compile(Regex(r"[0-9]{1,5}"), qwen_lm).fsm
-    assert Forcer(digits, qwen_lm.tokenizer).closing(digits.initial_state) == ([], [])  # no string to close
+    assert Forcer(digits, qwen_lm.tokenizer).closing(digits.initial_state) == ([], [])  # no value to close
+
+
+def test_closing_ends_a_number_with_the_next_key_or_the_object(qwen_lm) -> None:
+    fsm, forcer = _object(qwen_lm, n="integer", price="number")
+    enc = qwen_lm.tokenizer.encode
+    first = fsm.walk(fsm.initial_state, enc('{"n":12', add_special_tokens=False))[-1]
+    close, states = forcer.closing(first)
+    assert qwen_lm.vocab.decode(close) == ',"price":' and states == fsm.walk(first, close)
+    last = fsm.walk(fsm.initial_state, enc('{"n":1,"price":2.5', add_special_tokens=False))[-1]
+    close, states = forcer.closing(last)
+    assert qwen_lm.vocab.decode(close) == "}" and fsm.is_final(states[-1])
+    start = fsm.walk(fsm.initial_state, enc('{"n":', add_special_tokens=False))[-1]
+    assert forcer.closing(start) == ([], [])  # no number written yet: nothing to close
+
+
+def test_respellings_split_forced_text_another_way_than_the_canonical_spelling(qwen_lm) -> None:
+    fsm, forcer = _object(qwen_lm, a="string", b="string")
+    enc, decode = qwen_lm.tokenizer.encode, qwen_lm.vocab.decode
+    after_b = fsm.walk(fsm.initial_state, enc('{"a":"x","b', add_special_tokens=False))[-1]
+    assert decode(forcer.spelled(after_b)[0]) == '":"'  # one token, canonically
+    (ids, states), = forcer.respellings(after_b)  # the longest other first token, then the rest
+    assert [decode([t]) for t in ids] == ['":', '"'] and states == fsm.walk(after_b, ids)
+    two = forcer.respellings(after_b, most=2)
+    assert len(two) == 2 and two[0] == (ids, states) and decode(two[1][0][:1]) == '"'
+    assert all(decode(spelling) == '":"' for spelling, _ in two)
+    inside = fsm.walk(fsm.initial_state, enc('{"a":"xy', add_special_tokens=False))[-1]
+    (ids, _), = forcer.respellings(inside, b'","b":"')  # a closing's text, as the lookahead tree passes it
+    assert decode(ids) == '","b":"' and decode(ids[:1]) == '",'
 
 
 def test_a_learned_split_is_forgotten_when_the_target_writes_the_whole_token_again(qwen_lm) -> None:
-    spec = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
-            "required": ["a", "b"]}
-    fsm = structspec.compile(spec, qwen_lm).fsm
-    forcer = Forcer(fsm, qwen_lm.tokenizer)
+    fsm, forcer = _object(qwen_lm, a="string", b="string")
     ids = {qwen_lm.vocab.decode([t]): t for t in qwen_lm.tokenizer.encode('":"', add_special_tokens=False)
            + qwen_lm.tokenizer.encode('":', add_special_tokens=False)}
     whole, head = ids['":"'], ids['":']  # one token each in Qwen's vocabulary

@@ -211,11 +211,15 @@ def test_lookahead_is_a_drafter_name_and_a_bench_row(byte_lm: structspec.LM) -> 
     assert "+ lookahead" not in methods()
 
 
+def _strings(lm: structspec.LM, *names: str) -> tuple[TokenFSM, Forcer]:
+    """The FSM of an object of required string members ``names``, and its forcer."""
+    spec = {"type": "object", "properties": {n: {"type": "string"} for n in names}, "required": list(names)}
+    fsm = structspec.compile(spec, lm).fsm
+    return fsm, Forcer(fsm, lm.tokenizer)
+
+
 def test_lookahead_closes_the_copied_string_where_the_copy_goes_on_past_punctuation(qwen_lm: structspec.LM) -> None:
-    spec = {"type": "object", "properties": {"vendor": {"type": "string"}, "date": {"type": "string"}},
-            "required": ["vendor", "date"]}
-    fsm = structspec.compile(spec, qwen_lm).fsm
-    forcer = Forcer(fsm, qwen_lm.tokenizer)
+    fsm, forcer = _strings(qwen_lm, "vendor", "date")
     enc = qwen_lm.tokenizer.encode
     context = enc("Invoice from Brightline Design Studio, issued on 2024-03-14.", add_special_tokens=False) + enc(
         '{"vendor":"Brightline Design', add_special_tokens=False)
@@ -228,10 +232,42 @@ def test_lookahead_closes_the_copied_string_where_the_copy_goes_on_past_punctuat
     assert "".join(spelled[i] for i in main).startswith(" Studio, issued")  # the copy goes on past the value
     comma = next(i for i in main if spelled[i] == ",")
     # the closed string hangs where the comma does: '","' then the forced next key, as the target writes it
+    # and, spelled another way (`Forcer.respellings`), '",' then '"date' as Qwen writes some of its keys
     close = [i for i in range(len(tree.tokens)) if parents[i] == parents[comma] and i != comma]
-    assert [spelled[i] for i in close] == ['","']
-    chain = [close[0]]
-    while (child := next((i for i in range(len(tree.tokens)) if parents[i] == chain[-1]), None)) is not None:
-        chain.append(child)
-    assert "".join(spelled[i] for i in chain) == '","date":"'
-    assert tree.sources[close[0]] == "lookahead" and {tree.sources[i] for i in chain[1:]} == {"forced"}
+    assert [spelled[i] for i in close] == ['","', '",']
+    chains = {}
+    for first in close:
+        chain = chains[first] = [first]
+        while "".join(spelled[i] for i in chain) != '","date":"':
+            chain.append(next(i for i in range(len(tree.tokens)) if parents[i] == chain[-1]))
+        assert tree.sources[first] == "lookahead" and {tree.sources[i] for i in chain[1:]} == {"forced"}
+    # and after the first, the date's value as the document goes on after the vendor's (`next_value`)
+    after = next(i for i in range(len(tree.tokens)) if parents[i] == chains[close[0]][-1])
+    assert spelled[after] == "issued" and tree.sources[after] == "lookahead"
+
+
+def test_lookahead_drafts_the_next_value_from_where_the_document_goes_on(qwen_lm: structspec.LM) -> None:
+    fsm, forcer = _strings(qwen_lm, "name", "title")
+    enc = qwen_lm.tokenizer.encode
+    doc = enc("Regards -- Elena Vasquez | Senior Procurement Manager | Arcadia Foods", add_special_tokens=False)
+
+    def paths(tree) -> list[str]:
+        parents = tree.parent_indices()
+        leaves = set(range(len(tree.tokens))) - set(parents)
+        out = []
+        for leaf in leaves:
+            path = [leaf]
+            while parents[path[-1]] >= 0:
+                path.append(parents[path[-1]])
+            out.append(qwen_lm.vocab.decode([tree.tokens[i] for i in reversed(path)]))
+        return out
+
+    def tree_after(output: str):
+        out = enc(output, add_special_tokens=False)
+        state = fsm.walk(fsm.initial_state, out)[-1]
+        return LookaheadDrafter().draft_tree(forcer, fsm, doc + out, state, 16, 16, DecodeOptions(), Stats())
+
+    # at the root, where the title's value opens after the name copied from the document
+    assert any(p.startswith("Senior Procurement") for p in paths(tree_after('{"name":"Elena Vasquez","title":"')))
+    # after a closing sibling: the name closed, the forced key, then the title's start
+    assert any(p.startswith(' Vasquez","title":"Senior') for p in paths(tree_after('{"name":"Elena')))

@@ -32,6 +32,7 @@ checks every token anyway. After the target's verdict the loop calls
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -187,6 +188,30 @@ def copied_text(context: list[int], vocab: TokenVocab, allows: Callable[[int], b
             at = text.find(run, at + 1, len(text) - 1)
         return None
     return None
+
+
+# the scalar value before a new string value starts: ``..."name":"Elena Vasquez","title":"`` → ``Elena Vasquez``
+_PREVIOUS_VALUE = re.compile(rb':(?:"((?:[^"\\]|\\.)+)"|(-?[0-9][0-9.eE+-]*))[]},{[]*"[^"\\]*":"$')
+SEPARATORS = b" \t\n|,;:-()/"  # between a document's fields: skipped before the next value's start
+NEXT_VALUE = 24  # bytes of the document `next_value` reads after a value's end, cut back to a word's end
+
+
+def next_value(text: bytes) -> bytes | None:
+    """Where ``text`` (a prompt and the output so far) has just opened a string value after another scalar value
+    copied from the document, the document's text after that value's first occurrence, separators skipped: the
+    start of the next value, as documents list fields in the order schemas do (``Elena Vasquez | Senior
+    Procurement Manager | Arcadia Foods``). At most `NEXT_VALUE` bytes, ended at a word's end where one fits;
+    None where ``text`` does not end so or the value is not in it earlier. Changes nothing."""
+    found = _PREVIOUS_VALUE.search(text[-256:])
+    if found is None:
+        return None
+    value = found.group(1) or found.group(2)
+    at = text.find(value, 0, len(text) - 256 + found.start() if len(text) > 256 else found.start())
+    if at < 0:
+        return None
+    rest = text[at + len(value) :].lstrip(SEPARATORS)[:NEXT_VALUE]
+    space = rest.rfind(b" ")
+    return (rest[:space] if space > 0 else rest).rstrip(SEPARATORS) or None
 
 
 class Policy(Protocol):

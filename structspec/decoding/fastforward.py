@@ -31,6 +31,7 @@ FastForward = Literal["off", "exact"]
 
 # Forced runs longer than this are cut (keeps one pass's input bounded).
 _MAX_FORCED_BYTES = 512
+_RESPELL_BYTES = 16  # the longest first token `Forcer.respellings` tries
 
 
 @dataclass
@@ -99,22 +100,46 @@ class Forcer:
         Cached; does not change anything.
         """
         if state not in self._spelled:
-            self._spelled[state] = self._spell(state, self.forced_bytes(state)[0])
+            self._spelled[state] = self.spell_text(state, self.forced_bytes(state)[0])
         return self._spelled[state]
 
     def closing(self, state: int) -> tuple[list[int], list[int]]:
-        """A string value closed at ``state``: ``"`` and the forced text after it in their canonical spelling
-        (``","`` + ``vendor`` + ``":"`` where another key must follow), the states after each; empty where the
-        FSM does not allow ``"`` there. Models close a copied value with one such token (``","``, ``"}``),
-        rarely with ``"`` alone. Cached; does not change anything."""
+        """The value at ``state`` closed: the first of ``"`` (a string), ``,``, ``}`` and ``]`` (a number or
+        literal) the FSM allows there, and the forced text after it, in their canonical spelling (``","`` +
+        ``vendor`` + ``":"`` where another key must follow, ``,"`` + ``unit_price`` + ``":`` after a number),
+        the states after each; empty where the FSM allows none. Models close a copied value with one such
+        token (``","``, ``"}``), rarely with ``"`` alone. Cached; does not change anything."""
         if state not in self._closing:
-            quote = self._byte_token.get(ord('"'))
-            after = self.fsm.next_state(state, quote) if quote is not None else None
-            self._closing[state] = (self._spell(state, b'"' + self.forced_bytes(after)[0]) if after is not None
-                                    else ([], []))
+            self._closing[state] = ([], [])
+            for byte in b'",}]':
+                token = self._byte_token.get(byte)
+                after = self.fsm.next_state(state, token) if token is not None else None
+                if after is not None:
+                    self._closing[state] = self.spell_text(state, bytes([byte]) + self.forced_bytes(after)[0])
+                    break
         return self._closing[state]
 
-    def _spell(self, state: int, text: bytes) -> tuple[list[int], list[int]]:
+    def respellings(self, state: int, text: bytes | None = None, most: int = 1) -> list[tuple[list[int], list[int]]]:
+        """Other spellings of ``text`` from ``state`` (default: the forced text there) than `spelled`'s, at most
+        ``most``: another first token the FSM allows that spells a prefix of it, longest first, then the rest
+        spelled canonically; with the states after each token. Qwen closes one key with ``":`` + ``"`` and the
+        next with ``":"``, a value with ``","`` + ``title`` or ``",`` + ``"title``: a learned split is right
+        only part of the time. Does not change anything."""
+        text = self.forced_bytes(state)[0] if text is None else text
+        canonical = self.spell_text(state, text)[0][:1]
+        ids, out = self.fsm.vocab.ids_by_bytes, []
+        for size in range(min(len(text), _RESPELL_BYTES), 0, -1):
+            token = ids.get(text[:size])
+            after = self.fsm.next_state(state, token) if token is not None and [token] != canonical else None
+            if after is None or not self.fsm.spellable(after):
+                continue
+            rest, states = self.spell_text(after, text[size:])
+            out.append(([token, *rest], [after, *states]))
+            if len(out) == most:
+                break
+        return out
+
+    def spell_text(self, state: int, text: bytes) -> tuple[list[int], list[int]]:
         """``text`` from ``state`` in its canonical spelling with the learned splits, cut where the FSM stops
         it, and the states after each token. Does not change anything."""
         ids = self._respell(self._encode(text) or []) if text else []

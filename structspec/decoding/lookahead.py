@@ -8,10 +8,15 @@ siblings, merged into a trie where they share a prefix:
 1. **the main branch**: a chain continued, token by token, by the longest match of its last tokens in the
    n-gram pool (the target's most recent choice after them) or, failing that, earlier in the context
    (prompt lookup), forced text spliced in (`structspec.decoding.row.draft_candidate`);
-2. **closing siblings**: where the main branch copies on past punctuation (``,`` ``.`` ``|`` ...) or ends on a
-   copied token, the string closed there and the forced text after it (``","`` + the next key, `Forcer.closing`):
-   the document goes on past a value's end, the target closes the string (nodes left after the Jacobi branch);
-3. **the Jacobi branch**: the guess window, up to ``window`` guesses for the tokens after the context, cut
+2. **closing siblings**: where the main branch copies on past punctuation (``,`` `` |`` ...), ends on a copied
+   token or drafts nothing, the value closed there and the forced text after it (``","`` + the next key, ``,"``
+   + the next key after a number, ``}``: `Forcer.closing`): the document goes on past a value's end, the target
+   closes the value there;
+3. **respelling siblings**: forced and closing text spelled another way (`Forcer.respellings`), where a run of it
+   starts and at its punctuation: Qwen writes ``":"`` after one key and ``":`` + ``"`` after another, ``","`` +
+   ``title`` after one value and ``",`` + ``"title`` after the next, so the learned split is right only part of
+   the time (at most `RESPELL_NODES` nodes, nearest the root first);
+4. **the Jacobi branch**: the guess window, up to ``window`` guesses for the tokens after the context, cut
    at the first token the FSM does not allow and refilled from there (`_Refill`): as the main branch goes
    on but from a single matched token, else with the allowed token the context used last, so the
    iteration always has guesses to start from.
@@ -47,13 +52,14 @@ from dataclasses import dataclass, field
 import torch
 
 from structspec.automaton.fsm import TokenFSM
-from structspec.decoding.drafters import Step, continuations, copied_text
+from structspec.decoding.drafters import Step, continuations, copied_text, next_value
 from structspec.decoding.fastforward import Forcer
 from structspec.decoding.row import FORCED, Candidate, DecodeOptions, draft_candidate
 from structspec.decoding.sampling import SamplingConfig
 from structspec.result import Stats
 
 PUNCTUATION = {b",", b".", b";", b"|", b"(", b")", b"\n"}  # where a copied value likely ended, as a token's first byte
+RESPELL_NODES = 8  # nodes for other spellings of forced and closing text
 RECENT = 64  # context tokens a refill looks back over for a guess to start from: a scan per guessed token
 
 
@@ -86,9 +92,9 @@ class LookaheadDrafter:
         self, forcer: Forcer | None, fsm: TokenFSM, context: list[int], state: int, limit: int, drafted: int,
         options: DecodeOptions, stats: Stats,
     ) -> Candidate:
-        """The main branch, the Jacobi branch and closing siblings after ``context`` (in ``state``, module doc),
-        no path longer than ``limit``, at most ``drafted`` drafter tokens on the main branch and ``drafted`` nodes
-        beyond it.
+        """The main branch, closing and respelling siblings and the Jacobi branch after ``context`` (in ``state``,
+        module doc), no path longer than ``limit``, at most ``drafted`` drafter tokens on the main branch,
+        ``drafted`` nodes of closings and the Jacobi branch beyond it and `RESPELL_NODES` respelling nodes.
         Every token is allowed by the FSM. Reads the FSM's caches and the guess window; changes only the
         drafter's record of this candidate."""
         tree = draft_candidate(self, forcer, fsm, context, state, limit, drafted, options, None, stats)
@@ -102,31 +108,75 @@ class LookaheadDrafter:
         refill = draft_candidate(_Refill(self), forcer, fsm, context + guesses, states[-1] if states else state,
                                  room, room, options, None, stats)
         spine = len(tree.tokens)
+        closings = self._close(tree, forcer, fsm, context, state, spine, limit, drafted) if forcer is not None else []
         self._branch = _graft(tree, guesses + refill.tokens, states + refill.states,
-                              [self.name] * len(guesses) + refill.sources, drafted)
+                              [self.name] * len(guesses) + refill.sources, drafted - (len(tree.tokens) - spine))
         if forcer is not None:
-            self._close(tree, forcer, fsm, state, spine, limit, drafted - (len(tree.tokens) - spine))
+            self._respell(tree, forcer, fsm, state, limit, RESPELL_NODES, closings)
         return tree
 
-    def _close(self, tree: Candidate, forcer: Forcer, fsm: TokenFSM, state: int, spine: int, limit: int,
-               budget: int) -> None:
-        """Siblings that close the string the main branch copies (`Forcer.closing`: ``","`` and the next key),
-        where the copy goes on past punctuation or ends: the document goes on past a value's end, the target
-        closes the string there. At most ``budget`` nodes, nearest the root first. Changes ``tree``."""
+    def _respell(self, tree: Candidate, forcer: Forcer, fsm: TokenFSM, state: int, limit: int, budget: int,
+                 closings: list[tuple[int, bytes]]) -> None:
+        """Siblings that spell text another way (`Forcer.respellings`): forced text where a run of it starts, and
+        each of ``closings`` (a closing sibling's parent and text): the target picks its own split of ``":"``
+        or ``","`` key by key. At most ``budget`` nodes, nearest the root first. Changes ``tree``."""
+        parents = tree.parent_indices()
+        # where forced text starts, and at each of its punctuation tokens (``":"``, ``","``): their splits vary
+        def starts_a_split(i: int, p: int) -> bool:
+            spelled = fsm.vocab.token_bytes[tree.tokens[i]] or b""
+            return p < 0 or tree.sources[p] != FORCED or not any(chr(b).isalnum() for b in spelled)
+
+        sites: list[tuple[int, bytes | None]] = [
+            (p, None) for i, p in enumerate(parents) if tree.sources[i] == FORCED and starts_a_split(i, p)]
+        for p, text in sorted(sites + closings, key=lambda site: _depth(parents, site[0])):
+            for ids, states in forcer.respellings(tree.states[p] if p >= 0 else state, text):
+                room = limit - _depth(parents, p)
+                if budget <= 0 or room <= 0:
+                    return
+                size = len(tree.tokens)
+                _graft(tree, ids[:room], states, [self.name] + [FORCED] * (len(ids) - 1), budget, p)
+                budget -= len(tree.tokens) - size
+
+    def _close(self, tree: Candidate, forcer: Forcer, fsm: TokenFSM, context: list[int], state: int, spine: int,
+               limit: int, budget: int) -> list[tuple[int, bytes]]:
+        """Siblings that close the value the main branch copies (`Forcer.closing`: ``","`` and the next key),
+        where the copy goes on past punctuation or ends, and at the root where it drafts nothing: the document
+        goes on past a value's end (or holds no more of it), the target closes the value there. At most
+        ``budget`` nodes, nearest the root first. Changes ``tree``; returns each closing's parent and text."""
+        closings: list[tuple[int, bytes]] = []
         for p in range(-1, spine):
             child = p + 1
             if child < spine:
-                spelled = fsm.vocab.token_bytes[tree.tokens[child]] or b""
+                spelled = (fsm.vocab.token_bytes[tree.tokens[child]] or b"").lstrip(b" ")  # (`` |`` too)
                 if tree.sources[child] != self.name or spelled[:1] not in PUNCTUATION:
                     continue
-            elif p < 0 or tree.sources[p] != self.name:
-                continue  # the branch ends on forced text (or is empty): nothing copied to close
+            elif p >= 0 and tree.sources[p] != self.name:
+                continue  # the branch ends on forced text: nothing copied to close
             close, states = forcer.closing(tree.states[p] if p >= 0 else state)
             if budget <= 0 or not close or (child < spine and close[0] == tree.tokens[child]):
                 continue
             size = len(tree.tokens)
-            _graft(tree, close[: limit - child], states, [self.name] + [FORCED] * (len(close) - 1), budget, p)
+            nodes = _graft(tree, close[: limit - child], states, [self.name] + [FORCED] * (len(close) - 1), budget, p)
             budget -= len(tree.tokens) - size
+            closings.append((p, fsm.vocab.spell(close)))
+            if len(nodes) == len(close):  # the next value's start, where the document goes on after this one
+                budget -= self._next_value(tree, forcer, fsm, context + tree.tokens[: p + 1] + close, nodes[-1],
+                                           states[-1], limit - child - len(close), budget)
+        budget -= self._next_value(tree, forcer, fsm, context, -1, state, limit, budget)  # at the root
+        return closings
+
+    def _next_value(self, tree: Candidate, forcer: Forcer, fsm: TokenFSM, context: list[int], node: int, state: int,
+                    room: int, budget: int) -> int:
+        """Hang the document's next value (`next_value`) from ``node`` of ``tree`` (−1: its root), reached by
+        ``context`` in ``state``, if a string value starts there: at most ``room`` deep, ``budget`` nodes. Changes
+        ``tree``; returns the nodes it added."""
+        text = next_value(fsm.vocab.spell(context)) if room > 0 and budget > 0 else None
+        if text is None:
+            return 0
+        ids, states = forcer.spell_text(state, text)
+        size = len(tree.tokens)
+        _graft(tree, ids[:room], states, [self.name] * len(ids), budget, node)
+        return len(tree.tokens) - size
 
     def observe(self, context: list[int], candidate: Candidate, choices: list[int]) -> None:
         """Learn from the target's masked argmax at the root (``choices[0]``) and after each node ``i`` of
@@ -242,3 +292,11 @@ def _graft(tree: Candidate, tokens: list[int], states: list[int], sources: list[
             parents.append(parent)
         nodes.append(node)
     return nodes
+
+
+def _depth(parents: list[int], node: int) -> int:
+    """How many tokens deep ``node`` of a tree is (−1, the root: 0)."""
+    depth = 0
+    while node >= 0:
+        node, depth = parents[node], depth + 1
+    return depth
