@@ -190,28 +190,50 @@ def copied_text(context: list[int], vocab: TokenVocab, allows: Callable[[int], b
     return None
 
 
-# the scalar value before a new string value starts: ``..."name":"Elena Vasquez","title":"`` → ``Elena Vasquez``
-_PREVIOUS_VALUE = re.compile(rb':(?:"((?:[^"\\]|\\.)+)"|(-?[0-9][0-9.eE+-]*))[]},{[]*"[^"\\]*":"$')
-SEPARATORS = b" \t\n|,;:-()/"  # between a document's fields: skipped before the next value's start
-NEXT_VALUE = 24  # bytes of the document `next_value` reads after a value's end, cut back to a word's end
+# A value opening at the end of the output: its key (``"title":"`` or ``"weight_kg":``), and the scalar value
+# before it if any (``"name":"Elena Vasquez","title":"``: ``Elena Vasquez``).
+_OPENING = re.compile(rb'(?::(?:"((?:[^"\\]|\\.)+)"|(-?[0-9][0-9.eE+-]*))[]},{[]*)?"([^"\\]*)":"?$')
+_SKIPPED = re.compile(rb"(?:[\s|,;:.\-()/$#*]|\xe2\x82\xac|\xc2\xa3)*")  # separators, currency signs
+_WORDS = re.compile(rb"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")  # of a key: snake_case, camelCase, kebab-case
+VALUE_START = 24  # bytes of the document `value_starts` reads for one start, cut back to a word's end
+LABEL_GAP = 20  # the most bytes between a key's word and the colon after it (``Tracking number: 1Z...``)
 
 
-def next_value(text: bytes) -> bytes | None:
-    """Where ``text`` (a prompt and the output so far) has just opened a string value after another scalar value
-    copied from the document, the document's text after that value's first occurrence, separators skipped: the
-    start of the next value, as documents list fields in the order schemas do (``Elena Vasquez | Senior
-    Procurement Manager | Arcadia Foods``). At most `NEXT_VALUE` bytes, ended at a word's end where one fits;
-    None where ``text`` does not end so or the value is not in it earlier. Changes nothing."""
-    found = _PREVIOUS_VALUE.search(text[-256:])
+def value_starts(text: bytes, most: int = 3) -> list[bytes]:
+    """Where ``text`` (a prompt and the output so far) ends by opening a value, up to ``most`` guesses at its
+    start from the document, best first: the document's text after the value before it (documents list fields
+    in the order schemas do: ``Elena Vasquez | Senior Procurement Manager``), then after the words of the
+    value's key (``Tracking number: 1Z999...`` for ``tracking_number``, after the colon where one follows).
+    Separators and currency signs skipped; each at most `VALUE_START` bytes, ended at a word's end where one
+    fits. Changes nothing."""
+    tail = max(len(text) - 256, 0)
+    found = _OPENING.search(text, tail)
     if found is None:
-        return None
+        return []
+    def after_label(at: int) -> int:  # past the colon of a label that follows (``. Vendor: Müller``), if any
+        colon = text.find(b":", at, at + LABEL_GAP)
+        return colon + 1 if colon >= 0 else at
+
+    starts: list[int] = []
     value = found.group(1) or found.group(2)
-    at = text.find(value, 0, len(text) - 256 + found.start() if len(text) > 256 else found.start())
-    if at < 0:
-        return None
-    rest = text[at + len(value) :].lstrip(SEPARATORS)[:NEXT_VALUE]
-    space = rest.rfind(b" ")
-    return (rest[:space] if space > 0 else rest).rstrip(SEPARATORS) or None
+    if value is not None:  # (its first occurrence before the output's copy of it)
+        at = text.find(value, 0, found.start() + 2)
+        if at >= 0:
+            starts.append(after_label(at + len(value)))
+    for word in dict.fromkeys(w.lower() for w in _WORDS.findall(found.group(3)) if len(w) >= 3):
+        # a label, not a list of names (``fields: status, weight_kg``) nor a JSON key (``"status":``)
+        label = re.compile(rb"(?<![A-Za-z0-9_])" + re.escape(word) + rb'(?![A-Za-z0-9_",.;])', re.IGNORECASE)
+        starts += [after_label(match.end()) for match in label.finditer(text, 0, found.start())]
+    out: list[bytes] = []
+    for at in starts:
+        rest = text[_SKIPPED.match(text, at).end() :][:VALUE_START]
+        space = rest.rfind(b" ")
+        guess = _SKIPPED.sub(b"", (rest[:space] if space > 0 else rest)[::-1], count=1)[::-1]  # (trailing ones)
+        if guess and guess not in out:
+            out.append(guess)
+            if len(out) == most:
+                break
+    return out
 
 
 class Policy(Protocol):

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 import torch
 
 from structspec.automaton.fsm import TokenFSM
-from structspec.decoding.drafters import Step, continuations, copied_text, next_value
+from structspec.decoding.drafters import Step, continuations, copied_text, value_starts
 from structspec.decoding.fastforward import Forcer
 from structspec.decoding.row import FORCED, Candidate, DecodeOptions, draft_candidate
 from structspec.decoding.sampling import SamplingConfig
@@ -156,26 +156,28 @@ class LookaheadDrafter:
             if budget <= 0 or not close or (child < spine and close[0] == tree.tokens[child]):
                 continue
             size = len(tree.tokens)
-            nodes = _graft(tree, close[: limit - child], states, [self.name] + [FORCED] * (len(close) - 1), budget, p)
+            sources = [self.name] + [FORCED] * (len(close) - 1)
+            nodes = _graft(tree, close[: limit - child], states, sources, budget, p)
             budget -= len(tree.tokens) - size
             closings.append((p, fsm.vocab.spell(close)))
-            if len(nodes) == len(close):  # the next value's start, where the document goes on after this one
-                budget -= self._next_value(tree, forcer, fsm, context + tree.tokens[: p + 1] + close, nodes[-1],
-                                           states[-1], limit - child - len(close), budget)
-        budget -= self._next_value(tree, forcer, fsm, context, -1, state, limit, budget)  # at the root
+            if len(nodes) == len(close):  # the next value's start
+                budget -= self._value_starts(tree, forcer, fsm, context + tree.tokens[: p + 1] + close, nodes[-1],
+                                             states[-1], limit - child - len(close), budget)
+        budget -= self._value_starts(tree, forcer, fsm, context, -1, state, limit, budget)  # at the root
         return closings
 
-    def _next_value(self, tree: Candidate, forcer: Forcer, fsm: TokenFSM, context: list[int], node: int, state: int,
-                    room: int, budget: int) -> int:
-        """Hang the document's next value (`next_value`) from ``node`` of ``tree`` (−1: its root), reached by
-        ``context`` in ``state``, if a string value starts there: at most ``room`` deep, ``budget`` nodes. Changes
-        ``tree``; returns the nodes it added."""
-        text = next_value(fsm.vocab.spell(context)) if room > 0 and budget > 0 else None
-        if text is None:
-            return 0
-        ids, states = forcer.spell_text(state, text)
+    def _value_starts(self, tree: Candidate, forcer: Forcer, fsm: TokenFSM, context: list[int], node: int,
+                      state: int, room: int, budget: int) -> int:
+        """Hang guesses at the start of a value that opens at ``node`` of ``tree`` (−1: its root), reached by
+        ``context`` in ``state`` (`value_starts`: where the document goes on after the value before, and after
+        the key's words), at most ``room`` deep, ``budget`` nodes. Changes ``tree``; returns the nodes it added."""
         size = len(tree.tokens)
-        _graft(tree, ids[:room], states, [self.name] * len(ids), budget, node)
+        for text in value_starts(fsm.vocab.spell(context)) if room > 0 else ():
+            left = budget - (len(tree.tokens) - size)
+            if left <= 0:
+                break
+            ids, states = forcer.spell_text(state, text)
+            _graft(tree, ids[:room], states, [self.name] * len(ids), left, node)
         return len(tree.tokens) - size
 
     def observe(self, context: list[int], candidate: Candidate, choices: list[int]) -> None:
