@@ -19,7 +19,7 @@ from structspec.decoding.drafters import (
     Step,
     Threshold,
     copied_text,
-    next_value,
+    value_starts,
     make_drafter,
 )
 from structspec.decoding.sampling import SamplingConfig
@@ -250,15 +250,24 @@ def test_prompt_lookup_copies_the_text_where_the_tokens_differ(qwen_lm) -> None:
     assert copied_text(doc + tail, qwen_lm.vocab, lambda t: fsm.next_state(blocked, t) is not None, 1) is None
 
 
-def test_next_value_reads_the_document_on_after_the_value_just_written() -> None:
-    doc = b"Thanks -- Elena Vasquez | Senior Procurement Manager | Arcadia Foods Inc. | 415 Market Street. "
-    assert next_value(doc + b'{"name":"Elena Vasquez","title":"') == b"Senior Procurement"  # cut at a word's end
-    assert next_value(doc + b'{"name":"Elena Vasquez","title":"Senior Procurement Manager","company":"') == (
-        b"Arcadia Foods Inc.")  # the separator after it is left out
-    assert next_value(b"total EUR 120.00, due 2024-03-14 " + b'{"total":120.00,"due":"') == b"due 2024-03-14"
-    assert next_value(doc + b'{"name":"Elena Vasquez"') is None  # no string value opened
-    assert next_value(doc + b'{"name":"Nobody Here","title":"') is None  # the value is not in the document
-    assert next_value(doc + b'{"name":"') is None  # no value before
+def test_value_starts_read_the_document_on_after_the_value_before_and_after_the_keys_label() -> None:
+    doc = b"Thanks -- Elena Vasquez | Senior Procurement Manager | Arcadia Foods Inc. | Tel: 415 555. "
+    assert value_starts(doc + b'{"name":"Elena Vasquez","title":"') == [b"Senior Procurement Manager"]
+    assert value_starts(doc + b'{"name":"Elena Vasquez","title":"Sen') == [b"ior Procurement Manager"]
+    assert value_starts(doc + b'{"name":"Elena Vasquez","title":"Manager') == []  # the document goes on otherwise
+    assert value_starts(doc + b'{"name":"Elena Vasquez","title":"Senior Procurement Manager","company":"') == [
+        b"Arcadia Foods Inc"]  # the separators after it are left out
+    assert value_starts(doc + b'{"name":"Nobody Here","title":"') == []  # the value before is not in the document
+    assert value_starts(doc + b'{"name":"Elena Vasquez"') == []  # no value opened
+    # after the key's words, past the colon of a label; not where a list of field names names it
+    fields = b"Extract these fields: carrier, tracking_number, status.\nDocument:\n"
+    shipment = fields + b"Shipped with UPS. Tracking number: 1Z999AA10123456784. Current status: in transit.\n"
+    assert value_starts(shipment + b'{"carrier":"') == []
+    (guess,) = value_starts(shipment + b'{"carrier":"UPS","tracking_number":"')
+    assert guess.startswith(b"1Z999AA10123456784. ")  # (up to a word's end: the FSM cuts it where it must)
+    (guess,) = value_starts(shipment + b'{"carrier":"UPS","tracking_number":"1Z999AA10123456784","status":"')
+    assert guess.startswith(b"in transit")
+    assert value_starts(b"Total due: \xe2\x82\xac2,350.00 in 30 days\n" + b'{"total":') == [b"2,350.00 in 30 days"]
 
 
 def test_early_exit_shares_weights_and_leaves_the_target_intact(byte_lm) -> None:

@@ -190,26 +190,28 @@ def copied_text(context: list[int], vocab: TokenVocab, allows: Callable[[int], b
     return None
 
 
-# A value opening at the end of the output: its key (``"title":"`` or ``"weight_kg":``), and the scalar value
-# before it if any (``"name":"Elena Vasquez","title":"``: ``Elena Vasquez``).
-_OPENING = re.compile(rb'(?::(?:"((?:[^"\\]|\\.)+)"|(-?[0-9][0-9.eE+-]*))[]},{[]*)?"([^"\\]*)":"?$')
+# A value being written at the end of the output: the scalar value before it if any (``Elena Vasquez`` in
+# ``"name":"Elena Vasquez","title":"Sen``), its key (``title``) and what of it is written (``Sen``).
+_OPENING = re.compile(
+    rb'(?::(?:"((?:[^"\\]|\\.)+)"|(-?[0-9][0-9.eE+-]*))[]},{[]*)?"([^"\\]*)":"?([^"\\,{}[\]:]*)$')
 _SKIPPED = re.compile(rb"(?:[\s|,;:.\-()/$#*]|\xe2\x82\xac|\xc2\xa3)*")  # separators, currency signs
 _WORDS = re.compile(rb"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")  # of a key: snake_case, camelCase, kebab-case
-VALUE_START = 24  # bytes of the document `value_starts` reads for one start, cut back to a word's end
+VALUE_START = 32  # bytes of the document `value_starts` reads for one guess, cut back to a word's end
 LABEL_GAP = 20  # the most bytes between a key's word and the colon after it (``Tracking number: 1Z...``)
 
 
 def value_starts(text: bytes, most: int = 3) -> list[bytes]:
-    """Where ``text`` (a prompt and the output so far) ends by opening a value, up to ``most`` guesses at its
-    start from the document, best first: the document's text after the value before it (documents list fields
-    in the order schemas do: ``Elena Vasquez | Senior Procurement Manager``), then after the words of the
-    value's key (``Tracking number: 1Z999...`` for ``tracking_number``, after the colon where one follows).
-    Separators and currency signs skipped; each at most `VALUE_START` bytes, ended at a word's end where one
-    fits. Changes nothing."""
-    tail = max(len(text) - 256, 0)
-    found = _OPENING.search(text, tail)
+    """Where ``text`` (a prompt and the output so far) ends inside a value's first bytes (or where it opens),
+    up to ``most`` guesses at how it goes on, from the document, best first: the document's text after the
+    value before it (documents list fields in the order schemas do: ``Elena Vasquez | Senior Procurement
+    Manager``), then after the words of the value's key (``Tracking number: 1Z999...`` for ``tracking_number``,
+    after the colon where one follows), each where the document goes on as the value's written bytes do.
+    Separators and currency signs skipped; each at most `VALUE_START` bytes, ended at ``|`` or a line's end,
+    else at a word's end where one fits. Changes nothing."""
+    found = _OPENING.search(text, max(len(text) - 256, 0))
     if found is None:
         return []
+
     def after_label(at: int) -> int:  # past the colon of a label that follows (``. Vendor: Müller``), if any
         colon = text.find(b":", at, at + LABEL_GAP)
         return colon + 1 if colon >= 0 else at
@@ -224,10 +226,13 @@ def value_starts(text: bytes, most: int = 3) -> list[bytes]:
         # a label, not a list of names (``fields: status, weight_kg``) nor a JSON key (``"status":``)
         label = re.compile(rb"(?<![A-Za-z0-9_])" + re.escape(word) + rb'(?![A-Za-z0-9_",.;])', re.IGNORECASE)
         starts += [after_label(match.end()) for match in label.finditer(text, 0, found.start())]
-    out: list[bytes] = []
+    written, out = found.group(4), []
     for at in starts:
-        rest = text[_SKIPPED.match(text, at).end() :][:VALUE_START]
-        space = rest.rfind(b" ")
+        at = _SKIPPED.match(text, at).end()
+        if text[at : at + len(written)] != written:
+            continue
+        rest = re.split(rb"[|\n]", text[at + len(written) : at + VALUE_START], maxsplit=1)[0]  # a field ends there
+        space = rest.rfind(b" ") if len(rest) == VALUE_START - len(written) else -1  # (cut: end at a word's end)
         guess = _SKIPPED.sub(b"", (rest[:space] if space > 0 else rest)[::-1], count=1)[::-1]  # (trailing ones)
         if guess and guess not in out:
             out.append(guess)

@@ -163,12 +163,15 @@ class LookaheadDrafter:
             if len(nodes) == len(close):  # the next value's start
                 budget -= self._value_starts(tree, forcer, fsm, context + tree.tokens[: p + 1] + close, nodes[-1],
                                              states[-1], limit - child - len(close), budget)
-        budget -= self._value_starts(tree, forcer, fsm, context, -1, state, limit, budget)  # at the root
+        for p in range(-1, spine):  # at the root, and where the main branch's forced text (a key) ends
+            if p < 0 or (tree.sources[p] == FORCED and (p + 1 == spine or tree.sources[p + 1] != FORCED)):
+                budget -= self._value_starts(tree, forcer, fsm, context + tree.tokens[: p + 1],
+                                             p, tree.states[p] if p >= 0 else state, limit - p - 1, budget)
         return closings
 
     def _value_starts(self, tree: Candidate, forcer: Forcer, fsm: TokenFSM, context: list[int], node: int,
                       state: int, room: int, budget: int) -> int:
-        """Hang guesses at the start of a value that opens at ``node`` of ``tree`` (−1: its root), reached by
+        """Hang guesses at how a value opened at ``node`` of ``tree`` (−1: its root) goes on, reached by
         ``context`` in ``state`` (`value_starts`: where the document goes on after the value before, and after
         the key's words), at most ``room`` deep, ``budget`` nodes. Changes ``tree``; returns the nodes it added."""
         size = len(tree.tokens)
