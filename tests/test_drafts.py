@@ -259,6 +259,12 @@ def test_value_starts_read_the_document_on_after_the_value_before_and_after_the_
         b"Arcadia Foods Inc"]  # the separators after it are left out
     assert value_starts(doc + b'{"name":"Nobody Here","title":"') == []  # the value before is not in the document
     assert value_starts(doc + b'{"name":"Elena Vasquez"') == []  # no value opened
+    # a word the document starts with what is written: the first after the value before, then the first of all
+    assert value_starts(doc + b'{"name":"Va') == [b"squez"]
+    assert value_starts(doc + b'{"name":"Elena Vasquez","city":"Ar","company":"Sen') == [b"ior Procurement Manager"]
+    assert value_starts(doc + b'{"name":"Elena Vasquez","city":"Ar') == [b"cadia Foods Inc"]
+    assert value_starts(b"Tom Keller wrote: Thanks, Tina\n" + b'{"from":"Tom Keller","to":"T') == [
+        b"hanks, Tina", b"om Keller wrote: Thanks, Tina"]
     # after the key's words, past the colon of a label; not where a list of field names names it
     fields = b"Extract these fields: carrier, tracking_number, status.\nDocument:\n"
     shipment = fields + b"Shipped with UPS. Tracking number: 1Z999AA10123456784. Current status: in transit.\n"

@@ -205,7 +205,9 @@ def value_starts(text: bytes, most: int = 3) -> list[bytes]:
     up to ``most`` guesses at how it goes on, from the document, best first: the document's text after the
     value before it (documents list fields in the order schemas do: ``Elena Vasquez | Senior Procurement
     Manager``), then after the words of the value's key (``Tracking number: 1Z999...`` for ``tracking_number``,
-    after the colon where one follows), each where the document goes on as the value's written bytes do.
+    after the colon where one follows), each where the document goes on as the value's written bytes do; then,
+    once some are written, the first word the document starts with them after the value before, and the first
+    of all (``"date":"2`` → ``024-03-14``).
     Separators and currency signs skipped; each at most `VALUE_START` bytes, ended at ``|`` or a line's end,
     else at a word's end where one fits. Changes nothing."""
     found = _OPENING.search(text, max(len(text) - 256, 0))
@@ -217,16 +219,22 @@ def value_starts(text: bytes, most: int = 3) -> list[bytes]:
         return colon + 1 if colon >= 0 else at
 
     starts: list[int] = []
-    value = found.group(1) or found.group(2)
+    value, written = found.group(1) or found.group(2), found.group(4)
+    before = -1  # where the value before ends in the document
     if value is not None:  # (its first occurrence before the output's copy of it)
         at = text.find(value, 0, found.start() + 2)
         if at >= 0:
-            starts.append(after_label(at + len(value)))
+            before = at + len(value)
+            starts.append(after_label(before))
     for word in dict.fromkeys(w.lower() for w in _WORDS.findall(found.group(3)) if len(w) >= 3):
         # a label, not a list of names (``fields: status, weight_kg``) nor a JSON key (``"status":``)
         label = re.compile(rb"(?<![A-Za-z0-9_])" + re.escape(word) + rb'(?![A-Za-z0-9_",.;])', re.IGNORECASE)
         starts += [after_label(match.end()) for match in label.finditer(text, 0, found.start())]
-    written, out = found.group(4), []
+    if written:  # a word the document starts so, the first after the value before, then the first of all
+        word = re.compile(rb"(?<![A-Za-z0-9])" + re.escape(written))
+        starts += [match.start() for match in (word.search(text, max(before, 0), found.start()),
+                                               word.search(text, 0, found.start())) if match]
+    out: list[bytes] = []
     for at in starts:
         at = _SKIPPED.match(text, at).end()
         if text[at : at + len(written)] != written:
