@@ -12,8 +12,8 @@ siblings, merged into a trie where they share a prefix:
    token or drafts nothing, the value closed there and the forced text after it (``","`` + the next key, ``,"``
    + the next key after a number, ``}``: `Forcer.closing`): the document goes on past a value's end, the target
    closes the value there;
-3. **respelling siblings**: forced and closing text spelled another way (`Forcer.respellings`), where a run of it
-   starts and at its punctuation: Qwen writes ``":"`` after one key and ``":`` + ``"`` after another, ``","`` +
+3. **respelling siblings**: forced and closing text spelled another way (`Forcer.respellings`) from its
+   punctuation on: Qwen writes ``":"`` after one key and ``":`` + ``"`` after another, ``","`` +
    ``title`` after one value and ``",`` + ``"title`` after the next, so the learned split is right only part of
    the time (at most `RESPELL_NODES` nodes, nearest the root first);
 4. **the Jacobi branch**: the guess window, up to ``window`` guesses for the tokens after the context, cut
@@ -112,23 +112,20 @@ class LookaheadDrafter:
         self._branch = _graft(tree, guesses + refill.tokens, states + refill.states,
                               [self.name] * len(guesses) + refill.sources, drafted - (len(tree.tokens) - spine))
         if forcer is not None:
-            self._respell(tree, forcer, fsm, state, limit, RESPELL_NODES, closings)
+            self._respell(tree, forcer, fsm, state, spine, limit, RESPELL_NODES, closings)
         return tree
 
-    def _respell(self, tree: Candidate, forcer: Forcer, fsm: TokenFSM, state: int, limit: int, budget: int,
-                 closings: list[tuple[int, bytes]]) -> None:
-        """Siblings that spell text another way (`Forcer.respellings`): forced text where a run of it starts, and
-        each of ``closings`` (a closing sibling's parent and text): the target picks its own split of ``":"``
-        or ``","`` key by key. At most ``budget`` nodes, nearest the root first. Changes ``tree``."""
-        parents = tree.parent_indices()
-        # where forced text starts, and at each of its punctuation tokens (``":"``, ``","``): their splits vary
-        def starts_a_split(i: int, p: int) -> bool:
-            spelled = fsm.vocab.token_bytes[tree.tokens[i]] or b""
-            return p < 0 or tree.sources[p] != FORCED or not any(chr(b).isalnum() for b in spelled)
-
-        sites: list[tuple[int, bytes | None]] = [
-            (p, None) for i, p in enumerate(parents) if tree.sources[i] == FORCED and starts_a_split(i, p)]
-        for p, text in sorted(sites + closings, key=lambda site: _depth(parents, site[0])):
+    def _respell(self, tree: Candidate, forcer: Forcer, fsm: TokenFSM, state: int, spine: int, limit: int,
+                 budget: int, closings: list[tuple[int, bytes]]) -> None:
+        """Siblings that spell text another way (`Forcer.respellings`): forced text from its punctuation tokens on,
+        and each of ``closings`` (a closing sibling's parent and text): the target picks its own split of ``":"``
+        or ``","`` key by key. At most ``budget`` nodes, the main branch's (it ends before ``spine``) first, each
+        nearest the root first. Changes ``tree``."""
+        parents, spelled = tree.parent_indices(), [fsm.vocab.token_bytes[t] or b"" for t in tree.tokens]
+        sites: list[tuple[int, bytes | None]] = [  # at forced punctuation (``":"``, ``","``): where splits vary
+            (p, None) for i, p in enumerate(parents)
+            if tree.sources[i] == FORCED and not any(chr(b).isalnum() for b in spelled[i])]
+        for p, text in sorted(sites + closings, key=lambda site: (site[0] >= spine, _depth(parents, site[0]))):
             for ids, states in forcer.respellings(tree.states[p] if p >= 0 else state, text):
                 room = limit - _depth(parents, p)
                 if budget <= 0 or room <= 0:
