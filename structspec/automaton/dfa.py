@@ -84,6 +84,14 @@ class LazyDFA:
         self.table[d] = row  # after interning, which may have grown (and copied) the table
         self.built[d] = True
 
+    def next_bytes(self, d: int) -> list[int]:
+        """The bytes that can come next from ``d``, ascending.
+
+        Builds the row it reads: the table grows, the language does not.
+        """
+        self.ensure(np.array([d]))
+        return np.flatnonzero(self.table[d] != DEAD).tolist()
+
     def next_characters(self, d: int, limit: int = 8) -> list[str]:
         """Up to ``limit`` characters that can come next from ``d``, smallest first (mid-character: the
         bytes that end it, as ``\\xNN``).
@@ -100,8 +108,7 @@ class LazyDFA:
                     continue
             except UnicodeDecodeError:
                 pass
-            self.ensure(np.array([state]))
-            live = np.flatnonzero(self.table[state] != DEAD).tolist()
+            live = self.next_bytes(state)
             if data and (len(data) == 4 or not live):  # began mid-character (a token ended inside one)
                 found.append(data.decode("utf-8", "backslashreplace"))
                 continue

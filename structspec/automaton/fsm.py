@@ -188,6 +188,14 @@ class TokenFSM:
         nxt = self.index.dfa.step(state, data)
         return None if nxt == DEAD else nxt
 
+    def next_bytes(self, state: int) -> list[int]:
+        """The bytes the language allows next from ``state``, ascending (the byte automaton's view: a byte no
+        token can go on from is still listed). Cheaper than `allowed_token_ids` on a state's first visit.
+
+        Builds the row it reads: the table grows, the language does not.
+        """
+        return self.index.dfa.next_bytes(state)
+
     def walk(self, state: int, token_ids: list[int]) -> list[int]:
         """States after each token of ``token_ids``; stops before the first rejected token.
 

@@ -77,18 +77,15 @@ class Forcer:
         if state in self._forced_bytes:
             return self._forced_bytes[state]
         start, text = state, bytearray()
-        while len(text) < _MAX_FORCED_BYTES and self.fsm.spellable(state):  # (the output raises there, not a draft)
-            allowed = self.fsm.allowed_token_ids(state)
-            if self.fsm.eos_token_id in allowed:
-                break
-            first = {self.fsm.vocab.token_bytes[t][0] for t in allowed[:2]}
-            byte = first.pop()
-            if first or byte not in self._byte_token or any(
-                self.fsm.vocab.token_bytes[t][0] != byte for t in allowed
-            ):
-                break
-            state = self.fsm.next_state(state, self._byte_token[byte])
-            text.append(byte)
+        # A byte is forced where it is the only one the automaton allows and the state is not final (no EOS):
+        # every allowed token starts with it. The byte row is read first: most states allow several bytes, and
+        # their token masks (a vocabulary walk on first visit) need not be built for a draft.
+        while len(text) < _MAX_FORCED_BYTES and not self.fsm.is_final(state):
+            live = self.fsm.next_bytes(state)
+            if len(live) != 1 or live[0] not in self._byte_token or not self.fsm.spellable(state):
+                break  # (an unspellable state: the output raises there, not a draft)
+            state = self.fsm.next_state(state, self._byte_token[live[0]])
+            text.append(live[0])
         self._forced_bytes[start] = (bytes(text), state)
         return self._forced_bytes[start]
 
@@ -140,11 +137,13 @@ class Forcer:
         return out
 
     def spell_text(self, state: int, text: bytes) -> tuple[list[int], list[int]]:
-        """``text`` from ``state`` in its canonical spelling with the learned splits, cut where the FSM stops
-        it, and the states after each token. Does not change anything."""
+        """``text`` from ``state`` in its canonical spelling with the learned splits, cut where the FSM stops it
+        or before a state the vocabulary cannot spell on from (drafts never reach one: only the output raises
+        there), and the states after each token. Does not change anything."""
         ids = self._respell(self._encode(text) or []) if text else []
         visited = self.fsm.walk(state, ids)
-        return ids[: len(visited)], visited
+        keep = next((i for i, s in enumerate(visited) if not self.fsm.spellable(s)), len(visited))
+        return ids[:keep], visited[:keep]
 
     def learn(self, rejected: int, chosen: int) -> None:
         """The target rejected forced token ``rejected`` for ``chosen``; if ``chosen`` spells a proper prefix
