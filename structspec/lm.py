@@ -174,6 +174,13 @@ class LM:
         return getattr(self.model.config, "_attn_implementation", None) == BY_ROW
 
     @cached_property
+    def max_pass_tokens(self) -> int | None:
+        """The most tokens a choosing pass feeds where attention runs by row (`prefills_apart`): `INVARIANT_TOKENS`,
+        the longest pass measured to compute every position bit for bit as one-token steps do; None elsewhere
+        (no limit). The decode cuts longer candidates to fit (`RowDecode.fit`)."""
+        return INVARIANT_TOKENS if self.prefills_apart else None
+
+    @cached_property
     def batchable(self) -> bool:
         """Whether rows can share passes through a slot cache with holes: not with sliding-window layers
         (Gemma 3), whose window counts slots, not a row's kept positions."""
@@ -407,6 +414,10 @@ def pack_for_cpu(model: Any) -> None:
 
 
 BY_ROW = "structspec_by_row"  # the attention implementation's name in transformers' registry
+INVARIANT_TOKENS = 64
+"""Batch-invariant bfloat16 on an AVX-512 BF16 CPU, Qwen2.5-Coder-0.5B: a pass of up to 64 tokens gave each
+position the logits of one-token steps bit for bit, one of 65 did not (a lookahead tree of 87 nodes turned a
+0.125 margin into a tie)."""
 PREFILL_ROWS = 64  # more query rows than this: a prompt's prefill, which no verify pass is compared with
 
 

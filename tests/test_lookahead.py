@@ -22,7 +22,7 @@ from structspec.decoding.row import Candidate, DecodeOptions
 from structspec.decoding.sampling import SamplingConfig
 from structspec.decoding.verify import accept_tree
 from structspec.result import Stats
-from structspec.testing import restricted
+from structspec.testing import CountingLM, restricted
 from structspec.tools.harness import methods
 
 
@@ -271,3 +271,22 @@ def test_lookahead_drafts_the_next_value_from_where_the_document_goes_on(qwen_lm
     assert any(p.startswith("Senior Procurement") for p in paths(tree_after('{"name":"Elena Vasquez","title":"')))
     # after a closing sibling: the name closed, the forced key, then the title's start
     assert any(p.startswith(' Vasquez","title":"Senior') for p in paths(tree_after('{"name":"Elena')))
+
+
+@pytest.mark.parametrize("draft", ["prompt_lookup", "lookahead"])
+def test_no_choosing_pass_feeds_more_than_the_models_max_pass_tokens(byte_lm: structspec.LM, draft: str) -> None:
+    """Where longer passes would not equal one-token steps bit for bit (`LM.max_pass_tokens`), chains and trees
+    are cut to fit, and the output stays plain masked decoding's."""
+    prompt = "copy: the quick brown fox jumps over the lazy dog, the quick brown fox jumps over the lazy dog"
+    spec = Regex(r"[a-z ,]{30,80}")
+    plain = structspec.generate_result(byte_lm, spec, prompt, draft=None, fast_forward="off", max_new_tokens=80)
+    free = structspec.generate_result(byte_lm, spec, prompt, draft=draft, max_new_tokens=80)
+    capped = CountingLM(byte_lm)
+    capped.max_pass_tokens = 4
+    result = structspec.generate_result(capped, spec, prompt, draft=draft, max_new_tokens=80)
+    assert max(free.stats.tokens_fed[1:]) > 4  # (the first pass feeds the prompt)
+    assert max(result.stats.tokens_fed[1:]) <= 4
+    assert result.token_ids == free.token_ids == plain.token_ids
+    rows = structspec.generate_batch(capped, [spec] * 3, [prompt] * 3, batch_size=3, draft=draft, max_new_tokens=80)
+    for row in rows:  # three rows share each pass: one token each
+        assert max(row.stats.tokens_fed) <= 4 // 3 and row.token_ids == plain.token_ids

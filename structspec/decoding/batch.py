@@ -159,6 +159,8 @@ def decode_batch(
             break
         floor = max((len(windows[s]) for s, row in enumerate(live) if row.options.sampling.do_sample), default=1)
         width = choose_width([row.window_gains() for row in live], cost, floor)
+        if (cap := getattr(lm, "max_pass_tokens", None)) is not None:  # the pass feeds every row's window
+            width = max(min(width, cap // len(live)), floor)
         slot_pass(lm, cache, slots, live, [row.fit(width) for row in live])
 
 

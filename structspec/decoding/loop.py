@@ -52,8 +52,11 @@ def decode_steps(
     else:
         step = _crop_step(lm, row, cache)
     told = 0  # output tokens already yielded
+    cap = getattr(lm, "max_pass_tokens", None)  # (a sampled row's draft is not cut: drawn with its generator)
     try:
         while (window := row.prepare()) is not None:
+            if cap is not None and len(window) > cap and len(row.pending) < cap and not options.sampling.do_sample:
+                window = row.fit(cap)
             step(window)
             if len(row.out) > told:
                 yield row.out[told:], row.sources[told:]
