@@ -11,7 +11,8 @@ siblings, merged into a trie where they share a prefix:
 2. **closing siblings**: where the main branch copies on past punctuation (``,`` `` |`` ...), ends on a copied
    token or drafts nothing, the value closed there and the forced text after it (``","`` + the next key, ``,"``
    + the next key after a number, ``}``: `Forcer.closing`): the document goes on past a value's end, the target
-   closes the value there;
+   closes the value there; and after each, at the root and where the main branch's forced key ends, guesses at
+   the next value's start from the document (`structspec.decoding.drafters.value_starts`);
 3. **respelling siblings**: forced and closing text spelled another way (`Forcer.respellings`) from its
    punctuation on: Qwen writes ``":"`` after one key and ``":`` + ``"`` after another, ``","`` +
    ``title`` after one value and ``",`` + ``"title`` after the next, so the learned split is right only part of
@@ -92,9 +93,10 @@ class LookaheadDrafter:
         self, forcer: Forcer | None, fsm: TokenFSM, context: list[int], state: int, limit: int, drafted: int,
         options: DecodeOptions, stats: Stats,
     ) -> Candidate:
-        """The main branch, closing and respelling siblings and the Jacobi branch after ``context`` (in ``state``,
-        module doc), no path longer than ``limit``, at most ``drafted`` drafter tokens on the main branch,
-        ``drafted`` nodes of closings and the Jacobi branch beyond it and `RESPELL_NODES` respelling nodes.
+        """The main branch, closing, value-start and respelling siblings and the Jacobi branch after ``context``
+        (in ``state``, module doc), no path longer than ``limit``, at most ``drafted`` drafter tokens on the main
+        branch, ``drafted`` nodes of closings, value starts and the Jacobi branch beyond it, and `RESPELL_NODES`
+        respelling nodes.
         Every token is allowed by the FSM. Reads the FSM's caches and the guess window; changes only the
         drafter's record of this candidate."""
         tree = draft_candidate(self, forcer, fsm, context, state, limit, drafted, options, None, stats)
@@ -138,8 +140,10 @@ class LookaheadDrafter:
                limit: int, budget: int) -> list[tuple[int, bytes]]:
         """Siblings that close the value the main branch copies (`Forcer.closing`: ``","`` and the next key),
         where the copy goes on past punctuation or ends, and at the root where it drafts nothing: the document
-        goes on past a value's end (or holds no more of it), the target closes the value there. At most
-        ``budget`` nodes, nearest the root first. Changes ``tree``; returns each closing's parent and text."""
+        goes on past a value's end (or holds no more of it), the target closes the value there; then guesses at
+        a value's start (`_value_starts`) after each closing, at the root and where the main branch's forced key
+        ends. At most ``budget`` nodes in all, nearest the root first. Changes ``tree``; returns each closing's
+        parent and text."""
         closings: list[tuple[int, bytes]] = []
         for p in range(-1, spine):
             child = p + 1
