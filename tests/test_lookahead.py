@@ -241,7 +241,7 @@ def test_lookahead_closes_the_copied_string_where_the_copy_goes_on_past_punctuat
         while "".join(spelled[i] for i in chain) != '","date":"':
             chain.append(next(i for i in range(len(tree.tokens)) if parents[i] == chain[-1]))
         assert tree.sources[first] == "lookahead" and {tree.sources[i] for i in chain[1:]} == {"forced"}
-    # and after the first, the date's value as the document goes on after the vendor's (`next_value`)
+    # and after the first, the date's value as the document goes on after the vendor's (`value_starts`)
     after = next(i for i in range(len(tree.tokens)) if parents[i] == chains[close[0]][-1])
     assert spelled[after] == "issued" and tree.sources[after] == "lookahead"
 
