@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import re
 import sys
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -209,22 +210,24 @@ def test_a_large_group_needed_in_many_places_is_built_once_and_called(monkeypatc
             "required": ["f0", "f9"]}
     schema = {"type": "object", "$defs": {"item": item}, "required": [f"p{i}" for i in range(0, 30, 3)],
               "properties": {f"p{i}": {"$ref": "#/$defs/item"} for i in range(30)}}
-    # A large group that can never finish, needed twice: its call is trimmed like any dead branch.
+    # A large group that can never finish, in three places: never built, like any part matching no string.
     dead = r"([a-z]{70})[^\s\S]"
     sizes = []
     for regex in (constraint_of(schema).regex, rf"(?:{dead}|a)b(?:{dead}|c)d(?:{dead}|e)"):
         called = ByteNFA(regex)
+        lazy = len(called)
         monkeypatch.setattr(nfa_module, "FRAGMENT_MIN", 10**9)
-        monkeypatch.setattr(ByteNFA, "_count", lambda self, items: None)  # no place needs anything twice
-        inlined = ByteNFA(regex)
+        inlined = ByteNFA(regex)  # (no fragment: built whole)
         monkeypatch.undo()
         assert not inlined.calls
         _same_language_on_walks(LazyDFA(called), LazyDFA(inlined), walks=150, length=400)
-        sizes.append((len(called), len(inlined)))
-    assert 5 * sizes[0][0] < sizes[0][1]  # the item's states once, not once per property
-    twice = ByteNFA(r"(x[a-z]{40}y)-(x[a-z]{40}y)")
-    assert len(twice.calls) == 2 and len(twice) < 60  # needed twice: built once, as a fragment, from the first need
-    assert len(sizes[1]) == 2 and sizes[1][0] < sizes[1][1]  # the dead group's calls were built, then trimmed
+        sizes.append((lazy, len(called.build_all()), len(inlined)))
+    assert 4 * sizes[0][0] < sizes[0][1]  # compiling builds the outer object (its keys and calls) only
+    assert 5 * sizes[0][1] < sizes[0][2]  # the item's states once, not once per property
+    assert max(sizes[1][1:]) < 20  # the dead group's 70 states: built nowhere
+    twice = ByteNFA(r"(x[a-z]{40}y)-(x[a-z]{40}y)").build_all()
+    assert len(twice) < 60  # needed twice: built once, as a fragment that both places call
+    assert sorted(Counter(call[0] for call in twice.calls.values()).values()) == [1, 2]
 
 
 @pytest.mark.parametrize("regex", [
@@ -234,10 +237,11 @@ def test_a_large_group_needed_in_many_places_is_built_once_and_called(monkeypatc
 def test_large_counted_repeats_are_counters_with_the_language_of_copies(regex: str, monkeypatch) -> None:
     counted = ByteNFA(regex)
     monkeypatch.setattr(nfa_module, "COUNTER_MIN", 10**9)
-    copied = ByteNFA(regex)
+    copied = ByteNFA(regex).build_all()  # (fragments are built lazily: all of them while copies are asked for)
     monkeypatch.undo()
-    counters = [call for call in counted.calls.values() if call[3:] != (1, 1)]
-    assert counters and all(call[3:] == (1, 1) for call in copied.calls.values()) and len(counted) < len(copied)
+    counters = [call for call in counted.build_all().calls.values() if call[2:] != (1, 1)]
+    assert counters and all(call[2:] == (1, 1) for call in copied.calls.values())
+    assert len(counted) < len(copied)
     _same_language_on_walks(LazyDFA(counted), LazyDFA(copied), walks=60, length=900)
     rng, a, b = random.Random(1), LazyDFA(counted), LazyDFA(copied)
     for _ in range(300):  # near the bounds, where walks rarely stop
@@ -316,24 +320,22 @@ def test_a_regex_matching_nothing_or_too_large_is_a_regex_error(regex: str) -> N
         ByteNFA(regex)
 
 
-@pytest.mark.parametrize("schema", [
-    {"type": "array", "items": {"type": "object", "properties": {"a": {"type": "string", "maxLength": 300},
-                                                                 "b": {"enum": [1, "x", None]}}}},
-    {"anyOf": [{"type": "integer", "minimum": -40, "maximum": 12345}, {"type": "string", "pattern": "^[a-z]{2,90}$"}]},
+@pytest.mark.parametrize(("regex", "left", "kept"), [
+    (r"(a[^\s\S]|b)c", b"a", b"bc"), (r"(?:([a-z]{70})[^\s\S]|a)b(?:x{20}[^\s\S]y|c)*d", b"ab" + b"x" * 20, b"abccd"),
+    ("(é\ud800|x)+(\ud800{30}|[0-9]{2,300})", "é".encode(), b"xx123"),
 ])
-def test_a_build_without_an_empty_class_has_no_dead_state_to_trim(schema: dict) -> None:
-    # Only a class matching no character makes dead states, so other builds skip the trim: it would remove nothing.
-    nfa = ByteNFA(constraint_of(schema).regex)
-    assert not nfa._dead_ends
-    edges, eps, calls = [list(e) for e in nfa.edges], [list(e) for e in nfa.eps], dict(nfa.calls)
-    assert nfa._trim(0, nfa._positions[nfa.accept][0])
-    assert (nfa.edges, nfa.eps, nfa.calls) == (edges, eps, calls)
-
-
-def test_dead_branches_are_trimmed_so_every_state_can_still_finish() -> None:
-    dfa = LazyDFA(ByteNFA(r"(a[^\s\S]|b)c"))
-    assert dfa.step(dfa.initial, b"a") == DEAD
-    assert dfa.is_final(dfa.step(dfa.initial, b"bc"))
+def test_parts_matching_no_string_are_never_built_so_every_state_can_still_finish(
+        regex: str, left: bytes, kept: bytes) -> None:
+    dfa, rng = LazyDFA(ByteNFA(regex)), random.Random(0)
+    assert dfa.step(dfa.initial, left) == DEAD and dfa.is_final(dfa.step(dfa.initial, kept))
+    for _ in range(200):
+        state = dfa.initial
+        for _ in range(60):
+            live = dfa.next_bytes(state)
+            assert live or dfa.is_final(state)  # no dead end: a walk can always go on or stop
+            if not live or (dfa.is_final(state) and rng.random() < 0.1):
+                break
+            state = int(dfa.table[state, rng.choice(live)])
 
 
 def _toy_vocab(*tokens: bytes) -> TokenVocab:

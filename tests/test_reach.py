@@ -20,6 +20,7 @@ from structspec import SchemaError, to_regex
 from structspec.automaton.parse import parse, write
 from structspec.errors import OptionError
 from structspec.schema import constraint_of, validator
+from structspec.schema.checker import check
 from structspec.schema.difference import difference
 from structspec.schema.reach import unroll
 
@@ -196,6 +197,9 @@ def test_a_recursive_schema_unrolls_its_shared_definitions_once_per_nesting_coun
 
     distinct(unrolled)
     assert len(seen) < 100  # 5^5 as a tree
+    seen.clear()
+    distinct(check(unrolled, True, "").pruned(unrolled))  # what the parse step validates against: shared too
+    assert len(seen) < 100
     regex = constraint_of(schema, max_recursion_depth=2).regex
 
     def wide(level: int) -> Any:

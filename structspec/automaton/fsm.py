@@ -37,7 +37,7 @@ _MEMORY: OrderedDict[str, TokenIndex] = OrderedDict()
 _MEMORY_LIMIT = 64
 _MEMORY_LOCK = threading.Lock()
 # Bumped when the pickled automaton changes shape (or module), so stale disk entries are not read.
-_FORMAT = "lazy-dfa-5"  # 5: stack frames count the passes of counted repeats
+_FORMAT = "lazy-dfa-6"  # 6: fragments are built when first entered (the NFA keeps their recipes)
 
 
 def clear_cache(disk: bool = False) -> None:

@@ -121,23 +121,32 @@ class Rewrites:
                 else self._inlined(value, refs) for k, value in node.items() if k not in ("$defs", "definitions")}
 
     def pruned(self, node: Any) -> Any:
-        """``node`` less the dropped keywords, for validating what is enforced."""
-        if isinstance(node, list):
-            return [self.pruned(n) for n in node]
-        if not isinstance(node, dict):
-            return node
-        dropped = self.drops.get(id(node), set())
-        return {k: v if k in LITERALS else self.pruned(v) for k, v in node.items() if k not in dropped}
+        """``node`` less the dropped keywords, for validating what is enforced; a subtree shared in ``node`` (an
+        unrolled recursive schema shares them) is pruned once and shared."""
+        done: dict[int, Any] = {}
+
+        def prune(node: Any) -> Any:
+            if not isinstance(node, (dict, list)):
+                return node
+            if id(node) not in done:
+                dropped = self.drops.get(id(node), set())
+                done[id(node)] = [prune(n) for n in node] if isinstance(node, list) else {
+                    k: v if k in LITERALS else prune(v) for k, v in node.items() if k not in dropped}
+            return done[id(node)]
+
+        return prune(node)
 
     def items(self, node: Any, pointer: str) -> Items:
         """The parsed items of ``node`` (already checked, at ``pointer``), translated on its own."""
         return self.translator.items(node, pointer)
 
-    def regex(self, node: Any, pointer: str) -> ParsedRegex:
+    def regex(self, node: Any, pointer: str, source: Any) -> ParsedRegex:
         """The regex of ``node`` (already checked, at ``pointer``): its items, the key naming its language, and
-        its text written only when asked for."""
+        its text written only when asked for. ``source`` is the schema `reach.unroll` read the document from:
+        with the options it names the language, and its JSON is short where the unrolled copy's is not (that
+        copy shares its subtrees, which JSON would write out once per place)."""
         items = self.items(node, pointer)
-        key = json.dumps([_TRANSLATION, self.document.root, self.whitespace, self.digits.integer,
+        key = json.dumps([_TRANSLATION, source, self.nesting, self.whitespace, self.digits.integer,
                           self.digits.fraction, self.open_objects, pointer], ensure_ascii=False)
         return ParsedRegex(items, hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest())
 

@@ -115,7 +115,7 @@ def _json_constraint(
             + ", ".join(f"{name!r} at {ptr or '/'}" for name, ptr in rewrites.unknown_formats),
             stacklevel=3,
         )
-    pattern = rewrites.regex(document, "")
+    pattern = rewrites.regex(document, "", root)
     if parse is None:
         validate = validator(rewrites.pruned(document)).validate
 
