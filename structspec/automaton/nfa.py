@@ -164,8 +164,10 @@ class ByteNFA:
 
     def _measure_item(self, op: C._NamedIntConstant, arg: Any) -> tuple[tuple, int, bool, bool]:
         """(structural key, size, empty, nullable) of one item, as `_measure`."""
-        if op in (C.LITERAL, C.NOT_LITERAL, C.ANY, C.IN):
-            empty = not byte_sequences(char_ranges(op, arg))
+        if op is C.LITERAL:  # (the common case, read without building its ranges: only a lone surrogate is empty)
+            return (op, arg), 1, 0xD800 <= arg <= 0xDFFF, False
+        if op in (C.NOT_LITERAL, C.ANY, C.IN):
+            empty = op is C.IN and not byte_sequences(char_ranges(op, arg))
             return (op, tuple(arg) if op is C.IN else arg), 1, empty, False
         if op is C.SUBPATTERN:
             if arg[1] or arg[2]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import re._constants as C  # the parser's opcodes
 import re._parser as parser
+from functools import lru_cache
 
 from structspec.errors import RegexError
 
@@ -61,9 +62,24 @@ class ParsedRegex:
 
 
 def parse(regex: str | ParsedRegex) -> list:
-    """The parsed items of ``regex``; `RegexError` if it is invalid or sets inline flags."""
+    """The parsed items of ``regex`` (do not change them: short texts' items are shared, see `_parse_short`);
+    `RegexError` if it is invalid or sets inline flags."""
     if isinstance(regex, ParsedRegex):
         return regex.items
+    return _parse_short(regex) if len(regex) <= _SHARED_MAX else _parse_text(regex)
+
+
+_SHARED_MAX = 4096
+
+
+@lru_cache(maxsize=1024)
+def _parse_short(regex: str) -> list:
+    """`_parse_text`, once per process for each short text: schemas repeat their leaves' texts (a string, an
+    integer, a date-time, the same pattern in the checker and the translator)."""
+    return _parse_text(regex)
+
+
+def _parse_text(regex: str) -> list:
     try:
         items = _parse_shared(regex, {})
     except re.error:
