@@ -100,7 +100,9 @@ class ByteNFA:
         # call-site state → (fragment, return state, least and most passes; None: unbounded)
         self.calls: dict[int, tuple[Hashable, int, int, int | None]] = {}
         self._name = regex if isinstance(regex, str) else repr(regex)  # (for errors; a schema's text can be huge)
-        self._facts: dict[int, _Facts] = {}  # id(items) → facts (the tree outlives the build: ids are not reused)
+        # id(items) → facts. Ids are not reused: after this build only fragments' items are measured again, and the
+        # recipes keep them alive, as the tree did while it was measured.
+        self._facts: dict[int, _Facts] = {}
         self._interned: dict[tuple, int] = {}
         self._built: dict[tuple[object, int], int] = {}
         self._spans: dict[Hashable, tuple[int, int]] = {}  # fragment → (start, end), once built
