@@ -44,7 +44,7 @@ def _outlines_text(rewrites: Rewrites, node: object) -> str:
 def _both(schema: dict, digits: Digits) -> tuple[ParsedRegex, str]:
     document, _ = unroll(schema, 3)
     rewrites = check(document, True, "", digits)
-    return rewrites.regex(document, "", schema), _outlines_text(rewrites, document)
+    return rewrites.regex(document.root, "", schema), _outlines_text(rewrites, document.root)
 
 
 def _accepts(dfa: LazyDFA, text: str) -> bool:
@@ -199,5 +199,5 @@ def test_to_regex_writes_the_translated_items(row: dict) -> None:
     for options, digits in (({}, Digits()), ({"max_integer_digits": None, "max_fraction_digits": None},
                                             Digits(None, None))):
         document, _ = unroll(row["schema"], 3)
-        items = check(document, True, "", digits).items(document, "")
+        items = check(document, True, "", digits).items(document.root, "")
         assert to_regex(row["schema"], **options) == write(items)

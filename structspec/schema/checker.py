@@ -69,18 +69,19 @@ MAX_LENGTH = 4_294_967_294
 automaton counts a long repetition instead of copying it, so any count costs the same)."""
 
 
-def check(schema: dict[str, Any], strict: bool, whitespace_pattern: str, digits: Digits = Digits(),
+def check(document: Document, strict: bool, whitespace_pattern: str, digits: Digits = Digits(),
           open_objects: bool = False, nesting: int = reach.MAX_RECURSION_DEPTH) -> Rewrites:
-    """The rewrites that emit ``schema`` exactly, or narrowed as listed in ``narrowings`` (``digits`` bounds
-    the numbers the schema leaves unbounded; ``open_objects`` writes the members ``additionalProperties``
-    allows beside listed ``properties``; values no schema describes nest ``nesting`` levels); raises `SchemaError` if it admits no value or uses a keyword
-    that would not be enforced (``strict=False``: drops it, listed in ``dropped``). ``schema`` is a valid JSON
-    Schema (`check_json`, `check_metaschema`), or one `reach.unroll` made of one.
+    """The rewrites that emit ``document``'s schema exactly, or narrowed as listed in ``narrowings`` (``digits``
+    bounds the numbers the schema leaves unbounded; ``open_objects`` writes the members ``additionalProperties``
+    allows beside listed ``properties``; values no schema describes nest ``nesting`` levels); raises
+    `SchemaError` if it admits no value or uses a keyword that would not be enforced (``strict=False``: drops
+    it, listed in ``dropped``). The schema is a valid JSON Schema (`check_json`, `check_metaschema`), or one
+    `reach.unroll` made of one (which returns its document).
 
-    Does not change ``schema``.
+    Does not change the schema.
     """
-    checker = _Checker(Rewrites(Document(schema), whitespace_pattern, digits, open_objects, nesting), strict)
-    checker.walk(schema, "", ())
+    checker = _Checker(Rewrites(document, whitespace_pattern, digits, open_objects, nesting), strict)
+    checker.walk(document.root, "", ())
     return checker.rewrites
 
 

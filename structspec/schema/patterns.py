@@ -9,6 +9,7 @@ and read ``patternProperties`` patterns, which search rather than match.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 _ECMA = {"d": "0-9", "w": "a-zA-Z0-9_"}
 # What a JSON string holds only escaped (outlines-core's string also leaves out U+007F-U+009F).
@@ -74,9 +75,8 @@ def json_safe_pattern(pattern: str) -> str | None:
             out.append(c)
             i += 1
             continue
-        try:
-            unsafe = any(re.fullmatch(atom, u) for u in _UNSAFE_CHARS)
-        except re.error:
+        unsafe = _unsafe(atom)
+        if unsafe is None:
             return None
         if not unsafe:
             out.append(atom)
@@ -89,6 +89,16 @@ def json_safe_pattern(pattern: str) -> str | None:
         else:
             return None
     return "(" + "".join(out) + ")"  # a group: outlines-core puts quotes around it as it is
+
+
+@lru_cache(maxsize=4096)
+def _unsafe(atom: str) -> bool | None:
+    """Whether the pattern atom ``atom`` matches a character a JSON string holds only escaped; None if it is no
+    regex. (Memoized: schemas repeat their atoms, and each answer costs a match per unsafe character.)"""
+    try:
+        return any(re.fullmatch(atom, u) for u in _UNSAFE_CHARS)
+    except re.error:
+        return None
 
 
 def with_lengths(safe: str, min_length: int, max_length: int | None) -> str | None:

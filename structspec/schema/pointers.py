@@ -15,7 +15,10 @@ from structspec.schema.keywords import ANNOTATIONS, LITERALS, NAMED
 
 def join(pointer: str, *parts: Any) -> str:
     """``pointer`` extended by ``parts`` (names or indexes), each escaped (``~`` → ``~0``, ``/`` → ``~1``)."""
-    return pointer + "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+    for part in map(str, parts):
+        # (called for every node walked: most names need no escape, so the replaces are skipped)
+        pointer += "/" + (part.replace("~", "~0").replace("/", "~1") if "~" in part or "/" in part else part)
+    return pointer
 
 
 class Document:

@@ -337,15 +337,15 @@ def _distinct(values: list[Any]) -> list[Any]:
     return list(first.values())
 
 
-def unroll(schema: Any, depth: int) -> tuple[Any, list[str]]:
+def unroll(schema: Any, depth: int) -> tuple[Document, list[str]]:
     """``schema`` with every ``$ref`` inlined when one is recursive (``schema`` itself otherwise): a recursive
     definition nests at most ``depth`` levels, and at the deepest level a member that would recurse is not
     offered (an optional property left out, an array kept empty, an ``anyOf``/``oneOf`` branch dropped).
-    Returns the schema and the narrowings made ("pointer: what"). `SchemaError` where a required member would
+    Returns the document of that schema and the narrowings made ("pointer: what"). `SchemaError` where a required member would
     recurse past ``depth``. Does not change ``schema``."""
     document = Document(schema)
     if not _has_cycle(schema, document, (), set()):
-        return schema, []
+        return document, []
     narrowed: dict[str, None] = {}
     recursive = _recursive_refs(schema, document)
     done: dict[tuple[int, tuple[str, ...]], tuple[Any, Any]] = {}  # (id(node), chain) → (node, its expansion)
@@ -390,7 +390,7 @@ def unroll(schema: Any, depth: int) -> tuple[Any, list[str]]:
     unrolled = expand(schema, ("#",), "")
     if unrolled is False:
         raise SchemaError("$ref", "", f"every value recurses deeper than max_recursion_depth={depth}: raise it")
-    return unrolled, list(narrowed)
+    return Document(unrolled), list(narrowed)
 
 
 def _without_false(node: dict[str, Any]) -> Any:

@@ -115,9 +115,9 @@ def _json_constraint(
             + ", ".join(f"{name!r} at {ptr or '/'}" for name, ptr in rewrites.unknown_formats),
             stacklevel=3,
         )
-    pattern = rewrites.regex(document, "", root)
+    pattern = rewrites.regex(document.root, "", root)
     if parse is None:
-        validate = validator(rewrites.pruned(document)).validate
+        validate = validator(rewrites.pruned(document.root)).validate
 
         def parse(text: str) -> Any:
             value = json.loads(text)
