@@ -53,6 +53,7 @@ class _Facts(NamedTuple):
     size: int  # about how many states building it inline takes (a character: one, as if ASCII)
     empty: bool  # matches no string (a class matching no character, on every path)
     nullable: bool  # matches the empty string
+    items: tuple[tuple[tuple, int], ...]  # each item's structural key and size, in order
 
 
 def _constant(name: str) -> C._NamedIntConstant:
@@ -160,10 +161,10 @@ class ByteNFA:
             parts, size, empty, nullable = [], 0, False, True
             for op, arg in items:
                 key, item_size, item_empty, item_nullable = self._measure_item(op, arg)
-                parts.append(key)
+                parts.append((key, item_size))
                 size, empty, nullable = size + item_size, empty or item_empty, nullable and item_nullable
-            key = self._interned.setdefault(tuple(parts), len(self._interned))
-            facts = self._facts[id(items)] = _Facts(key, size, empty, nullable)
+            key = self._interned.setdefault(tuple(k for k, _ in parts), len(self._interned))
+            facts = self._facts[id(items)] = _Facts(key, size, empty, nullable, tuple(parts))
         return facts
 
     def _measure_item(self, op: C._NamedIntConstant, arg: Any) -> tuple[tuple, int, bool, bool]:
@@ -194,26 +195,10 @@ class ByteNFA:
                     low == 0 or facts.nullable)
         raise _Unsupported(f"{str(op).lower()} (anchors, lookarounds, backreferences) is not supported")
 
-    def _item_facts(self, op: C._NamedIntConstant, arg: Any) -> tuple[object, int, bool]:
-        """(key, size, empty) of one measured item, read from its sequences' facts."""
-        if op is C.SUBPATTERN:
-            facts = self._facts[id(arg[3])]
-            return (op, facts.key), facts.size, facts.empty
-        if op is C.BRANCH:
-            alternatives = [self._facts[id(alternative)] for alternative in arg[1]]
-            return ((op, tuple(a.key for a in alternatives)), 1 + sum(a.size for a in alternatives),
-                    all(a.empty for a in alternatives))
-        if op in REPEATS:
-            facts = self._facts[id(arg[2])]
-            copies = max(arg[0] if arg[1] is C.MAXREPEAT else arg[1], 1)
-            return (op, arg[0], arg[1], facts.key), 1 + copies * facts.size, arg[0] > 0 and facts.empty
-        return (op, tuple(arg) if op is C.IN else arg), 1, False
-
     def _sequence(self, items: list, state: int) -> int:
         """Build ``items`` (which match some string) from ``state``; the state they end in."""
-        self._measure(items)  # (memoized; a fragment read back from the disk cache is measured here)
-        for op, arg in items:
-            key, size, _ = self._item_facts(op, arg)
+        # (memoized; a fragment read back from the disk cache is measured here)
+        for (op, arg), (key, size) in zip(items, self._measure(items).items):
             end = self._built.get((key, state))
             if end is None:
                 if size >= FRAGMENT_MIN:
