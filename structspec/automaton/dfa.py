@@ -69,18 +69,26 @@ class LazyDFA:
                 self._build(d)
 
     def _build(self, d: int) -> None:
-        targets: list[set[int]] = [set() for _ in range(256)]
+        # Swept by byte range, not byte by byte: a range of bytes that enters the same NFA positions (a string's
+        # characters) is one DFA state, interned once.
+        changes: dict[int, list[tuple[int, int]]] = {0: [], 256: []}  # byte → (position, +1 entering / -1 leaving)
         for s in self._sets[d]:
             for lo, hi, to in self.nfa.moves(s):
-                for byte in range(lo, hi + 1):
-                    targets[byte].add(to)
-        interned: dict[frozenset[int], int] = {}
+                changes.setdefault(lo, []).append((to, 1))
+                changes.setdefault(hi + 1, []).append((to, -1))
         row = np.empty(256, dtype=np.int32)
-        for byte, to in enumerate(targets):
-            key = frozenset(to)
+        interned: dict[frozenset[int], int] = {}
+        active: dict[int, int] = {}  # position → how many of the ranges covering this byte enter it
+        cuts = sorted(changes)
+        for lo, end in zip(cuts, cuts[1:]):
+            for to, change in changes[lo]:
+                active[to] = active.get(to, 0) + change
+                if not active[to]:
+                    del active[to]
+            key = frozenset(active)
             if key not in interned:
                 interned[key] = self._intern(frozenset().union(*map(self.nfa.closure, key)))
-            row[byte] = interned[key]
+            row[lo:end] = interned[key]
         self.table[d] = row  # after interning, which may have grown (and copied) the table
         self.built[d] = True
 

@@ -35,7 +35,14 @@ class _VocabBytes:
         self.matrix = np.zeros((len(ids), int(self.lengths.max(initial=1))), dtype=np.uint8)
         for row, i in enumerate(ids):
             self.matrix[row, : self.lengths[row]] = np.frombuffer(vocab.token_bytes[i], dtype=np.uint8)
+        # The rows by first byte: a state that allows a few first bytes walks only their tokens.
+        self.first = self.matrix[:, 0].copy()
+        self.by_first = np.argsort(self.first, kind="stable")
+        self.first_starts = np.searchsorted(self.first[self.by_first], np.arange(257))
 
+
+_FEW_FIRST_BYTES = 16
+"""A state allowing at most this many first bytes gathers their tokens by bucket; more, by one pass over all."""
 
 # One matrix per tokenizer, shared by every regex compiled over it.
 _VOCAB_BYTES: dict[str, _VocabBytes] = {}
@@ -108,11 +115,18 @@ class TokenIndex:
     def _walk_vocabulary(self, state: int) -> np.ndarray:
         """Ids of the tokens (EOS aside) whose bytes stay alive from ``state``, sorted, as int32."""
         vocab, dfa = self._vocab_bytes, self.dfa
-        rows = np.arange(len(vocab.ids))  # tokens still alive and not yet ended
-        states = np.full(len(rows), state, dtype=np.int32)
+        dfa.ensure(np.array([state]))
+        row = dfa.table[state]
+        live = np.flatnonzero(row != DEAD)
+        if len(live) <= _FEW_FIRST_BYTES:  # (structure: a brace, a quote, a key's first letter) only their tokens
+            starts = vocab.first_starts
+            rows = np.concatenate([vocab.by_first[starts[b]:starts[b + 1]] for b in live.tolist()] or [live])
+        else:
+            rows = np.flatnonzero(row[vocab.first] != DEAD)
+        states = row[vocab.first[rows]]
         allowed = []
-        for position in range(vocab.matrix.shape[1]):
-            ended = vocab.lengths[rows] == position  # longest first: the ended ones are at the end
+        for position in range(1, vocab.matrix.shape[1]):
+            ended = vocab.lengths[rows] == position
             allowed.append(rows[ended])
             rows, states = rows[~ended], states[~ended]
             if not len(rows):

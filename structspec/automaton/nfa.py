@@ -53,7 +53,8 @@ class _Facts(NamedTuple):
     size: int  # about how many states building it inline takes (a character: one, as if ASCII)
     empty: bool  # matches no string (a class matching no character, on every path)
     nullable: bool  # matches the empty string
-    items: tuple[tuple[tuple, int], ...]  # each item's structural key and size, in order
+    keys: tuple[tuple, ...]  # each item's structural key, in order (a literal's: the item itself)
+    sizes: tuple[int, ...]  # and its size
 
 
 def _constant(name: str) -> C._NamedIntConstant:
@@ -158,19 +159,24 @@ class ByteNFA:
         the automaton cannot build."""
         facts = self._facts.get(id(items))
         if facts is None:
-            parts, size, empty, nullable = [], 0, False, True
-            for op, arg in items:
-                key, item_size, item_empty, item_nullable = self._measure_item(op, arg)
-                parts.append((key, item_size))
-                size, empty, nullable = size + item_size, empty or item_empty, nullable and item_nullable
-            key = self._interned.setdefault(tuple(k for k, _ in parts), len(self._interned))
-            facts = self._facts[id(items)] = _Facts(key, size, empty, nullable, tuple(parts))
+            keys, sizes, empty, nullable = [], [], False, True
+            for item in items:
+                if item[0] is C.LITERAL:  # (the common case, inline: only a lone surrogate is empty)
+                    keys.append(item)
+                    sizes.append(1)
+                    empty, nullable = empty or 0xD800 <= item[1] <= 0xDFFF, False
+                    continue
+                key, item_size, item_empty, item_nullable = self._measure_item(*item)
+                keys.append(key)
+                sizes.append(item_size)
+                empty, nullable = empty or item_empty, nullable and item_nullable
+            structure = tuple(keys)
+            facts = self._facts[id(items)] = _Facts(self._interned.setdefault(structure, len(self._interned)),
+                                                    sum(sizes), empty, nullable, structure, tuple(sizes))
         return facts
 
     def _measure_item(self, op: C._NamedIntConstant, arg: Any) -> tuple[tuple, int, bool, bool]:
         """(structural key, size, empty, nullable) of one item, as `_measure`."""
-        if op is C.LITERAL:  # (the common case, read without building its ranges: only a lone surrogate is empty)
-            return (op, arg), 1, 0xD800 <= arg <= 0xDFFF, False
         if op in (C.NOT_LITERAL, C.ANY, C.IN):
             empty = op is C.IN and not byte_sequences(char_ranges(op, arg))
             return (op, tuple(arg) if op is C.IN else arg), 1, empty, False
@@ -198,7 +204,8 @@ class ByteNFA:
     def _sequence(self, items: list, state: int) -> int:
         """Build ``items`` (which match some string) from ``state``; the state they end in."""
         # (memoized; a fragment read back from the disk cache is measured here)
-        for (op, arg), (key, size) in zip(items, self._measure(items).items):
+        facts = self._measure(items)
+        for (op, arg), key, size in zip(items, facts.keys, facts.sizes):
             end = self._built.get((key, state))
             if end is None:
                 if size >= FRAGMENT_MIN:

@@ -13,6 +13,7 @@ formats, objects with ``patternProperties``).
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from typing import Any
 
 import jsonschema
@@ -69,6 +70,17 @@ MAX_LENGTH = 4_294_967_294
 automaton counts a long repetition instead of copying it, so any count costs the same)."""
 
 
+@lru_cache(maxsize=1024)
+def _unbuildable(pattern: str) -> str | None:
+    """Why the automaton cannot build ``pattern`` (a `RegexError`'s reason), or None if it can. Once per
+    process for each pattern: schemas repeat theirs (one per property of the same kind)."""
+    try:
+        ByteNFA(pattern)
+    except RegexError as e:
+        return e.reason
+    return None
+
+
 def check(document: Document, strict: bool, whitespace_pattern: str, digits: Digits = Digits(),
           open_objects: bool = False, nesting: int = reach.MAX_RECURSION_DEPTH) -> Rewrites:
     """The rewrites that emit ``document``'s schema exactly, or narrowed as listed in ``narrowings`` (``digits``
@@ -103,20 +115,26 @@ class _Checker:
         if id(node) in self._walked:
             return  # a definition met again: checked once, and without a cycle, so it stays checked
         keys = [k for k in node if k in VALIDATION]
-        rewritten = self._rewritten(node, ptr, refs) if keys else None
+        # (a node whose one validation keyword is 'type', most of a schema, has nothing to rewrite)
+        rewritten = self._rewritten(node, ptr, refs) if keys and keys != ["type"] else None
         if rewritten is not None:
             self.rewrites.replace(node, rewritten[0])
             self.walk(*rewritten)
         elif keys:
-            kind = next((k for k in _DISPATCH if self._has(node, k)), None)
+            kind = self._kind(node)
             if kind is None:
                 for key in keys:
                     self._unenforced(node, key, ptr, "keyword without 'type' is not supported")
             else:
                 getattr(self, "_" + kind.strip("$"))(node, ptr, refs)
-        if id(node) not in self.rewrites.replaced and not any(self._has(node, k) for k in _DISPATCH):
+        if id(node) not in self.rewrites.replaced and self._kind(node) is None:
             self._reject_unknown(node, ptr)
         self._walked.add(id(node))
+
+    def _kind(self, node: dict[str, Any]) -> str | None:
+        """The first keyword of `_DISPATCH` that ``node`` holds and that was not dropped, or None."""
+        dropped = self.rewrites.drops.get(id(node), ())
+        return next((k for k in _DISPATCH if k in node and k not in dropped), None)
 
     def _reject_unknown(self, node: dict[str, Any], ptr: str) -> None:
         """A node whose only keywords are unknown admits any value, as JSON Schema ignores them: likely a
@@ -149,8 +167,8 @@ class _Checker:
         integral = {k: int(node[k]) for pair in COUNTS for k in pair if type(node.get(k)) is float}
         if integral:  # JSON Schema reads 2.0 as the integer 2 (the metaschema let only integral ones through)
             return node | integral, ptr, refs
-        if "type" not in node and any(k in KEYWORD_TYPES for k in node) and not any(
-                self._has(node, k) for k in (*_DISPATCH, "not")):
+        if "type" not in node and any(k in KEYWORD_TYPES for k in node) and self._kind(node) is None and not (
+                self._has(node, "not")):
             # JSON Schema applies a type's keywords to values of that type and lets the others through
             return node | {"type": list(JSON_TYPES)}, ptr, refs
         types = type_set(node["type"]) if "type" in node else None
@@ -529,15 +547,14 @@ class _Checker:
     def _readable(self, node: dict[str, Any], ptr: str, pattern: str) -> str | None:
         """``pattern`` if the automaton can build it and some string matches it; None if it cannot be read
         (dropped under ``strict=False``); `SchemaError` if it matches nothing."""
-        try:
-            ByteNFA(pattern)
-        except RegexError as e:
-            if e.reason.startswith("it matches no string"):
-                raise SchemaError("pattern", ptr, f"no string matches {node['pattern']!r}; "
-                                  "fix the pattern (an empty class like [^\\s\\S]?)") from None
-            self._unenforced(node, "pattern", ptr, f"it cannot be translated: {e.reason}")
-            return None
-        return pattern
+        reason = _unbuildable(pattern)
+        if reason is None:
+            return pattern
+        if reason.startswith("it matches no string"):
+            raise SchemaError("pattern", ptr, f"no string matches {node['pattern']!r}; "
+                              "fix the pattern (an empty class like [^\\s\\S]?)")
+        self._unenforced(node, "pattern", ptr, f"it cannot be translated: {reason}")
+        return None
 
     def _type(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...]) -> None:
         types = [node["type"]] if isinstance(node["type"], str) else list(node["type"])

@@ -32,7 +32,8 @@ class Document:
         self._pointers: dict[int, str] = {}  # id(subschema) → its pointer
         self._ref_sites: dict[str, str] = {}  # a $ref value → the pointer of the first node that holds it
         self._adopted: list[dict[str, Any]] = []  # kept alive: their ids stay theirs
-        self._index(root, "")
+        if isinstance(root, (dict, list)):
+            self._index(root, "")
 
     def adopt(self, copy: dict[str, Any], original: Any) -> None:
         """Give ``copy``, a node made from ``original`` alone, the pointer of ``original``."""
@@ -41,11 +42,13 @@ class Document:
             self._adopted.append(copy)
 
     def _index(self, node: Any, pointer: str) -> None:
+        # (only dicts and lists are visited: a schema's scalars, such as its 'required' names, are most of it)
         if isinstance(node, list):
             for i, item in enumerate(node):
-                self._index(item, join(pointer, i))
+                if isinstance(item, (dict, list)):
+                    self._index(item, f"{pointer}/{i}")
             return
-        if not isinstance(node, dict) or id(node) in self._pointers:  # a shared node: indexed where first met
+        if id(node) in self._pointers:  # a shared node: indexed where first met
             return
         self._pointers[id(node)] = pointer
         if isinstance(node.get("$ref"), str):
@@ -53,9 +56,10 @@ class Document:
         for key, value in node.items():
             if key in NAMED and isinstance(value, dict):
                 for name, sub in value.items():
-                    self._index(sub, join(pointer, key, name))
-            elif key not in LITERALS and key not in ANNOTATIONS:  # (values there are data)
-                self._index(value, join(pointer, key))
+                    if isinstance(sub, (dict, list)):
+                        self._index(sub, join(pointer, key, name))
+            elif isinstance(value, (dict, list)) and key not in LITERALS and key not in ANNOTATIONS:
+                self._index(value, join(pointer, key))  # (values of literals and annotations are data)
 
     def pointer(self, node: Any, default: str) -> str:
         """Where ``node`` sits in the document, or ``default`` for a node that is not in it (a merged copy)."""
