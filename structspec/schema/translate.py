@@ -75,6 +75,7 @@ class Translator:
         self._memo: dict[int, tuple[Any, Items, bool]] = {}  # id(node) → (node, its items, uses numbers)
         self._texts: dict[str, tuple[Items, bool]] = {}  # leaf regex text → (items, has outlines' numbers)
         self._any_values: dict[tuple[str, int], tuple[Items, bool]] = {}  # (type, levels below) → its items
+        self._bare: dict[str, tuple[Items, bool]] = {}  # leaf type → the items of a node with no other keyword
         self._refs: list[str] = []  # the $ref chain being translated
         self._nested = self._nesting_said = False  # whether a value without schema was translated; and said so
 
@@ -163,6 +164,11 @@ class Translator:
             hole = self.rewrites.holes.get(v.get("pattern")) if kind == "string" else None
             if hole is not None:
                 return hole, False
+            if len(v) == 1:  # the type alone (most leaves): translated once
+                found = self._bare.get(kind)
+                if found is None:
+                    found = self._bare[kind] = self._leaf({"type": kind})
+                return found
             return self._leaf({k: x for k, x in v.items() if k != "type"} | {"type": kind})
         depth = self.rewrites.nesting - 1  # levels below this container's, for values no schema describes
         if kind == "array":
