@@ -117,7 +117,8 @@ def _json_constraint(
         )
     pattern = rewrites.regex(document.root, "", root)
     if parse is None:
-        validate = validator(rewrites.pruned(document.root)).validate
+        # (nothing dropped: the document is what is enforced, and pruning would copy it)
+        validate = validator(rewrites.pruned(document.root) if rewrites.drops else document.root).validate
 
         def parse(text: str) -> Any:
             value = json.loads(text)
