@@ -28,6 +28,11 @@ class Digits:
     integer: int | None = MAX_INTEGER_DIGITS
     fraction: int | None = MAX_FRACTION_DIGITS
 
+    @property
+    def bounded(self) -> bool:
+        """Whether either bound is on."""
+        return self.integer is not None or self.fraction is not None
+
     def integer_regex(self) -> str:
         """Regex of the JSON integers of at most ``integer`` digits."""
         return rf"-?(0|[1-9][0-9]{_times(0, None if self.integer is None else self.integer - 1)})"

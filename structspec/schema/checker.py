@@ -81,6 +81,12 @@ def _unbuildable(pattern: str) -> str | None:
     return None
 
 
+@lru_cache(maxsize=None)
+def _type_keywords(types: tuple[str, ...]) -> frozenset[str]:
+    """The keywords that apply to values of ``types``, 'type' included (a few type lists: computed once)."""
+    return frozenset().union(*(TYPE_KEYWORDS[t] for t in types)) | {"type"}
+
+
 def check(document: Document, strict: bool, whitespace_pattern: str, digits: Digits = Digits(),
           open_objects: bool = False, nesting: int = reach.MAX_RECURSION_DEPTH) -> Rewrites:
     """The rewrites that emit ``document``'s schema exactly, or narrowed as listed in ``narrowings`` (``digits``
@@ -462,7 +468,7 @@ class _Checker:
                 self.rewrites.hole(node, integer_range_regex(lo, hi))
             return
         if low is None and high is None:
-            if digits != Digits(None, None):
+            if digits.bounded:
                 self.rewrites.hole(node, digits.number_regex())
                 self.rewrites.narrow_digits(ptr, integer=True, fraction=True, exponent=True)
             return
@@ -558,11 +564,11 @@ class _Checker:
 
     def _type(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...]) -> None:
         types = [node["type"]] if isinstance(node["type"], str) else list(node["type"])
-        allowed = set().union(*(TYPE_KEYWORDS[t] for t in types)) | {"type"}
+        allowed = _type_keywords(tuple(types))
         for key in node:  # (keywords of the types not listed are gone: see _rewritten)
             if key in VALIDATION and key not in allowed:
                 self._unenforced(node, key, ptr, f"not enforced for type {node['type']!r}")
-        numbers = self.rewrites.digits != Digits(None, None) and {"integer", "number"} & set(types)
+        numbers = self.rewrites.digits.bounded and {"integer", "number"} & set(types)
         if len(types) > 1 and (numbers or any(k in KEYWORD_TYPES and self._has(node, k) for k in node)):
             # rewrites (holes, patterns) are per type: split the node into one branch per type
             branches = [{k: v for k, v in node.items() if t in KEYWORD_TYPES.get(k, {t}) and self._has(node, k)}

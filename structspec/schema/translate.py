@@ -20,7 +20,6 @@ from outlines_core.json_schema import INTEGER, NUMBER, STRING, build_regex_from_
 from structspec.automaton.nfa import gc_paused
 from structspec.automaton.parse import parse
 from structspec.errors import RegexError, SchemaError
-from structspec.schema.bounds import Digits
 from structspec.schema.keywords import LITERALS, is_annotation
 from structspec.schema.patterns import ecma_classes
 
@@ -86,7 +85,7 @@ class Translator:
                 items, numbers = self._node(node)
         except _Untranslatable as e:
             raise SchemaError(*e.args[:1], pointer, *e.args[1:]) from None
-        if numbers and self.rewrites.digits != Digits(None, None):
+        if numbers and self.rewrites.digits.bounded:
             self.rewrites.narrow_digits(pointer, integer=True, fraction=True, exponent=True)
         if self._nested and not self._nesting_said:  # where it first shows; said once
             self._nesting_said = True
@@ -111,7 +110,8 @@ class Translator:
 
     def _view(self, node: dict[str, Any]) -> dict[str, Any]:
         """``node``'s own keywords as outlines-core gets them (see `Rewrites.normalized`); children stay nodes."""
-        out = {k: v for k, v in node.items() if k in LITERALS or (self.rewrites.has(node, k) and not is_annotation(k))}
+        dropped = self.rewrites.drops.get(id(node), ())
+        out = {k: v for k, v in node.items() if k in LITERALS or (k not in dropped and not is_annotation(k))}
         if node.get("type") == "object" and node.get("additionalProperties") is False and "properties" not in node:
             return {"type": "object", "maxProperties": 0}  # outlines-core has no form for "no properties"
         return out or ANY
@@ -194,7 +194,7 @@ class Translator:
             text = ecma_classes(regex)
             numbers = NUMBER in text or INTEGER in text
             digits = self.rewrites.digits
-            if numbers and digits != Digits(None, None):
+            if numbers and digits.bounded:
                 text = text.replace(NUMBER, digits.number_regex()).replace(INTEGER, digits.integer_regex())
         try:
             found = list(parse(text)), numbers
