@@ -42,9 +42,14 @@ class _Untranslatable(Exception):
     """A node outlines-core would not translate either (keyword, reason): the checker lets none through."""
 
 
+# One item per ASCII character, shared by every literal: a schema's names are thousands of characters, and
+# fewer new objects leave the garbage collector less to scan once a compile ends.
+_ASCII = {chr(c): (C.LITERAL, c) for c in range(128)}
+
+
 def literal(text: str) -> Items:
     """Items matching exactly ``text``."""
-    return [(C.LITERAL, ord(c)) for c in text]
+    return [_ASCII[c] if c in _ASCII else (C.LITERAL, ord(c)) for c in text]
 
 
 def group(items: Items) -> tuple:
@@ -128,7 +133,7 @@ class Translator:
             return self._union([self._node(sub) for sub in v["anyOf" if "anyOf" in v else "oneOf"]])
         if "prefixItems" in v:
             subs = [self._node(sub) for sub in v["prefixItems"]]
-            sep = [*self.ws, (C.LITERAL, ord(",")), *self.ws]
+            sep = [*self.ws, _ASCII[","], *self.ws]
             inner: Items = []
             for i, (items, _) in enumerate(subs):
                 inner += [*(sep if i else []), group(items)]
@@ -230,7 +235,7 @@ class Translator:
             subs = self._untyped(("boolean", "null", "number", "integer", "string"), depth)
             body, numbers = [branch([items for items, _ in subs])], any(n for _, n in subs)
         low = max((low or 0) - 1, 0)
-        more = repeat(low, None if high is None else high - 1, [(C.LITERAL, ord(",")), *self.ws, group(body)])
+        more = repeat(low, None if high is None else high - 1, [_ASCII[","], *self.ws, group(body)])
         some = [group(body), more]
         items = [repeat(0, 1, some)] if (_u64(v.get("minItems")) or 0) == 0 else [group(some)]
         return [*literal("["), *self.ws, *items, *self.ws, *literal("]")], numbers
@@ -245,8 +250,8 @@ class Translator:
             value, numbers = [group([branch([items for items, _ in subs])])], any(n for _, n in subs)
         else:
             value, numbers = self._node(extra)
-        member = [*self._parsed(STRING, leaf=True)[0], *self.ws, (C.LITERAL, ord(":")), *self.ws, group(value)]
-        more = repeat(0, None, [*self.ws, (C.LITERAL, ord(",")), *self.ws, *member])
+        member = [*self._parsed(STRING, leaf=True)[0], *self.ws, _ASCII[":"], *self.ws, group(value)]
+        more = repeat(0, None, [*self.ws, _ASCII[","], *self.ws, *member])
         some = [group(member), more]
         items = [repeat(0, 1, some)] if (low or 0) == 0 else [group(some)]
         return [*literal("{"), *self.ws, *items, *self.ws, *literal("}")], numbers
@@ -258,7 +263,7 @@ class Translator:
         values = [self._node(v["properties"][n]) for n in names]
         members = [[*self.ws, *self.member(json.dumps(n, ensure_ascii=False), items)]
                    for n, (items, _) in zip(names, values)]
-        comma = [*self.ws, (C.LITERAL, ord(","))]
+        comma = [*self.ws, _ASCII[","]]
         flags = [n in required for n in names]
         body: Items = []
         if any(flags):
@@ -276,12 +281,12 @@ class Translator:
 
     def member(self, name: str, value: Items) -> Items:
         """``name: value`` with the whitespace around the colon (``name`` is JSON text)."""
-        return [*literal(name), *self.ws, (C.LITERAL, ord(":")), *self.ws, group(value)]
+        return [*literal(name), *self.ws, _ASCII[":"], *self.ws, group(value)]
 
     def object_items(self, fields: list[tuple[Items, bool]], extra: list[Items]) -> Items:
         """An object of ``fields`` (members' items, required) in order, then any number of members of ``extra``
         (their alternatives), comma-separated: one alternative per last listed member, prefixes shared."""
-        comma = [*self.ws, (C.LITERAL, ord(",")), *self.ws]
+        comma = [*self.ws, _ASCII[","], *self.ws]
         more = [repeat(0, None, [*comma, branch(extra)])] if extra else []
         alternatives, prefix = [], []
         for i, (m, required) in enumerate(fields):
