@@ -17,6 +17,7 @@ from outlines_core import Index, Vocabulary
 from structspec.automaton.dfa import DEAD, LazyDFA
 from structspec.automaton import UnspellableError
 from structspec.automaton.fsm import _MEMORY_LIMIT, TokenFSM, clear_cache
+from structspec.automaton.index import _FEW_FIRST_BYTES
 from structspec.automaton import nfa as nfa_module
 from structspec.automaton.nfa import ByteNFA
 from structspec.automaton.utf8 import byte_sequences, normalize
@@ -367,3 +368,27 @@ def test_tokens_past_the_logits_width_do_not_count_as_allowed() -> None:
     fsm = TokenFSM.from_regex("b", _toy_vocab(b"a", b"b"), logits_width=1)
     with pytest.raises(UnspellableError, match="'b'"):
         fsm.allowed_token_ids(fsm.initial_state)
+
+
+@pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
+def test_each_state_allows_exactly_the_tokens_whose_bytes_it_reads(kind: str, request) -> None:
+    # The vocabulary walk gathers a state's tokens by first byte where it allows few (a brace, a quote) and
+    # reads all of them otherwise (a string's characters): both against stepping each token's bytes.
+    vocab = request.getfixturevalue(kind).vocab
+    counts = set()
+    for regex in REGEXES:
+        fsm = TokenFSM.from_regex(f"(?:{regex})#", vocab)
+        dfa, seen, todo = fsm.index.dfa, set(), [fsm.initial_state]
+        while todo and len(seen) < 8:  # the first states in breadth-first order
+            state = todo.pop(0)
+            if state in seen:
+                continue
+            seen.add(state)
+            allowed = set(fsm.allowed_token_ids(state).tolist()) - set(fsm.index.eos_token_ids)
+            stepped = {i for i, data in enumerate(vocab.token_bytes)
+                       if data and i != vocab.eos_token_id and dfa.step(state, data) != DEAD}
+            assert allowed == stepped, (regex, state)
+            live = dfa.next_bytes(state)
+            counts.add(len(live) <= _FEW_FIRST_BYTES)
+            todo += [int(dfa.table[state, byte]) for byte in live]
+    assert counts == {True, False}  # both ways of gathering were checked
