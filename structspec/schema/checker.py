@@ -139,7 +139,7 @@ class _Checker:
 
     def _kind(self, node: dict[str, Any]) -> str | None:
         """The first keyword of `_DISPATCH` that ``node`` holds and that was not dropped, or None."""
-        dropped = self.rewrites.drops.get(id(node), ())
+        dropped = self.rewrites.dropped_in(node)
         return next((k for k in _DISPATCH if k in node and k not in dropped), None)
 
     def _reject_unknown(self, node: dict[str, Any], ptr: str) -> None:

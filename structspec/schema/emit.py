@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,7 +78,11 @@ class Rewrites:
 
     def has(self, node: dict[str, Any], keyword: str) -> bool:
         """Whether ``node`` holds ``keyword`` and it was not dropped."""
-        return keyword in node and keyword not in self.drops.get(id(node), ())
+        return keyword in node and keyword not in self.dropped_in(node)
+
+    def dropped_in(self, node: Any) -> Collection[str]:
+        """The keywords dropped from ``node`` (empty if none)."""
+        return self.drops.get(id(node), ())
 
     def normalized(self, node: Any) -> Any:
         """``node`` as outlines-core gets it: annotations and dropped keywords removed, rewrites in place."""
@@ -129,7 +134,7 @@ class Rewrites:
             if not isinstance(node, (dict, list)):
                 return node
             if id(node) not in done:
-                dropped = self.drops.get(id(node), set())
+                dropped = self.dropped_in(node)
                 done[id(node)] = [prune(n) for n in node] if isinstance(node, list) else {
                     k: v if k in LITERALS else prune(v) for k, v in node.items() if k not in dropped}
             return done[id(node)]

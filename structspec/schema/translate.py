@@ -115,7 +115,7 @@ class Translator:
 
     def _view(self, node: dict[str, Any]) -> dict[str, Any]:
         """``node``'s own keywords as outlines-core gets them (see `Rewrites.normalized`); children stay nodes."""
-        dropped = self.rewrites.drops.get(id(node), ())
+        dropped = self.rewrites.dropped_in(node)
         out = {k: v for k, v in node.items() if k in LITERALS or (k not in dropped and not is_annotation(k))}
         if node.get("type") == "object" and node.get("additionalProperties") is False and "properties" not in node:
             return {"type": "object", "maxProperties": 0}  # outlines-core has no form for "no properties"
