@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 import structspec
 from structspec import Regex
-from structspec.errors import StructspecError
-from structspec.schema import validator
+from structspec.errors import RegexError, SchemaError, StructspecError
+from structspec.schema import to_regex, validator
 
 SCALE = int(os.environ.get("STRUCTSPEC_FUZZ_SCALE", "1"))  # a longer run: STRUCTSPEC_FUZZ_SCALE=10
 SECONDS = 20  # per case: compile, a few decoded tokens, and the checks
@@ -142,6 +142,31 @@ LEAVES = st.sampled_from([{"type": "integer"}, {"type": "number"}, {"type": "str
 @given(kinds=st.lists(st.integers(0, 4), min_size=50, max_size=70), leaf=LEAVES)
 def test_deeply_nested_schemas(byte_lm: structspec.LM, kinds: list[int], leaf: dict) -> None:
     outcome(lambda: decode_checked(byte_lm, nested(kinds, leaf), tokens=8))
+
+
+@pytest.mark.parametrize("kind", range(5))
+def test_nesting_past_the_recursion_limit(byte_lm: structspec.LM, kind: int) -> None:
+    """100 levels of each kind decode to a valid value; deeper ones, to 1,000 levels, decode or end in a
+    `StructspecError` (never a RecursionError), as does writing their regex text, and 1,000 levels end in a
+    `SchemaError` at the deepest pointer."""
+    leaf = {"type": "integer"}
+    assert decode_checked(byte_lm, nested([kind] * 100, leaf), tokens=1200).complete
+    for depth in (100, 150, 200, 300):
+        outcome(lambda: decode_checked(byte_lm, nested([kind] * depth, leaf), tokens=1200))
+        outcome(lambda: to_regex(nested([kind] * depth, leaf)))  # (the text for other engines)
+    error = outcome(lambda: structspec.compile(nested([kind] * 1000, leaf), byte_lm))
+    assert isinstance(error, SchemaError) and error.pointer.count("/") >= 999 and "nests" in error.reason, error
+
+
+@pytest.mark.parametrize("depth", [100, 150, 200, 300, 1000])
+def test_regex_nesting_past_the_recursion_limit(byte_lm: structspec.LM, depth: int) -> None:
+    """Nested optional groups compile and mask (past what pickling reaches, without a disk-cache entry) or end
+    in a `RegexError` naming the nesting; plain nested groups likewise."""
+    for regex in ("(a" * depth + "b" + ")?" * depth, "(" * depth + "b" + ")" * depth):
+        result = outcome(lambda: compile_and_walk(byte_lm, regex))
+        assert result is None or isinstance(result, RegexError) and "nests" in result.reason, result
+    if depth <= 200:  # (150 and 200 are too deep to pickle: compiled without a cache entry)
+        assert outcome(lambda: compile_and_walk(byte_lm, "(a" * depth + "b" + ")?" * depth)) is None
 
 
 @settings(FUZZ, max_examples=250 * SCALE)

@@ -113,7 +113,10 @@ class TokenFSM:
             index, source = TokenIndex(pickle.loads(path.read_bytes()), vocab, width, eos), "disk"
         else:
             dfa = LazyDFA(ByteNFA(regex))
-            write_atomic(path, pickle.dumps(dfa, protocol=pickle.HIGHEST_PROTOCOL))
+            try:
+                write_atomic(path, pickle.dumps(dfa, protocol=pickle.HIGHEST_PROTOCOL))
+            except RecursionError:  # pickling recurses once per level of the parts not built yet; too deep
+                pass  # to keep: compiled again by the next process
             index, source = TokenIndex(dfa, vocab, width, eos), "compiled"
         with _MEMORY_LOCK:
             _MEMORY[key] = index

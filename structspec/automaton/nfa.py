@@ -10,7 +10,7 @@ from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
-from structspec.automaton.parse import REPEATS, ParsedRegex, parse
+from structspec.automaton.parse import REPEATS, TOO_DEEP, ParsedRegex, parse
 from structspec.automaton.utf8 import Ranges, byte_sequences, category, complement, normalize
 from structspec.errors import RegexError
 
@@ -120,6 +120,8 @@ class ByteNFA:
                 end = self._sequence(tree, start)
             except _Unsupported as e:
                 raise RegexError(regex, str(e)) from None
+            except RecursionError:  # measuring and building recurse once per level of nesting
+                raise RegexError(self._name, TOO_DEEP) from None
         self._stacks: list[tuple[int, int, int]] = [(-1, -1, 0)]  # stack id → (call site, below, passes); 0: empty
         self._stack_ids: dict[tuple[int, int, int], int] = {}
         self._positions: list[tuple[int, int]] = []  # position → (state, stack id)
@@ -236,6 +238,8 @@ class ByteNFA:
                                                     else self._sequence(arg, start))
                 except _Unsupported as e:  # past MAX_STATES, found as a walk reaches the part that needs them
                     raise RegexError(self._name, str(e)) from None
+                except RecursionError:  # (a walk's own frames sit below this build's)
+                    raise RegexError(self._name, TOO_DEEP) from None
         return span
 
     def _item(self, op: C._NamedIntConstant, arg: Any, state: int) -> int:

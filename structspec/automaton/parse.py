@@ -45,13 +45,16 @@ class ParsedRegex:
         """The regex text (`write`): written on the first call and kept; `RegexError` if it would be longer than
         `MAX_WRITTEN` characters (the automaton never needs it)."""
         if self._text is None:
-            size = written_size(self.items)
-            if size > MAX_WRITTEN:
-                raise RegexError("", f"its text would be about {size:.1e} characters (more than {MAX_WRITTEN:,}): "
-                                 "the text spells an array's items twice and an object's optional properties up "
-                                 "to once per property, level after level; the compiled automaton shares them "
-                                 "and needs no text")
-            self._text = write(self.items)
+            try:  # (both recurse once per level of nesting)
+                size = written_size(self.items)
+                if size > MAX_WRITTEN:
+                    raise RegexError("", f"its text would be about {size:.1e} characters (more than "
+                                     f"{MAX_WRITTEN:,}): the text spells an array's items twice and an object's "
+                                     "optional properties up to once per property, level after level; the "
+                                     "compiled automaton shares them and needs no text")
+                self._text = write(self.items)
+            except RecursionError:
+                raise RegexError(repr(self), TOO_DEEP) from None
         return self._text
 
     def __repr__(self) -> str:
@@ -71,6 +74,9 @@ def parse(regex: str | ParsedRegex) -> list:
 
 _SHARED_MAX = 4096
 
+TOO_DEEP = ("it nests groups, repetitions or alternatives deeper than structspec's reader recurses (Python's "
+            "recursion limit); flatten the nesting")
+
 
 @lru_cache(maxsize=1024)
 def _parse_short(regex: str) -> list:
@@ -82,6 +88,8 @@ def _parse_short(regex: str) -> list:
 def _parse_text(regex: str) -> list:
     try:
         items = _parse_shared(regex, {})
+    except RecursionError:  # Python's parser recurses once per group
+        raise RegexError(regex, TOO_DEEP) from None
     except re.error:
         try:  # the whole regex again, so that the position refers to it
             parser.parse(regex)

@@ -17,7 +17,7 @@ from structspec.schema.checker import check
 from structspec.schema.constraint import COMPACT, Constraint, Regex
 from structspec.schema.keywords import FORMATS
 from structspec.schema.reach import MAX_RECURSION_DEPTH, unroll
-from structspec.schema.validation import check_json, check_metaschema, validator
+from structspec.schema.validation import check_json, check_metaschema, too_deep, validator
 
 
 def to_regex(spec: Any, whitespace_pattern: str = COMPACT, strict: bool = True,
@@ -98,10 +98,14 @@ def _json_constraint(
         raise SpecError("the JSON Schema false admits no value, so there is nothing to generate; "
                         "pass a schema that some value matches")
     root = {} if schema is True else schema  # true: any JSON value
-    check_json(root)
-    check_metaschema(root)  # before unrolling: the unrolled copy of a recursive schema can be far larger
-    document, unrolled = unroll(root, depth)
-    rewrites = check(document, strict, whitespace_pattern, digits, open_objects, depth)
+    try:
+        check_json(root)
+        check_metaschema(root)  # before unrolling: the unrolled copy of a recursive schema can be far larger
+        document, unrolled = unroll(root, depth)
+        rewrites = check(document, strict, whitespace_pattern, digits, open_objects, depth)
+        pattern = rewrites.regex(document.root, "", root)
+    except RecursionError:  # each of these walks recurses once per level of the schema
+        raise too_deep(root) from None
     if rewrites.dropped:
         warnings.warn(
             "strict=False: these schema keywords are not enforced: "
@@ -115,7 +119,6 @@ def _json_constraint(
             + ", ".join(f"{name!r} at {ptr or '/'}" for name, ptr in rewrites.unknown_formats),
             stacklevel=3,
         )
-    pattern = rewrites.regex(document.root, "", root)
     if parse is None:
         # (nothing dropped: the document is what is enforced, and pruning would copy it)
         validate = validator(rewrites.pruned(document.root) if rewrites.drops else document.root).validate

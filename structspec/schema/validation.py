@@ -94,12 +94,35 @@ def _find_non_json(node: Any, path: tuple[Any, ...]) -> None:
 
 
 def _not_json(path: tuple[Any, ...], key: Any, reason: str) -> None:
-    """Name the innermost string key of ``path`` (a keyword, or the name it maps) at the pointer before it."""
+    raise SchemaError(*_keyword_at_path(path, key), reason)
+
+
+def _keyword_at_path(path: tuple[Any, ...], key: Any) -> tuple[str, str]:
+    """The innermost string key of ``path`` (a keyword, or the name it maps) and the pointer before it; ``key``
+    at the root where ``path`` has none."""
     names = [i for i, p in enumerate(path) if isinstance(p, str)]
     if not names:
-        raise SchemaError(str(key), "", reason)
+        return str(key), ""
     at = names[-1]
-    raise SchemaError(path[at], join("", *path[:at]), reason)
+    return path[at], join("", *path[:at])
+
+
+def too_deep(schema: Any) -> SchemaError:
+    """The error for a schema nested deeper than structspec's readers recurse, naming its deepest value. (Walks
+    ``schema`` without recursing, each shared container once.)"""
+    deepest: tuple[Any, ...] = ()
+    stack, seen = [(schema, deepest)], set()
+    while stack:
+        node, path = stack.pop()
+        if len(path) > len(deepest):
+            deepest = path
+        if isinstance(node, (dict, list)) and id(node) not in seen:
+            seen.add(id(node))
+            stack.extend((value, (*path, key)) for key, value in (node.items() if isinstance(node, dict)
+                                                                    else enumerate(node)))
+    return SchemaError(*_keyword_at_path(deepest[:-1], ""),
+                       f"the schema nests {len(deepest)} levels deep, deeper than structspec's readers recurse "
+                       "(Python's recursion limit); flatten it")
 
 
 def _keyword_at(schema: dict[str, Any], error: jsonschema.SchemaError) -> tuple[str, str]:
