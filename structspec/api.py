@@ -69,7 +69,8 @@ def compile(  # noqa: A001
     eos_token_id: int | list[int] | None = None, max_recursion_depth: int = MAX_RECURSION_DEPTH,
     open_objects: bool = False,
 ) -> Compiled:
-    """Compile ``spec`` into a token FSM for ``model``'s tokenizer (cached in memory and on disk).
+    """Compile ``spec`` into a token FSM for ``model``'s tokenizer (cached in memory, and on disk where its
+    automaton took 5 ms or more to build: `structspec.automaton.fsm.DISK_MIN_SECONDS`).
 
     ``strict=False`` drops schema keywords structspec cannot enforce, with a
     warning naming each keyword and its JSON pointer, instead of raising

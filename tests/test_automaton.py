@@ -16,6 +16,7 @@ from outlines_core import Index, Vocabulary
 
 from structspec.automaton.dfa import DEAD, LazyDFA
 from structspec.automaton import UnspellableError
+from structspec.automaton import fsm as fsm_module
 from structspec.automaton.fsm import _MEMORY_LIMIT, TokenFSM, clear_cache
 from structspec.automaton.index import _FEW_FIRST_BYTES
 from structspec.automaton import nfa as nfa_module
@@ -260,7 +261,8 @@ def test_a_string_with_a_huge_max_length_costs_one_body_and_counts_exactly() -> 
     assert dfa.step(dfa.initial, b'"' + b"a" * 5001) == DEAD
 
 
-def test_the_compile_cache_is_bounded_and_cleared_by_its_owner(byte_lm) -> None:
+def test_the_compile_cache_is_bounded_and_cleared_by_its_owner(byte_lm, monkeypatch) -> None:
+    monkeypatch.setattr(fsm_module, "DISK_MIN_SECONDS", 0.0)  # every automaton goes to disk
     vocab = byte_lm.vocab
     assert TokenFSM.from_regex("clear-[0-9]", vocab).info.source in ("compiled", "disk")
     assert TokenFSM.from_regex("clear-[0-9]", vocab).info.source == "memory"
@@ -285,7 +287,8 @@ def _observe(fsm: TokenFSM, tokens: list[int]) -> list[tuple[list[int], bool, li
     return out
 
 
-def test_threads_sharing_an_fsm_get_the_answers_of_one_thread(byte_lm) -> None:
+def test_threads_sharing_an_fsm_get_the_answers_of_one_thread(byte_lm, monkeypatch) -> None:
+    monkeypatch.setattr(fsm_module, "DISK_MIN_SECONDS", 0.0)  # (read back from disk below)
     # The lazy DFA and the mask caches are built during reads; interleave those builds across threads.
     regex = constraint_of({"type": "array", "items": {"type": "object", "properties": {
         "name": {"type": "string", "maxLength": 6}, "n": {"type": "integer"}, "ok": {"type": "boolean"}}}}).regex

@@ -11,7 +11,9 @@ from pydantic import BaseModel
 
 import structspec
 from structspec import PromptError, Regex, RegexError, TokenBudgetExceeded, VocabularyMismatchError
+from structspec.automaton import fsm as fsm_module
 from structspec.automaton.fsm import TokenFSM
+from structspec.cache import cache_dir
 from structspec.testing import CountingLM, byte_level_tokenizer, tiny_llama
 
 
@@ -103,7 +105,8 @@ def test_unknown_model_name() -> None:
         structspec.load("no-such-model")
 
 
-def test_compiled_fsm_is_cached_in_memory_and_on_disk(byte_lm) -> None:
+def test_compiled_fsm_is_cached_in_memory_and_on_disk(byte_lm, monkeypatch) -> None:
+    monkeypatch.setattr(fsm_module, "DISK_MIN_SECONDS", 0.0)  # this one builds in well under a millisecond
     spec = Regex(r"cache-test-[0-9]{2}")
     first = structspec.compile(spec, byte_lm).fsm
     assert first.info.source == "compiled"
@@ -115,6 +118,16 @@ def test_compiled_fsm_is_cached_in_memory_and_on_disk(byte_lm) -> None:
     assert again.allowed_token_ids(state).tolist() == first.allowed_token_ids(first.initial_state).tolist()
     structspec.clear_cache(disk=True)
     assert structspec.compile(spec, byte_lm).fsm.info.source == "compiled"
+
+
+def test_an_automaton_quicker_to_build_than_to_store_stays_off_disk(byte_lm, monkeypatch) -> None:
+    monkeypatch.setattr(fsm_module, "DISK_MIN_SECONDS", 60.0)
+    spec = Regex(r"quick-test-[0-9]{2}")
+    structspec.clear_cache(disk=True)
+    assert structspec.compile(spec, byte_lm).fsm.info.source == "compiled"
+    assert not list(cache_dir("fsm").glob("*.dfa"))
+    structspec.clear_cache()
+    assert structspec.compile(spec, byte_lm).fsm.info.source == "compiled"  # built again, not read
 
 
 def test_masks_disallow_every_token_outside_the_language(byte_lm) -> None:

@@ -1,6 +1,6 @@
 """The token-level FSM: a regex compiled over a tokenizer's vocabulary, and its compile cache.
 
-A `TokenFSM` is cached (in memory and on disk) and its language never changes;
+A `TokenFSM` is cached (in memory, and on disk when slow to build) and its language never changes;
 decode state is a plain ``int``. Walking a token sequence returns the list of
 states visited, so rolling back is indexing that list, not undoing mutations.
 Masks follow the allocate / fill / apply trio other engines speak::
@@ -36,6 +36,10 @@ from structspec.vocab import TokenVocab
 _MEMORY: OrderedDict[str, TokenIndex] = OrderedDict()
 _MEMORY_LIMIT = 64
 _MEMORY_LOCK = threading.Lock()
+DISK_MIN_SECONDS = 0.005
+"""An automaton built faster than this is kept in memory only: pickling and writing it would cost more than
+reading it back saves a later process (about 1 ms + 0.3 of the build to write, 0.4 of the build to read, on
+JSONSchemaBench's Github_hard and Github_ultra schemas)."""
 # Bumped when the pickled automaton changes shape (or module), so stale disk entries are not read.
 _FORMAT = "lazy-dfa-6"  # 6: fragments are built when first entered (the NFA keeps their recipes)
 
@@ -112,11 +116,13 @@ class TokenFSM:
         elif path.exists():
             index, source = TokenIndex(pickle.loads(path.read_bytes()), vocab, width, eos), "disk"
         else:
+            built = time.perf_counter()
             dfa = LazyDFA(ByteNFA(regex))
-            try:
-                write_atomic(path, pickle.dumps(dfa, protocol=pickle.HIGHEST_PROTOCOL))
-            except RecursionError:  # pickling recurses once per level of the parts not built yet; too deep
-                pass  # to keep: compiled again by the next process
+            if time.perf_counter() - built >= DISK_MIN_SECONDS:
+                try:
+                    write_atomic(path, pickle.dumps(dfa, protocol=pickle.HIGHEST_PROTOCOL))
+                except RecursionError:  # pickling recurses once per level of the parts not built yet; too deep
+                    pass  # to keep: compiled again by the next process
             index, source = TokenIndex(dfa, vocab, width, eos), "compiled"
         with _MEMORY_LOCK:
             _MEMORY[key] = index
