@@ -44,7 +44,7 @@ def _outlines_text(rewrites: Rewrites, node: object) -> str:
 def _both(schema: dict, digits: Digits) -> tuple[ParsedRegex, str]:
     document, _ = unroll(schema, 3)
     rewrites = check(document, True, "", digits)
-    return rewrites.regex(document.root, "", schema), _outlines_text(rewrites, document.root)
+    return rewrites.regex(document.root, "", json.dumps(schema)), _outlines_text(rewrites, document.root)
 
 
 def _accepts(dfa: LazyDFA, text: str) -> bool:

@@ -145,15 +145,16 @@ class Rewrites:
         """The parsed items of ``node`` (already checked, at ``pointer``), translated on its own."""
         return self.translator.items(node, pointer)
 
-    def regex(self, node: Any, pointer: str, source: Any) -> ParsedRegex:
+    def regex(self, node: Any, pointer: str, source: str) -> ParsedRegex:
         """The regex of ``node`` (already checked, at ``pointer``): its items, the key naming its language, and
-        its text written only when asked for. ``source`` is the schema `reach.unroll` read the document from:
-        with the options it names the language, and its JSON is short where the unrolled copy's is not (that
-        copy shares its subtrees, which JSON would write out once per place)."""
+        its text written only when asked for. ``source`` is the JSON text of the schema `reach.unroll` read the
+        document from (`check_json`): with the options it names the language, and it is short where the
+        unrolled copy's would not be (that copy shares its subtrees, which JSON would write out once per place)."""
         items = self.items(node, pointer)
-        key = json.dumps([_TRANSLATION, source, self.nesting, self.whitespace, self.digits.integer,
-                          self.digits.fraction, self.open_objects, pointer], ensure_ascii=False)
-        return ParsedRegex(items, hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest())
+        options = json.dumps([_TRANSLATION, self.nesting, self.whitespace, self.digits.integer, self.digits.fraction,
+                              self.open_objects, pointer], ensure_ascii=False)
+        key = f"{options}\0{source}".encode("utf-8", "surrogatepass")
+        return ParsedRegex(items, hashlib.sha256(key).hexdigest())
 
     def object_regex(self, fields: list[tuple[str, Any, bool]], patterns: list[tuple[str, Any]],
                      pointer: str, others: Any = None, forbidden: list[str] | tuple[str, ...] = ()) -> Items:

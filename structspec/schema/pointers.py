@@ -61,6 +61,11 @@ class Document:
             elif isinstance(value, (dict, list)) and key not in LITERALS and key not in ANNOTATIONS:
                 self._index(value, join(pointer, key))  # (values of literals and annotations are data)
 
+    @property
+    def has_refs(self) -> bool:
+        """Whether some node of the document holds a ``$ref``."""
+        return bool(self._ref_sites)
+
     def pointer(self, node: Any, default: str) -> str:
         """Where ``node`` sits in the document, or ``default`` for a node that is not in it (a merged copy)."""
         return self._pointers.get(id(node), default) if isinstance(node, dict) else default

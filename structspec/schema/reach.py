@@ -344,7 +344,7 @@ def unroll(schema: Any, depth: int) -> tuple[Document, list[str]]:
     Returns the document of that schema and the narrowings made ("pointer: what"). `SchemaError` where a required member would
     recurse past ``depth``. Does not change ``schema``."""
     document = Document(schema)
-    if not _has_cycle(schema, document, (), set()):
+    if not document.has_refs or not _has_cycle(schema, document, (), set()):
         return document, []
     narrowed: dict[str, None] = {}
     recursive = _recursive_refs(schema, document)

@@ -99,11 +99,11 @@ def _json_constraint(
                         "pass a schema that some value matches")
     root = {} if schema is True else schema  # true: any JSON value
     try:
-        check_json(root)
+        text = check_json(root)
         check_metaschema(root)  # before unrolling: the unrolled copy of a recursive schema can be far larger
         document, unrolled = unroll(root, depth)
         rewrites = check(document, strict, whitespace_pattern, digits, open_objects, depth)
-        pattern = rewrites.regex(document.root, "", root)
+        pattern = rewrites.regex(document.root, "", text)
     except RecursionError:  # each of these walks recurses once per level of the schema
         raise too_deep(root) from None
     if rewrites.dropped:

@@ -67,15 +67,18 @@ def _fast_validator(cls: type[Validator]) -> jsonschema_rs.Validator | None:
         return None
 
 
-def check_json(node: Any) -> None:
-    """Raise `SchemaError` (the keyword holding it, at its node's pointer) at the first value of ``node`` that
-    JSON cannot hold: an infinity, a NaN, a non-string key, or a Python object."""
+def check_json(node: Any) -> str:
+    """``node``'s JSON text; `SchemaError` (the keyword holding it, at its node's pointer) at the first value of
+    ``node`` that JSON cannot hold: an infinity, a NaN, a non-string key, or a Python object."""
     try:  # (the C codec reads a whole schema in a fraction of the walk's time; the walk names what it refused)
-        if json.loads(json.dumps(node, allow_nan=False)) == node:  # (a non-string key or a tuple comes back changed)
-            return
-    except (TypeError, ValueError, RecursionError):
-        pass
+        text = json.dumps(node, allow_nan=False, ensure_ascii=False)
+        if json.loads(text) == node:  # (a non-string key or a tuple comes back changed)
+            return text
+        refused = "it reads back changed"
+    except (TypeError, ValueError) as e:
+        refused = str(e)
     _find_non_json(node, ())
+    raise SchemaError("", "", f"the JSON codec refused the schema ({refused})")  # (the walk found no culprit)
 
 
 def _find_non_json(node: Any, path: tuple[Any, ...]) -> None:
