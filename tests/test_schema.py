@@ -348,6 +348,19 @@ def test_pattern_properties_are_enforced(schema: dict, good: list[str], bad: lis
         assert not full(regex, text), text
 
 
+def test_a_pattern_property_the_automaton_cannot_build_is_a_schema_error(byte_lm) -> None:
+    # (JsonSchemaStore's browser.i18n.json: a lookahead in a name pattern had ended in a RegexError at build)
+    entry = {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]}
+    schema = {"type": "object", "definitions": {"entry": entry}, "additionalProperties": False,
+              "patternProperties": {"^(?!@@)[@a-zA-Z0-9_-]+$": {"$ref": "#/definitions/entry"}}}
+    with pytest.raises(SchemaError) as err:
+        structspec.compile(schema, byte_lm)
+    assert (err.value.keyword, err.value.pointer) == ("patternProperties", "/") and "(?!@@)" in err.value.reason
+    with pytest.warns(UserWarning, match="'patternProperties' at /"):
+        fsm = structspec.compile(schema, byte_lm, strict=False).fsm
+    assert fsm.is_final(fsm.index.dfa.step(fsm.initial_state, b"{}"))
+
+
 @pytest.mark.parametrize(
     ("schema", "keyword"),
     [

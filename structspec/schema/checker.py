@@ -344,6 +344,9 @@ class _Checker:
         keys = {p: key_regex(p) for p in patterns}
         clash = next((f"pattern {p!r} cannot be read as a JSON-safe, anchored-or-not regular expression"
                       for p, key in keys.items() if key is None), None)
+        clash = clash or next((f"pattern {p!r} cannot be built: {reason}" for p, key in keys.items()
+                               if (reason := _unbuildable(key)) and not reason.startswith("it matches no string")),
+                              None)
         clash = clash or next((f"patterns {p!r} and {q!r} may match the same name with different schemas"
                                for p in patterns for q in patterns if p < q and not same(patterns[p], patterns[q])
                                and not disjoint_patterns(p, q)), None)
