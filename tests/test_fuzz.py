@@ -159,6 +159,16 @@ def test_nesting_past_the_recursion_limit(byte_lm: structspec.LM, kind: int) -> 
     assert isinstance(error, SchemaError) and error.pointer.count("/") >= 999 and "nests" in error.reason, error
 
 
+def test_a_schema_that_holds_itself_is_a_schema_error(byte_lm: structspec.LM) -> None:
+    node: dict = {"type": "object"}
+    node["properties"] = {"a": node}
+    values: list = []
+    values.append(values)
+    for schema in (node, {"enum": [values]}):
+        error = outcome(lambda: structspec.compile(schema, byte_lm))
+        assert isinstance(error, SchemaError) and "holds itself" in error.reason, error
+
+
 @pytest.mark.parametrize("depth", [100, 150, 200, 300, 1000])
 def test_regex_nesting_past_the_recursion_limit(byte_lm: structspec.LM, depth: int, monkeypatch) -> None:
     """Nested optional groups compile and mask (past what pickling reaches, without a disk-cache entry) or end

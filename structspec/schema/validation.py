@@ -76,6 +76,9 @@ def check_json(node: Any) -> str:
             return text
         refused = "it reads back changed"
     except (TypeError, ValueError) as e:
+        if str(e).startswith("Circular reference"):  # (the walk would never end)
+            raise SchemaError("", "", "the schema holds itself (a cycle of Python objects, which JSON cannot "
+                              "write); refer to a subschema with $ref instead") from None
         refused = str(e)
     _find_non_json(node, ())
     raise SchemaError("", "", f"the JSON codec refused the schema ({refused})")  # (the walk found no culprit)
