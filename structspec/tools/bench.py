@@ -67,7 +67,9 @@ def rows(draft_model: LM | None = None) -> dict[str, Method]:
 
 @dataclass(frozen=True)
 class CompileTimes:
-    """Seconds to get a schema's constraint ready: structspec cold and from its disk cache, outlines' Index."""
+    """Seconds to get a schema's constraint ready: structspec cold, and again as a later process (read from its
+    disk cache, or built again where that is quicker than storing it: `structspec.automaton.fsm.DISK_MIN_SECONDS`),
+    outlines' Index."""
 
     cold: float
     cached: float
@@ -75,7 +77,8 @@ class CompileTimes:
 
 
 def measure_compile(lm: LM, tasks: list[Task]) -> dict[str, CompileTimes]:
-    """Compile each schema cold, then again from structspec's disk cache, and build outlines' Index.
+    """Compile each schema cold, then again as a later process would (from structspec's disk cache, or built
+    again if it was quicker to build than to store), and build outlines' Index.
 
     Clears structspec's in-memory FSM cache before each compile. Cold needs
     ``STRUCTSPEC_CACHE`` to point at an empty directory (see `main`).
@@ -87,8 +90,9 @@ def measure_compile(lm: LM, tasks: list[Task]) -> dict[str, CompileTimes]:
         cold = structspec.compile(schema, lm).fsm.info
         structspec.clear_cache()
         cached = structspec.compile(schema, lm).fsm.info
-        if (cold.source, cached.source) != ("compiled", "disk"):
-            raise RuntimeError(f"{name}: expected a cold compile then a disk load, got {cold.source}, {cached.source}")
+        if cold.source != "compiled" or cached.source == "memory":
+            raise RuntimeError(f"{name}: expected a cold compile, then a disk load or a build, got {cold.source}, "
+                               f"{cached.source}")
         regex = structspec.to_regex(schema)
         start = time.perf_counter()
         backend.get_regex_logits_processor(regex)
