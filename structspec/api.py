@@ -81,9 +81,9 @@ def compile(  # noqa: A001
     cannot write digits until its budget runs out; `Compiled.narrowings` lists
     every such narrowing. A recursive ``$ref`` (a tree of nodes) nests at most
     ``max_recursion_depth`` levels; at the deepest level the member that would recurse is not offered.
-    An object with listed ``properties`` is written with those members only, even where
-    ``additionalProperties`` allows others (listed in `Compiled.narrowings`); ``open_objects=True`` lets
-    the others follow the listed ones, as JSON Schema allows.
+    An object with listed ``properties`` and no ``additionalProperties`` is written with those members only
+    (listed in `Compiled.narrowings`); one that names ``additionalProperties`` (true or a schema) lets the
+    members it allows follow the listed ones, as does every object with ``open_objects=True``.
 
     ``eos_token_id`` (an id or a list, as transformers takes it) names the tokens that end the output, each
     allowed exactly where the output may end (default: the tokenizer's EOS); the first is the FSM's

@@ -366,6 +366,36 @@ def test_open_objects_admit_exactly_the_unlisted_members_json_schema_allows(extr
     assert not any("not written" in n for n in constraint_of(schema, open_objects=True).narrowings)
 
 
+@pytest.mark.parametrize("extra", [{"additionalProperties": True}, {"additionalProperties": {"type": "integer"}},
+                                   {"additionalProperties": {}, "required": ["b"]}])
+def test_an_explicit_additional_properties_opens_the_object_by_default(extra: dict) -> None:
+    # named, it is honoured as JSON Schema reads it (as llguidance does); absent, the object stays closed
+    schema = {"type": "object", "properties": LISTED} | extra
+    agrees(schema, open_objects())
+    assert not any("not written" in n for n in constraint_of(schema).narrowings)
+    nested = {"type": "object", "properties": {"o": schema, "p": {"type": "object", "properties": LISTED}}}
+    regex = to_regex(nested)
+    assert re.fullmatch(regex, '{"o":{"b":true,"z":1}}')
+    assert not re.fullmatch(regex, '{"p":{"b":true,"z":1}}')  # the closed one, listed
+    assert "/properties/p: members 'properties' does not list are not written (open_objects=False)" in (
+        constraint_of(nested).narrowings)
+
+
+def test_an_additional_properties_schema_it_cannot_enforce_closes_the_object() -> None:
+    # a misspelt subschema (no keyword JSON Schema knows) is refused where it must be enforced; here leaving
+    # the unlisted members out is narrower, so the object is closed and says why
+    schema = {"type": "object", "properties": LISTED, "additionalProperties": {"refData": {"type": "string"}}}
+    constraint = constraint_of(schema)
+    assert any("not written (additionalProperties: unsupported schema keyword 'refData'" in n
+               for n in constraint.narrowings), constraint.narrowings
+    check = validator(schema)
+    accepted = [t for t in open_objects() if re.fullmatch(constraint.regex, t)]
+    assert '{"a":1,"b":true}' in accepted and '{"a":1,"z":1}' not in accepted
+    assert all(check.is_valid(json.loads(t)) for t in accepted)
+    with pytest.raises(SchemaError, match="refData"):  # where the members must be written, still an error
+        to_regex({"type": "object", "additionalProperties": {"refData": {}}})
+
+
 def test_closed_objects_list_the_narrowing_and_open_ones_keep_counts_closed() -> None:
     schema = {"type": "object", "properties": LISTED}
     assert "/: members 'properties' does not list are not written (open_objects=False)" in (
@@ -443,6 +473,9 @@ def test_open_objects_do_not_make_a_one_of_of_required_names_a_union() -> None:
     assert raised.value.keyword == "oneOf"
     closed = {"oneOf": [b | {"additionalProperties": False} for b in schema["oneOf"]]}  # disjoint again
     assert re.fullmatch(to_regex(closed, open_objects=True), both) is None
+    named = {"oneOf": [b | {"additionalProperties": True} for b in schema["oneOf"]]}  # open by default
+    with pytest.raises(SchemaError, match="may overlap"):
+        to_regex(named)
 
 
 @pytest.mark.parametrize("schema, texts", [

@@ -377,12 +377,18 @@ def test_uncountable_or_unsatisfiable_object_keywords_are_rejected(schema: dict,
     assert err.value.keyword == keyword
 
 
-def test_a_cycle_in_an_ignored_keyword_is_left_alone() -> None:
-    # beside properties outlines-core reads no additionalProperties (no extra names), so "#" is never followed
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_an_additional_properties_schema_that_refers_to_the_root_nests_as_a_recursive_ref(depth: int) -> None:
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": {"$ref": "#"}}
-    regex = to_regex(schema)
-    assert full(regex, '{"a":1}')
-    assert not full(regex, '{"a":1,"b":{}}')
+    constraint = constraint_of(schema, max_recursion_depth=depth)
+    assert f"/additionalProperties: recursive '#' nests at most {depth} levels (max_recursion_depth)" in (
+        constraint.narrowings)
+    for levels in range(5):
+        text = '{"a":1}'
+        for _ in range(levels):
+            text = '{"b":' + text + "}"
+        assert full(constraint.regex, text) == (levels < depth), text
+    assert not full(constraint.regex, '{"a":1,"b":2}')
 
 
 def test_any_value_is_one_group() -> None:

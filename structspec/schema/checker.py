@@ -44,7 +44,7 @@ from structspec.schema.keywords import (
     same,
     type_set,
 )
-from structspec.schema.merge import excludes, merge
+from structspec.schema.merge import excludes, merge, opens
 from structspec.schema.patterns import (
     disjoint_patterns,
     ecma_classes,
@@ -90,8 +90,8 @@ def _type_keywords(types: tuple[str, ...]) -> frozenset[str]:
 def check(document: Document, strict: bool, whitespace_pattern: str, digits: Digits = Digits(),
           open_objects: bool = False, nesting: int = reach.MAX_RECURSION_DEPTH) -> Rewrites:
     """The rewrites that emit ``document``'s schema exactly, or narrowed as listed in ``narrowings`` (``digits``
-    bounds the numbers the schema leaves unbounded; ``open_objects`` writes the members ``additionalProperties``
-    allows beside listed ``properties``; values no schema describes nest ``nesting`` levels); raises
+    bounds the numbers the schema leaves unbounded; ``open_objects`` also writes the members an absent
+    ``additionalProperties`` allows beside listed ``properties``; values no schema describes nest ``nesting`` levels); raises
     `SchemaError` if it admits no value or uses a keyword that would not be enforced (``strict=False``: drops
     it, listed in ``dropped``). The schema is a valid JSON Schema (`check_json`, `check_metaschema`), or one
     `reach.unroll` made of one (which returns its document).
@@ -245,7 +245,7 @@ class _Checker:
             if isinstance(node.get("properties"), dict) and "patternProperties" not in node and (
                     reach.counts_properties(node)):
                 branches = reach.property_branches(node, ptr)
-                if self.rewrites.open_objects and node.get("additionalProperties", True) is not False:
+                if opens(node, self.rewrites.open_objects):
                     # each branch counts listed members only: an unlisted one would go uncounted
                     self.rewrites.narrow(ptr, UNLISTED + " (with property counts or dependencies)")
                     branches = {"anyOf": [b | {"additionalProperties": False}
@@ -309,7 +309,13 @@ class _Checker:
                 raise SchemaError("properties", ptr, f"required property {name!r} has the schema false, which "
                                   "admits no value")
         extra = node.get("additionalProperties", True)
-        opened = self.rewrites.open_objects and extra is not False and not self._has(node, "maxProperties")
+        opened = opens(node, self.rewrites.open_objects) and not self._has(node, "maxProperties")
+        why = " (with maxProperties)" if opens(node, self.rewrites.open_objects) else " (open_objects=False)"
+        if opened:
+            try:
+                self._sub(extra, ptr, refs, "additionalProperties")
+            except SchemaError as e:  # members it cannot describe are left out: narrower, and listed
+                opened, why = False, f" (additionalProperties: {e})"
         forbidden = [name for name, sub in node["properties"].items() if sub is False]  # names never written
         if forbidden and not opened:  # listed properties only: leaving them out is exact
             rest = node | {"properties": {n: sub for n, sub in node["properties"].items() if sub is not False}}
@@ -322,10 +328,8 @@ class _Checker:
         if extra is False:
             return
         if not opened:
-            self.rewrites.narrow(ptr, UNLISTED + (" (with maxProperties)" if self.rewrites.open_objects else
-                                                  " (open_objects=False)"))
+            self.rewrites.narrow(ptr, UNLISTED + why)
             return
-        self._sub(extra, ptr, refs, "additionalProperties")
         fields = [(name, sub, name in required) for name, sub in node["properties"].items() if sub is not False]
         self.rewrites.hole(node, self.rewrites.object_regex(fields, [], ptr, {} if extra is True else extra,
                                                             forbidden))

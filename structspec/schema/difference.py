@@ -14,6 +14,7 @@ import json
 import re
 import re._constants as C  # the parser's opcodes
 from collections.abc import Iterable
+from functools import lru_cache
 
 from structspec.automaton.nfa import char_ranges
 from structspec.automaton.parse import REPEATS, parse, write
@@ -53,16 +54,27 @@ def names_except(names: Iterable[str]) -> Items:
 
 
 def _name_after(node: _Trie) -> Items:
-    alternatives: list[Items] = [] if node.end else [[(C.LITERAL, ord('"'))]]
+    alternatives: list[Items] = [] if node.end else [_QUOTE]
     for unit, child in node.items():
         alternatives.append([*((C.LITERAL, ord(c)) for c in unit), *_name_after(child)])
-    others = complement((*complement(_UNESCAPED), *((ord(u), ord(u)) for u in node if len(u) == 1)))
+    return [branch([*alternatives, *_leaving(frozenset(node))])]
+
+
+_QUOTE = [(C.LITERAL, ord('"'))]
+
+
+@lru_cache(maxsize=4096)
+def _leaving(units: frozenset[str]) -> tuple[Items, ...]:
+    """The ways a name leaves a trie node whose children start with ``units``: another character or escape,
+    then any rest. Memoized, and shared: the automaton measures an item list once, however often it appears."""
+    out = []
+    others = complement((*complement(_UNESCAPED), *((ord(u), ord(u)) for u in units if len(u) == 1)))
     if others:
-        alternatives.append([_class(others), *_NAME_REST])
-    escapes = [e for e in _ESCAPES if "\\" + e not in node]
+        out.append([_class(others), *_NAME_REST])
+    escapes = [e for e in _ESCAPES if "\\" + e not in units]
     if escapes:
-        alternatives.append([(C.LITERAL, ord("\\")), _class(tuple((ord(e), ord(e)) for e in escapes)), *_NAME_REST])
-    return [branch(alternatives)]
+        out.append([(C.LITERAL, ord("\\")), _class(tuple((ord(e), ord(e)) for e in escapes)), *_NAME_REST])
+    return tuple(out)
 
 
 def difference(items: Items, texts: Iterable[str]) -> Items | None:

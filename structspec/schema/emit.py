@@ -19,7 +19,7 @@ from structspec.schema.reach import MAX_RECURSION_DEPTH
 from structspec.schema.translate import ANY, Items, Translator
 
 # Bumped when the translation changes its output for the same schema: names the compile-cache entries.
-_TRANSLATION = "structspec-translate-1"
+_TRANSLATION = "structspec-translate-2"
 
 
 @dataclass

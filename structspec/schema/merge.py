@@ -81,8 +81,16 @@ def merge(a: Any, b: Any, document: Document) -> Any:
     return out
 
 
+def opens(node: dict[str, Any], open_objects: bool) -> bool:
+    """Whether the object schema ``node`` is translated with the unlisted members ``additionalProperties``
+    allows: where it names them (true or a schema), or where it is absent and ``open_objects`` reads it as JSON
+    Schema does (true); a read of the schema only."""
+    extra = node.get("additionalProperties")
+    return extra is not False and (extra is not None or open_objects)
+
+
 def excludes(x: Any, y: Any, document: Document, open_objects: bool = False, depth: int = 0) -> bool:
-    """Whether no value translated from ``x`` (objects open as ``open_objects`` says) matches ``y``, so oneOf
+    """Whether no value translated from ``x`` (objects open as `opens` says) matches ``y``, so oneOf
     of the two works as anyOf."""
     x, y = _target(x, document), _target(y, document)
     if not isinstance(x, dict) or not isinstance(y, dict) or depth > 10:
@@ -104,7 +112,7 @@ def excludes(x: Any, y: Any, document: Document, open_objects: bool = False, dep
         if name not in other and y.get("additionalProperties", True) is False and not y.get("patternProperties"):
             return True
     plain = not any(k in x for k in ("allOf", "anyOf", "oneOf", "$ref", "patternProperties"))  # or more names
-    closed = not open_objects or x.get("additionalProperties", True) is False  # no unlisted names either
+    closed = not opens(x, open_objects)  # no unlisted names either
     return plain and closed and any(n not in props and n not in x.get("required", []) for n in y.get("required", []))
 
 

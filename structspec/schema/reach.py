@@ -26,7 +26,7 @@ from structspec.schema.keywords import (
     same,
     type_set,
 )
-from structspec.schema.merge import excludes, merge
+from structspec.schema.merge import excludes, merge, opens
 from structspec.schema.pointers import Document, join
 from structspec.schema.validation import validator
 
@@ -267,7 +267,7 @@ def _by_required(branches: list[Any], document: Document, ptr: str, open_objects
     """``oneOf`` branches that are one object schema but for ``required`` (``{"oneOf": [{"required": ["radius"]},
     {"required": ["width", "height"]}]}`` beside ``properties``) as one branch per set of the names some branch
     requires that completes exactly one branch's names, those present and the rest of them left out (listed
-    with the schema false where ``open_objects`` would let them back in as unlisted members). None if the
+    with the schema false where an open object (`opens`) would let them back in as unlisted members). None if the
     branches differ otherwise, or more than `MAX_OPTIONAL` names decide; `SchemaError` if no set completes
     exactly one branch."""
     nodes = [document.resolve(b) for b in branches]
@@ -289,7 +289,7 @@ def _by_required(branches: list[Any], document: Document, ptr: str, open_objects
             if sum(need <= present for need in needs) == 1:
                 left_out = set(deciding) - present
                 kept = {n: False if n in left_out else v for n, v in base["properties"].items()
-                        if open_objects or n not in left_out}
+                        if opens(base, open_objects) or n not in left_out}
                 out.append(base | {"properties": kept, "required": [n for n in kept if n in present]})
     if not out:
         raise SchemaError("oneOf", ptr, "no set of present properties completes exactly one branch's required ones")

@@ -43,9 +43,10 @@ def constraint_of(spec: Any, whitespace_pattern: str = COMPACT, strict: bool = T
     lifts a bound), so a model cannot write digits until its budget runs out; every
     such narrowing is listed in ``Constraint.narrowings``. A recursive ``$ref`` (a tree of nodes) nests at
     most ``max_recursion_depth`` levels; at the deepest level the member that would recurse is not offered
-    (listed in the narrowings too). An object with listed ``properties`` is written with those members only,
-    even where ``additionalProperties`` allows others (a narrowing, listed); ``open_objects=True`` writes the
-    others too, after the listed ones, as JSON Schema allows them (not beside property counts).
+    (listed in the narrowings too). An object with listed ``properties`` and no ``additionalProperties`` is
+    written with those members only (a narrowing, listed); where ``additionalProperties`` is named (true or a
+    schema), or everywhere with ``open_objects=True``, the members it allows follow the listed ones, as JSON
+    Schema allows them (not beside property counts).
     """
     for name, value in (("max_integer_digits", max_integer_digits), ("max_fraction_digits", max_fraction_digits)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
