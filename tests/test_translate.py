@@ -131,12 +131,21 @@ def _distinct_items(items: list) -> int:
     return count(items)
 
 
-def test_optional_properties_cost_linear_items_and_states() -> None:
+def test_optional_properties_cost_linear_states_and_positions() -> None:
+    # the first present member is m_i: (m_0,)?…(m_{i-1},)? m_i, each prefix one flat list sharing its items
+    # with the shorter ones, so the automaton builds each (m_j,)? once and calls no fragment inside another
     patterns = {k: constraint_of(_optional_object(k)).pattern for k in (40, 80)}
     items = {k: _distinct_items(parse(p)) for k, p in patterns.items()}
-    states = {k: len(ByteNFA(p)) for k, p in patterns.items()}
-    assert items[80] < 2.5 * items[40], items
+    states, positions = {}, {}
+    for k, p in patterns.items():
+        nfa = ByteNFA(p)
+        dfa = LazyDFA(nfa)
+        for text in ['{"p0":1', '{"p3":1,"p9":', '{"p39":0}']:  # positions are numbered as walks reach them
+            dfa.step(dfa.initial, text.encode())
+        states[k], positions[k] = len(nfa), len(nfa._positions)
     assert states[80] < 2.5 * states[40], states
+    assert positions[80] < 2.5 * positions[40], positions  # with prefixes nested as calls: 4x (O(k²) stacks)
+    assert items[80] < 4.5 * items[40], items  # references to shared items: k²/2 in all
     assert len(str(patterns[80])) > 3 * len(str(patterns[40]))  # the text, for other engines, is quadratic
 
 

@@ -274,8 +274,8 @@ class Translator:
         elif members:  # the first present member is m_i: (m_0,)?…(m_{i-1},)? m_i, prefixes shared
             alternatives, prefix = [], []
             for m in members:
-                alternatives.append([group(prefix), group(m)])
-                prefix = [group(prefix), repeat(0, 1, [*m, *comma])]
+                alternatives.append([*prefix, group(m)])
+                prefix = [*prefix, repeat(0, 1, [*m, *comma])]
             body = [repeat(0, 1, [branch(alternatives)])]
         return [*literal("{"), *body, *self.ws, *literal("}")], any(n for _, n in values)
 
@@ -291,10 +291,10 @@ class Translator:
         alternatives, prefix = [], []
         for i, (m, required) in enumerate(fields):
             if not any(r for _, r in fields[i + 1:]):  # m is the last listed member: only optional ones follow
-                alternatives.append([group(prefix), group(m), *more])
-            prefix = [group(prefix), group([*m, *comma]) if required else repeat(0, 1, [*m, *comma])]
+                alternatives.append([*prefix, group(m), *more])
+            prefix = [*prefix, group([*m, *comma]) if required else repeat(0, 1, [*m, *comma])]
         if extra:
-            alternatives.append([group(prefix), branch(extra), *more])
+            alternatives.append([*prefix, branch(extra), *more])
         if not any(r for _, r in fields):
             alternatives.append([])
         return [*literal("{"), *self.ws, branch(alternatives), *self.ws, *literal("}")]
