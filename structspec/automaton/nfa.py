@@ -107,6 +107,7 @@ class ByteNFA:
         # id(items) → facts. Ids are not reused: after this build only fragments' items are measured again, and the
         # recipes keep them alive, as the tree did while it was measured.
         self._facts: dict[int, _Facts] = {}
+        self._item_facts: dict[int, tuple[tuple, int, bool, bool]] = {}  # id(item) → `_measure_item`, likewise
         self._interned: dict[tuple, int] = {}
         self._built: dict[tuple[object, int], int] = {}
         self._spans: dict[Hashable, tuple[int, int]] = {}  # fragment → (start, end), once built
@@ -136,7 +137,7 @@ class ByteNFA:
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state["_facts"] = {}  # keyed by ids, which a pickle does not keep: measured again as fragments need
+        state["_facts"], state["_item_facts"] = {}, {}  # keyed by ids, which a pickle does not keep: measured again
         return state
 
     def build_all(self) -> ByteNFA:
@@ -168,7 +169,10 @@ class ByteNFA:
                     sizes.append(1)
                     empty, nullable = empty or 0xD800 <= item[1] <= 0xDFFF, False
                     continue
-                key, item_size, item_empty, item_nullable = self._measure_item(*item)
+                found = self._item_facts.get(id(item))  # (an item shared by many sequences: measured once)
+                if found is None:
+                    found = self._item_facts[id(item)] = self._measure_item(*item)
+                key, item_size, item_empty, item_nullable = found
                 keys.append(key)
                 sizes.append(item_size)
                 empty, nullable = empty or item_empty, nullable and item_nullable
