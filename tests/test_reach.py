@@ -369,7 +369,7 @@ def test_open_objects_admit_exactly_the_unlisted_members_json_schema_allows(extr
 @pytest.mark.parametrize("extra", [{"additionalProperties": True}, {"additionalProperties": {"type": "integer"}},
                                    {"additionalProperties": {}, "required": ["b"]}])
 def test_an_explicit_additional_properties_opens_the_object_by_default(extra: dict) -> None:
-    # named, it is honoured as JSON Schema reads it (as llguidance does); absent, the object stays closed
+    # named, it is honoured as JSON Schema reads it; absent, the object stays closed (a listed narrowing)
     schema = {"type": "object", "properties": LISTED} | extra
     agrees(schema, open_objects())
     assert not any("not written" in n for n in constraint_of(schema).narrowings)
