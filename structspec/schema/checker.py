@@ -309,8 +309,9 @@ class _Checker:
                 raise SchemaError("properties", ptr, f"required property {name!r} has the schema false, which "
                                   "admits no value")
         extra = node.get("additionalProperties", True)
-        opened = opens(node, self.rewrites.open_objects) and not self._has(node, "maxProperties")
-        why = " (with maxProperties)" if opens(node, self.rewrites.open_objects) else " (open_objects=False)"
+        wide = opens(node, self.rewrites.open_objects)
+        opened = wide and not self._has(node, "maxProperties")
+        why = " (with maxProperties)" if wide else " (open_objects=False)"
         if opened:
             try:
                 self._sub(extra, ptr, refs, "additionalProperties")
