@@ -93,8 +93,8 @@ def check(document: Document, strict: bool, whitespace_pattern: str, digits: Dig
     bounds the numbers the schema leaves unbounded; ``open_objects`` also writes the members an absent
     ``additionalProperties`` allows beside listed ``properties``; values no schema describes nest ``nesting``
     levels); raises `SchemaError` if it admits no value or uses a keyword that would not be enforced
-    (``strict=False``: drops it, listed in ``dropped``). The schema is a valid JSON Schema (`check_json`, `check_metaschema`), or one
-    `reach.unroll` made of one (which returns its document).
+    (``strict=False``: drops it, listed in ``dropped``). The schema is a valid JSON Schema (`check_json`,
+    `check_metaschema`), or one `reach.unroll` made of one (which returns its document).
 
     Does not change the schema.
     """
