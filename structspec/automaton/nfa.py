@@ -57,6 +57,18 @@ class _Facts(NamedTuple):
     sizes: tuple[int, ...]  # and its size
 
 
+class Stated(list):
+    """A parsed sequence whose producer states its facts: ``key`` names its language (equal keys, equal
+    languages), ``size`` about how many states it builds into; it matches some string, and the empty one only
+    if ``nullable``. As a group's body it is not read when the regex is measured, only when a walk first enters
+    it (for large generated parts whose language the producer knows without reading them: a property name
+    other than an object's listed ones, one per object)."""
+
+    def __init__(self, items: list, key: Hashable, size: int, nullable: bool) -> None:
+        super().__init__(items)
+        self.key, self.size, self.nullable = key, size, nullable
+
+
 def _constant(name: str) -> C._NamedIntConstant:
     return getattr(C, name)
 
@@ -189,6 +201,8 @@ class ByteNFA:
         if op is C.SUBPATTERN:
             if arg[1] or arg[2]:
                 raise _Unsupported("inline flags such as (?i) are not supported")
+            if type(arg[3]) is Stated:  # read when built, not now
+                return (op, "stated", arg[3].key), arg[3].size, False, arg[3].nullable
             facts = self._measure(arg[3])
             return (op, facts.key), facts.size, facts.empty, facts.nullable
         if op is C.BRANCH:

@@ -11,15 +11,14 @@ on, so the result grows with F's total length times L's ways on from a point, no
 from __future__ import annotations
 
 import json
-import re
 import re._constants as C  # the parser's opcodes
 from collections.abc import Iterable
 from functools import lru_cache
 
-from structspec.automaton.nfa import char_ranges
+from structspec.automaton.nfa import Stated, char_ranges
 from structspec.automaton.parse import REPEATS, parse, write
 from structspec.automaton.utf8 import Ranges, complement
-from structspec.schema.translate import Items, branch
+from structspec.schema.translate import Items, branch, group
 
 _CHARS = (C.LITERAL, C.NOT_LITERAL, C.ANY, C.IN)
 
@@ -40,27 +39,35 @@ _UNESCAPED = complement(((0x22, 0x22), (0x5C, 0x5C), (0x00, 0x1F), (0x7F, 0x9F))
 def names_except(names: Iterable[str]) -> Items:
     """A JSON property name, quotes included, other than ``names``: each name spelled one way, as `json.dumps`
     spells it (so a listed name cannot come back spelled otherwise). Linear in the names' total length: a
-    trie of their spellings, each node closing the name or leaving the trie by any other character."""
-    trie = _Trie()
-    for name in names:
-        body = json.dumps(name, ensure_ascii=False)[1:-1]
-        if "\\u" in body:  # a control character json.dumps writes as \uXXXX: no name here is spelled so
-            continue
-        node = trie
-        for unit in re.findall(r"\\.|.", body, re.DOTALL):  # an escape is one unit
-            node = node.setdefault(unit, _Trie())
-        node.end = True
-    return [(C.LITERAL, ord('"')), *_name_after(trie)]
+    trie of their spellings, each node closing the name or leaving the trie by any other character. One group
+    whose facts are stated (`Stated`): the automaton reads it only once a walk enters it."""
+    spelt = frozenset(body for body in (json.dumps(name, ensure_ascii=False)[1:-1] for name in names)
+                      if "\\u" not in body)  # a control character json.dumps writes as \uXXXX: no name is spelled so
+    rest, nodes = _rest_except(spelt)
+    return [group(Stated([*_QUOTE, *rest], ("names except", spelt), _NODE_SIZE * nodes, False))]
 
 
-def _name_after(node: _Trie) -> Items:
-    alternatives: list[Items] = [] if node.end else [_QUOTE]
-    for unit, child in node.items():
-        alternatives.append([*((C.LITERAL, ord(c)) for c in unit), *_name_after(child)])
-    return [branch([*alternatives, *_leaving(frozenset(node))])]
+@lru_cache(maxsize=65536)
+def _rest_except(rests: frozenset[str]) -> tuple[Items, int]:
+    """The rest of a name after a trie node (its closing quote included) other than ``rests`` (the spellings'
+    rests from that node), and how many trie nodes that is. Memoized, and shared: names with a common end (a
+    schema's "description" in every object) share that end's items, which the automaton measures once."""
+    after: dict[str, list[str]] = {}  # each unit a rest starts with (an escape is one) → the rests after it
+    for rest in sorted(rests):
+        if rest:
+            unit = rest[:2] if rest[0] == "\\" else rest[0]
+            after.setdefault(unit, []).append(rest[len(unit):])
+    alternatives: list[Items] = [] if "" in rests else [_QUOTE]
+    nodes = 1
+    for unit, tails in after.items():
+        items, below = _rest_except(frozenset(tails))
+        alternatives.append([*((C.LITERAL, ord(c)) for c in unit), *items])
+        nodes += below
+    return [branch([*alternatives, *_leaving(frozenset(after))])], nodes
 
 
 _QUOTE = [(C.LITERAL, ord('"'))]
+_NODE_SIZE = 8  # about the states a trie node measures (its ways out share the rest of a name after them)
 
 
 @lru_cache(maxsize=4096)
