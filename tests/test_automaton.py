@@ -229,11 +229,11 @@ def test_a_large_group_needed_in_many_places_is_built_once_and_called(monkeypatc
     assert max(sizes[1][1:]) < 20  # the dead group's 70 states: built nowhere
     twice = ByteNFA(r"(x[a-z]{70}y)-(x[a-z]{70}y)").build_all()
     assert len(twice) < 90  # needed twice: built once, as a fragment that both places call
-    assert sorted(Counter(call[0] for call in twice.calls.values()).values()) == [1, 2]
+    assert sorted(Counter(call[0] for call in twice.calls.values()).values()) == [2]
 
 
 @pytest.mark.parametrize("regex", [
-    r'"([^"\\]|\\["\\nt]){0,300}"', r"a{3,400}b", r"(ab|c){90,}d", r"((ab){2,40}c){1,30}", r"(é|x[0-9]){100}y?",
+    r'"([^"\\]|\\["\\nt]){0,300}"', r"a{3,400}b", r"(ab|c){90,}d", r"((ab){2,20}c){1,30}", r"(é|x[0-9]){100}y?",
     r"(a{0,70}[^\s\S]|b){1,200}c", r"((x?){3}y){40,60}",
 ])
 def test_large_counted_repeats_are_counters_with_the_language_of_copies(regex: str, monkeypatch) -> None:

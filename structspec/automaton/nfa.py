@@ -24,6 +24,8 @@ every place that needs it (a schema's ``$ref`` target used in a hundred places c
 lower: each call is a frame on the positions' stacks, and a DFA state over deeply nested calls holds more
 positions (16 made Kubernetes kb_494's instance walks 2.6x slower than 64)."""
 
+_CALL = 2  # the states a call to a fragment takes where it is made (its site and the state it returns to)
+
 COUNTER_MIN = 256
 """A counted repetition whose copies would take at least this many states is built as a counter: its body once,
 as a fragment, entered again with the count on the stack (a ``maxLength`` of 5,000 costs one body, not 5,000)."""
@@ -50,7 +52,7 @@ class _Facts(NamedTuple):
     """What `ByteNFA` needs to know of a parsed sequence before building it."""
 
     key: int  # names its structure: equal keys, equal sequences
-    size: int  # about how many states building it inline takes (a character: one, as if ASCII)
+    size: int  # about how many states building it here takes (a character: one, as if ASCII; most fragments: a call)
     empty: bool  # matches no string (a class matching no character, on every path)
     nullable: bool  # matches the empty string
     keys: tuple[tuple, ...]  # each item's structural key, in order (a literal's: the item itself)
@@ -174,11 +176,12 @@ class ByteNFA:
         the automaton cannot build."""
         facts = self._facts.get(id(items))
         if facts is None:
-            keys, sizes, empty, nullable = [], [], False, True
+            keys, sizes, size, empty, nullable = [], [], 0, False, True
             for item in items:
                 if item[0] is C.LITERAL:  # (the common case, inline: only a lone surrogate is empty)
                     keys.append(item)
                     sizes.append(1)
+                    size += 1
                     empty, nullable = empty or 0xD800 <= item[1] <= 0xDFFF, False
                     continue
                 found = self._item_facts.get(id(item))  # (an item shared by many sequences: measured once)
@@ -187,10 +190,12 @@ class ByteNFA:
                 key, item_size, item_empty, item_nullable = found
                 keys.append(key)
                 sizes.append(item_size)
+                # a fragment here is a call, unless it may match "": copies of it (x?{n}) are walked through at once
+                size += _CALL if item_size >= FRAGMENT_MIN and not item_nullable else item_size
                 empty, nullable = empty or item_empty, nullable and item_nullable
             structure = tuple(keys)
             facts = self._facts[id(items)] = _Facts(self._interned.setdefault(structure, len(self._interned)),
-                                                    sum(sizes), empty, nullable, structure, tuple(sizes))
+                                                    size, empty, nullable, structure, tuple(sizes))
         return facts
 
     def _measure_item(self, op: C._NamedIntConstant, arg: Any) -> tuple[tuple, int, bool, bool]:
