@@ -67,7 +67,7 @@ def compile(  # noqa: A001
     spec: Any, model: LM | str, whitespace_pattern: str = COMPACT, strict: bool = True,
     max_integer_digits: int | None = MAX_INTEGER_DIGITS, max_fraction_digits: int | None = MAX_FRACTION_DIGITS,
     eos_token_id: int | list[int] | None = None, max_recursion_depth: int = MAX_RECURSION_DEPTH,
-    open_objects: bool = False,
+    open_objects: bool | None = None,
 ) -> Compiled:
     """Compile ``spec`` into a token FSM for ``model``'s tokenizer (cached in memory, and on disk where its
     automaton took 5 ms or more to build: `structspec.automaton.fsm.DISK_MIN_SECONDS`).
@@ -81,9 +81,9 @@ def compile(  # noqa: A001
     cannot write digits until its budget runs out; `Compiled.narrowings` lists
     every such narrowing. A recursive ``$ref`` (a tree of nodes) nests at most
     ``max_recursion_depth`` levels; at the deepest level the member that would recurse is not offered.
-    An object with listed ``properties`` and no ``additionalProperties`` is written with those members only
-    (listed in `Compiled.narrowings`); one that names ``additionalProperties`` (true or a schema) lets the
-    members it allows follow the listed ones, as does every object with ``open_objects=True``.
+    An object lets the members ``additionalProperties`` allows follow its listed ones, as JSON Schema reads
+    it; where it is absent, a JSON Schema's objects are open and a Pydantic model's closed (Pydantic ignores
+    undeclared members; listed in `Compiled.narrowings`), unless ``open_objects`` (True / False) says.
 
     ``eos_token_id`` (an id or a list, as transformers takes it) names the tokens that end the output, each
     allowed exactly where the output may end (default: the tokenizer's EOS); the first is the FSM's
@@ -150,7 +150,7 @@ class GenerateOptions:
     max_integer_digits: int | None = MAX_INTEGER_DIGITS
     max_fraction_digits: int | None = MAX_FRACTION_DIGITS
     max_recursion_depth: int = MAX_RECURSION_DEPTH
-    open_objects: bool = False
+    open_objects: bool | None = None
     fast_forward: FastForward = "exact"
     draft: Drafter | LM | str | None = "prompt_lookup"
     output_logprobs: bool = False

@@ -86,8 +86,9 @@ def test_forced_text_of_keys_and_enum_completion(byte_lm) -> None:
 
 
 def _object(lm: structspec.LM, **types: str) -> tuple[TokenFSM, Forcer]:
-    """The FSM of an object whose members (all required) have ``types``, and its forcer."""
-    spec = {"type": "object", "properties": {k: {"type": t} for k, t in types.items()}, "required": list(types)}
+    """The FSM of a closed object whose members (all required) have ``types``, and its forcer."""
+    spec = {"type": "object", "properties": {k: {"type": t} for k, t in types.items()}, "required": list(types),
+            "additionalProperties": False}
     fsm = structspec.compile(spec, lm).fsm
     return fsm, Forcer(fsm, lm.tokenizer)
 

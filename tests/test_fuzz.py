@@ -122,15 +122,17 @@ def test_random_regexes_decode(byte_lm: structspec.LM, regex: str) -> None:
 # --- schemas: deep nesting, hostile patterns and enums ----------------------------------------------------
 
 def nested(kinds: list[int], leaf: dict) -> dict:
-    """``leaf`` wrapped once per entry of ``kinds``: object property, array items, anyOf, allOf, $ref-free."""
+    """``leaf`` wrapped once per entry of ``kinds``: closed object's property, array items, anyOf, allOf, closed
+    object's optional property, open object's property; $ref-free."""
     node = leaf
     for k in kinds:
         node = [
-            {"type": "object", "properties": {"a": node}, "required": ["a"]},
+            {"type": "object", "properties": {"a": node}, "required": ["a"], "additionalProperties": False},
             {"type": "array", "items": node, "minItems": 1, "maxItems": 1},
             {"anyOf": [node, {"type": "null"}]},
             {"allOf": [node]},
-            {"type": "object", "properties": {"a": node, "b": {"type": "integer"}}},
+            {"type": "object", "properties": {"a": node, "b": {"type": "integer"}}, "additionalProperties": False},
+            {"type": "object", "properties": {"a": node}, "required": ["a"]},
         ][k]
     return node
 
@@ -140,7 +142,7 @@ LEAVES = st.sampled_from([{"type": "integer"}, {"type": "number"}, {"type": "str
 
 
 @settings(FUZZ, max_examples=60 * SCALE)
-@given(kinds=st.lists(st.integers(0, 4), min_size=50, max_size=70), leaf=LEAVES)
+@given(kinds=st.lists(st.integers(0, 5), min_size=50, max_size=70), leaf=LEAVES)
 def test_deeply_nested_schemas(byte_lm: structspec.LM, kinds: list[int], leaf: dict) -> None:
     outcome(lambda: decode_checked(byte_lm, nested(kinds, leaf), tokens=8))
 

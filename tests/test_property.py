@@ -38,7 +38,7 @@ def _object(children: st.SearchStrategy) -> st.SearchStrategy:
     props = st.dictionaries(WORDS, children, min_size=1, max_size=3)
     return props.flatmap(
         lambda p: st.lists(st.sampled_from(sorted(p)), unique=True).map(
-            lambda req: {"type": "object", "properties": p, "required": req}
+            lambda req: {"type": "object", "properties": p, "required": req, "additionalProperties": False}
         )
     )
 
@@ -111,7 +111,7 @@ def test_most_outputs_complete(test: str) -> None:
 
 NUMBERS = [{"type": "integer"}, {"type": "number"}, {"type": "array", "items": {"type": "number"}, "maxItems": 2},
            {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "number"}},
-            "required": ["a", "b"]},
+            "required": ["a", "b"], "additionalProperties": False},
            {"anyOf": [{"type": "number"}, {"type": "integer"}]}, {"type": "integer", "minimum": 0},
            {"type": "number", "maximum": 5}]
 

@@ -46,14 +46,15 @@ def test_logprobs_with_drafts_and_forcing(byte_lm: structspec.LM) -> None:
 RECORD = {"type": "object", "properties": {
     "name": {"type": "string", "maxLength": 6}, "ok": {"type": "boolean"},
     "tags": {"type": "array", "items": {"type": "string", "maxLength": 3}, "maxItems": 2}, "n": {"type": "integer"},
-}, "required": ["name", "ok", "tags", "n"]}
+}, "required": ["name", "ok", "tags", "n"], "additionalProperties": False}
 # Forced text full of JSON's own punctuation, in strings and nested values, with optional whitespace.
 TRICKY = {"type": "object", "properties": {
     "a": {"const": 'x":,}{[\\'},
     "b": {"type": "object", "properties": {
-        "c": {"type": "array", "items": {"const": "}],{"}, "minItems": 2, "maxItems": 2}}, "required": ["c"]},
+        "c": {"type": "array", "items": {"const": "}],{"}, "minItems": 2, "maxItems": 2}}, "required": ["c"],
+          "additionalProperties": False},
     "e": {"type": "integer"},
-}, "required": ["a", "b", "e"]}
+}, "required": ["a", "b", "e"], "additionalProperties": False}
 
 
 def check_events(events: list[structspec.StreamEvent]) -> structspec.Result:

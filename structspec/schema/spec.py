@@ -23,7 +23,7 @@ from structspec.schema.validation import check_json, check_metaschema, too_deep,
 def to_regex(spec: Any, whitespace_pattern: str = COMPACT, strict: bool = True,
              max_integer_digits: int | None = MAX_INTEGER_DIGITS,
              max_fraction_digits: int | None = MAX_FRACTION_DIGITS,
-             max_recursion_depth: int = MAX_RECURSION_DEPTH, open_objects: bool = False) -> str:
+             max_recursion_depth: int = MAX_RECURSION_DEPTH, open_objects: bool | None = None) -> str:
     """The regex text structspec constrains decoding with, for handing the same constraint to another engine."""
     return constraint_of(spec, whitespace_pattern, strict, max_integer_digits, max_fraction_digits,
                          max_recursion_depth, open_objects).regex
@@ -32,7 +32,7 @@ def to_regex(spec: Any, whitespace_pattern: str = COMPACT, strict: bool = True,
 def constraint_of(spec: Any, whitespace_pattern: str = COMPACT, strict: bool = True,
                   max_integer_digits: int | None = MAX_INTEGER_DIGITS,
                   max_fraction_digits: int | None = MAX_FRACTION_DIGITS,
-                  max_recursion_depth: int = MAX_RECURSION_DEPTH, open_objects: bool = False) -> Constraint:
+                  max_recursion_depth: int = MAX_RECURSION_DEPTH, open_objects: bool | None = None) -> Constraint:
     """Resolve any supported spec: `Regex`, Pydantic model class, JSON Schema (dict, bool or str), or type.
 
     ``strict=False`` drops the schema keywords structspec cannot enforce, with a
@@ -43,24 +43,26 @@ def constraint_of(spec: Any, whitespace_pattern: str = COMPACT, strict: bool = T
     lifts a bound), so a model cannot write digits until its budget runs out; every
     such narrowing is listed in ``Constraint.narrowings``. A recursive ``$ref`` (a tree of nodes) nests at
     most ``max_recursion_depth`` levels; at the deepest level the member that would recurse is not offered
-    (listed in the narrowings too). An object with listed ``properties`` and no ``additionalProperties`` is
-    written with those members only (a narrowing, listed); where ``additionalProperties`` is named (true or a
-    schema), or everywhere with ``open_objects=True``, the members it allows follow the listed ones, as JSON
-    Schema allows them (not beside property counts).
+    (listed in the narrowings too). Objects read ``additionalProperties`` as JSON Schema does: the members it
+    allows (an absent one: any) follow the listed ones (not beside property counts). ``open_objects=None``
+    (the default) reads an absent one so in a JSON Schema, and as false in a Pydantic model's or type's schema
+    (Pydantic ignores members its model does not declare, so writing them buys nothing; a narrowing, listed);
+    ``True`` or ``False`` reads every absent one so.
     """
     for name, value in (("max_integer_digits", max_integer_digits), ("max_fraction_digits", max_fraction_digits)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise OptionError(f"{name} must be an int >= 1 or None (no bound), got {value!r}")
     if isinstance(max_recursion_depth, bool) or not isinstance(max_recursion_depth, int) or max_recursion_depth < 1:
         raise OptionError(f"max_recursion_depth must be an int >= 1, got {max_recursion_depth!r}")
-    if not isinstance(open_objects, bool):
-        raise OptionError(f"open_objects must be a bool, got {open_objects!r}")
+    if open_objects is not None and not isinstance(open_objects, bool):
+        raise OptionError(f"open_objects must be a bool or None (as the spec reads it), got {open_objects!r}")
     digits = Digits(max_integer_digits, max_fraction_digits)
-    options = (digits, max_recursion_depth, open_objects)
+    options = (digits, max_recursion_depth, open_objects is not False)  # a JSON Schema's objects: open by default
+    typed = (digits, max_recursion_depth, open_objects is True)  # a Pydantic schema's: closed by default
     if isinstance(spec, Regex):
         return Constraint(spec.pattern, lambda text: text, None)
     if isinstance(spec, type) and issubclass(spec, pydantic.BaseModel):
-        return _json_constraint(spec.model_json_schema(), whitespace_pattern, strict, *options,
+        return _json_constraint(spec.model_json_schema(), whitespace_pattern, strict, *typed,
                                 spec.model_validate_json)
     if isinstance(spec, str):
         try:
@@ -82,7 +84,7 @@ def constraint_of(spec: Any, whitespace_pattern: str = COMPACT, strict: bool = T
             schema = adapter.json_schema()
         except (pydantic.PydanticSchemaGenerationError, pydantic.PydanticUserError, TypeError) as e:
             raise SpecError(f"cannot derive a JSON Schema from {spec!r}: {e}") from None
-        return _json_constraint(schema, whitespace_pattern, strict, *options, adapter.validate_json)
+        return _json_constraint(schema, whitespace_pattern, strict, *typed, adapter.validate_json)
     raise SpecError(
         f"unsupported output spec {spec!r} ({type(spec).__name__}); pass a Pydantic model class, "
         "a JSON Schema (dict or str), structspec.Regex(...), a Literal/Enum, or int/float/bool/str"

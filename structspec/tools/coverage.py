@@ -66,7 +66,7 @@ def spread(n: int, limit: int | None) -> list[int]:
 _WORKER: dict[str, Any] = {}
 
 
-def _worker_setup(memory_gb: float, model: str, generate: int, open_objects: bool) -> None:
+def _worker_setup(memory_gb: float, model: str, generate: int, open_objects: bool | None) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (int(memory_gb * 2**30),) * 2)
     from outlines_core import Vocabulary
 
@@ -306,14 +306,6 @@ def _run_task(engine: str, row: dict[str, Any]) -> dict[str, Any]:
     out.update(verdicts)
     if engine == "structspec":  # what laziness moves into decoding: each new state's mask
         out["mask_s"] = _mask_seconds(fsm, accepted)
-    if engine == "structspec" and not _WORKER["open_objects"] and verdicts["valid_accepted"][0] < sum(
-            t["valid"] for t in tests):
-        # a valid instance rejected: again as JSON Schema reads objects (open_objects=True), untimed
-        try:
-            wide = TokenFSM.from_regex(constraint_of(schema, open_objects=True).pattern, lm.vocab, lm.logits_width)
-            out["open"] = _verdicts(wide, tests, schema)[0]
-        except SchemaError as e:
-            out["open"] = {"status": "schema_error", "keyword": e.keyword}
     return out
 
 
@@ -342,7 +334,7 @@ def _generate_and_validate(schema: Any) -> list[int]:
     return counts
 
 
-def _worker_main(conn: Any, memory_gb: float, model: str, generate: int, open_objects: bool) -> None:
+def _worker_main(conn: Any, memory_gb: float, model: str, generate: int, open_objects: bool | None) -> None:
     _worker_setup(memory_gb, model, generate, open_objects)
     conn.send("ready")
     while True:
@@ -358,7 +350,7 @@ def _worker_main(conn: Any, memory_gb: float, model: str, generate: int, open_ob
 class Worker:
     """One worker process; a task that runs past ``timeout`` kills it and a fresh one takes over."""
 
-    def __init__(self, timeout: float, memory_gb: float, model: str, generate: int, open_objects: bool = False,
+    def __init__(self, timeout: float, memory_gb: float, model: str, generate: int, open_objects: bool | None = None,
                  ) -> None:
         self.timeout, self.args = timeout, (memory_gb, model, generate, open_objects)
         self.process: Any = None
@@ -406,11 +398,6 @@ def _share(pairs: list[list[int]]) -> str:
     return f"{100 * hit / total:.1f}% ({hit}/{total})" if total else "-"
 
 
-def _widest(run: dict[str, Any]) -> dict[str, Any]:
-    """A compiled row's verdicts with open_objects where it was run again so, else its own."""
-    return run["open"] if "valid_accepted" in run.get("open", {}) else run
-
-
 def summarize(records: list[dict[str, Any]], engine: str) -> dict[str, str]:
     """One table row: the split's figures for ``engine``, over the records it ran on (the rows column says
     "n of N" where that is a sample)."""
@@ -429,8 +416,6 @@ def summarize(records: list[dict[str, Any]], engine: str) -> dict[str, str]:
         "other": ", ".join(f"{k} {v}" for k, v in status.items() if k not in ("compiled", "schema_error")) or "0",
         "valid accepted": _share([r["valid_accepted"] for r in ok]),
         "invalid rejected": _share([r["invalid_rejected"] for r in ok]),
-        "valid accepted, open_objects where rejected": _share([_widest(r)["valid_accepted"] for r in ok]),
-        "invalid rejected, open_objects": _share([r["open"]["invalid_rejected"] for r in ok if _widest(r) is not r]),
         "undecided": str(sum(r.get("undecided", 0) for r in ok)),
         "generated valid": f"{gen_valid}/{gen_valid + gen_invalid} ({gen_incomplete} incomplete)"
         if generated else "-",
@@ -465,14 +450,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--generate", type=int, default=3, help="instances generated per compiled schema (0: none)")
     parser.add_argument("--out", type=Path, help="write every row's record here (JSON lines)")
     parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES), help="engines to run")
-    parser.add_argument("--open-objects", action="store_true", help="compile with open_objects=True (members "
-                        "additionalProperties allows beside listed properties, as JSON Schema reads it)")
+    parser.add_argument("--open-objects", choices=("true", "false"), help="compile with open_objects=True or "
+                        "False (default: None, objects without additionalProperties open, as JSON Schema reads them)")
     parser.add_argument("--baseline-limit", type=int, help="rows per split outlines-core runs on, spread "
                         "evenly over the rows structspec runs on (default: all of them)")
     args = parser.parse_args(argv)
 
     splits = args.splits or sorted(p.name.removesuffix(".jsonl.gz") for p in args.data.glob("*.jsonl.gz"))
-    worker = Worker(args.timeout, args.memory_gb, args.model, args.generate, args.open_objects)
+    open_objects = None if args.open_objects is None else args.open_objects == "true"
+    worker = Worker(args.timeout, args.memory_gb, args.model, args.generate, open_objects)
     table: dict[str, dict[str, dict[str, str]]] = {}
     out = args.out.open("w") if args.out else None
     try:
