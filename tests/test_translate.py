@@ -15,7 +15,7 @@ import pytest
 from outlines_core.json_schema import INTEGER, NUMBER, build_regex_from_schema
 
 from structspec.automaton.dfa import DEAD, LazyDFA
-from structspec.automaton.nfa import ByteNFA
+from structspec.automaton.nfa import ByteNFA, Stated
 from structspec.automaton.parse import REPEATS, ParsedRegex, parse, write
 from structspec.errors import SchemaError
 from structspec.schema import constraint_of, to_regex
@@ -227,3 +227,36 @@ def test_nested_optional_members_keep_a_few_positions_per_level(open_objects: bo
     for level in range(30):
         state = dfa.step(state, b'{"a":')
         assert len(dfa._sets[state]) <= 4 * (level + 1), level
+
+
+def _stated(items: list) -> list[list]:
+    """The `Stated` sub-lists of ``items``, each once."""
+    seen: dict[int, list] = {}
+
+    def visit(seq: list) -> None:
+        if id(seq) in seen:
+            return
+        seen[id(seq)] = seq
+        for op, arg in seq:
+            subs = [arg[3]] if op is C.SUBPATTERN else arg[1] if op is C.BRANCH else [arg[2]] if op in REPEATS else []
+            for sub in subs:
+                visit(sub)
+
+    visit(items)
+    return [seq for seq in seen.values() if type(seq) is Stated]
+
+
+def test_a_name_other_than_the_listed_ones_is_read_when_a_walk_enters_it() -> None:
+    # an open object's "any name but these" (a trie of the names) is one group whose facts are stated: compiling
+    # does not read it, a walk into an unlisted member's name reads that object's only
+    inner = {"type": "object", "properties": {f"x{i}": {"type": "integer"} for i in range(20)}}
+    schema = {"type": "object", "properties": {"a": inner, "b": inner | {"required": ["x0"]}}}
+    pattern = constraint_of(schema).pattern
+    stated = _stated(pattern.items)
+    nfa = ByteNFA(pattern)
+    assert len(stated) == 3 and not any(id(seq) in nfa._facts for seq in stated)
+    dfa = LazyDFA(nfa)
+    state = dfa.step(dfa.initial, b'{"zz":1,"q')
+    assert state != DEAD and sum(id(seq) in nfa._facts for seq in stated) == 1
+    assert dfa.step(dfa.initial, b'{"a":{"x0":1,"y":2') != DEAD  # an unlisted name, then...
+    assert dfa.step(dfa.initial, b'{"a":{"x0":1,"x0"') == DEAD  # ...never a listed one again
