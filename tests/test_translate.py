@@ -110,25 +110,26 @@ def _optional_object(k: int) -> dict:
     return {"type": "object", "properties": {f"p{i}": {"type": "integer", "minimum": 0} for i in range(k)}}
 
 
+def _sublists(items: list) -> list[list]:
+    """``items`` and its sub-lists (groups, alternatives, repeated bodies), each distinct list once."""
+    seen: dict[int, list] = {}
+
+    def visit(seq: list) -> None:
+        if id(seq) in seen:
+            return
+        seen[id(seq)] = seq
+        for op, arg in seq:
+            subs = [arg[3]] if op is C.SUBPATTERN else arg[1] if op is C.BRANCH else [arg[2]] if op in REPEATS else []
+            for sub in subs:
+                visit(sub)
+
+    visit(items)
+    return list(seen.values())
+
+
 def _distinct_items(items: list) -> int:
     """Items in the distinct sub-lists of ``items`` (a shared sub-list counts once)."""
-    seen: set[int] = set()
-
-    def count(seq: list) -> int:
-        if id(seq) in seen:
-            return 0
-        seen.add(id(seq))
-        total = len(seq)
-        for op, arg in seq:
-            if op is C.SUBPATTERN:
-                total += count(arg[3])
-            elif op is C.BRANCH:
-                total += sum(map(count, arg[1]))
-            elif op in REPEATS:
-                total += count(arg[2])
-        return total
-
-    return count(items)
+    return sum(map(len, _sublists(items)))
 
 
 @pytest.mark.parametrize("open_objects", [False, True], ids=["closed", "open"])
@@ -229,30 +230,13 @@ def test_nested_optional_members_keep_a_few_positions_per_level(open_objects: bo
         assert len(dfa._sets[state]) <= 4 * (level + 1), level
 
 
-def _stated(items: list) -> list[list]:
-    """The `Stated` sub-lists of ``items``, each once."""
-    seen: dict[int, list] = {}
-
-    def visit(seq: list) -> None:
-        if id(seq) in seen:
-            return
-        seen[id(seq)] = seq
-        for op, arg in seq:
-            subs = [arg[3]] if op is C.SUBPATTERN else arg[1] if op is C.BRANCH else [arg[2]] if op in REPEATS else []
-            for sub in subs:
-                visit(sub)
-
-    visit(items)
-    return [seq for seq in seen.values() if type(seq) is Stated]
-
-
 def test_a_name_other_than_the_listed_ones_is_read_when_a_walk_enters_it() -> None:
     # an open object's "any name but these" (a trie of the names) is one group whose facts are stated: compiling
     # does not read it, a walk into an unlisted member's name reads that object's only
     inner = {"type": "object", "properties": {f"x{i}": {"type": "integer"} for i in range(20)}}
     schema = {"type": "object", "properties": {"a": inner, "b": inner | {"required": ["x0"]}}}
     pattern = constraint_of(schema).pattern
-    stated = _stated(pattern.items)
+    stated = [seq for seq in _sublists(pattern.items) if type(seq) is Stated]
     nfa = ByteNFA(pattern)
     assert len(stated) == 3 and not any(id(seq) in nfa._facts for seq in stated)
     dfa = LazyDFA(nfa)
