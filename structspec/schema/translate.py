@@ -288,14 +288,15 @@ class Translator:
         (their alternatives), comma-separated: one alternative per last listed member, prefixes shared."""
         comma = [*self.ws, _ASCII[","], *self.ws]
         more = [repeat(0, None, [*comma, branch(extra)])] if extra else []
+        last = max((i for i, (_, required) in enumerate(fields) if required), default=-1)  # last required member
         alternatives, prefix = [], []
         for i, (m, required) in enumerate(fields):
-            if not any(r for _, r in fields[i + 1:]):  # m is the last listed member: only optional ones follow
+            if i >= last:  # m may be the last listed member: only optional ones follow it
                 alternatives.append([*prefix, group(m), *more])
             prefix = [*prefix, group([*m, *comma]) if required else repeat(0, 1, [*m, *comma])]
         if extra:
             alternatives.append([*prefix, branch(extra), *more])
-        if not any(r for _, r in fields):
+        if last < 0:
             alternatives.append([])
         return [*literal("{"), *self.ws, branch(alternatives), *self.ws, *literal("}")]
 
