@@ -10,7 +10,7 @@ from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
-from structspec.automaton.parse import REPEATS, TOO_DEEP, ParsedRegex, parse
+from structspec.automaton.parse import REPEATS, TOO_DEEP, ParsedRegex, Stated, group_body, parse
 from structspec.automaton.utf8 import Ranges, byte_sequences, category, complement, normalize
 from structspec.errors import RegexError
 
@@ -57,18 +57,6 @@ class _Facts(NamedTuple):
     nullable: bool  # matches the empty string
     keys: tuple[tuple, ...]  # each item's structural key, in order (a literal's: the item itself)
     sizes: tuple[int, ...]  # and its size
-
-
-class Stated(list):
-    """A parsed sequence whose producer states its facts: ``key`` names its language (equal keys, equal
-    languages), ``size`` about how many states it builds into; it matches some string, and the empty one only
-    if ``nullable``. As a group's body it is not read when the regex is measured, only when a walk first enters
-    it (for large generated parts whose language the producer knows without reading them: a property name
-    other than an object's listed ones, one per object)."""
-
-    def __init__(self, items: list, key: Hashable, size: int, nullable: bool) -> None:
-        super().__init__(items)
-        self.key, self.size, self.nullable = key, size, nullable
 
 
 def _constant(name: str) -> C._NamedIntConstant:
@@ -118,8 +106,9 @@ class ByteNFA:
         # call-site state → (fragment, return state, least and most passes; None: unbounded)
         self.calls: dict[int, tuple[Hashable, int, int, int | None]] = {}
         self._name = regex if isinstance(regex, str) else repr(regex)  # (for errors; a schema's text can be huge)
-        # id(items) → facts. Ids are not reused: after this build only fragments' items are measured again, and the
-        # recipes keep them alive, as the tree did while it was measured.
+        # id(items) → facts. Ids are not reused: the tree is kept, and so is every `Stated` body made later (its
+        # group is in the tree).
+        self._tree = tree
         self._facts: dict[int, _Facts] = {}
         self._item_facts: dict[int, tuple[tuple, int, bool, bool]] = {}  # id(item) → `_measure_item`, likewise
         self._interned: dict[tuple, int] = {}
@@ -151,7 +140,8 @@ class ByteNFA:
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state["_facts"], state["_item_facts"] = {}, {}  # keyed by ids, which a pickle does not keep: measured again
+        # keyed by ids, which a pickle does not keep: measured again (and the recipes hold what is left to build)
+        state["_facts"], state["_item_facts"], state["_tree"] = {}, {}, None
         return state
 
     def build_all(self) -> ByteNFA:
@@ -269,7 +259,7 @@ class ByteNFA:
         if op in (C.LITERAL, C.NOT_LITERAL, C.ANY, C.IN):
             return self._chars(char_ranges(op, arg), state)
         if op is C.SUBPATTERN:
-            return self._sequence(arg[3], state)
+            return self._sequence(group_body(arg[3]), state)
         if op is C.BRANCH:  # alternatives start at `state` itself, so equal prefixes are shared
             end = self._new()
             for alternative in arg[1]:

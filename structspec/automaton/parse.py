@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 import re._constants as C  # the parser's opcodes
 import re._parser as parser
+import threading
+from collections.abc import Callable, Hashable
 from functools import lru_cache
 
 from structspec.errors import RegexError
@@ -25,6 +27,40 @@ _HOLE_MIN = 48  # groups shorter than this are parsed in place
 
 MAX_WRITTEN = 20_000_000
 """The longest regex text a `ParsedRegex` writes (for other engines; the automaton reads the items)."""
+
+
+class Stated:
+    """A group's body whose producer states its facts and makes its items only when first read (`items`).
+
+    ``key`` names its language (equal keys, equal languages), ``size`` is about how many states it builds into;
+    it matches some string, and the empty one only if ``nullable``. The automaton measures it by these and
+    reads its items only when a walk first enters it; so a large generated part whose language its producer
+    knows without spelling it (a property name other than an object's listed ones, one per object) costs
+    nothing until then. ``recipe`` makes the items (picklable: the disk cache keeps unbuilt parts as recipes).
+    """
+
+    _making = threading.Lock()  # one list per body: the automaton memoizes sequences by identity
+
+    def __init__(self, recipe: Callable[[], list], key: Hashable, size: int, nullable: bool) -> None:
+        self.recipe, self.key, self.size, self.nullable = recipe, key, size, nullable
+        self._items: list | None = None
+
+    @property
+    def items(self) -> list:
+        """The items, made on the first read (changes only this cache)."""
+        if self._items is None:
+            with Stated._making:
+                if self._items is None:
+                    self._items = self.recipe()
+        return self._items
+
+    def __getstate__(self) -> dict:
+        return self.__dict__ | {"_items": None}  # made again where read
+
+
+def group_body(items: list | Stated) -> list:
+    """A group's items (``arg[3]`` of a group item): a `Stated` body's made now if not yet."""
+    return items.items if type(items) is Stated else items
 
 
 class ParsedRegex:
@@ -180,7 +216,7 @@ def write(items: list) -> str:
         if op is C.SUBPATTERN:
             if arg[1] or arg[2]:
                 raise RegexError("", "inline flags such as (?i) are not supported")
-            return f"(?:{sequence(arg[3])})"
+            return f"(?:{sequence(group_body(arg[3]))})"
         if op is C.BRANCH:
             return "(?:" + "|".join(map(sequence, arg[1])) + ")"
         if op in REPEATS:
@@ -204,7 +240,7 @@ def written_size(items: list) -> int:
             found = 0
             for op, arg in seq:
                 if op is C.SUBPATTERN:
-                    found += 4 + size(arg[3])
+                    found += 4 + size(group_body(arg[3]))
                 elif op is C.BRANCH:
                     found += 4 + sum(size(a) + 1 for a in arg[1])
                 elif op in REPEATS:

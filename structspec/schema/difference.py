@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 import re._constants as C  # the parser's opcodes
 from collections.abc import Iterable
-from functools import lru_cache
+from functools import lru_cache, partial
 
-from structspec.automaton.nfa import Stated, char_ranges
-from structspec.automaton.parse import REPEATS, parse, write
+from structspec.automaton.nfa import char_ranges
+from structspec.automaton.parse import REPEATS, Stated, group_body, parse, write
 from structspec.automaton.utf8 import Ranges, complement
-from structspec.schema.translate import Items, branch, group
+from structspec.schema.translate import Items, branch, group, literal
 
 _CHARS = (C.LITERAL, C.NOT_LITERAL, C.ANY, C.IN)
 
@@ -40,30 +40,32 @@ def names_except(names: Iterable[str]) -> Items:
     """A JSON property name, quotes included, other than ``names``: each name spelled one way, as `json.dumps`
     spells it (so a listed name cannot come back spelled otherwise). Linear in the names' total length: a
     trie of their spellings, each node closing the name or leaving the trie by any other character. One group
-    whose facts are stated (`Stated`): the automaton reads it only once a walk enters it."""
+    whose facts are stated (`Stated`): its items are made only once a walk enters it."""
     spelt = frozenset(body for body in (json.dumps(name, ensure_ascii=False)[1:-1] for name in names)
                       if "\\u" not in body)  # a control character json.dumps writes as \uXXXX: no name is spelled so
-    rest, nodes = _rest_except(spelt)
-    return [group(Stated([*_QUOTE, *rest], ("names except", spelt), _NODE_SIZE * nodes, False))]
+    nodes = 1 + sum(map(len, spelt))  # (at most: prefixes the spellings share are one node)
+    return [group(Stated(partial(_name_except, spelt), ("names except", spelt), _NODE_SIZE * nodes, False))]
+
+
+def _name_except(spellings: frozenset[str]) -> Items:
+    """`names_except`'s items: the opening quote, then a rest other than ``spellings``."""
+    return [*_QUOTE, *_rest_except(spellings)]
 
 
 @lru_cache(maxsize=65536)
-def _rest_except(rests: frozenset[str]) -> tuple[Items, int]:
+def _rest_except(rests: frozenset[str]) -> Items:
     """The rest of a name after a trie node (its closing quote included) other than ``rests`` (the spellings'
-    rests from that node), and how many trie nodes that is. Memoized, and shared: names with a common end (a
-    schema's "description" in every object) share that end's items, which the automaton measures once."""
+    rests from that node). Memoized, and shared: names with a common end (a schema's "description" in every
+    object) share that end's items, which the automaton measures once."""
     after: dict[str, list[str]] = {}  # each unit a rest starts with (an escape is one) → the rests after it
     for rest in sorted(rests):
         if rest:
             unit = rest[:2] if rest[0] == "\\" else rest[0]
             after.setdefault(unit, []).append(rest[len(unit):])
     alternatives: list[Items] = [] if "" in rests else [_QUOTE]
-    nodes = 1
     for unit, tails in after.items():
-        items, below = _rest_except(frozenset(tails))
-        alternatives.append([*((C.LITERAL, ord(c)) for c in unit), *items])
-        nodes += below
-    return [branch([*alternatives, *_leaving(frozenset(after))])], nodes
+        alternatives.append([*literal(unit), *_rest_except(frozenset(tails))])
+    return [branch([*alternatives, *_leaving(frozenset(after))])]
 
 
 _QUOTE = [(C.LITERAL, ord('"'))]
@@ -130,7 +132,7 @@ def _first(op: C._NamedIntConstant, arg: object) -> list[tuple[Ranges, Items]]:
     if op in _CHARS:
         return [(char_ranges(op, arg), [])]
     if op is C.SUBPATTERN:
-        return _linear(arg[3])
+        return _linear(group_body(arg[3]))
     if op is C.BRANCH:
         return [pair for alternative in arg[1] for pair in _linear(alternative)]
     if op in REPEATS:
@@ -149,7 +151,7 @@ def _nullable(way: Items) -> bool:
     for op, arg in way:
         if op in _CHARS:
             return False
-        if op is C.SUBPATTERN and not _nullable(arg[3]):
+        if op is C.SUBPATTERN and not _nullable(group_body(arg[3])):
             return False
         if op is C.BRANCH and not any(map(_nullable, arg[1])):
             return False
