@@ -16,7 +16,6 @@ import json
 from functools import lru_cache
 from typing import Any
 
-import jsonschema
 
 from structspec.automaton.nfa import ByteNFA
 from structspec.errors import RegexError, SchemaError
@@ -32,6 +31,7 @@ from structspec.schema.bounds import (
 from structspec.schema.difference import difference
 from structspec.schema.emit import Rewrites
 from structspec.schema.keywords import (
+    BOUNDS,
     COUNTS,
     DEFINED_FORMATS,
     FORMATS,
@@ -59,8 +59,18 @@ from structspec.schema.pointers import Document, join
 # The keywords outlines-core dispatches on, in its order.
 _DISPATCH = ("properties", "patternProperties", "anyOf", "oneOf", "prefixItems", "enum", "const", "$ref", "type")
 
-# JSON Schema's type test (`is_type`: 1.0 is an integer, True is no number), one validator for every node.
-_JSON_TYPES = jsonschema.Draft202012Validator(True)
+# A node whose one validation keyword is one of these types: its regex is the type's, nothing to check or rewrite.
+_PLAIN = ("string", "boolean", "null")  # (a tuple: a type may be a list, which no set can look up)
+
+# The validation keywords a node of one type may hold with nothing for `_rewritten` to do (no other type's keyword
+# to drop, no sibling to merge into subschemas, no count or dependency to split by): most nodes that hold more than
+# 'type'. A node holding others, or whose counts are floats, array items or required names missing from its
+# properties, takes the full test.
+_QUIET = {kind: frozenset({"type", "enum", "const", *extra}) for kind, extra in (
+    ("string", ("minLength", "maxLength", "pattern", "format")), ("number", BOUNDS), ("integer", BOUNDS),
+    ("boolean", ()), ("null", ()), ("array", ("items", "minItems", "maxItems")),
+    ("object", ("properties", "required", "additionalProperties", "patternProperties")))}
+_COUNT_KEYWORDS = frozenset(k for pair in COUNTS for k in pair)
 
 UNLISTED = "members 'properties' does not list are not written"
 """The narrowing of an object whose ``additionalProperties`` allows members its ``properties`` do not list."""
@@ -85,6 +95,29 @@ def _unbuildable(pattern: str) -> str | None:
 def _type_keywords(types: tuple[str, ...]) -> frozenset[str]:
     """The keywords that apply to values of ``types``, 'type' included (a few type lists: computed once)."""
     return frozenset().union(*(TYPE_KEYWORDS[t] for t in types)) | {"type"}
+
+
+def _has_type(value: Any, kind: str) -> bool:
+    """Whether the JSON value ``value`` has the JSON Schema type ``kind`` (1.0 is an integer, True no number)."""
+    if kind in ("integer", "number"):
+        return not isinstance(value, bool) and (isinstance(value, int) or (
+            isinstance(value, float) and (kind == "number" or value.is_integer())))
+    return value is None if kind == "null" else isinstance(value, _PYTHON_TYPES[kind])
+
+
+_PYTHON_TYPES = {"string": str, "boolean": bool, "array": list, "object": dict}
+
+
+def _quiet(node: dict[str, Any], keys: list[str]) -> bool:
+    """Whether `_Checker._rewritten` certainly leaves ``node`` (its validation keywords ``keys``) as it is: a
+    quick answer for most nodes (see `_QUIET`); False where it may not."""
+    quiet = _QUIET.get(node["type"]) if type(node.get("type")) is str else None
+    if quiet is None or not quiet.issuperset(keys) or type(node.get("items")) is list:
+        return False
+    if any(type(node[k]) is float for k in keys if k in _COUNT_KEYWORDS):
+        return False
+    properties = node.get("properties", {})
+    return all(name in properties for name in node.get("required", ()))
 
 
 def check(document: Document, strict: bool, whitespace_pattern: str, digits: Digits = Digits(),
@@ -115,14 +148,16 @@ class _Checker:
     def walk(self, node: Any, ptr: str, refs: tuple[str, ...]) -> None:
         """Check ``node``: ``ptr`` is where it sits if it is no node of the document (a merged copy),
         ``refs`` the references followed to reach it."""
-        if node is True:
+        if node is True or id(node) in self._walked:
+            return  # (a definition met again: checked once, and without a cycle, so it stays checked)
+        keys = [k for k in node if k in VALIDATION]
+        if keys == ["type"] and node["type"] in _PLAIN:  # most of a schema's nodes
+            self._walked.add(id(node))
             return
         ptr = self.document.pointer(node, ptr)
-        if id(node) in self._walked:
-            return  # a definition met again: checked once, and without a cycle, so it stays checked
-        keys = [k for k in node if k in VALIDATION]
-        # (a node whose one validation keyword is 'type', most of a schema, has nothing to rewrite)
-        rewritten = self._rewritten(node, ptr, refs) if keys and keys != ["type"] else None
+        # (a node whose one validation keyword is 'type' has nothing to rewrite)
+        rewritten = self._rewritten(node, ptr, refs) if keys and keys != ["type"] and not _quiet(node, keys) else None
+        kind = None
         if rewritten is not None:
             self.rewrites.replace(node, rewritten[0])
             self.walk(*rewritten)
@@ -133,7 +168,8 @@ class _Checker:
                     self._unenforced(node, key, ptr, "keyword without 'type' is not supported")
             else:
                 getattr(self, "_" + kind.strip("$"))(node, ptr, refs)
-        if id(node) not in self.rewrites.replaced and self._kind(node) is None:
+        if id(node) not in self.rewrites.replaced and (kind is None or id(node) in self.rewrites.drops) and (
+                self._kind(node) is None):  # (dropping a keyword may have left the node without one to dispatch on)
             self._reject_unknown(node, ptr)
         self._walked.add(id(node))
 
@@ -433,7 +469,7 @@ class _Checker:
             return
         if "type" in node:  # a value must match both: keep the values of the node's type
             types = node["type"] if isinstance(node["type"], list) else [node["type"]]
-            typed = [v for v in values if any(_JSON_TYPES.is_type(v, t) for t in types)]
+            typed = [v for v in values if any(_has_type(v, t) for t in types)]
             if not typed:
                 raise SchemaError(keyword, ptr, f"no value has the node's type {node['type']!r}")
             self.rewrites.replace(node, {"enum": typed})

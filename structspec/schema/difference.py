@@ -10,7 +10,6 @@ on, so the result grows with F's total length times L's ways on from a point, no
 
 from __future__ import annotations
 
-import json
 import re._constants as C  # the parser's opcodes
 from collections.abc import Iterable
 from functools import lru_cache, partial
@@ -18,7 +17,7 @@ from functools import lru_cache, partial
 from structspec.automaton.nfa import char_ranges
 from structspec.automaton.parse import REPEATS, Stated, group_body, parse, write
 from structspec.automaton.utf8 import Ranges, complement
-from structspec.schema.translate import Items, branch, group, literal
+from structspec.schema.translate import Items, branch, group, json_string, literal
 
 _CHARS = (C.LITERAL, C.NOT_LITERAL, C.ANY, C.IN)
 
@@ -37,11 +36,11 @@ _UNESCAPED = complement(((0x22, 0x22), (0x5C, 0x5C), (0x00, 0x1F), (0x7F, 0x9F))
 
 
 def names_except(names: Iterable[str]) -> Items:
-    """A JSON property name, quotes included, other than ``names``: each name spelled one way, as `json.dumps`
+    """A JSON property name, quotes included, other than ``names``: each name spelled one way, as `json_string`
     spells it (so a listed name cannot come back spelled otherwise). Linear in the names' total length: a
     trie of their spellings, each node closing the name or leaving the trie by any other character. One group
     whose facts are stated (`Stated`): its items are made only once a walk enters it."""
-    spelt = frozenset(body for body in (json.dumps(name, ensure_ascii=False)[1:-1] for name in names)
+    spelt = frozenset(body for body in (json_string(name)[1:-1] for name in names)
                       if "\\u" not in body)  # a control character json.dumps writes as \uXXXX: no name is spelled so
     nodes = 1 + sum(map(len, spelt))  # (at most: prefixes the spellings share are one node)
     return [group(Stated(partial(_name_except, spelt), ("names except", spelt), _NODE_SIZE * nodes, False))]

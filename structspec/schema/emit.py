@@ -16,7 +16,7 @@ from structspec.schema.difference import names_except
 from structspec.schema.keywords import LITERALS, NAMED, is_annotation
 from structspec.schema.pointers import Document
 from structspec.schema.reach import MAX_RECURSION_DEPTH
-from structspec.schema.translate import ANY, Items, Translator
+from structspec.schema.translate import ANY, Items, Translator, json_string
 
 # Bumped when the translation changes its output for the same schema: names the compile-cache entries.
 _TRANSLATION = "structspec-translate-2"
@@ -162,7 +162,7 @@ class Rewrites:
         members whose names match a key regex of ``patterns`` (key regex, schema), or (``others``, a schema)
         are any name no field has and not ``forbidden``."""
         t = self.translator
-        listed = [(t.member(json.dumps(name, ensure_ascii=False), self._value(sub, pointer)), required)
+        listed = [(t.member(json_string(name), self._value(sub, pointer)), required)
                   for name, sub, required in fields]
         extra = [t.text(f'"{key}"') + t.member("", self._value(sub, pointer)) for key, sub in patterns]
         if others is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import re._constants as C  # the parser's opcodes
+from json.encoder import encode_basestring
 from typing import TYPE_CHECKING, Any
 
 from outlines_core.json_schema import INTEGER, NUMBER, STRING, build_regex_from_schema
@@ -47,6 +48,12 @@ class _Untranslatable(Exception):
 _ASCII = {chr(c): (C.LITERAL, c) for c in range(128)}
 
 
+def json_string(text: str) -> str:
+    """``text`` as a JSON string, quotes included, as ``json.dumps(text, ensure_ascii=False)`` writes it (its
+    encoder's own function: `json.dumps` with an option builds an encoder per call, and names are many)."""
+    return encode_basestring(text)
+
+
 def literal(text: str) -> Items:
     """Items matching exactly ``text``."""
     return [_ASCII[c] if c in _ASCII else (C.LITERAL, ord(c)) for c in text]
@@ -78,6 +85,7 @@ class Translator:
         self.ws = parse(rewrites.whitespace) if rewrites.whitespace else []
         self._memo: dict[int, tuple[Any, Items, bool]] = {}  # id(node) → (node, its items, uses numbers)
         self._texts: dict[str, tuple[Items, bool]] = {}  # leaf regex text → (items, has outlines' numbers)
+        self._holes: dict[str, Items] = {}  # a hole's regex text → its items
         self._any_values: dict[tuple[str, int], tuple[Items, bool]] = {}  # (type, levels below) → its items
         self._bare: dict[str, tuple[Items, bool]] = {}  # leaf type → the items of a node with no other keyword
         self._refs: list[str] = []  # the $ref chain being translated
@@ -99,8 +107,12 @@ class Translator:
         return items
 
     def text(self, regex: str) -> Items:
-        """The items of structspec's own regex text (a hole), as one group."""
-        return [group(self._parsed(regex, leaf=False)[0])]
+        """The items of structspec's own regex text (a hole), as one group: one list per distinct text (the
+        automaton measures a list once)."""
+        found = self._holes.get(regex)
+        if found is None:
+            found = self._holes[regex] = [group(self._parsed(regex, leaf=False)[0])]
+        return found
 
     def _node(self, node: Any) -> tuple[Items, bool]:
         found = self._memo.get(id(node))
@@ -261,7 +273,7 @@ class Translator:
         required = {r for r in v.get("required", []) if isinstance(r, str)}
         names = list(v["properties"])
         values = [self._node(v["properties"][n]) for n in names]
-        members = [[*self.ws, *self.member(json.dumps(n, ensure_ascii=False), items)]
+        members = [[*self.ws, *self.member(json_string(n), items)]
                    for n, (items, _) in zip(names, values)]
         comma = [*self.ws, _ASCII[","]]
         flags = [n in required for n in names]
