@@ -56,7 +56,9 @@ class _Facts(NamedTuple):
     empty: bool  # matches no string (a class matching no character, on every path)
     nullable: bool  # matches the empty string
     keys: tuple[tuple, ...]  # each item's structural key, in order (a literal's: the item itself)
-    sizes: tuple[int, ...]  # and its size
+
+
+_LITERAL = C.LITERAL
 
 
 def _constant(name: str) -> C._NamedIntConstant:
@@ -166,26 +168,27 @@ class ByteNFA:
         the automaton cannot build."""
         facts = self._facts.get(id(items))
         if facts is None:
-            keys, sizes, size, empty, nullable = [], [], 0, False, True
-            for item in items:
-                if item[0] is C.LITERAL:  # (the common case, inline: only a lone surrogate is empty)
-                    keys.append(item)
-                    sizes.append(1)
+            keys: list = []
+            key_of, item_facts, size, empty, nullable = keys.append, self._item_facts, 0, False, True
+            for item in items:  # (every item of every distinct sequence passes here: the loop is kept lean)
+                if item[0] is _LITERAL:  # (the common case, inline: only a lone surrogate is empty)
+                    key_of(item)
                     size += 1
-                    empty, nullable = empty or 0xD800 <= item[1] <= 0xDFFF, False
+                    nullable = False
+                    if 0xD800 <= item[1] <= 0xDFFF:
+                        empty = True
                     continue
-                found = self._item_facts.get(id(item))  # (an item shared by many sequences: measured once)
+                found = item_facts.get(id(item))  # (an item shared by many sequences: measured once)
                 if found is None:
-                    found = self._item_facts[id(item)] = self._measure_item(*item)
+                    found = item_facts[id(item)] = self._measure_item(*item)
                 key, item_size, item_empty, item_nullable = found
-                keys.append(key)
-                sizes.append(item_size)
+                key_of(key)
                 # a fragment here is a call, unless it may match "": copies of it (x?{n}) are walked through at once
                 size += _CALL if item_size >= FRAGMENT_MIN and not item_nullable else item_size
                 empty, nullable = empty or item_empty, nullable and item_nullable
             structure = tuple(keys)
             facts = self._facts[id(items)] = _Facts(self._interned.setdefault(structure, len(self._interned)),
-                                                    size, empty, nullable, structure, tuple(sizes))
+                                                    size, empty, nullable, structure)
         return facts
 
     def _measure_item(self, op: C._NamedIntConstant, arg: Any) -> tuple[tuple, int, bool, bool]:
@@ -220,10 +223,11 @@ class ByteNFA:
         """Build ``items`` (which match some string) from ``state``; the state they end in."""
         # (memoized; a fragment read back from the disk cache is measured here)
         facts = self._measure(items)
-        for (op, arg), key, size in zip(items, facts.keys, facts.sizes):
+        for item, key in zip(items, facts.keys):
             end = self._built.get((key, state))
             if end is None:
-                if size >= FRAGMENT_MIN:
+                op, arg = item
+                if op is not _LITERAL and self._item_facts[id(item)][1] >= FRAGMENT_MIN:  # (its size)
                     self._recipes.setdefault(key, (op, arg))
                     end = self._enter(key, state, 1, 1)
                 else:

@@ -60,7 +60,10 @@ def literal(text: str) -> Items:
 
 
 def group(items: Items) -> tuple:
-    """``items`` as one item (a non-capturing group)."""
+    """``items`` as one item: a non-capturing group, or the one item ``items`` holds (a group of one item is that
+    item: it shares the item, which the automaton then measures once, and adds no layer to measure)."""
+    if type(items) is list and len(items) == 1:  # (a `Stated` body stays in its group)
+        return items[0]
     return C.SUBPATTERN, (None, 0, 0, items)
 
 
@@ -160,11 +163,11 @@ class Translator:
         raise _Untranslatable("type", f"outlines-core cannot translate {json.dumps(v)[:60]}")
 
     def _union(self, subs: list[tuple[Items, bool]]) -> tuple[Items, bool]:
-        """One of ``subs`` (each alternative a group of its own)."""
-        return [group([branch([[group(items)] for items, _ in subs])])], any(n for _, n in subs)
+        """One of ``subs`` (each alternative the node's own items: shared, measured once)."""
+        return [branch([items for items, _ in subs])], any(n for _, n in subs)
 
     def _sequence(self, subs: list[tuple[Items, bool]]) -> tuple[Items, bool]:
-        return [group([group(items) for items, _ in subs])], any(n for _, n in subs)
+        return [group(items) for items, _ in subs], any(n for _, n in subs)
 
     def _ref(self, v: dict[str, Any]) -> tuple[Items, bool]:
         ref = v["$ref"]
