@@ -11,6 +11,7 @@ from typing import Any, get_origin
 
 import pydantic
 
+from structspec.automaton.nfa import gc_paused
 from structspec.errors import OptionError, SpecError
 from structspec.schema.bounds import MAX_FRACTION_DIGITS, MAX_INTEGER_DIGITS, Digits
 from structspec.schema.checker import check
@@ -104,9 +105,10 @@ def _json_constraint(
     try:
         text = check_json(root)
         check_metaschema(root)  # before unrolling: the unrolled copy of a recursive schema can be far larger
-        document, unrolled = unroll(root, depth)
-        rewrites = check(document, strict, whitespace_pattern, digits, open_objects, depth)
-        pattern = rewrites.regex(document.root, "", text)
+        with gc_paused():  # (these build many small objects and free few: collections would find nothing)
+            document, unrolled = unroll(root, depth)
+            rewrites = check(document, strict, whitespace_pattern, digits, open_objects, depth)
+            pattern = rewrites.regex(document.root, "", text)
     except RecursionError:  # each of these walks recurses once per level of the schema
         raise too_deep(root) from None
     if rewrites.dropped:

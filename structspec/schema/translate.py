@@ -13,14 +13,15 @@ from __future__ import annotations
 import json
 import re
 import re._constants as C  # the parser's opcodes
+from functools import lru_cache
 from json.encoder import encode_basestring
 from typing import TYPE_CHECKING, Any
 
 from outlines_core.json_schema import INTEGER, NUMBER, STRING, build_regex_from_schema
 
-from structspec.automaton.nfa import gc_paused
 from structspec.automaton.parse import parse
 from structspec.errors import RegexError, SchemaError
+from structspec.schema.bounds import Digits
 from structspec.schema.keywords import LITERALS, is_annotation
 from structspec.schema.patterns import ecma_classes
 
@@ -87,7 +88,6 @@ class Translator:
         self.rewrites = rewrites
         self.ws = parse(rewrites.whitespace) if rewrites.whitespace else []
         self._memo: dict[int, tuple[Any, Items, bool]] = {}  # id(node) → (node, its items, uses numbers)
-        self._texts: dict[str, tuple[Items, bool]] = {}  # leaf regex text → (items, has outlines' numbers)
         self._holes: dict[str, Items] = {}  # a hole's regex text → its items
         self._any_values: dict[tuple[str, int], tuple[Items, bool]] = {}  # (type, levels below) → its items
         self._bare: dict[str, tuple[Items, bool]] = {}  # leaf type → the items of a node with no other keyword
@@ -97,8 +97,7 @@ class Translator:
     def items(self, node: Any, pointer: str) -> Items:
         """The items of ``node`` (checked, at ``pointer``); records the digit bounds on the numbers of any value."""
         try:
-            with gc_paused():
-                items, numbers = self._node(node)
+            items, numbers = self._node(node)
         except _Untranslatable as e:
             raise SchemaError(*e.args[:1], pointer, *e.args[1:]) from None
         if numbers and self.rewrites.digits.bounded:
@@ -114,7 +113,7 @@ class Translator:
         automaton measures a list once)."""
         found = self._holes.get(regex)
         if found is None:
-            found = self._holes[regex] = [group(self._parsed(regex, leaf=False)[0])]
+            found = self._holes[regex] = [group(_items_of(regex))]
         return found
 
     def _node(self, node: Any) -> tuple[Items, bool]:
@@ -198,31 +197,7 @@ class Translator:
         raise _Untranslatable("type", f"unsupported type {kind!r}")
 
     def _leaf(self, node: dict[str, Any]) -> tuple[Items, bool]:
-        """A leaf as outlines-core writes it (\\d and \\w made ASCII, the digit bounds on its numbers)."""
-        try:
-            regex = build_regex_from_schema(json.dumps(node), self.rewrites.whitespace)
-        except ValueError as e:  # the checker should have caught it; never fall back to looser
-            raise _Untranslatable(_keyword_of(str(e)), f"outlines-core cannot translate it: {e}") from None
-        return self._parsed(regex, leaf=True)
-
-    def _parsed(self, regex: str, leaf: bool) -> tuple[Items, bool]:
-        found = self._texts.get(regex) if leaf else None
-        if found is not None:
-            return found
-        text, numbers = regex, False
-        if leaf:
-            text = ecma_classes(regex)
-            numbers = NUMBER in text or INTEGER in text
-            digits = self.rewrites.digits
-            if numbers and digits.bounded:
-                text = text.replace(NUMBER, digits.number_regex()).replace(INTEGER, digits.integer_regex())
-        try:
-            found = list(parse(text)), numbers
-        except RegexError as e:
-            raise _Untranslatable("pattern", f"its regex cannot be read: {e.reason}") from None
-        if leaf:
-            self._texts[regex] = found
-        return found
+        return _leaf_items(json.dumps(node), self.rewrites.whitespace, self.rewrites.digits)
 
     def _any(self, kind: str, depth: int) -> tuple[Items, bool]:
         """A value of type ``kind`` nesting at most ``depth`` levels, as outlines-core writes it for ``{}``."""
@@ -265,7 +240,7 @@ class Translator:
             value, numbers = [group([branch([items for items, _ in subs])])], any(n for _, n in subs)
         else:
             value, numbers = self._node(extra)
-        member = [*self._parsed(STRING, leaf=True)[0], *self.ws, _ASCII[":"], *self.ws, group(value)]
+        member = [*_leaf_text(STRING, self.rewrites.digits)[0], *self.ws, _ASCII[":"], *self.ws, group(value)]
         more = repeat(0, None, [*self.ws, _ASCII[","], *self.ws, *member])
         some = [group(member), more]
         items = [repeat(0, 1, some)] if (low or 0) == 0 else [group(some)]
@@ -314,6 +289,35 @@ class Translator:
         if last < 0:
             alternatives.append([])
         return [*literal("{"), *self.ws, branch(alternatives), *self.ws, *literal("}")]
+
+
+@lru_cache(maxsize=4096)
+def _leaf_items(schema: str, whitespace: str, digits: Digits) -> tuple[Items, bool]:
+    """A leaf's items (its schema as JSON text) as outlines-core writes it, and whether they hold its numbers.
+    Memoized per process, and shared: the same leaves recur in schema after schema."""
+    try:
+        regex = build_regex_from_schema(schema, whitespace)
+    except ValueError as e:  # the checker should have caught it; never fall back to looser
+        raise _Untranslatable(_keyword_of(str(e)), f"outlines-core cannot translate it: {e}") from None
+    return _leaf_text(regex, digits)
+
+
+@lru_cache(maxsize=4096)
+def _leaf_text(regex: str, digits: Digits) -> tuple[Items, bool]:
+    """The items of outlines-core's regex for a leaf (\\d and \\w made ASCII, ``digits`` bounding its numbers),
+    and whether it holds outlines-core's numbers."""
+    text = ecma_classes(regex)
+    numbers = NUMBER in text or INTEGER in text
+    if numbers and digits.bounded:
+        text = text.replace(NUMBER, digits.number_regex()).replace(INTEGER, digits.integer_regex())
+    return _items_of(text), numbers
+
+
+def _items_of(regex: str) -> Items:
+    try:
+        return list(parse(regex))
+    except RegexError as e:
+        raise _Untranslatable("pattern", f"its regex cannot be read: {e.reason}") from None
 
 
 def _u64(value: Any) -> int | None:
