@@ -144,6 +144,9 @@ class _Checker:
         self.document = rewrites.document
         self.strict = strict
         self._walked: set[int] = set()  # id(node) of nodes checked without error
+        # Rewritten nodes entered and not yet left: inside one, a node may come from elsewhere in the document (a
+        # merge takes subschemas from its parts), so its pointer is looked up; elsewhere the walk's path is it.
+        self._rewritten_depth = 0
 
     def walk(self, node: Any, ptr: str, refs: tuple[str, ...]) -> None:
         """Check ``node``: ``ptr`` is where it sits if it is no node of the document (a merged copy),
@@ -154,13 +157,18 @@ class _Checker:
         if keys == ["type"] and node["type"] in _PLAIN:  # most of a schema's nodes
             self._walked.add(id(node))
             return
-        ptr = self.document.pointer(node, ptr)
+        if self._rewritten_depth:
+            ptr = self.document.pointer(node, ptr)
         # (a node whose one validation keyword is 'type' has nothing to rewrite)
         rewritten = self._rewritten(node, ptr, refs) if keys and keys != ["type"] and not _quiet(node, keys) else None
         kind = None
         if rewritten is not None:
             self.rewrites.replace(node, rewritten[0])
-            self.walk(*rewritten)
+            self._rewritten_depth += 1
+            try:
+                self.walk(*rewritten)
+            finally:
+                self._rewritten_depth -= 1
         elif keys:
             kind = self._kind(node)
             if kind is None:
@@ -368,8 +376,8 @@ class _Checker:
             self.rewrites.narrow(ptr, UNLISTED + why)
             return
         fields = [(name, sub, name in required) for name, sub in node["properties"].items() if sub is not False]
-        self.rewrites.hole(node, self.rewrites.object_regex(fields, [], ptr, {} if extra is True else extra,
-                                                            forbidden))
+        located = self._rewritten_depth > 0
+        self.rewrites.hole(node, self.rewrites.object_regex(fields, [], ptr, extra, forbidden, located))
 
     def _patternProperties(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...]) -> None:
         """Translate the object itself: listed properties in order, then any number of pattern-named ones.
@@ -431,8 +439,8 @@ class _Checker:
         allowed = {p: sub for p, sub in patterns.items() if sub is not False}  # names matching the others: never
         for p, sub in allowed.items():
             self._sub(sub, ptr, refs, "patternProperties", p)
-        self.rewrites.hole(node, self.rewrites.object_regex(fields, [(keys[p], sub) for p, sub in allowed.items()],
-                                                            ptr))
+        self.rewrites.hole(node, self.rewrites.object_regex(
+            fields, [(keys[p], sub, p) for p, sub in allowed.items()], ptr, located=self._rewritten_depth > 0))
 
     def _anyOf(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...]) -> None:
         self._branches(node, ptr, refs, "anyOf")

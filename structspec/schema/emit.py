@@ -14,9 +14,11 @@ from structspec.errors import SchemaError
 from structspec.schema.bounds import EXPONENT_DIGITS, Digits
 from structspec.schema.difference import names_except
 from structspec.schema.keywords import LITERALS, NAMED, is_annotation
-from structspec.schema.pointers import Document
+from structspec.schema.pointers import Document, join
 from structspec.schema.reach import MAX_RECURSION_DEPTH
 from structspec.schema.translate import ANY, Items, Translator, json_string
+
+_ANY_VALUE: dict[str, Any] = {}  # the schema of any value
 
 # Bumped when the translation changes its output for the same schema: names the compile-cache entries.
 _TRANSLATION = "structspec-translate-2"
@@ -156,19 +158,27 @@ class Rewrites:
         key = f"{options}\0{source}".encode("utf-8", "surrogatepass")
         return ParsedRegex(items, hashlib.sha256(key).hexdigest())
 
-    def object_regex(self, fields: list[tuple[str, Any, bool]], patterns: list[tuple[str, Any]],
-                     pointer: str, others: Any = None, forbidden: list[str] | tuple[str, ...] = ()) -> Items:
-        """The items of an object: ``fields`` (name, schema, required) in order, then any number of
-        members whose names match a key regex of ``patterns`` (key regex, schema), or (``others``, a schema)
-        are any name no field has and not ``forbidden``."""
+    def object_regex(self, fields: list[tuple[str, Any, bool]], patterns: list[tuple[str, Any, str]],
+                     pointer: str, others: Any = None, forbidden: list[str] | tuple[str, ...] = (),
+                     located: bool = False) -> Items:
+        """The items of the object at ``pointer``: ``fields`` (name, schema, required) in order, then any number
+        of members whose names match a key regex of ``patterns`` (key regex, schema, the pattern it is read from),
+        or (``others``, a schema or True for any value) are any name no field has and not ``forbidden``.
+        ``located``: the schemas may sit elsewhere in the document than under ``pointer`` (the object is a merged
+        copy), so their pointers are looked up."""
         t = self.translator
-        listed = [(t.member(json_string(name), self._value(sub, pointer)), required)
+
+        def value(node: Any, *path: str) -> Items:
+            where = join(pointer, *path)
+            return self.items(node, self.document.pointer(node, where) if located else where)
+
+        listed = [(t.member(json_string(name), value(sub, "properties", name)), required)
                   for name, sub, required in fields]
-        extra = [t.text(f'"{key}"') + t.member("", self._value(sub, pointer)) for key, sub in patterns]
+        extra = [t.text(f'"{key}"') + t.member("", value(sub, "patternProperties", p)) for key, sub, p in patterns]
         if others is not None:
             names = [*(name for name, _, _ in fields), *forbidden]
-            extra.append(names_except(names) + t.member("", self._value(others, pointer)))
+            # any value (additionalProperties true or absent): one node, whose items the translator shares
+            other = (self.items(_ANY_VALUE, pointer) if others is True
+                     else value(others, "additionalProperties"))
+            extra.append(names_except(names) + t.member("", other))
         return t.object_items(listed, extra)
-
-    def _value(self, node: Any, pointer: str) -> Items:
-        return self.items(node, self.document.pointer(node, pointer))

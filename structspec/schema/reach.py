@@ -337,14 +337,15 @@ def _distinct(values: list[Any]) -> list[Any]:
     return list(first.values())
 
 
-def unroll(schema: Any, depth: int) -> tuple[Document, list[str]]:
+def unroll(schema: Any, depth: int, text: str | None = None) -> tuple[Document, list[str]]:
     """``schema`` with every ``$ref`` inlined when one is recursive (``schema`` itself otherwise): a recursive
     definition nests at most ``depth`` levels, and at the deepest level a member that would recurse is not
     offered (an optional property left out, an array kept empty, an ``anyOf``/``oneOf`` branch dropped).
-    Returns the document of that schema and the narrowings made ("pointer: what"). `SchemaError` where a required member would
-    recurse past ``depth``. Does not change ``schema``."""
+    Returns the document of that schema and the narrowings made ("pointer: what"). `SchemaError` where a
+    required member would recurse past ``depth``. ``text`` is the schema's JSON text if known (without
+    ``"$ref"`` in it, no walk looks for cycles). Does not change ``schema``."""
     document = Document(schema)
-    if not document.has_refs or not _has_cycle(schema, document, (), set()):
+    if (text is not None and '"$ref"' not in text) or not _has_cycle(schema, document, (), set()):
         return document, []
     narrowed: dict[str, None] = {}
     recursive = _recursive_refs(schema, document)

@@ -106,7 +106,7 @@ def _json_constraint(
         text = check_json(root)
         check_metaschema(root)  # before unrolling: the unrolled copy of a recursive schema can be far larger
         with gc_paused():  # (these build many small objects and free few: collections would find nothing)
-            document, unrolled = unroll(root, depth)
+            document, unrolled = unroll(root, depth, text)
             rewrites = check(document, strict, whitespace_pattern, digits, open_objects, depth)
             pattern = rewrites.regex(document.root, "", text)
     except RecursionError:  # each of these walks recurses once per level of the schema
