@@ -350,18 +350,35 @@ def unroll(schema: Any, depth: int, text: str | None = None) -> tuple[Document, 
     narrowed: dict[str, None] = {}
     recursive = _recursive_refs(schema, document)
     done: dict[tuple[int, tuple[str, ...]], tuple[Any, Any]] = {}  # (id(node), chain) → (node, its expansion)
+    fixed: dict[int, bool] = {}  # id(node) → whether no recursive $ref is reachable from it
+
+    def chainless(node: Any) -> bool:
+        """Whether ``node``'s expansion is the same under every chain: no recursive ``$ref`` is reachable from
+        it (following references; only recursive ones close cycles). Memoized by node."""
+        if isinstance(node, list):
+            return all(map(chainless, node))
+        if not isinstance(node, dict):
+            return True
+        found = fixed.get(id(node))
+        if found is None:
+            fixed[id(node)] = False  # (while it is being decided)
+            ref = node.get("$ref")
+            found = fixed[id(node)] = not (isinstance(ref, str) and (
+                ref in recursive or not chainless(document.resolve(node)))) and all(map(chainless, _children(node)))
+        return found
 
     def expand(node: Any, chain: tuple[str, ...], ptr: str) -> Any:
         # Only recursive refs enter the chain, kept sorted: a node's expansion depends on how often each one
         # encloses it, not on the path. So a subschema used in many places expands once per count (a tree
-        # walk of the document's DAG is exponential in its nesting), and shares the result.
-        key = (id(node), chain)
+        # walk of the document's DAG is exponential in its nesting), and shares the result; one that reaches no
+        # recursive ref expands once.
+        if not isinstance(node, (dict, list)):
+            return node
+        key = (id(node), () if chainless(node) else chain)
         if key in done:
             return done[key][1]
         if isinstance(node, list):
             out: Any = [expand(n, chain, join(ptr, i)) for i, n in enumerate(node)]
-        elif not isinstance(node, dict):
-            return node
         elif isinstance(node.get("$ref"), str):
             ptr = document.pointer(node, ptr)
             ref = node["$ref"]
@@ -424,10 +441,8 @@ def _recursive_refs(schema: Any, document: Document) -> set[str]:
         elif isinstance(node, dict):
             if isinstance(node.get("$ref"), str):
                 found.add(node["$ref"])
-            for k, v in node.items():
-                if k in LITERALS or k in ANNOTATIONS or k in ("$ref", "$defs", "definitions"):
-                    continue
-                refs_under(list(v.values()) if k in NAMED and isinstance(v, dict) else v, found)
+            for child in _children(node):
+                refs_under(child, found)
         return found
 
     graph: dict[str, set[str]] = {"#": refs_under(schema, set())}
@@ -464,6 +479,11 @@ def _has_cycle(node: Any, document: Document, chain: tuple[str, ...], acyclic: s
         if _has_cycle(document.resolve(node), document, chain + (ref,), acyclic):
             return True
         acyclic.add(ref)
-    subs = [list(v.values()) if k in NAMED and isinstance(v, dict) else v
+    return any(_has_cycle(v, document, chain, acyclic) for v in _children(node))
+
+
+def _children(node: dict[str, Any]) -> list[Any]:
+    """What under ``node`` holds subschemas (a keyword's value; a named keyword's map as the list of its values),
+    its ``$ref`` and definitions (annotations) aside."""
+    return [list(v.values()) if k in NAMED and isinstance(v, dict) else v
             for k, v in node.items() if k not in LITERALS and k not in ANNOTATIONS and k != "$ref"]
-    return any(_has_cycle(v, document, chain, acyclic) for v in subs)
