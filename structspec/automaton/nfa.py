@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 from structspec.automaton.parse import REPEATS, TOO_DEEP, ParsedRegex, Stated, group_body, parse
-from structspec.automaton.utf8 import Ranges, byte_sequences, category, complement, normalize
+from structspec.automaton.utf8 import Ranges, byte_automaton, byte_sequences, category, complement, normalize
 from structspec.errors import RegexError
 
 
@@ -295,14 +295,15 @@ class ByteNFA:
         return end
 
     def _chars(self, ranges: Ranges, state: int) -> int:
+        """One character of ``ranges`` from ``state`` (`byte_automaton`); the state it ends in."""
+        inner, edges = byte_automaton(ranges)
         end = self._new()
-        for sequence in byte_sequences(ranges):
-            at = state
-            for a, b in sequence[:-1]:
-                at_next = self._new()
-                self.edges[at].append((a, b, at_next))
-                at = at_next
-            self.edges[at].append((*sequence[-1], end))
+        if not inner:  # (one byte per character: most classes)
+            self.edges[state].extend([(a, b, end) for _, a, b, _ in edges])
+            return end
+        states = [state, end, *[self._new() for _ in range(inner)]]
+        for at, a, b, then in edges:
+            self.edges[states[at]].append((a, b, states[then]))
         return end
 
     def _position(self, state: int, stack: int) -> int:
