@@ -172,6 +172,24 @@ def test_enum_keeps_only_values_of_the_node_type() -> None:
     assert not full(regex, "null") and not full(regex, "1")
 
 
+SCALARS = [1, 1.0, 1.5, True, None, "1"]
+
+
+@pytest.mark.parametrize("kind", ["integer", "number", "boolean", "null", "string"])
+def test_enum_values_keep_json_schemas_types(kind) -> None:
+    # the node's type filters its values as JSON Schema types them (1.0 is an integer, True is no number)
+    kept = [v for v in SCALARS if jsonschema.Draft202012Validator({"type": kind}).is_valid(v)]
+    regex = to_regex({"type": kind, "enum": SCALARS})
+    for v in SCALARS:
+        assert full(regex, json.dumps(v)) == any(x is v for x in kept), v
+
+
+@pytest.mark.parametrize("kind", ["array", "object"])
+def test_an_enum_without_a_value_of_the_node_type_is_refused(kind) -> None:
+    with pytest.raises(SchemaError, match="no value has the node's type"):
+        to_regex({"type": kind, "enum": SCALARS})
+
+
 @pytest.mark.parametrize(
     ("pattern", "good", "bad"),
     [
