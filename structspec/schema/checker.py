@@ -16,7 +16,6 @@ import json
 from functools import lru_cache
 from typing import Any
 
-
 from structspec.automaton.nfa import ByteNFA
 from structspec.errors import RegexError, SchemaError
 from structspec.schema import grammars, reach
