@@ -345,10 +345,10 @@ def unroll(schema: Any, depth: int, text: str | None = None) -> tuple[Document, 
     required member would recurse past ``depth``. ``text`` is the schema's JSON text if known (without
     ``"$ref"`` in it, no walk looks for cycles). Does not change ``schema``."""
     document = Document(schema)
-    if (text is not None and '"$ref"' not in text) or not _has_cycle(schema, document, (), set()):
+    recursive = set() if text is not None and '"$ref"' not in text else _recursive_refs(schema, document)
+    if not recursive:  # (no reference reaches itself: nothing to unroll)
         return document, []
     narrowed: dict[str, None] = {}
-    recursive = _recursive_refs(schema, document)
     done: dict[tuple[int, tuple[str, ...]], tuple[Any, Any]] = {}  # (id(node), chain) → (node, its expansion)
     fixed: dict[int, bool] = {}  # id(node) → whether no recursive $ref is reachable from it
 
@@ -464,22 +464,6 @@ def _recursive_refs(schema: Any, document: Document) -> set[str]:
                 seen.add(r)
                 stack += graph.get(r, ())
     return recursive
-
-
-def _has_cycle(node: Any, document: Document, chain: tuple[str, ...], acyclic: set[str]) -> bool:
-    """Whether a ``$ref`` under ``node`` leads back to itself (``acyclic``: refs known not to; grows)."""
-    if isinstance(node, list):
-        return any(_has_cycle(n, document, chain, acyclic) for n in node)
-    if not isinstance(node, dict):
-        return False
-    ref = node.get("$ref")
-    if isinstance(ref, str) and ref not in acyclic:
-        if ref in chain:
-            return True
-        if _has_cycle(document.resolve(node), document, chain + (ref,), acyclic):
-            return True
-        acyclic.add(ref)
-    return any(_has_cycle(v, document, chain, acyclic) for v in _children(node))
 
 
 def _children(node: dict[str, Any]) -> list[Any]:
