@@ -20,7 +20,7 @@ import codecs
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, fields, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, get_origin
 
 import jsonschema
 import pydantic
@@ -30,7 +30,7 @@ from structspec.automaton import fsm as _fsm
 from structspec.automaton.fsm import TokenFSM, check_eos_token_ids
 from structspec.automaton.nfa import gc_paused
 from structspec.decoding.batch import RowInput, decode_batch, shared_prefix
-from structspec.decoding.drafters import Drafter, make_drafter
+from structspec.decoding.drafters import SHORT_NAMES, Drafter, make_drafter
 from structspec.decoding.fastforward import FastForward
 from structspec.decoding.loop import decode_steps
 from structspec.decoding.row import Decoded, DecodeOptions
@@ -39,13 +39,23 @@ from structspec.errors import (
     InvalidOutput,
     OptionError,
     PromptError,
+    SpecError,
     StructspecError,
     TokenBudgetExceeded,
     UnspellableError,
 )
 from structspec.lm import LM, Prompt, load
+from structspec.options import (
+    RULES,
+    GenerationConfigLike,
+    check_choice,
+    check_option,
+    check_prompt,
+    from_generation_config,
+    implies_sampling,
+)
 from structspec.result import FieldDone, Finished, Result, Stats, StreamEvent, TextChunk
-from structspec.schema import COMPACT, Constraint, constraint_of
+from structspec.schema import COMPACT, Constraint, Regex, constraint_of
 from structspec.schema.bounds import MAX_FRACTION_DIGITS, MAX_INTEGER_DIGITS
 from structspec.schema.reach import MAX_RECURSION_DEPTH
 
@@ -99,12 +109,6 @@ def compile(  # noqa: A001
         return Compiled(constraint, TokenFSM.from_regex(constraint.pattern, lm.vocab, lm.logits_width, eos_token_id))
 
 
-class GenerationConfigLike(Protocol):
-    """A transformers ``GenerationConfig``, or anything that lists its set fields the same way."""
-
-    def to_diff_dict(self) -> dict[str, Any]: ...
-
-
 class Streamer(Protocol):
     """transformers' streamer convention (``TextStreamer``, ``TextIteratorStreamer``)."""
 
@@ -156,7 +160,11 @@ class GenerateOptions:
     output_logprobs: bool = False
 
     def __post_init__(self) -> None:
-        self.decode_options()  # checks max_new_tokens, fast_forward and the sampling values now
+        for name in [f.name for f in fields(self) if f.name in RULES]:  # by type and range, as its rule takes it
+            object.__setattr__(self, name, check_option(name, getattr(self, name)))  # (frozen: set once, here)
+        if isinstance(self.draft, str):
+            check_choice("draft", self.draft, SHORT_NAMES)
+        self.decode_options()  # checks fast_forward now
 
     @classmethod
     def of(cls, keywords: dict[str, Any], generation_config: GenerationConfigLike | None = None) -> GenerateOptions:
@@ -168,10 +176,10 @@ class GenerateOptions:
             raise OptionError(f"unknown option {unknown[0]!r}: the options are {', '.join(names)}")
         if generation_config is None:
             return cls(**keywords)
-        taken = _from_generation_config(generation_config)
+        taken = from_generation_config(generation_config)
         if "do_sample" not in taken and "do_sample" not in keywords:
             # transformers' rule for the config (sampling only with do_sample=True); structspec's for keywords
-            taken["do_sample"] = _implies_sampling(
+            taken["do_sample"] = implies_sampling(
                 keywords.get("temperature", 1.0), keywords.get("top_k"), keywords.get("top_p"))
         if not {**taken, **keywords}["do_sample"]:  # greedy: transformers ignores the config's sampling values
             for name in ("temperature", "top_k", "top_p"):
@@ -182,7 +190,7 @@ class GenerateOptions:
         """What the decode loop needs of these options."""
         do_sample = self.do_sample
         if do_sample is None:
-            do_sample = _implies_sampling(self.temperature, self.top_k, self.top_p)
+            do_sample = implies_sampling(self.temperature, self.top_k, self.top_p)
         sampling = SamplingConfig(do_sample, self.temperature, self.top_k, self.top_p)
         return DecodeOptions(self.max_new_tokens, sampling, self.seed, self.fast_forward, self.output_logprobs)
 
@@ -289,13 +297,13 @@ def iter_batch(
     checked = GenerateOptions.of(options, generation_config)
     if checked.output_logprobs:
         raise OptionError("output_logprobs=True is not supported in batches yet: use generate_result per prompt")
+    _check_order(spec, prompts)
     if not isinstance(prompts, list):
         raise OptionError(f"prompts must be a list of prompts, got {type(prompts).__name__}")
     specs = spec if isinstance(spec, list) else [spec] * len(prompts)
     if len(specs) != len(prompts):
         raise OptionError(f"spec is a list of {len(specs)} specs for {len(prompts)} prompts: pass one spec, or one per prompt")
-    if batch_size < 1:
-        raise OptionError(f"batch_size must be ≥ 1, got {batch_size}")
+    batch_size = check_option("batch_size", batch_size)
     if isinstance(checked.draft, Drafter):
         raise OptionError("a Drafter instance holds one row's state: pass a drafter name or a loaded LM")
     lm = load(model) if isinstance(model, str) else model
@@ -305,6 +313,7 @@ def iter_batch(
     rows: list[RowInput] = []
     for i, (row_spec, prompt) in enumerate(zip(specs, prompts)):
         try:
+            check_prompt(prompt)
             prompt_ids = _prompt_ids(lm, prompt)
             if id(row_spec) not in compiled:
                 compiled[id(row_spec)] = checked.compile(row_spec, lm)
@@ -343,53 +352,28 @@ def clear_cache(disk: bool = False) -> None:
     _fsm.clear_cache(disk)
 
 
-def _implies_sampling(temperature: float, top_k: int | None, top_p: float | None) -> bool:
-    """structspec's rule for ``do_sample=None``: sample when a sampling value is set."""
-    return temperature != 1.0 or top_k is not None or top_p is not None
-
-
-# GenerationConfig fields structspec reads, by the option they set.
-_CONFIG_HONOURED = ("max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "eos_token_id")
-# Fields that change nothing structspec outputs: bookkeeping, caching, what transformers returns.
-_CONFIG_IGNORED = frozenset({
-    "transformers_version", "_from_model_config", "bos_token_id", "pad_token_id", "decoder_start_token_id",
-    "use_cache", "cache_implementation", "cache_config", "compile_config", "disable_compile",
-    "return_dict_in_generate", "output_scores", "output_logits", "output_attentions", "output_hidden_states",
-})
-# Fields structspec does not do, at the value that turns them off; any other field must be unset (None).
-_CONFIG_NEUTRAL: dict[str, Any] = {
-    "num_beams": 1, "num_beam_groups": 1, "num_return_sequences": 1, "early_stopping": False,
-    "length_penalty": 1.0, "diversity_penalty": 0.0, "repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0,
-    "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0, "min_length": 0, "min_new_tokens": 0,
-    "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "guidance_scale": 1.0,
-    "renormalize_logits": False, "remove_invalid_values": False, "token_healing": False,
-}
-
-
-def _from_generation_config(config: GenerationConfigLike) -> dict[str, Any]:
-    """The honoured fields ``config`` sets, by option name; `OptionError` naming the first field set to
-    something structspec does not do. Does not change the config."""
-    taken: dict[str, Any] = {}
-    for name, value in config.to_diff_dict().items():
-        if value is None or name in _CONFIG_IGNORED:
-            continue
-        if name in _CONFIG_HONOURED:
-            taken[name] = value
-        elif name not in _CONFIG_NEUTRAL or value != _CONFIG_NEUTRAL[name]:
-            fix = "set max_new_tokens instead" if name == "max_length" else "unset it"
-            raise OptionError(
-                f"generation_config.{name}={value!r} is not supported by structspec: {fix} (structspec reads "
-                f"{', '.join(_CONFIG_HONOURED)})"
-            )
-    return taken
-
-
 def _prepare(model: LM | str, spec: Any, prompt: Prompt, options: GenerateOptions) -> tuple[LM, Compiled, list[int]]:
-    """The loaded model, the compiled spec and the prompt's ids: every check before the first pass."""
+    """The loaded model, the compiled spec and the prompt's ids: every check before the first pass (the
+    arguments' order and the prompt's shape before the model loads)."""
+    _check_order(spec, prompt)
+    check_prompt(prompt)
     lm = load(model) if isinstance(model, str) else model
     options.check_model(lm)
     prompt_ids = _prompt_ids(lm, prompt)
     return lm, options.compile(spec, lm), prompt_ids
+
+
+def _check_order(spec: Any, prompt: Any) -> None:
+    """`SpecError` when the spec and the prompt (or prompts) look swapped: a prompt where the spec goes and a
+    spec (a model class, a type, a schema dict that is not a message, a `Regex`) where the prompt goes."""
+    spec_like = isinstance(prompt, (type, Regex)) or get_origin(prompt) is not None or (
+        isinstance(prompt, dict) and not {"role", "content"} & prompt.keys())
+    if spec_like and isinstance(spec, (str, list)):
+        raise SpecError(
+            f"the spec and the prompt look swapped (the prompt is a {type(prompt).__name__}, the spec a "
+            f"{type(spec).__name__}): structspec takes the spec first, unlike outlines' generator(prompt); call "
+            "structspec.generate(model, spec, prompt), or generate_batch(model, spec, prompts)"
+        )
 
 
 def _generate(

@@ -30,6 +30,7 @@ from structspec.automaton.nfa import ByteNFA
 from structspec.automaton.parse import ParsedRegex
 from structspec.cache import cache_dir, write_atomic
 from structspec.errors import OptionError, UnspellableError
+from structspec.options import as_int, check_option
 from structspec.vocab import TokenVocab
 
 # Compiled indexes kept in memory, least recently used first; each keeps the masks of the states it visited.
@@ -223,22 +224,56 @@ class TokenFSM:
     def allocate_token_bitmask(self, rows: int) -> torch.Tensor:
         """A new CPU int32 bitmask [rows, ceil(logits_width / 32)], every bit set (an unfilled row masks nothing).
 
-        Does not change the FSM.
+        Does not change the FSM. `OptionError` unless ``rows`` is an int ≥ 0.
         """
-        return torch.full((rows, -(-self.logits_width // 32)), -1, dtype=torch.int32)
+        count = as_int(rows)
+        if count is None or count < 0:
+            raise OptionError(f"rows must be an int ≥ 0 (not a bool), got {rows!r}: pass the number of mask rows")
+        return torch.full((count, -(-self.logits_width // 32)), -1, dtype=torch.int32)
+
+    def check_token_bitmask(self, bitmask: torch.Tensor, row: int) -> int:
+        """``row`` as an int, or `OptionError` naming the fix unless ``bitmask`` is an int32 tensor
+        [rows, ceil(logits_width / 32)] (as `allocate_token_bitmask` makes it) and ``0 ≤ row < rows``.
+        Changes nothing."""
+        words = -(-self.logits_width // 32)
+        fix = "allocate it with matcher.fsm.allocate_token_bitmask(rows) (or, without a Matcher, the FSM's own)"
+        if not isinstance(bitmask, torch.Tensor):
+            raise OptionError(f"the bitmask is of type {type(bitmask).__name__}, not a torch tensor: {fix}")
+        if bitmask.dim() != 2 or bitmask.dtype != torch.int32:
+            raise OptionError(f"the bitmask is a {bitmask.dim()}-D {bitmask.dtype} tensor, not a 2-D [rows, "
+                              f"words] torch.int32 one: {fix} (one row: bitmask.unsqueeze(0))")
+        if bitmask.shape[-1] != words:
+            raise OptionError(
+                f"the bitmask has {bitmask.shape[-1]} words per row but this FSM's logits width "
+                f"{self.logits_width} needs {words}: {fix}, or compile with logits_width set to the model's"
+            )
+        index = as_int(row)
+        if index is None or not 0 <= index < len(bitmask):
+            raise OptionError(f"row {row!r} is not a row of this bitmask ({len(bitmask)} rows): pass an int "
+                              f"from 0 to {len(bitmask) - 1}, or allocate more rows")
+        return index
 
     def fill_next_token_bitmask(self, bitmask: torch.Tensor, row: int, state: int) -> None:
         """Write the mask of ``state`` into ``bitmask[row]`` (bit j of word i ⇔ token 32*i+j allowed).
 
-        Changes ``bitmask`` only; the packed row is computed once per state and cached.
+        Changes ``bitmask`` only; the packed row is computed once per state and cached. `OptionError` for a
+        bitmask or row `check_token_bitmask` refuses, or a state this FSM has not reached.
         """
-        bitmask[row].copy_(torch.from_numpy(self.index.packed_mask(state)))
+        index = self.check_token_bitmask(bitmask, row)
+        number = as_int(state)
+        if number is None or not 0 <= number < len(self.index.dfa):
+            raise OptionError(f"state {state!r} is not a state of this FSM (it has reached {len(self.index.dfa)}): "
+                              "pass initial_state or a state next_state / walk returned")
+        bitmask[index].copy_(torch.from_numpy(self.index.packed_mask(number)))
 
     def mask_logits_inplace(self, logits: torch.Tensor, states: list[int]) -> torch.Tensor:
         """Set disallowed logits to -inf; row ``i`` of ``logits`` [rows, width] is masked by ``states[i]``.
 
-        Changes ``logits`` (returned for chaining), not the FSM. Built on the bitmask trio.
+        Changes ``logits`` (returned for chaining), not the FSM. Built on the bitmask trio; `OptionError` (with
+        the fix) for fewer logits rows than states, and as they do.
         """
+        if isinstance(logits, torch.Tensor) and logits.dim() == 2 and len(logits) < len(states):
+            raise OptionError(f"logits has {len(logits)} rows for {len(states)} states: pass one state per row")
         bitmask = self.allocate_token_bitmask(len(states))
         for row, state in enumerate(states):
             self.fill_next_token_bitmask(bitmask, row, state)
@@ -250,15 +285,13 @@ def check_eos_token_ids(vocab: TokenVocab, eos_token_ids: int | Sequence[int] | 
     """``eos_token_ids`` (an id or ids) without repeats, in order; None: the tokenizer's EOS alone.
     Changes nothing.
 
-    `OptionError` for an empty list, or an id that is not the tokenizer's EOS nor one of its special
-    tokens (an end token must add no text, so it can never also be part of the output).
+    `OptionError` for an empty list, an id that is not an int, or one that is not the tokenizer's EOS nor one of
+    its special tokens (an end token must add no text, so it can never also be part of the output).
     """
     if eos_token_ids is None:
         return (vocab.eos_token_id,)
-    given = [eos_token_ids] if isinstance(eos_token_ids, int) else eos_token_ids
-    ids = tuple(dict.fromkeys(int(i) for i in given))
-    if not ids:
-        raise OptionError("eos_token_id=[] names no end token: pass at least one id, or leave it unset")
+    given = check_option("eos_token_id", eos_token_ids)  # an id or a non-empty list of ids, by type
+    ids = tuple(dict.fromkeys(given if isinstance(given, list) else [given]))
     for i in ids:
         if i != vocab.eos_token_id and not (0 <= i < len(vocab) and vocab.token_bytes[i] is None):
             spelled = f"the text token {vocab.token_bytes[i]!r}" if 0 <= i < len(vocab) else "not a token"
@@ -275,8 +308,18 @@ def apply_token_bitmask_inplace(logits: torch.Tensor, bitmask: torch.Tensor) -> 
     ``logits`` is [rows, width] (float32, bfloat16, ...; any device); ``bitmask`` is
     int32 [rows, words] on the same device or the CPU, bit j of word i standing
     for token 32*i+j. Ids at or past 32*words are disallowed; bits past ``width``
-    are ignored. All rows in one vectorized op; changes ``logits`` and nothing else.
+    are ignored. All rows in one vectorized op; changes ``logits`` and nothing else. `OptionError` (with the
+    fix) for tensors of other kinds or shapes: a 1-D ``logits`` takes a 1-D ``bitmask``.
     """
+    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point() or logits.dim() not in (1, 2):
+        got = f"a {logits.dim()}-D {logits.dtype} tensor" if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise OptionError(f"logits must be a 1-D or 2-D floating-point tensor, got {got}: pass the [rows, width] "
+                          "scores, e.g. outputs.logits[:, -1]")
+    if (not isinstance(bitmask, torch.Tensor) or bitmask.dtype != torch.int32 or bitmask.dim() != logits.dim()
+            or bitmask.shape[:-1] != logits.shape[:-1]):
+        got = f"{bitmask.dtype} {list(bitmask.shape)}" if isinstance(bitmask, torch.Tensor) else type(bitmask).__name__
+        raise OptionError(f"the bitmask must be torch.int32 with the logits' rows ({list(logits.shape[:-1])}), got "
+                          f"{got}: fill one row per logits row in fsm.allocate_token_bitmask(rows)")
     width = logits.shape[-1]
     shifts = torch.arange(32, dtype=torch.int32, device=logits.device)
     words = bitmask.to(logits.device, non_blocking=True)
@@ -284,3 +327,4 @@ def apply_token_bitmask_inplace(logits: torch.Tensor, bitmask: torch.Tensor) -> 
     covered = min(width, allowed.shape[-1])
     logits[..., :covered].masked_fill_(~allowed[..., :covered], float("-inf"))
     logits[..., covered:] = float("-inf")
+

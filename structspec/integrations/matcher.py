@@ -62,6 +62,7 @@ from structspec.automaton.fsm import TokenFSM
 from structspec.decoding.fastforward import Forcer
 from structspec.errors import OptionError
 from structspec.lm import LM
+from structspec.options import as_int
 from structspec.schema import COMPACT
 from structspec.vocab import vocab_from_tokenizer
 
@@ -128,8 +129,10 @@ class Matcher:
     def accept_tokens(self, token_ids: list[int]) -> bool:
         """Advance over ``token_ids`` if every one is allowed, else leave the state unchanged and return False.
 
-        All or nothing. Changes the state when it returns True.
+        All or nothing. Changes the state when it returns True. `OptionError` unless ``token_ids`` is a list of
+        ints in [0, logits_width).
         """
+        token_ids = self._checked(token_ids)
         states = self._walk(token_ids)
         if len(states) < len(token_ids):
             return False
@@ -137,17 +140,19 @@ class Matcher:
         return True
 
     def validate_tokens(self, token_ids: list[int]) -> int:
-        """How many leading tokens of ``token_ids`` the FSM accepts from here. Does not change the state."""
-        return len(self._walk(token_ids))
+        """How many leading tokens of ``token_ids`` the FSM accepts from here. Does not change the state.
+        `OptionError` as `accept_tokens`."""
+        return len(self._walk(self._checked(token_ids)))
 
     def rollback(self, num_tokens: int) -> None:
-        """Undo the last ``num_tokens`` accepted tokens (EOS included). Changes the state."""
-        if not 0 <= num_tokens < len(self._states):
-            raise OptionError(
-                f"cannot roll back {num_tokens} tokens: {len(self._states) - 1} were accepted since the last reset"
-            )
-        if num_tokens:
-            del self._states[-num_tokens:]
+        """Undo the last ``num_tokens`` accepted tokens (EOS included). Changes the state; `OptionError` (the
+        state unchanged) unless ``num_tokens`` is an int from 0 to the number accepted since the last reset."""
+        count, accepted = as_int(num_tokens), len(self._states) - 1
+        if count is None or not 0 <= count <= accepted:
+            raise OptionError(f"cannot roll back {num_tokens!r} tokens: {accepted} were accepted since the last "
+                              f"reset; pass an int from 0 to {accepted}")
+        if count:
+            del self._states[-count:]
 
     def reset(self) -> None:
         """Back to the initial state, as if nothing was accepted. Changes the state."""
@@ -164,16 +169,11 @@ class Matcher:
     def fill_next_token_bitmask(self, bitmask: torch.Tensor, row: int = 0) -> None:
         """Write the tokens allowed next into ``bitmask[row]`` (packed int32, CPU; EOS alone once terminated).
 
-        Changes ``bitmask`` only, not the state. The state's packed row is cached by the FSM.
+        Changes ``bitmask`` only, not the state. The state's packed row is cached by the FSM. `OptionError`
+        (with the fix) for a bitmask or row `TokenFSM.check_token_bitmask` refuses.
         """
-        if bitmask.shape[-1] != self._eos_row.shape[0]:
-            raise OptionError(
-                f"the bitmask has {bitmask.shape[-1]} words per row but this FSM's logits width "
-                f"{self.fsm.logits_width} needs {self._eos_row.shape[0]}: allocate it with "
-                "matcher.fsm.allocate_token_bitmask(rows), or compile with logits_width set to the model's"
-            )
         if self.state == ENDED:
-            bitmask[row].copy_(self._eos_row)
+            bitmask[self.fsm.check_token_bitmask(bitmask, row)].copy_(self._eos_row)
         else:
             self.fsm.fill_next_token_bitmask(bitmask, row, self.state)
 
@@ -198,6 +198,19 @@ class Matcher:
             return text.decode("utf-8")
         except UnicodeDecodeError as error:  # the last character's bytes are not all forced
             return text[: error.start].decode("utf-8")
+
+    def _checked(self, token_ids: list[int]) -> list[int]:
+        """``token_ids`` as a list of ints, or `OptionError` naming the first that is not an id below the
+        logits width (a float, a bool, a negative or too large id). Changes nothing."""
+        if isinstance(token_ids, (str, bytes)) or not hasattr(token_ids, "__iter__"):
+            raise OptionError(f"token_ids must be a list of token ids, got {type(token_ids).__name__}: pass "
+                              "[token_id] for one token")
+        ids = [as_int(t) for t in token_ids]
+        for given, token in zip(token_ids, ids):
+            if token is None or not 0 <= token < self.fsm.logits_width:
+                raise OptionError(f"token id {given!r} is not an int in [0, {self.fsm.logits_width}) (this FSM's "
+                                  "logits width): pass ids the model's logits index")
+        return ids  # type: ignore[return-value]
 
     def _walk(self, token_ids: list[int]) -> list[int]:
         """The states after each leading token of ``token_ids`` the FSM accepts; EOS in a final state
