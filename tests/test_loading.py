@@ -1,0 +1,157 @@
+"""Where `load` finds models (shipped names, directories, hub ids in the Hugging Face cache), what it says when it
+cannot, the cached conversion's config, and the thread count it leaves torch with."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+import structspec
+import structspec.lm
+from structspec import loading
+from structspec.errors import ModelNotFoundError, OptionError
+from structspec.testing import save_tiny_model, tiny_lm
+
+REPO = "TinyOrg/tiny-llama"
+
+
+def fake_hub_cache(root: Path, repo_id: str = REPO, revision: str = "0123abcd") -> Path:
+    """A Hugging Face hub cache under ``root`` holding `save_tiny_model`'s model as ``repo_id``'s main revision,
+    laid out as huggingface_hub lays it out (``models--ORG--NAME/refs/main`` → ``snapshots/<revision>``)."""
+    repo = root / ("models--" + repo_id.replace("/", "--"))
+    save_tiny_model(repo / "snapshots" / revision)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+    return root
+
+
+@pytest.fixture
+def torch_threads() -> Iterator[None]:
+    """Put torch's thread count back after a test that changes it."""
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def no_load(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record (instead of doing) every model-directory lookup `load` makes: empty if it raised before."""
+    looked: list[str] = []
+    monkeypatch.setattr(structspec.lm, "model_path", lambda name, verbose=False: looked.append(name) or name)
+    return looked
+
+
+def test_hub_id_loads_from_the_local_cache_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_CACHE", str(fake_hub_cache(tmp_path / "hub")))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a network call would fail, not hang
+    lm = structspec.load(REPO, device="cpu", kernels="torch")
+    assert lm.name == REPO
+    expected = tiny_lm("byte_level")  # the very weights save_tiny_model wrote
+    ids = lm.encode_prompt("{\"a\": 1}")
+    assert ids == expected.encode_prompt("{\"a\": 1}")
+    torch.testing.assert_close(lm.forward(ids, lm.new_cache()), expected.forward(ids, expected.new_cache()))
+
+
+def test_a_hub_id_not_in_the_cache_names_the_id_the_cache_and_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.delenv("HUGGINGFACE_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    with pytest.raises(ModelNotFoundError) as e:
+        structspec.load("HuggingFaceTB/SmolLM2-135M-Instruct")
+    message = str(e.value)
+    assert "'HuggingFaceTB/SmolLM2-135M-Instruct'" in message
+    assert str(tmp_path / "hf" / "hub") in message
+    assert "hf download HuggingFaceTB/SmolLM2-135M-Instruct" in message
+    assert message.endswith(f"or pass a local model directory or a shipped model ({', '.join(loading.SHIPPED)})")
+
+
+def test_a_hub_cache_without_the_main_revision_is_not_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = fake_hub_cache(tmp_path / "hub")
+    (cache / f"models--{REPO.replace('/', '--')}" / "refs" / "main").unlink()
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    with pytest.raises(ModelNotFoundError, match="is not in the Hugging Face cache at"):
+        structspec.load(REPO)
+
+
+@pytest.mark.parametrize(("name", "meant"), [("smollm2-135", "smollm2-135m"), ("Qwen2.5-Coder-0.5B", "qwen2.5-coder-0.5b"),
+                                             ("gemma-3-270m", "gemma3-270m"), ("TinyOrg/tiny-lama", REPO),
+                                             ("mistral", None)])
+def test_misspelt_names_get_a_did_you_mean(
+    name: str, meant: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_HUB_CACHE", str(fake_hub_cache(tmp_path / "hub")))
+    with pytest.raises(ModelNotFoundError) as e:
+        structspec.load(name)
+    if meant is None:  # too far from every name: the general message, with the forms a name takes
+        assert "use one of smollm2-135m, qwen2.5-coder-0.5b, gemma3-270m, a local model directory" in str(e.value)
+    else:
+        assert f"did you mean {meant!r}?" in str(e.value)
+
+
+def test_a_cached_conversion_loses_its_quantization_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shipped model cached before this fix kept transformers' ``quantization_config`` (GGUF): it still loads,
+    and its config is rewritten without it, so later loads say nothing about GGUF."""
+    monkeypatch.setenv("STRUCTSPEC_CACHE", str(tmp_path))
+    converted = save_tiny_model(tmp_path / "models" / "smollm2-135m")
+    config = json.loads((converted / "config.json").read_text())
+    config["quantization_config"] = {"dequantize": False, "gguf_file": "x.gguf", "quant_method": "gguf"}
+    (converted / "config.json").write_text(json.dumps(config))
+    lm = structspec.load("smollm2-135m", device="cpu", kernels="torch")
+    assert not hasattr(lm.model.config, "quantization_config")
+    rewritten = json.loads((converted / "config.json").read_text())
+    assert "quantization_config" not in rewritten
+    assert rewritten == {k: v for k, v in config.items() if k != "quantization_config"}
+
+
+def test_a_local_directory_wins_over_the_hub_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
+    directory = save_tiny_model(tmp_path / REPO)  # a relative-looking "ORG/NAME" that is a directory
+    monkeypatch.chdir(tmp_path)
+    assert loading.model_path(REPO) == REPO
+    assert os.path.isdir(REPO) and directory.is_dir()
+
+
+def test_threads_set_torch_thread_count(tmp_path: Path, torch_threads: None) -> None:
+    torch.set_num_threads(2)
+    structspec.load(str(save_tiny_model(tmp_path / "m")), kernels="torch", threads=1)
+    assert torch.get_num_threads() == 1
+
+
+def test_default_threads_never_exceed_the_cpus_this_process_may_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, torch_threads: None
+) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5, 6, 7})
+    monkeypatch.setattr(loading, "_CPU_MAX", tmp_path / "cpu.max")
+    (tmp_path / "cpu.max").write_text("150000 100000\n")  # a container's --cpus=1.5
+    assert loading.available_cpus() == 2
+    (tmp_path / "cpu.max").write_text("max 100000\n")  # no quota
+    assert loading.available_cpus() == 8
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3})
+    torch.set_num_threads(2)
+    assert loading.default_threads() == 1
+    assert loading.use_threads(None) == 1 and torch.get_num_threads() == 1
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert loading.use_threads(None) == 1 and torch.get_num_threads() == 1  # within the CPUs: left as it is
+
+
+@pytest.mark.parametrize(("option", "pattern"), [
+    ({"threads": 0}, r"threads=0 is not a positive int; use threads=None .* or threads=1"),
+    ({"threads": 1.5}, r"threads=1.5 is not a positive int"),
+    ({"device": "gpu"}, r"device='gpu' is not a torch device"),
+    ({"dtype": "float8"}, r"dtype='float8' is not one of"),
+])
+def test_bad_options_raise_before_anything_loads(
+    option: dict[str, object], pattern: str, no_load: list[str], torch_threads: None
+) -> None:
+    before = torch.get_num_threads()
+    with pytest.raises(OptionError, match=pattern):
+        structspec.load("smollm2-135m", **option)  # type: ignore[arg-type]
+    assert no_load == []
+    assert torch.get_num_threads() == before

@@ -1,0 +1,71 @@
+"""`load` is quiet by default: no transformers progress bars, logging or warnings unless ``verbose=True``, and
+transformers' own settings are as the caller left them afterwards."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from transformers.utils import logging
+
+import structspec
+from structspec.loading import quiet_loading
+from structspec.testing import save_tiny_model
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_tiny_model(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture
+def chatty_transformers() -> Iterator[None]:
+    """transformers at INFO with progress bars on (it prints a line per file it loads), restored after."""
+    verbosity, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
+    logging.set_verbosity_info()
+    logging.enable_progress_bar()
+    yield
+    logging.set_verbosity(verbosity)
+    (logging.enable_progress_bar if bars else logging.disable_progress_bar)()
+
+
+def test_load_prints_nothing_and_restores_transformers_settings(
+    model_dir: Path, chatty_transformers: None, capfd: pytest.CaptureFixture[str]
+) -> None:
+    structspec.load(str(model_dir), kernels="torch")
+    assert capfd.readouterr().err == ""
+    assert logging.get_verbosity() == logging.INFO
+    assert logging.is_progress_bar_enabled()
+
+
+def test_verbose_shows_what_transformers_says(model_dir: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    structspec.load(str(model_dir), kernels="torch", verbose=True)
+    assert "Loading weights" in capfd.readouterr().err
+
+
+def test_quiet_loading_ignores_warnings_in_the_block_only() -> None:
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with quiet_loading():
+            warnings.warn("inside", FutureWarning, stacklevel=1)
+        warnings.warn("outside", FutureWarning, stacklevel=1)
+    assert [str(w.message) for w in seen] == ["outside"]
+
+
+@pytest.mark.real_model
+def test_a_cached_shipped_model_loads_in_silence(smollm2: structspec.LM) -> None:
+    """A new process loading the (already converted) default model writes nothing to stderr: no GGUF message,
+    no progress bar, no warning; and the cached config keeps no quantization_config."""
+    converted = Path(smollm2.model.config.name_or_path)  # <STRUCTSPEC_CACHE>/models/smollm2-135m
+    env = {**os.environ, "STRUCTSPEC_CACHE": str(converted.parents[1]), "OMP_NUM_THREADS": "1"}
+    run = subprocess.run([sys.executable, "-c", "import structspec; structspec.load('smollm2-135m')"],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr == ""
+    assert "quantization_config" not in json.loads((converted / "config.json").read_text())
