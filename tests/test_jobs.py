@@ -210,7 +210,7 @@ def test_resume_cuts_a_torn_last_line_and_reruns_that_record(byte_lm: structspec
     assert sorted(json.loads(line)["id"] for line in out.read_text().splitlines()) == ["r0", "r1", "r2"]
 
 
-def test_repeated_ids_resume_by_count(byte_lm: structspec.LM, tmp_path: Path) -> None:
+def test_repeated_ids_resume_by_their_place_in_the_input(byte_lm: structspec.LM, tmp_path: Path) -> None:
     records = [jobs.InputRecord("same", f"line {i}", f"Item {i}.") for i in range(3)]
     out = tmp_path / "out.jsonl"
     jobs.run_job(byte_lm, SCHEMA, records[:2], out, OPTIONS)
@@ -218,18 +218,21 @@ def test_repeated_ids_resume_by_count(byte_lm: structspec.LM, tmp_path: Path) ->
     assert [json.loads(line)["input"] for line in out.read_text().splitlines()] == ["line 0", "line 1", "line 2"]
 
 
-def test_retry_errors_drops_error_lines_and_runs_those_records_again(byte_lm: structspec.LM, tmp_path: Path) -> None:
+def test_retry_errors_drops_error_lines_and_runs_those_records_again(tmp_path: Path) -> None:
     out = tmp_path / "out.jsonl"
-    out.write_text('{"id": "a", "value": 1}\n{"id": "b", "error": {"kind": "token_budget"}}\n')
-    assert jobs.prepare_output(out, retry_errors=True) == {"a": 1}
-    assert out.read_text() == '{"id": "a", "value": 1}\n'
+    out.write_text('{"id": "a", "input": "line 1", "value": 1}\n'
+                   '{"id": "b", "input": "line 2", "error": {"kind": "token_budget"}}\n')
+    records = [jobs.InputRecord("a", "line 1", "A."), jobs.InputRecord("b", "line 2", "B.")]
+    summary, todo = jobs.resume(records, out, retry_errors=True)
+    assert (summary.skipped, todo) == (1, records[1:])
+    assert out.read_text() == '{"id": "a", "input": "line 1", "value": 1}\n'
 
 
 def test_an_output_file_that_is_not_a_job_output_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "notes.txt"
     out.write_text("my notes\n")
-    with pytest.raises(jobs.JobConfigError, match="not JSON"):
-        jobs.prepare_output(out)
+    with pytest.raises(jobs.JobConfigError, match="not a line of a structspec job"):
+        jobs.check_output(out)
     assert out.read_text() == "my notes\n"
 
 

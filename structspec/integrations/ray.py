@@ -13,21 +13,27 @@ Typical use, on a cluster with one GPU per actor::
     records.write_parquet("s3://bucket/invoices/")
 
 Each actor loads the model and compiles the spec once, then decodes each batch
-with the batched engine (`structspec.iter_batch`). An output row is one record:
-``id``, ``value`` (JSON text), ``stop_reason``, ``error_kind``, ``error_message``,
-``stats`` (JSON text) and ``line``, the record's line exactly as
-``structspec extract`` writes it. A bad record is its row's error (the kinds of
-`structspec.tools.jobs.ERROR_KINDS`); it never fails the job.
+with the batched engine (`structspec.iter_batch`). As ``ray.data.llm``'s
+processors do, an output row is its input row with the result's columns added:
+``value`` (the structured value: a dict for a schema), ``stop_reason``,
+``error_kind``, ``error_message``, ``stats`` (a dict) and ``line``, the record's
+line exactly as ``structspec extract`` writes it (JSON text). Arrow stores a
+column's dicts as one struct type, so a key that only other rows have reads
+back as None; ``line`` keeps each record as it was. A bad record is its row's
+error (the kinds of `structspec.tools.jobs.ERROR_KINDS`); it never fails the job.
 
 ``structspec extract --ray ADDRESS`` runs the same job as ``extract``: the
-driver writes each line as its batch comes back, so a killed job resumes
-by id, as local ``extract`` does. ``--ray local`` starts a Ray instance for
-the job (`connect`), in its own temporary directory and process group, which a
-watchdog tears down when the driver ends, even by ``kill -9``.
+driver writes each line as its batch comes back, to the same output with the
+same manifest, lock and resume as local ``extract``. ``--ray local`` starts a
+Ray instance for the job (`connect`), in its own temporary directory and process
+group, which a watchdog tears down when the driver ends, even by ``kill -9``.
+Ray itself is imported when a job connects (so that ``--ray local`` can set its
+token mode first), not with this module.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -41,11 +47,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-try:
-    import ray
-    import ray.data
-except ImportError as e:  # an optional extra
-    raise ImportError(f"structspec.integrations.ray needs Ray: pip install 'structspec[ray]' ({e})") from e
+if importlib.util.find_spec("ray") is None:  # an optional extra
+    raise ImportError("structspec.integrations.ray needs Ray: pip install 'structspec[ray]'")
 
 from structspec.result import Result
 from structspec.tools.jobs import (
@@ -54,29 +57,31 @@ from structspec.tools.jobs import (
     JobConfigError,
     JobOptions,
     JobSummary,
-    appending,
     check_job,
     default_template,
     input_record,
+    job_manifest,
+    job_output,
     load_model,
     output_line,
     record_lines,
     resolve_draft,
-    resume,
 )
 
 BATCHES_PER_CALL = 4  # engine batches of rows per actor call, so that finished rows are refilled
+OUTPUT_COLUMNS = ("value", "stop_reason", "error_kind", "error_message", "stats", "line")
 
 
 class Extractor:
-    """One actor's extraction: decodes batches of dataset rows into records, one output row per input row.
+    """One actor's extraction: decodes batches of dataset rows into records, each row kept with its result's
+    columns added (`OUTPUT_COLUMNS`, see the module's docstring).
 
     Ray constructs it once per actor (``map_batches(Extractor, fn_constructor_kwargs=...)``): it loads
     ``model`` on ``device`` in ``dtype``, loads a draft model named in ``options.generate["draft"]``
     beside it, and compiles ``spec``; a bad spec, option or model raises `JobConfigError` here,
     before any row runs. ``options`` defaults to the default template and `generate_result`'s defaults.
-    Input rows need ``id_field`` and ``text_field``; ``input_field`` (if present) says where the row came
-    from, for the line's ``input``.
+    Input rows need ``id_field`` and ``text_field`` and no column named as an output column;
+    ``input_field`` (if present) says where the row came from, for the line's ``input``.
     """
 
     def __init__(self, model: str, spec: Any, options: JobOptions | None = None, device: str = "auto",
@@ -91,35 +96,37 @@ class Extractor:
         self.spec, self.options = spec, options
         self.text_field, self.id_field, self.input_field = text_field, id_field, input_field
 
-    def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
-        """Decode one batch (columns, Ray's ``"numpy"`` batch format) and return the output columns, rows in
-        the order they finished. Runs the model; a row that cannot run is that row's error."""
-        if self.id_field not in batch:
-            raise JobConfigError(f"the dataset has no {self.id_field!r} column (columns: {', '.join(batch)}); "
-                                 "pass id_field=")
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """Decode one batch (columns, Ray's ``"numpy"`` batch format) and return its columns with the output
+        columns added, rows in the input's order. Runs the model; a row that cannot run is that row's error."""
+        for field, option in ((self.id_field, "id_field"), (self.text_field, "text_field")):
+            if field not in batch:
+                raise JobConfigError(f"the dataset has no {field!r} column (columns: {', '.join(batch)}); "
+                                     f"pass {option}= with the one to use")
+        if taken := [name for name in OUTPUT_COLUMNS if name in batch]:
+            raise JobConfigError(f"the dataset has columns named as the Extractor's output ({', '.join(taken)}): "
+                                 "rename them first (Dataset.rename_columns)")
         columns = {name: values.tolist() for name, values in batch.items()}  # numpy scalars → Python values
         records = []
         for i in range(len(columns[self.id_field])):
             row = {name: values[i] for name, values in columns.items()}
             where = row.get(self.input_field) or f"{self.id_field} {row[self.id_field]}"
             records.append(input_record(row, str(where), self.text_field, self.id_field))
-        return _columns(list(record_lines(self.lm, self.spec, records, self.options)))
+        lines: list[tuple[Result | None, dict[str, Any]]] = [(None, {})] * len(records)
+        for i, result, line in record_lines(self.lm, self.spec, records, self.options):
+            lines[i] = result, line
+        return dict(batch) | _columns(lines)
 
 
 def _columns(lines: list[tuple[Result | None, dict[str, Any]]]) -> dict[str, list[Any]]:
     """The output columns of records' results and lines (see the module's docstring)."""
-
-    def text(value: Any) -> str:
-        return json.dumps(value, ensure_ascii=False)
-
     return {
-        "id": [line["id"] for _, line in lines],
-        "value": [text(line["value"]) if "value" in line else None for _, line in lines],
+        "value": [line.get("value") for _, line in lines],
         "stop_reason": [result.stop_reason if result else None for result, _ in lines],
         "error_kind": [line["error"]["kind"] if "error" in line else None for _, line in lines],
         "error_message": [line["error"]["message"] if "error" in line else None for _, line in lines],
-        "stats": [text(line["stats"]) if "stats" in line else None for _, line in lines],
-        "line": [text(line) for _, line in lines],
+        "stats": [line.get("stats") for _, line in lines],
+        "line": [json.dumps(line, ensure_ascii=False) for _, line in lines],
     }
 
 
@@ -140,16 +147,19 @@ def run_job(
     """`structspec.tools.jobs.run_job` on the connected Ray cluster (see `connect`): ``actors`` Extractors,
     each with ``num_cpus`` CPUs and ``num_gpus`` GPUs, decode the records not already in ``output``.
 
-    Appends each record's line as its batch comes back, so the output and its resume are the same as a
-    local job's. Records that could not be read are written last, by this process, so that a spec, option or
-    model the actors cannot use stops the job (`JobConfigError`) before any line is written.
+    Appends each record's line as its batch comes back, so the output, its manifest, lock and resume are the
+    same as a local job's (`structspec.tools.jobs.job_output`). Records that could not be read are written last,
+    by this process, so that a spec, option or model the actors cannot use stops the job (`JobConfigError`)
+    before any line is written.
     """
-    summary, todo = resume(records, output, retry_errors)
-    readable = [record for record in todo if not record.error]
+    import ray.data  # imported once connected (see the module's docstring)
+
     rows_per_pass = options.batch_size
     if rows_per_pass is None:  # an actor with a GPU decodes on it (device "auto"): the GPU's default
         rows_per_pass = DEFAULT_BATCH_SIZE["cuda" if num_gpus else "cpu"]
-    with appending(output, summary, on_record) as write:
+    manifest = job_manifest(model, spec, options.template, options.generate)
+    with job_output(output, manifest, records, retry_errors, on_record) as (summary, todo, write):
+        readable = [record for record in todo if not record.error]
         if readable:
             dataset = ray.data.from_items([{"id": r.id, "input": r.where, "text": r.text} for r in readable])
             decoded = dataset.map_batches(
@@ -200,17 +210,14 @@ def connect(address: str, local_cpus: int = 2) -> Iterator[str]:
     """Connect this process to the Ray cluster at ``address``, or with ``"local"`` to a Ray instance with
     ``local_cpus`` CPUs started for the block; yields where the job runs, in words. Disconnects at the end
     of the block and stops the local instance. ``"local"`` also puts its token in this process's environment
-    (``RAY_AUTH_MODE``, ``RAY_AUTH_TOKEN``), as Ray's own ``ray.init()`` does for the instances it starts."""
+    (``RAY_AUTH_MODE``, ``RAY_AUTH_TOKEN``; see `_use_token_auth`), as Ray's own ``ray.init()`` does for the
+    instances it starts."""
     if address != "local":
         with _connected(address):
             yield f"the Ray cluster at {address}"
         return
+    _use_token_auth()
     temp_dir = tempfile.mkdtemp(prefix="structspec-ray-", dir="/tmp")  # Ray's default: socket paths stay short
-    # A token, as Ray's own local instances take, but kept in the environment, not in ~/.ray. Ray reads the
-    # mode when it is imported: refresh its config, as ray.init does when it starts an instance.
-    os.environ["RAY_AUTH_MODE"] = "token"
-    os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
-    ray._raylet.Config.initialize("")
     watchdog = subprocess.Popen([sys.executable, "-c", _WATCHDOG, temp_dir, str(local_cpus)], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True, text=True)
     try:
@@ -225,9 +232,33 @@ def connect(address: str, local_cpus: int = 2) -> Iterator[str]:
         watchdog.wait()
 
 
+def _use_token_auth() -> None:
+    """Put a token in this process's environment (``RAY_AUTH_MODE=token``, ``RAY_AUTH_TOKEN``) for a local
+    instance and the workers it starts: a token, as Ray's own local instances take, but not kept in ``~/.ray``.
+
+    Ray reads the mode when it is first imported, so this must come before (as it does in ``structspec
+    extract``). Where Ray was imported earlier without ``RAY_AUTH_MODE=token``, Ray has no public call that
+    reads the mode again: ``ray._raylet.Config.initialize`` (what ``ray.init`` calls when it turns token auth
+    on, in Ray 2.5x) is used where it exists; else a `JobConfigError` says to set the mode before Python
+    starts. Changes ``os.environ``.
+    """
+    mode = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
+    if "ray" not in sys.modules or mode == "token":
+        return  # Ray reads the mode set here when imported, or already read it as the user set it
+    config = getattr(getattr(sys.modules["ray"], "_raylet", None), "Config", None)
+    if not hasattr(config, "initialize"):
+        raise JobConfigError("Ray was imported before the local instance's token mode was set, and this Ray cannot "
+                             "read it again: run with RAY_AUTH_MODE=token in the environment")
+    config.initialize("")
+
+
 @contextmanager
 def _connected(address: str) -> Iterator[None]:
     """Connect to ``address`` for the block (a `JobConfigError` if nothing answers there)."""
+    import ray.data  # imported once the token mode is set (see `_use_token_auth`)
+
     try:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
     except (ConnectionError, ValueError) as e:

@@ -7,22 +7,29 @@ each record's line is written the moment its row finishes, so lines come in the
 order rows finish, not the input's order. A job is resumable and crash-safe:
 each line is written with a single ``write`` to a file opened for appending, so
 a killed job leaves whole lines behind; on start a torn last line (power loss) is
-cut off, and every input record whose id already has a line is skipped. Rerunning
-the same command after Ctrl-C or ``kill -9`` therefore writes each record exactly
-once, whatever order the rows finished in. ``extract --ray`` runs the same job,
-with the same lines and resume, on a Ray cluster (`structspec.integrations.ray`).
+cut off, and every input record that already has a line is skipped: a line names
+its record by its place in the input and a hash of its id and text, so repeated
+ids resume right. Rerunning the same command after Ctrl-C or ``kill -9``
+therefore writes each record exactly once, whatever order the rows finished in.
+The output keeps a manifest beside it, locked while a job writes: a second job
+on the same output, a rerun with other settings, and an output that is not a
+job's are refused before anything is written (`structspec.tools.outputs`).
+``extract --ray`` runs the same job, with the same lines and resume, on a Ray
+cluster (`structspec.integrations.ray`).
 
 Bad input never stops a job: a malformed line, an empty document, a prompt
 that fills the model's context, a token budget or context that runs out and a
 row that cannot run are each written as that record's error (`ERROR_KINDS`) and
-counted in the summary. Only configuration errors (`JobConfigError`) stop it,
-before any record runs.
+counted in the summary. Only configuration errors (`JobConfigError`: a spec,
+option, input or output that cannot be used, a file that cannot be read or
+written) stop it, before any record runs.
 """
 
 from __future__ import annotations
 
 import csv
 import dataclasses
+import hashlib
 import importlib
 import importlib.util
 import json
@@ -31,7 +38,7 @@ import re
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +51,14 @@ import structspec
 from structspec.decoding.drafters import SHORT_NAMES
 from structspec.errors import PromptError, StructspecError
 from structspec.tools.explain import no_pass_tokens
+from structspec.tools.outputs import (
+    JobConfigError,
+    check_output,
+    claimed,
+    done_keys,
+    job_manifest,
+    record_keys,
+)
 from structspec.lm import LM, Prompt
 from structspec.result import Result, Stats
 
@@ -58,10 +73,6 @@ ERROR_KINDS = {
 }
 
 DEFAULT_BATCH_SIZE = {"cpu": 8, "cuda": 32}  # rows per target pass, by the model's device type
-
-
-class JobConfigError(Exception):
-    """A job that cannot start: unknown schema, unreadable input, bad template. Says what to fix."""
 
 
 # ---------------------------------------------------------------- the spec
@@ -164,22 +175,30 @@ class InputRecord:
     text: str = ""
     error: tuple[str, str] | None = None
 
+    @property
+    def input_hash(self) -> str:
+        """A hash of the id and text: with ``where``, what names the record's line in the output."""
+        return hashlib.sha256(json.dumps([self.id, self.text]).encode()).hexdigest()[:16]
+
 
 def read_inputs(path: str | Path, text_field: str = "text", id_field: str = "id") -> list[InputRecord]:
     """The records of a JSONL file, a CSV file (with a header row) or a folder of ``.txt`` files.
 
     A record without an id gets ``<line N>`` (``<row N>``) as its id, so reruns
-    recognize it. Raises `JobConfigError` only when the input as a whole cannot be read.
+    recognize it. Raises `JobConfigError` only when the input as a whole cannot be read, or its first record
+    (CSV: its header) has no ``text_field``.
     """
     p = Path(path)
     try:
         if p.is_dir():
             return _read_folder(p)
         if p.suffix.lower() == ".csv":
-            return _read_csv(p.read_text(encoding="utf-8"), text_field, id_field)
+            with p.open(encoding="utf-8-sig", newline="") as f:  # newline="": the csv module splits the lines
+                return _read_csv(f, text_field, id_field)
         return list(_read_jsonl(p.read_bytes(), text_field, id_field))
     except (OSError, UnicodeDecodeError) as e:
-        raise JobConfigError(f"cannot read the input {path}: {e}") from None
+        reason = e.strerror if isinstance(e, OSError) else e
+        raise JobConfigError(f"cannot read the input {path} ({reason}): check --input") from None
 
 
 def input_record(fields: dict[str, Any], where: str, text_field: str = "text", id_field: str = "id") -> InputRecord:
@@ -199,6 +218,7 @@ def input_record(fields: dict[str, Any], where: str, text_field: str = "text", i
 
 
 def _read_jsonl(data: bytes, text_field: str, id_field: str) -> Iterator[InputRecord]:
+    first = True
     for n, line in enumerate(data.split(b"\n"), 1):
         if not line.strip():
             continue
@@ -211,14 +231,21 @@ def _read_jsonl(data: bytes, text_field: str, id_field: str) -> Iterator[InputRe
         if not isinstance(fields, dict):
             yield InputRecord(f"<{where}>", where, error=("malformed_input", f"{where}: not a JSON object"))
             continue
+        if first and text_field not in fields:  # every record would fail alike: a wrong --text-field
+            raise JobConfigError(f"{where}, the first record, has no {text_field!r} field (its fields: "
+                                 f"{', '.join(fields) or 'none'}): pass --text-field with the one that holds the "
+                                 "document")
+        first = False
         yield input_record(fields, where, text_field, id_field)
 
 
-def _read_csv(text: str, text_field: str, id_field: str) -> list[InputRecord]:
-    reader = csv.DictReader(text.splitlines(keepends=True))
-    if text_field not in (reader.fieldnames or []):
-        raise JobConfigError(f"the CSV has no {text_field!r} column (columns: {', '.join(reader.fieldnames or [])})")
+def _read_csv(lines: Iterable[str], text_field: str, id_field: str) -> list[InputRecord]:
+    reader = csv.DictReader(lines)
     try:
+        if text_field not in (reader.fieldnames or []):
+            raise JobConfigError(f"the CSV has no {text_field!r} column (columns: "
+                                 f"{', '.join(reader.fieldnames or [])}): pass --text-field with the one that holds "
+                                 "the document")
         return [input_record(row, f"row {reader.line_num}", text_field, id_field) for row in reader]
     except csv.Error as e:
         raise JobConfigError(f"the CSV is malformed at line {reader.line_num}: {e}") from None
@@ -240,37 +267,6 @@ def _read_folder(folder: Path) -> list[InputRecord]:
 
 
 # ---------------------------------------------------------------- output
-
-
-def prepare_output(path: str | Path, retry_errors: bool = False) -> Counter[str]:
-    """How many lines each id already has in ``path`` (missing: none), after cutting off a torn last line.
-
-    With ``retry_errors`` the error lines are dropped first (the file is
-    rewritten through a temp file and a rename), so their records run again.
-    """
-    p = Path(path)
-    if not p.exists():
-        return Counter()
-    try:
-        data = p.read_bytes()
-    except OSError as e:
-        raise JobConfigError(f"cannot read the output {path}: {e}") from None
-    whole = data[: data.rfind(b"\n") + 1]  # everything up to the last newline
-    lines = [line for line in whole.split(b"\n") if line]
-    try:
-        rows = [json.loads(line) for line in lines]
-    except ValueError:
-        raise JobConfigError(f"{path} has lines that are not JSON: is it another file? Choose another --output") \
-            from None
-    if retry_errors:
-        kept = [line for line, row in zip(lines, rows) if "error" not in row]
-        rows = [row for row in rows if "error" not in row]
-        whole = b"".join(line + b"\n" for line in kept)
-    if whole != data:
-        tmp = p.with_name(p.name + ".tmp")
-        tmp.write_bytes(whole)
-        os.replace(tmp, p)
-    return Counter(row["id"] for row in rows)
 
 
 def stats_record(stats: Stats, sources: list[str]) -> dict[str, Any]:
@@ -325,11 +321,12 @@ def build_prompt(lm: LM, template: str, document: str) -> Prompt:
 
 
 def output_line(record: InputRecord, result: Result | None, max_new_tokens: int) -> dict[str, Any]:
-    """The output line of one record: ``id``, ``input`` and either ``value`` or ``error``, plus ``stats``.
+    """The output line of one record: ``id``, ``input``, ``input_hash`` and either ``value`` or ``error``, plus
+    ``stats``.
 
     ``result`` is None for a record that could not be read (``record.error`` says why): it never ran.
     """
-    row: dict[str, Any] = {"id": record.id, "input": record.where}
+    row: dict[str, Any] = {"id": record.id, "input": record.where, "input_hash": record.input_hash}
     if record.error:
         kind, message = record.error
         return row | {"error": {"kind": kind, "message": message}}
@@ -397,19 +394,19 @@ def check_job(lm: LM, spec: Any, options: JobOptions) -> None:
 
 def record_lines(
     lm: LM, spec: Any, records: list[InputRecord], options: JobOptions
-) -> Iterator[tuple[Result | None, dict[str, Any]]]:
-    """Each record's `Result` (None for a record that could not be read) and output line: records that could
-    not be read first, then the others as their rows finish, decoded ``options.rows_per_pass(lm)`` rows per
-    target pass. Run `check_job` first: bad options raise here."""
-    todo = [record for record in records if not record.error]
-    for record in records:
+) -> Iterator[tuple[int, Result | None, dict[str, Any]]]:
+    """Each record's index in ``records``, `Result` (None for a record that could not be read) and output line:
+    records that could not be read first, then the others as their rows finish, decoded
+    ``options.rows_per_pass(lm)`` rows per target pass. Run `check_job` first: bad options raise here."""
+    todo = [i for i, record in enumerate(records) if not record.error]
+    for i, record in enumerate(records):
         if record.error:
-            yield None, output_line(record, None, options.max_new_tokens)
+            yield i, None, output_line(record, None, options.max_new_tokens)
     if todo:
-        prompts = [build_prompt(lm, options.template, record.text) for record in todo]
-        for i, result in structspec.iter_batch(lm, spec, prompts, batch_size=options.rows_per_pass(lm),
+        prompts = [build_prompt(lm, options.template, records[i].text) for i in todo]
+        for k, result in structspec.iter_batch(lm, spec, prompts, batch_size=options.rows_per_pass(lm),
                                                **options.generate):
-            yield result, output_line(todo[i], result, options.max_new_tokens)
+            yield todo[k], result, output_line(records[todo[k]], result, options.max_new_tokens)
 
 
 def resume(
@@ -417,15 +414,14 @@ def resume(
 ) -> tuple[JobSummary, list[InputRecord]]:
     """The records of a job that ``output`` has no line for yet, and a summary that counts the others as skipped.
 
-    Changes ``output`` as `prepare_output` does (cuts a torn last line; drops error lines with ``retry_errors``).
+    Changes ``output`` as `structspec.tools.outputs.done_keys` does (cuts a torn last line; drops error lines with
+    ``retry_errors``): call it while holding the output's lock.
     """
-    done = prepare_output(output, retry_errors)
+    done = done_keys(output, retry_errors)
     summary = JobSummary(total=len(records))
-    seen: Counter[str] = Counter()
     todo: list[InputRecord] = []
     for record in records:
-        seen[record.id] += 1
-        if seen[record.id] <= done[record.id]:  # counts, so repeated ids resume right too
+        if done.intersection(record_keys(record.where, record.id, record.input_hash)):
             summary.skipped += 1
         else:
             todo.append(record)
@@ -437,14 +433,24 @@ def appending(
     output: str | Path, summary: JobSummary, on_record: Callable[[JobSummary], None] = lambda summary: None
 ) -> Iterator[Callable[[dict[str, Any]], None]]:
     """Open ``output`` for appending and give ``write(line)``, which appends one record's line and counts it in
-    ``summary`` (then calls ``on_record``); the file is closed when the block ends."""
+    ``summary`` (then calls ``on_record``); the file is closed when the block ends. A file that cannot be
+    written is a `JobConfigError`."""
     start = time.perf_counter()
-    fd = os.open(output, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(output, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise JobConfigError(f"cannot write --output {output} ({e.strerror}): choose a file you can write") from None
 
     def write(row: dict[str, Any]) -> None:
         line = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
-        if os.write(fd, line) != len(line):  # one write: a killed job never leaves half a line
-            raise OSError(f"short write to {output} (disk full?)")
+        try:
+            written = os.write(fd, line)  # one write: a killed job never leaves half a line
+        except OSError as e:
+            written = e
+        if written != len(line):  # what was written is cut off when the job resumes
+            reason = written.strerror if isinstance(written, OSError) else "a short write"
+            raise JobConfigError(f"writing to {output} failed ({reason}): free some space, then rerun the same "
+                                 "command to resume")
         if "error" in row:
             summary.failed[row["error"]["kind"]] += 1
         else:
@@ -462,6 +468,24 @@ def appending(
         summary.seconds = time.perf_counter() - start
 
 
+@contextmanager
+def job_output(
+    output: str | Path, manifest: dict[str, Any], records: list[InputRecord], retry_errors: bool = False,
+    on_record: Callable[[JobSummary], None] = lambda summary: None,
+) -> Iterator[tuple[JobSummary, list[InputRecord], Callable[[dict[str, Any]], None]]]:
+    """Claim ``output`` for a job with ``manifest`` (`job_manifest`) and give its summary, the records it has no
+    line for yet, and ``write(line)`` (see `appending`); the lock is released when the block ends.
+
+    `JobConfigError`, before anything is written, for an output that is not a job's, is being written by
+    another job, or was written with other settings (`structspec.tools.outputs`).
+    """
+    check_output(output)
+    with claimed(output, manifest):
+        summary, todo = resume(records, output, retry_errors)
+        with appending(output, summary, on_record) as write:
+            yield summary, todo, write
+
+
 def run_job(
     lm: LM,
     spec: Any,
@@ -474,14 +498,14 @@ def run_job(
     """Run every record not already in ``output`` and append its line as it finishes; ``on_record`` sees the
     running summary.
 
-    Checks the spec and options first (`check_job`), so a bad one raises
-    `JobConfigError` before any record runs. Records that could not be read are
-    written first; the others are decoded ``options.batch_size`` rows per pass.
+    Checks the spec, the options and the output first (`check_job`, `job_output`), so a bad one raises
+    `JobConfigError` before any record runs. Records that could not be read are written first; the
+    others are decoded ``options.batch_size`` rows per pass.
     """
     check_job(lm, spec, options)
-    summary, todo = resume(records, output, retry_errors)
-    with appending(output, summary, on_record) as write:
-        for _, row in record_lines(lm, spec, todo, options):
+    manifest = job_manifest(lm.name, spec, options.template, options.generate)
+    with job_output(output, manifest, records, retry_errors, on_record) as (summary, todo, write):
+        for _, _, row in record_lines(lm, spec, todo, options):
             write(row)
     return summary
 
