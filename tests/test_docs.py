@@ -1,0 +1,97 @@
+"""Every ```python block in README.md and docs/ runs, page by page (a page's blocks share one namespace, in order).
+
+A block preceded by ``<!-- skip: REASON -->`` is not run; its reason must be one of `SKIP_REASONS` (a short,
+reviewed list), and each skipped block shows up as a skipped test with its reason. Blocks run with the current
+directory in a temporary folder that holds the clone's ``examples/``, so they may read the example files and
+write their own. Pages share loaded models (`structspec.load` memoized here) only to save load time.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import structspec
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+# Why a block may be left out; anything else must run.
+SKIP_REASONS = {
+    "needs qwen2.5-coder-0.5b": "an optional 490 MB model package",
+    "needs a Ray cluster": "Ray Data pipelines start a cluster of actors",
+    "needs a GPU": "CUDA devices",
+}
+
+FENCE = re.compile(r"^(?P<indent>[ \t]*)```python[^\n]*\n(?P<body>.*?)^(?P=indent)```[ \t]*$", re.M | re.S)
+SKIP = re.compile(r"<!--\s*skip:\s*(?P<reason>[^>]*?)\s*-->\s*$")
+
+
+@dataclass(frozen=True)
+class Block:
+    page: Path
+    line: int
+    code: str
+    skip: str | None  # the reason, or None: the block runs
+
+
+def blocks(page: Path) -> list[Block]:
+    """The page's python blocks in order, each with its skip marker's reason (the line right above the fence)."""
+    text = page.read_text(encoding="utf-8")
+    found = []
+    for match in FENCE.finditer(text):
+        before = text[: match.start()].rstrip("\n").rsplit("\n", 1)[-1]
+        marker = SKIP.search(before)
+        line = text.count("\n", 0, match.start()) + 2  # the block's first line of code, 1-based
+        found.append(Block(page, line, textwrap.dedent(match["body"]), marker["reason"] if marker else None))
+    return found
+
+
+def _name(page: Path) -> str:
+    return str(page.relative_to(ROOT))
+
+
+RUN_PAGES = [page for page in PAGES if any(block.skip is None for block in blocks(page))]
+SKIPPED = [block for page in PAGES for block in blocks(page) if block.skip is not None]
+
+
+_LOAD = structspec.load
+
+
+@functools.cache
+def _shared_load(*args: Any, **kwargs: Any) -> structspec.LM:
+    return _LOAD(*args, **kwargs)
+
+
+def test_pages_have_runnable_blocks() -> None:
+    # The collection itself: a fence pattern that matched nothing would make every page test vanish.
+    assert _name(ROOT / "README.md") in {_name(page) for page in RUN_PAGES}
+    assert len(RUN_PAGES) >= 10
+
+
+def test_skip_reasons_are_listed() -> None:
+    unlisted = [f"{_name(b.page)}:{b.line}: {b.skip!r}" for b in SKIPPED if b.skip not in SKIP_REASONS]
+    assert not unlisted, f"skip reasons not in SKIP_REASONS: {unlisted}"
+
+
+@pytest.mark.parametrize("block", SKIPPED, ids=lambda b: f"{_name(b.page)}:{b.line}")
+def test_skipped_block(block: Block) -> None:
+    pytest.skip(f"{block.skip} ({SKIP_REASONS.get(block.skip, 'unlisted')})")
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("page", RUN_PAGES, ids=_name)
+def test_page_runs(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(structspec, "load", _shared_load)
+    namespace: dict[str, Any] = {"__name__": "docs_page"}
+    for block in blocks(page):
+        if block.skip is None:
+            exec(compile(block.code, f"{_name(page)}:{block.line}", "exec", dont_inherit=True), namespace)  # noqa: S102
