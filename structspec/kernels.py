@@ -31,50 +31,86 @@ import torch
 from structspec.errors import OptionError
 
 
-class PackedLinear(torch.nn.Module):
-    """``nn.Linear`` with its weight reordered for oneDNN. Inference only: its forward never records a graph.
+WHOLE_ROWS = 64
+"""A call of more rows than this is a prompt's prefill, run whole: every decode path prefills a prompt the same way
+(its tokens but the last, in one pass on an empty cache), so no per-row invariance is needed there; passes that
+choose tokens are capped below it (`structspec.lm.INVARIANT_TOKENS`)."""
 
-    ``weight`` stays the original (dense) parameter only where other code reads it (the LM head: its rows
-    for a restricted set of ids, and tied input embeddings); elsewhere the dense copy is freed."""
+Invariance = Literal["any", "pad", "one"]  # every row count agrees / a lone row padded to two / one row per call
 
-    def __init__(self, linear: torch.nn.Linear, keep_weight: bool = False) -> None:
+
+class RowLinear(torch.nn.Module):
+    """``nn.Linear`` whose every row gets the result it gets alone, whatever shares the call: rows go to the kernel
+    in chunks of at most ``most``, as `invariant_by` measured the kernel invariant for this shape. Inference only:
+    its forward never records a graph. Subclasses give the kernel (`_product`)."""
+
+    most = 16  # the largest call `invariant_by` measures
+
+    def __init__(self, linear: torch.nn.Linear, keep_weight: bool) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), None)
         self.bias = linear.bias
         self.weight = linear.weight if keep_weight else None
         self.invariance: Invariance = "any"  # how rows go to the kernel (`invariant_by`)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # With autograd on, oneDNN plans a training pass, and for one row it falls back to its reference
-        # kernel (seconds per pass); the packed weight has no gradient anyway.
+        # kernel (seconds per pass); no caller needs a gradient through these layers.
         with torch.no_grad():
             flat = x.reshape(-1, self.in_features)
-            if self.invariance == "pad" and len(flat) == 1:  # the many-row kernel, on the row and a zero row
-                out = self._product(torch.cat([flat, flat.new_zeros(1, self.in_features)]))[:1]
-            elif self.invariance == "one" and len(flat) > 1:
-                out = torch.cat([self._product(flat[i:i + 1]) for i in range(len(flat))])
-            else:
+            if len(flat) > WHOLE_ROWS:
                 return self._product(x)
+            size = 1 if self.invariance == "one" else self.most
+            out = torch.cat([self._chunk(flat[i:i + size]) for i in range(0, len(flat), size)])
             return out.reshape(*x.shape[:-1], self.out_features)
+
+    def _chunk(self, rows: torch.Tensor) -> torch.Tensor:
+        if self.invariance == "pad" and len(rows) == 1:  # the many-row kernel, on the row and a zero row
+            return self._product(torch.cat([rows, rows.new_zeros(1, self.in_features)]))[:1]
+        return self._product(rows)
+
+    kernel_weight: torch.Tensor  # the weight as the kernel reads it (its dtype and device)
+
+    def _product(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class PackedLinear(RowLinear):
+    """A `RowLinear` on oneDNN, its weight reordered once into oneDNN's blocked layout. ``weight`` stays the
+    original (dense) parameter only where other code reads it (the LM head: its rows for a restricted set of
+    ids, and tied input embeddings); elsewhere the dense copy is freed."""
+
+    def __init__(self, linear: torch.nn.Linear, keep_weight: bool = False) -> None:
+        super().__init__(linear, keep_weight)
+        self.packed = self.kernel_weight = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), None)
 
     def _product(self, x: torch.Tensor) -> torch.Tensor:
         bias = None if self.bias is None else self.bias.detach()
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, bias, "none", [], "")
 
 
-Invariance = Literal["any", "pad", "one"]  # every row count agrees / a lone row padded to two / one row per call
+class TorchLinear(RowLinear):
+    """A `RowLinear` on torch's own kernel (``F.linear``, the dense weight kept): for a dtype oneDNN would only
+    emulate (bfloat16 on a CPU without AVX-512 BF16), or a device it does not serve."""
+
+    def __init__(self, linear: torch.nn.Linear) -> None:
+        super().__init__(linear, keep_weight=True)
+        self.kernel_weight = linear.weight
+
+    def _product(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.linear(x, self.weight, self.bias)
 
 
-def invariant_by(layer: PackedLinear, most: int = 16) -> Invariance:
+def invariant_by(layer: RowLinear, most: int = RowLinear.most) -> Invariance:
     """How ``layer``'s products stay row-invariant (each row's result independent of how many rows share the
     call): ``"any"`` where products of 1 to ``most`` rows agree bit for bit; ``"pad"`` where those of 2 to
     ``most`` agree with a row padded to two; else ``"one"``. Inputs span 24 binary orders of magnitude, so
-    another summation order shows after rounding; the kernel is chosen by shape, not values. Runs the layer
-    2 × ``most`` times, 3 × where one row's kernel differs; changes nothing."""
+    another summation order shows after rounding; the kernel is chosen by shape (and thread count), not values.
+    Runs the layer 2 × ``most`` times, 3 × where one row's kernel differs; changes nothing."""
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(most, layer.in_features, generator=generator)
-    x = (x * torch.exp2(torch.randint(-12, 12, x.shape, generator=generator).float())).to(layer.packed.dtype)
+    x = x * torch.exp2(torch.randint(-12, 12, x.shape, generator=generator).float())
+    x = x.to(device=layer.kernel_weight.device, dtype=layer.kernel_weight.dtype)
     zero = x.new_zeros(1, layer.in_features)
     with torch.no_grad():
         ones = torch.cat([layer._product(x[i:i + 1]) for i in range(most)])
@@ -92,34 +128,31 @@ def attention_by_row(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     q, t] (boolean or additive) or None for causal attention over the last ``q`` positions. Returns [batch,
     heads, q, d]; changes nothing.
 
-    With one sequence, each row attends to exactly the keys it sees, gathered and unmasked (a token tree's node
-    sees its path's keys, in order, as the one-token steps along that path did); a batch keeps its masks."""
+    Each row of each sequence attends to exactly the keys it sees, gathered and unmasked: a token tree's node
+    sees its path's keys, in order, as the one-token steps along that path did, and a batch row its own kept
+    slots, without the holes and padding of a slot cache, as the row decoded alone does."""
     q, t = query.shape[2], key.shape[2]
     sdpa = torch.nn.functional.scaled_dot_product_attention
     gqa = query.shape[1] != key.shape[1]
     # In float32: on the CPU, SDPA of one bfloat16 query row costs 8× the same row in float32 (0.8 against 0.1 ms
     # over 512 keys, Qwen's 14 heads), so the upcast pays for itself; the result is rounded back.
     out_dtype, query, key, value = query.dtype, query.float(), key.float(), value.float()
-    if mask is not None and mask.is_floating_point():
-        mask = mask.float()  # an additive mask in the model's dtype: SDPA wants the query's
-    rows = []
-    for i, keys in enumerate(_seen(mask, q, t)):
-        if keys is None:  # a batch: its mask as it is
-            rows.append(sdpa(query[:, :, i:i + 1], key, value, attn_mask=mask[:, :, i:i + 1], scale=scale,
-                             enable_gqa=gqa))
-        else:
-            rows.append(sdpa(query[:, :, i:i + 1], key[:, :, keys], value[:, :, keys], scale=scale, enable_gqa=gqa))
-    return (rows[0] if q == 1 else torch.cat(rows, dim=2)).to(out_dtype)
+    if mask is not None and mask.shape[0] != query.shape[0]:
+        mask = mask.expand(query.shape[0], *mask.shape[1:])
+    out = []
+    for b in range(query.shape[0]):
+        rows = [sdpa(query[b:b + 1, :, i:i + 1], key[b:b + 1, :, keys], value[b:b + 1, :, keys], scale=scale,
+                     enable_gqa=gqa) for i, keys in enumerate(_seen(None if mask is None else mask[b], q, t))]
+        out.append(rows[0] if q == 1 else torch.cat(rows, dim=2))
+    return (out[0] if len(out) == 1 else torch.cat(out)).to(out_dtype)
 
 
 def _seen(mask: torch.Tensor | None, q: int, t: int) -> list[Any]:
-    """Per query row, the keys it sees: a slice where they are a prefix, else their indices; None per row for
-    a batch of several sequences (their masks stay)."""
+    """Per query row of one sequence, the keys it sees (``mask`` [1, q or 1, t], boolean or additive, or None for
+    causal): a slice where they are a prefix, else their indices."""
     if mask is None:  # causal over the last q positions
         return [slice(0, t - q + i + 1) for i in range(q)]
-    if mask.shape[0] != 1:
-        return [None] * q
-    visible = (mask[0, 0] if mask.dtype == torch.bool else mask[0, 0] == 0).expand(q, t)
+    visible = (mask[0] if mask.dtype == torch.bool else mask[0] == 0).expand(q, t)
     counts = visible.sum(-1)
     prefix = (visible == (torch.arange(t, device=visible.device) < counts[:, None])).all(-1)
     # one read-back for the whole mask; only rows with holes (a tree's nodes) look up their keys
@@ -156,17 +189,17 @@ def should_pack(kernels: str, device: torch.device, dtype: torch.dtype) -> bool:
     return pack
 
 
-def pack_linears(model: Any) -> int:
-    """Replace every ``nn.Linear`` of ``model`` by a `PackedLinear` (changes the model in place; the output
-    embeddings keep their dense weight), each fed rows as its shape's `invariant_by` says. Returns how many were
-    packed."""
+def pack_linears(model: Any, packed: bool = True) -> int:
+    """Replace every ``nn.Linear`` of ``model`` by a `PackedLinear` (``packed``; the output embeddings keep their
+    dense weight) or a `TorchLinear`, each fed rows as its shape's `invariant_by` says (changes the model in
+    place). Returns how many were replaced."""
     head = model.get_output_embeddings()
     count = 0
     ways: dict[tuple[int, int, torch.dtype], Invariance] = {}  # per weight shape: the kernel depends on it alone
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
             if isinstance(child, torch.nn.Linear):
-                layer = PackedLinear(child, keep_weight=child is head)
+                layer = PackedLinear(child, keep_weight=child is head) if packed else TorchLinear(child)
                 shape = (layer.in_features, layer.out_features, child.weight.dtype)
                 if shape not in ways:
                     ways[shape] = invariant_by(layer)

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import copy
 import importlib.metadata as md
+import inspect
 from functools import cached_property
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 
 from structspec.errors import OptionError, PromptError, SpecError, VocabularyMismatchError
-from structspec.kernels import PackedLinear, attention_by_row, native_bf16, pack_linears, should_pack
+from structspec.kernels import (
+    WHOLE_ROWS, PackedLinear, RowLinear, attention_by_row, native_bf16, pack_linears, should_pack,
+)
 from structspec.loading import DEFAULT_MODEL, model_path, quiet_loading, use_threads
 from structspec.vocab import TokenVocab, vocab_from_tokenizer
 
@@ -126,7 +129,7 @@ class LM:
         """Feed ``token_ids`` after what ``cache`` holds (changes the cache); returns float32 logits of the
         last ``logits_to_keep`` positions [k, logits_width], restricted per row by ``allowed``."""
         hidden = self.model.base_model(
-            input_ids=torch.tensor([token_ids], device=self.device), past_key_values=cache, use_cache=True,
+            input_ids=torch.tensor([token_ids], device=self.device), use_cache=True, **{self._cache_argument: cache}
         ).last_hidden_state
         return self.head(hidden[0, -logits_to_keep:], allowed)
 
@@ -161,6 +164,23 @@ class LM:
     def kernels(self) -> str:
         """``"onednn"`` when `load` packed the model's linear layers (`structspec.kernels`), else ``"torch"``."""
         return "onednn" if isinstance(self.model.get_output_embeddings(), PackedLinear) else "torch"
+
+    @cached_property
+    def _cache_argument(self) -> str:
+        """The name the model's forward takes its KV cache by: ``cache`` (transformers ≥ 5.2x, where
+        ``past_key_values`` is deprecated for removal in 5.40), else ``past_key_values``."""
+        forward = self.model.base_model.forward  # transformers' deprecation wrapper keeps the signature
+        return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+
+    @cached_property
+    def batch_invariant(self) -> bool:
+        """Whether every pass gives each row the logits it gets alone, whatever else the pass feeds (other rows
+        of a batch, drafts, padding, slot holes), so that batched and accelerated decoding are token-identical to
+        plain masked decoding in this model's dtype: where `make_batch_invariant` (or `load`) made every linear
+        layer a `structspec.kernels.RowLinear` and attention run by row. Elsewhere a row may leave its single-row
+        twin at a near-tie. Changes nothing."""
+        linears = [m for m in self.model.modules() if isinstance(m, (torch.nn.Linear, RowLinear))]
+        return self.prefills_apart and all(isinstance(m, RowLinear) for m in linears)
 
     @cached_property
     def prefills_apart(self) -> bool:
@@ -207,7 +227,8 @@ class LM:
         mask = torch.zeros(attend.shape, dtype=dtype, device=device)
         mask.masked_fill_(~attend.to(device), torch.finfo(dtype).min)
         hidden = self.model.base_model(
-            input_ids=ids, position_ids=pos, attention_mask=mask[:, None], past_key_values=cache, use_cache=True
+            input_ids=ids, position_ids=pos, attention_mask=mask[:, None], use_cache=True,
+            **{self._cache_argument: cache},
         ).last_hidden_state
         if not rows:  # a pass that only fills the cache (every row fed pending tokens alone)
             return hidden.new_empty(0, self.logits_width, dtype=torch.float32)
@@ -345,11 +366,20 @@ def load(
 
 
 def pack_for_cpu(model: Any) -> None:
-    """Pack ``model``'s linear layers for oneDNN and, outside float32, run its attention by row, so that a verify
-    pass equals its one-token steps bit for bit (`structspec.kernels`). Changes the model in place."""
-    pack_linears(model)
-    if model.dtype != torch.float32:  # float32 attention is batch-invariant already
-        use_attention_by_row(model)
+    """`make_batch_invariant` with ``model``'s linear layers packed for oneDNN (`structspec.kernels`). Changes the
+    model in place."""
+    make_batch_invariant(model, packed=True)
+
+
+def make_batch_invariant(model: Any, packed: bool = False) -> None:
+    """Make every pass of ``model`` give each row the logits it gets alone (`LM.batch_invariant`), in any dtype:
+    each linear layer a `structspec.kernels.RowLinear` (packed for oneDNN with ``packed``, else on torch's own
+    kernel) and attention by row (`use_attention_by_row`), so that a verify pass equals its one-token steps and a
+    batched row the row decoded alone, bit for bit. Changes the model in place (inference only); a second call
+    changes nothing."""
+    if not any(isinstance(m, RowLinear) for m in model.modules()):
+        pack_linears(model, packed)
+    use_attention_by_row(model)
 
 
 BY_ROW = "structspec_by_row"  # the attention implementation's name in transformers' registry
@@ -357,7 +387,7 @@ INVARIANT_TOKENS = 64
 """Batch-invariant bfloat16 on an AVX-512 BF16 CPU, Qwen2.5-Coder-0.5B: a pass of up to 64 tokens gave each
 position the logits of one-token steps bit for bit, one of 65 did not (a lookahead tree of 87 nodes turned a
 0.125 margin into a tie)."""
-PREFILL_ROWS = 64  # more query rows than this: a prompt's prefill, which no verify pass is compared with
+PREFILL_ROWS = WHOLE_ROWS  # more query rows than this: a prompt's prefill, which no verify pass is compared with
 
 
 def _attention_by_row(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,

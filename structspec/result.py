@@ -52,6 +52,10 @@ class Stats:
     forced_bytes: int = 0
     model_tokens: int = 0  # chosen by the target itself: neither forced nor an accepted draft
     drafts: dict[str, DraftStats] = field(default_factory=dict)  # per draft source
+    dtype: str = ""  # the target model's dtype ("float32", "bfloat16", ...)
+    # whether the model's passes give each row the logits it gets alone (`LM.batch_invariant`): then batched and
+    # accelerated decoding are token-identical to plain masked decoding; else up to near-ties in float rounding
+    batch_invariant: bool = False
 
     @property
     def draft_passes(self) -> int:

@@ -24,7 +24,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-from structspec.lm import LM, from_transformers
+from structspec.lm import LM, from_transformers, make_batch_invariant
 
 _NAMES = ["Alice", "Bob", "Carol", "Dave", "Eve", "Frank", "Grace", "Heidi", "Ivan", "Judy"]
 _CITIES = ["Paris", "London", "Tokyo", "Berlin", "Oslo", "Lima", "Rome", "Cairo"]
@@ -184,10 +184,15 @@ def tiny_llama(
 _TOKENIZERS = {"byte_level": byte_level_tokenizer, "sentencepiece": sentencepiece_tokenizer}
 
 
-def tiny_lm(kind: Literal["byte_level", "sentencepiece"] = "byte_level", seed: int = 0, device: str = "cpu") -> LM:
-    """`tiny_llama` with the ``kind`` tokenizer on ``device``, wrapped as a `structspec.LM`."""
+def tiny_lm(kind: Literal["byte_level", "sentencepiece"] = "byte_level", seed: int = 0, device: str = "cpu",
+            dtype: torch.dtype = torch.float32, batch_invariant: bool = False) -> LM:
+    """`tiny_llama` with the ``kind`` tokenizer on ``device`` in ``dtype``, wrapped as a `structspec.LM`; with
+    ``batch_invariant``, made so as `load` makes its models (`structspec.lm.make_batch_invariant`)."""
     tokenizer = _TOKENIZERS[kind]()
-    return from_transformers(tiny_llama(tokenizer, seed).to(device), tokenizer)
+    model = tiny_llama(tokenizer, seed).to(device=device, dtype=dtype)
+    if batch_invariant:
+        make_batch_invariant(model)
+    return from_transformers(model, tokenizer)
 
 
 def save_tiny_model(directory: str | Path) -> Path:

@@ -24,8 +24,11 @@ drafter and generator). A turn:
 5. each row `accept`s; its rejected slots (a chain's tail, a tree's other
    branches) become holes.
 
-A row's tokens equal the row decoded alone (`structspec.decoding.loop`) up to
-float rounding: batch shapes change the order of float sums.
+A row's tokens equal the row decoded alone (`structspec.decoding.loop`) bit for
+bit where the model is batch-invariant (`LM.batch_invariant`: every pass gives
+a row the logits it gets alone; its prompt is then prefilled whole, as alone,
+not from the shared prefix); elsewhere up to float rounding, as batch shapes
+change the order of float sums.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from structspec.automaton.fsm import TokenFSM
 from structspec.decoding.budget import choose_width, pass_cost
 from structspec.decoding.draft_batch import DraftBatch, NeedDraftLogits
 from structspec.decoding.drafters import Drafter, ModelDrafter
-from structspec.decoding.loop import decode, slot_pass
+from structspec.decoding.loop import decode, describe, slot_pass
 from structspec.decoding.row import Decoded, DecodeOptions, RowDecode
 from structspec.decoding.slots import Slots
 from structspec.lm import LM
@@ -86,7 +89,7 @@ def decode_batch(
             yield item.index, decode(lm, item.fsm, item.prompt_ids, options, item.drafter, item.generator)
         return
     prefix_cache = None
-    if prefix:
+    if prefix and not getattr(lm, "batch_invariant", False):  # invariant rows prefill as they do alone: whole
         prefix_cache = lm.new_cache()
         lm.forward(prefix, prefix_cache)
     queue = iter(rows)
@@ -102,7 +105,8 @@ def decode_batch(
         t0 = time.perf_counter()
         row = RowDecode.start(item.fsm, lm.tokenizer, item.prompt_ids, options, item.drafter, item.generator,
                               lm.max_context, cost, trees=True)
-        ids, reused = item.prompt_ids, len(prefix or [])
+        describe(lm, row)
+        ids, reused = item.prompt_ids, len(prefix or []) if prefix_cache is not None else 0
         own = copy.deepcopy(prefix_cache) if prefix_cache is not None else lm.new_cache()
         if len(ids) - 1 > reused:
             lm.forward(ids[reused:-1], own)

@@ -43,6 +43,7 @@ def decode_steps(
     trees = isinstance(drafter, TreeDrafting) and getattr(lm, "batchable", False)
     row = RowDecode.start(fsm, lm.tokenizer, prompt_ids, options, drafter, generator, lm.max_context,
                           pass_cost(lm), trees)
+    describe(lm, row)
     cache = lm.new_cache()
     slots = Slots(1) if trees else None
     if getattr(lm, "prefills_apart", False) and len(prompt_ids) > 1:
@@ -55,7 +56,7 @@ def decode_steps(
     cap = getattr(lm, "max_pass_tokens", None)  # (a sampled row's draft is not cut: drawn with its generator)
     try:
         while (window := row.prepare()) is not None:
-            if cap is not None and len(window) > cap and len(row.pending) < cap and not options.sampling.do_sample:
+            if cap is not None and len(window) > cap and not options.sampling.do_sample:  # a long forced run: chunks
                 window = row.fit(cap)
             step(window)
             if len(row.out) > told:
@@ -68,6 +69,14 @@ def decode_steps(
     if len(row.out) > told:  # forced in the last `prepare`
         yield row.out[told:], row.sources[told:]
     return row.decoded()
+
+
+def describe(lm: LanguageModel, row: RowDecode) -> None:
+    """Write the model's dtype and whether its rows are batch-invariant (`LM.batch_invariant`) into ``row``'s
+    stats (changes the stats)."""
+    model = getattr(lm, "model", None)
+    row.stats.dtype = str(getattr(model, "dtype", "")).removeprefix("torch.")
+    row.stats.batch_invariant = bool(getattr(lm, "batch_invariant", False))
 
 
 def _prefill_apart(lm: LanguageModel, cache: object, slots: Slots | None, row: RowDecode) -> None:
