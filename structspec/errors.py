@@ -128,3 +128,12 @@ class InvalidOutput(StructspecError, ValueError):
         self.text: str = result.text
         self.stats = result.stats
         super().__init__(f"the output does not validate ({reason}); output: {self.text[-200:]!r}")
+
+
+class InvalidSchemaError(SchemaError):
+    """A schema that is not a valid JSON Schema of its draft (``{"type": "strin"}``), raised at compile time
+    naming the keyword and the JSON pointer of its node, with the nearest valid value where there is one."""
+
+    def __init__(self, keyword: str, pointer: str, reason: str) -> None:
+        super().__init__(keyword, pointer, reason)
+        self.args = (f"invalid JSON Schema: keyword {keyword!r} at {self.pointer}: {reason}",)

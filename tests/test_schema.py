@@ -565,7 +565,8 @@ def test_explicit_bounds_keep_their_exact_regexes() -> None:
     assert constraint_of(schema).narrowings == ()
     assert to_regex(schema) == to_regex(schema, **DIGITS_OFF)
     assert constraint_of({"type": "integer", "minimum": 0, "maximum": 10**20}).narrowings == (
-        "/: maximum 100000000000000000000 narrowed to 1000000000000000 (bounds beyond ±1e+15 cost automaton states)",
+        "/: maximum 100000000000000000000 narrowed to 1000000000000000 (a range wider than 1e+15 costs automaton "
+        "states for its digits)",
     )
 
 
@@ -701,7 +702,7 @@ def test_a_recursive_schema_is_checked_as_written() -> None:
     # unrolling inlines the definitions where they are used: an unused bad one is still an invalid schema
     schema = {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#"}}},
               "definitions": {"unused": {"type": 5}}}
-    with pytest.raises(SchemaError, match="not a valid JSON Schema") as err:
+    with pytest.raises(SchemaError, match="invalid JSON Schema") as err:
         constraint_of(schema)
     assert (err.value.keyword, err.value.pointer) == ("type", "/definitions/unused")
     assert full(to_regex({k: v for k, v in schema.items() if k != "definitions"}), '{"kids":[{},{"kids":[]}]}')

@@ -393,3 +393,27 @@ def char_ranges(op: C._NamedIntConstant, arg: object) -> Ranges:
         else:
             raise _Unsupported(f"character class item {item_op} is not supported")
     return complement(tuple(ranges)) if negate else normalize(tuple(ranges))
+
+
+def characters(regex: str) -> Ranges:
+    """The code points that some string of ``regex`` may hold (each character item's, over the whole regex; a
+    part that matches no string still counts); `RegexError` if it is invalid."""
+    found: list[tuple[int, int]] = []
+
+    def walk(items: list) -> None:
+        for op, arg in items:
+            if op in (C.LITERAL, C.NOT_LITERAL, C.ANY, C.IN):
+                try:
+                    found.extend(char_ranges(op, arg))
+                except _Unsupported as e:
+                    raise RegexError(regex, str(e)) from None
+            elif op is C.SUBPATTERN:
+                walk(group_body(arg[3]))
+            elif op is C.BRANCH:
+                for alternative in arg[1]:
+                    walk(alternative)
+            elif op in REPEATS:
+                walk(arg[2])
+
+    walk(parse(regex))
+    return normalize(tuple(found))

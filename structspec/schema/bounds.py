@@ -17,7 +17,9 @@ EXPONENT_DIGITS = 3
 """Exponent digits of an unbounded number while integer digits are bounded (a float64's exponent has 3)."""
 
 CAP = 10**15
-"""Explicit bounds beyond ±CAP are narrowed to it: each digit of a bound costs automaton states."""
+"""A bound farther than CAP from the other end of its range (from 0 where it has none) is narrowed to that
+distance: each digit of a range costs automaton states. Never past the other end: a narrow range of large
+numbers (10**16 to 10**16 + 5) is kept exactly."""
 
 
 @dataclass(frozen=True)
@@ -75,13 +77,22 @@ class Bound:
 
 
 def read_bounds(node: dict[str, Any]) -> tuple[Bound | None, Bound | None]:
-    """The lower and upper bound of ``node`` (None: unbounded), the tighter of each pair, narrowed to ±`CAP`.
+    """The lower and upper bound of ``node`` (None: unbounded), the tighter of each pair, each at most `CAP` from
+    the other end (from 0 where there is none).
 
     Reads draft 4's boolean ``exclusiveMinimum``/``exclusiveMaximum`` as modifiers of
-    ``minimum``/``maximum``.
+    ``minimum``/``maximum``. Values stay as the schema states them (a Python int is exact).
     """
     low = _bound(node, "minimum", "exclusiveMinimum", lower=True)
-    return low, _bound(node, "maximum", "exclusiveMaximum", lower=False)
+    high = _bound(node, "maximum", "exclusiveMaximum", lower=False)
+    # Narrow (never widen) a far end toward the other one: digits of a bound cost automaton states.
+    lowest = min(-CAP, high.value - CAP) if high is not None else -CAP
+    highest = max(CAP, low.value + CAP) if low is not None else CAP
+    if low is not None and low.value < lowest:
+        low = Bound(lowest, low.open, low.keyword)
+    if high is not None and high.value > highest:
+        high = Bound(highest, high.open, high.keyword)
+    return low, high
 
 
 def _bound(node: dict[str, Any], inclusive: str, exclusive: str, lower: bool) -> Bound | None:
@@ -93,10 +104,7 @@ def _bound(node: dict[str, Any], inclusive: str, exclusive: str, lower: bool) ->
         bound is None or (other >= bound.value if lower else other <= bound.value)
     ):
         bound = Bound(other, True, exclusive)
-    if bound is None:
-        return None
-    # Beyond the cap, narrow (never widen) the range: digits of a bound cost automaton states.
-    return Bound(max(bound.value, -CAP) if lower else min(bound.value, CAP), bound.open, bound.keyword)
+    return bound
 
 
 def integer_limits(low: Bound | None, high: Bound | None) -> tuple[int | None, int | None]:

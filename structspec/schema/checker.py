@@ -498,7 +498,7 @@ class _Checker:
         for bound in (low, high):
             if bound is not None and bound.value != node[bound.keyword]:
                 self.rewrites.narrow(ptr, f"{bound.keyword} {node[bound.keyword]} narrowed to {bound.value} "
-                                     f"(bounds beyond ±{CAP:.0e} cost automaton states)")
+                                     f"(a range wider than {CAP:.0e} costs automaton states for its digits)")
         digits = self.rewrites.digits
         if kind == "integer":
             lo, hi = integer_limits(low, high)

@@ -7,12 +7,14 @@ import enum
 import json
 import warnings
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any, get_origin
 
 import pydantic
 
-from structspec.automaton.nfa import gc_paused
-from structspec.errors import OptionError, SpecError
+from structspec.automaton.nfa import characters, gc_paused
+from structspec.automaton.utf8 import normalize
+from structspec.errors import OptionError, RegexError, SpecError
 from structspec.schema.bounds import MAX_FRACTION_DIGITS, MAX_INTEGER_DIGITS, Digits
 from structspec.schema.checker import check
 from structspec.schema.constraint import COMPACT, Constraint, Regex
@@ -57,6 +59,9 @@ def constraint_of(spec: Any, whitespace_pattern: str = COMPACT, strict: bool = T
         raise OptionError(f"max_recursion_depth must be an int >= 1, got {max_recursion_depth!r}")
     if open_objects is not None and not isinstance(open_objects, bool):
         raise OptionError(f"open_objects must be a bool or None (as the spec reads it), got {open_objects!r}")
+    if not isinstance(whitespace_pattern, str):
+        raise OptionError(f"whitespace_pattern must be a str regex, got {whitespace_pattern!r}; {_WHITESPACE_FIX}")
+    _check_whitespace(whitespace_pattern)
     digits = Digits(max_integer_digits, max_fraction_digits)
     options = (digits, max_recursion_depth, open_objects is not False)  # a JSON Schema's objects: open by default
     typed = (digits, max_recursion_depth, open_objects is True)  # a Pydantic schema's: closed by default
@@ -90,6 +95,29 @@ def constraint_of(spec: Any, whitespace_pattern: str = COMPACT, strict: bool = T
         f"unsupported output spec {spec!r} ({type(spec).__name__}); pass a Pydantic model class, "
         "a JSON Schema (dict or str), structspec.Regex(...), a Literal/Enum, or int/float/bool/str"
     )
+
+
+_JSON_WHITESPACE = normalize(((0x09, 0x0A), (0x0D, 0x0D), (0x20, 0x20)))  # JSON's own: tab, newline, return, space
+
+
+_WHITESPACE_FIX = "use a pattern of JSON whitespace, such as '' (compact), ' ?' or '[ \\t\\n\\r]*'"
+
+
+@lru_cache(maxsize=64)
+def _check_whitespace(whitespace_pattern: str) -> None:
+    """`OptionError` unless ``whitespace_pattern`` is a regex whose strings hold JSON whitespace only (anything
+    else between JSON tokens makes the output no JSON). Once per process for each pattern."""
+    try:
+        found = characters(whitespace_pattern) if whitespace_pattern else ()
+    except RegexError as e:
+        raise OptionError(f"whitespace_pattern {whitespace_pattern!r} is no regex structspec reads ({e.reason}); "
+                          f"{_WHITESPACE_FIX}") from None
+    other = next(((lo, hi) for lo, hi in found if not any(a <= lo and hi <= b for a, b in _JSON_WHITESPACE)), None)
+    if other is not None:
+        shown = next(chr(c) for c in range(other[0], other[1] + 1) if normalize(((c, c),))
+                     and not any(a <= c <= b for a, b in _JSON_WHITESPACE))
+        raise OptionError(f"whitespace_pattern {whitespace_pattern!r} can match {shown!r}, which is not JSON "
+                          f"whitespace (space, \\t, \\n, \\r): the output would not be JSON; {_WHITESPACE_FIX}")
 
 
 def _json_constraint(

@@ -3,6 +3,7 @@ the validator outputs are checked with."""
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 import math
@@ -12,7 +13,7 @@ import jsonschema
 import jsonschema_rs
 from jsonschema.protocols import Validator
 
-from structspec.errors import SchemaError
+from structspec.errors import InvalidSchemaError, SchemaError
 from structspec.schema.keywords import NAMED
 from structspec.schema.pointers import join
 
@@ -54,7 +55,30 @@ def check_metaschema(schema: Any) -> None:
     try:
         cls.check_schema(schema)
     except jsonschema.SchemaError as e:
-        raise SchemaError(*_keyword_at(schema, e), f"not a valid JSON Schema: {e.message}") from None
+        raise InvalidSchemaError(*_keyword_at(schema, e), e.message + _suggestion(e)) from None
+
+
+def _suggestion(error: jsonschema.ValidationError) -> str:
+    """How to fix the value the metaschema rejects: the nearest of the values it allows there (the enums and
+    consts of the failing subschema and its branches), or those values, or the metaschema's words."""
+    allowed: list[str] = []
+    todo = [error]
+    while todo:
+        e = todo.pop()
+        if e.validator == "enum":
+            allowed += [json.dumps(v) for v in e.validator_value]
+        elif e.validator == "const":
+            allowed.append(json.dumps(e.validator_value))
+        todo += e.context or []
+    allowed = list(dict.fromkeys(allowed))
+    written = [error.instance, *(error.instance if isinstance(error.instance, list) else [])]  # (a type list's)
+    for value in map(json.dumps, written):
+        near = difflib.get_close_matches(value, allowed, n=1, cutoff=0.6) if value not in allowed else None
+        if near:
+            return f"; did you mean {near[0]}" + ("?" if value == json.dumps(error.instance) else f" for {value}?")
+    if allowed:
+        return f"; use one of {', '.join(allowed)}"
+    return f"; make the value match the draft's metaschema ({error.validator}: {json.dumps(error.validator_value)[:80]})"
 
 
 @functools.cache
