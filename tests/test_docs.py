@@ -3,28 +3,29 @@
 A block preceded by ``<!-- skip: REASON -->`` is not run; its reason must be one of `SKIP_REASONS` (a short,
 reviewed list), and each skipped block shows up as a skipped test with its reason. Blocks run with the current
 directory in a temporary folder that holds the clone's ``examples/``, so they may read the example files and
-write their own. Pages share loaded models (`structspec.load` memoized here) only to save load time.
+write their own. Pages share loaded models (`structspec.load` memoized here, from the developer's cache as the
+`smollm2` fixture loads it) only to save load time.
 """
 
 from __future__ import annotations
 
-import functools
 import re
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
+from conftest import _load_shipped
 
 import structspec
+from structspec.lm import DEFAULT_MODEL
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 # Why a block may be left out; anything else must run.
 SKIP_REASONS = {
-    "needs qwen2.5-coder-0.5b": "an optional 490 MB model package",
     "needs a Ray cluster": "Ray Data pipelines start a cluster of actors",
     "needs a GPU": "CUDA devices",
 }
@@ -61,12 +62,19 @@ RUN_PAGES = [page for page in PAGES if any(block.skip is None for block in block
 SKIPPED = [block for page in PAGES for block in blocks(page) if block.skip is not None]
 
 
-_LOAD = structspec.load
+_MODELS: dict[str, structspec.LM] = {}  # loaded once per session, whichever page asks first
 
 
-@functools.cache
-def _shared_load(*args: Any, **kwargs: Any) -> structspec.LM:
-    return _LOAD(*args, **kwargs)
+def _shared_load(isolated_cache: str) -> Callable[..., structspec.LM]:
+    """`structspec.load` for the blocks: a shipped model from the developer's cache, loaded once per session."""
+    def load(name: str = DEFAULT_MODEL, **options: Any) -> structspec.LM:
+        if options:
+            raise AssertionError(f"a docs block loads {name!r} with {options}: blocks load by name only; "
+                                 "mark one that needs more with a listed skip reason")
+        if name not in _MODELS:
+            _MODELS[name] = _load_shipped(name, isolated_cache)
+        return _MODELS[name]
+    return load
 
 
 def test_pages_have_runnable_blocks() -> None:
@@ -87,10 +95,10 @@ def test_skipped_block(block: Block) -> None:
 
 @pytest.mark.real_model
 @pytest.mark.parametrize("page", RUN_PAGES, ids=_name)
-def test_page_runs(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_page_runs(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_cache: str) -> None:
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(structspec, "load", _shared_load)
+    monkeypatch.setattr(structspec, "load", _shared_load(isolated_cache))
     namespace: dict[str, Any] = {"__name__": "docs_page"}
     for block in blocks(page):
         if block.skip is None:
