@@ -1,17 +1,15 @@
-"""structspec: constrained structured generation with exact forward-pass accounting."""
+"""structspec: constrained structured generation with exact forward-pass accounting.
 
-from structspec.automaton import UnspellableError
-from structspec.api import (
-    Compiled,
-    GenerateOptions,
-    clear_cache,
-    compile,
-    generate,
-    generate_batch,
-    generate_result,
-    iter_batch,
-    stream,
-)
+The errors and ``__version__`` are here at once; everything else is imported on first use (PEP 562), so
+``import structspec`` and ``structspec --help`` do not import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib import metadata
+from typing import TYPE_CHECKING, Any
+
 from structspec.errors import (
     InvalidOutput,
     ModelNotFoundError,
@@ -22,17 +20,67 @@ from structspec.errors import (
     SpecError,
     StructspecError,
     TokenBudgetExceeded,
+    UnspellableError,
     VocabularyMismatchError,
 )
-from structspec.lm import LM, from_transformers, load
-from structspec.result import FieldDone, Finished, Result, Stats, StreamEvent, TextChunk
-from structspec.schema import grammars
-from structspec.schema import Regex, to_regex
+
+if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and IDEs
+    from structspec.api import (
+        Compiled, GenerateOptions, clear_cache, compile, generate, generate_batch, generate_result, iter_batch, stream,
+    )
+    from structspec.lm import LM, from_transformers, load
+    from structspec.result import FieldDone, Finished, Result, Stats, StreamEvent, TextChunk
+    from structspec.schema import Regex, grammars, to_regex
+
+_LAZY = {
+    "structspec.api": ("Compiled", "GenerateOptions", "clear_cache", "compile", "generate", "generate_batch",
+                       "generate_result", "iter_batch", "stream"),
+    "structspec.lm": ("LM", "from_transformers", "load"),
+    "structspec.result": ("FieldDone", "Finished", "Result", "Stats", "StreamEvent", "TextChunk"),
+    "structspec.schema": ("Regex", "to_regex"),
+    "structspec.schema.grammars": ("grammars",),  # the module itself
+}
+_HOME = {name: module for module, names in _LAZY.items() for name in names}
+
+
+def _version() -> str:
+    """The installed distribution's version ("structspec-lm" on the package index; "structspec" in an older
+    install); "0+unknown" in a source tree that was never installed."""
+    for distribution in ("structspec-lm", "structspec"):
+        try:
+            return metadata.version(distribution)
+        except metadata.PackageNotFoundError:
+            continue
+    return "0+unknown"
+
+
+__version__ = _version()
+
+
+def __getattr__(name: str) -> Any:
+    """A public name (or a submodule, as ``structspec.lm``) imported on first use, then kept in the module."""
+    if name in _HOME:
+        module = importlib.import_module(_HOME[name])
+        value = module if module.__name__.endswith(f".{name}") else getattr(module, name)
+    else:
+        try:
+            value = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"{__name__}.{name}":  # the submodule exists and failed importing something else
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOME))
+
 
 __all__ = [
     "LM", "Compiled", "FieldDone", "Finished", "GenerateOptions", "InvalidOutput", "ModelNotFoundError", "OptionError",
     "PromptError", "Regex", "RegexError", "Result", "SchemaError", "SpecError", "Stats", "StreamEvent",
     "StructspecError", "TextChunk", "TokenBudgetExceeded", "UnspellableError", "VocabularyMismatchError",
-    "clear_cache", "compile", "from_transformers", "generate", "generate_batch", "generate_result", "grammars",
-    "iter_batch", "load", "stream", "to_regex",
+    "__version__", "clear_cache", "compile", "from_transformers", "generate", "generate_batch", "generate_result",
+    "grammars", "iter_batch", "load", "stream", "to_regex",
 ]

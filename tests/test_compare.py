@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
@@ -66,8 +67,11 @@ def test_summary_and_table_read_from_the_runs(by_method: dict[str, list[Run]]) -
     assert fast.no_pass_tokens == sum(r.sources.count("forced") for r in by_method["fast-forward"])
     assert fast.schema_valid == 1.0 and fast.accuracy == by_method["fast-forward"][0].accuracy
     rows = compare.table_rows(summaries)
-    assert [row[0] for row in rows] == list(by_method) and rows[0][7] == "×1.00"
+    assert [row[0] for row in rows] == list(by_method)
+    assert rows[0][8] == "finished none" and summaries[0].unfinished == 2  # a random model's text never ends
+    assert compare.table_rows(summaries[1:3])[0][8] == "×1.00"  # against plain masked, which finished
     assert len(rows[0]) == len(compare.HEADERS) and compare.HEADERS[6] == "records/s"
+    assert compare.HEADERS[7] == "s / valid\nrecord" and rows[2][7] == f"{fast.seconds / 2:.3g}"  # both valid
     assert all(s.records == 2 and s.records_per_second == 2 / s.seconds for s in summaries)
 
 
@@ -92,3 +96,21 @@ def test_the_report_files_hold_the_table_chart_and_token_views(by_method: dict[s
     assert all(f"<h4>{name} " in text for name in by_method)
     data = json.loads(raw.read_text())
     assert len(data["runs"]) == len(TASKS) * len(by_method) and data["summaries"][0]["method"] == "unconstrained"
+
+
+def test_a_method_that_finished_nothing_is_flagged_not_given_a_speed(by_method: dict[str, list[Run]],
+                                                                     byte_lm: structspec.LM, tmp_path: Path) -> None:
+    summaries = [harness.summarize(runs) for runs in by_method.values()]
+    stuck = replace(summaries[3], unfinished=summaries[3].records, schema_valid=0.0)
+    rows = compare.table_rows([summaries[0], stuck])
+    assert rows[1][8] == "finished none" and rows[1][7] == "—"  # no tokens/s ratio, no seconds per valid record
+    baseline_stuck = compare.table_rows([replace(summaries[0], unfinished=2), summaries[2]])
+    assert baseline_stuck[1][8] == "— (unconstrained finished none)"
+    invalid = replace(summaries[2], schema_valid=0.0)
+    assert compare.flag(invalid) == "none valid" and compare.seconds_per_valid_record(invalid) is None
+    stuck_runs = {label: [replace(r, finished=False) for r in runs] if label == "+ prompt lookup" else runs
+                  for label, runs in by_method.items()}
+    _, _, raw = compare.write_report(tmp_path, "title", "a note", TASKS, stuck_runs, byte_lm)
+    flags = {s["method"]: (s["flag"], s["seconds_per_valid_record"]) for s in json.loads(raw.read_text())["summaries"]}
+    assert flags["+ prompt lookup"][0] == "finished none" and flags["fast-forward"][0] is None
+    assert flags["fast-forward"][1] > 0

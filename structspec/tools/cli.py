@@ -1,52 +1,270 @@
-"""Command line: ``structspec demo``, ``structspec extract``, ``structspec compare`` and ``structspec bench``."""
+"""Command line: ``structspec demo``, ``extract``, ``compare``, ``bench``, ``throughput`` and ``pass-cost``.
+
+Parsing imports neither torch nor transformers: a command's options are added only when that command is on the
+command line (their defaults and choices live in modules that import torch), and what runs a model is imported
+inside the command. So ``structspec --help`` and ``--version`` answer at once, and a bad option, spec or name
+exits 2 before any model loads.
+"""
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from pydantic import BaseModel, Field
 
 import structspec
-from structspec.decoding.drafters import SHORT_NAMES
-from structspec.kernels import KERNELS
-from structspec.lm import DEFAULT_MODEL, LM
-from structspec.tools import bench, compare, jobs, pass_cost, throughput
-from structspec.tools.explain import explain_html, legend_rich, stats_table, to_rich, token_views
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from structspec.lm import LM
 
 EXIT_OK, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 2, 130
 EXIT_CODES = f"""exit codes:
   {EXIT_OK}    done (also when some records failed: they are in the output with their reason)
   1    an unexpected error (a bug: please report it with the traceback)
-  {EXIT_CONFIG}    configuration error (unknown schema or model, unreadable input, bad option); nothing ran
+  {EXIT_CONFIG}    configuration error (bad option, schema, model or drafter name, unreadable input); nothing ran
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C); rerun the same command to resume"""
 
+DESCRIPTION = ("Constrained structured generation for Hugging Face causal LMs, with exact forward-pass "
+               "accounting. Start with `structspec demo`, then `structspec extract`; `structspec COMMAND --help` "
+               "for a command's options.")
+DEFAULT_MAX_NEW_TOKENS = 256  # one token budget for every command
+
 DEMO_DOCUMENT = (
-    "Hi team, please welcome Dr. Maria Okafor, our new Head of Research, who joins us from "
+    "Hi team, please welcome Dr. Maria Okafor, our new Head of Research, a senior hire who joins us from "
     "Lagos on Monday. She can be reached at maria.okafor@brightlabs.io or +234 801 555 0199."
 )
+DEMO_NOTE = "SmolLM2-135M shows the mechanics; use qwen2.5-coder-0.5b or your own model (--model) for accuracy."
 
 
 class NewHire(BaseModel):
-    """The demo's extraction schema."""
+    """The demo's extraction schema: the phone's pattern stops a small model from running on past the number."""
 
     name: str
     title: str
     city: str
     email: str
-    phone: str
+    phone: Annotated[str, Field(pattern=r"^\+[0-9]{1,3}( [0-9]{2,4}){2,4}$")]
     seniority: Literal["junior", "mid", "senior", "executive"]
+
+
+class Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Help with each option's default, where it has one and its help does not already say it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, False) or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def _positive(text: str) -> int:
+    """An int ≥ 1 (argparse's ``type``: a bad value exits 2 with the option's name before anything runs)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be ≥ 1, got {value}")
+    return value
+
+
+def drafter(text: str) -> str:
+    """A drafter's name (`structspec.decoding.drafters.SHORT_NAMES` or ``none``), with a did-you-mean for a typo
+    (argparse's ``type``)."""
+    from structspec.decoding.drafters import SHORT_NAMES
+
+    names = [*SHORT_NAMES, "none"]
+    if text in names:
+        return text
+    close = difflib.get_close_matches(text, names, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise argparse.ArgumentTypeError(f"unknown drafter {text!r}; {hint}(drafters: {', '.join(names)}; a draft "
+                                     "model goes in --draft-model)")
+
+
+# ---------------------------------------------------------------- options
+
+
+def _model_options(parser: argparse.ArgumentParser) -> None:
+    """The options of every command that loads a model (passed to `structspec.load`)."""
+    from structspec.kernels import KERNELS
+    from structspec.loading import DEFAULT_MODEL, SHIPPED
+
+    parser.add_argument("--model", default=DEFAULT_MODEL,
+                        help=f"a shipped model ({', '.join(SHIPPED)}), a local Hugging Face model directory, or a "
+                             "hub id in the local Hugging Face cache")
+    parser.add_argument("--device", default="auto", help="auto (CUDA when available, else the CPU), cpu, cuda or cuda:N")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
+                        help="the model's weights and activations (default: bfloat16 on CUDA and on CPUs with "
+                             "AVX-512 BF16 or AMX, else float32)")
+    parser.add_argument("--kernels", choices=KERNELS, default="auto",
+                        help="auto: a float32 CPU model's linear layers prepacked for oneDNN; torch: torch's own")
+    parser.add_argument("--threads", type=_positive, metavar="N",
+                        help="torch CPU threads (default: torch's count, capped at the CPUs this process may use; "
+                             "1 on a machine shared with other jobs)")
+
+
+def _output_options(parser: argparse.ArgumentParser) -> None:
+    """``--verbose`` and ``--quiet``, spelled alike by every command that has them."""
+    parser.add_argument("--verbose", action="store_true", help="show transformers' loading messages and warnings")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar or status line")
+
+
+def _budget(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-new-tokens", type=_positive, default=DEFAULT_MAX_NEW_TOKENS, metavar="N",
+                        help="output tokens per record before it stops as out of budget")
+
+
+def _demo_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = f"One extraction on the shipped default model, shown token by token. {DEMO_NOTE}"
+    _model_options(p)
+    _output_options(p)
+    p.add_argument("--explain", action=argparse.BooleanOptionalAction, default=True,
+                   help="show the output tokens colored by how they were produced")
+    p.add_argument("--html", metavar="PATH", help="also write that token view as a self-contained HTML file")
+
+
+def _extract_arguments(p: argparse.ArgumentParser) -> None:
+    from structspec.tools import jobs
+
+    p.description = ("Extract a structured record from every document. Each output line holds the id, the input "
+                     "position, the value or the error, and the stats. Rerun the same command to resume.")
+    p.epilog = (EXIT_CODES + "\n\nerror kinds in the output:\n"
+                + "\n".join(f"  {k:18} {v}" for k, v in jobs.ERROR_KINDS.items()))
+    p.add_argument("--schema", required=True,
+                   help="package.module:Model, path/to/file.py:Model, schema.json or grammar:NAME")
+    p.add_argument("--input", required=True, help="a JSONL file, a CSV file with a header, or a folder of .txt")
+    p.add_argument("--output", required=True, help="the JSONL file to append to (and resume from)")
+    _model_options(p)
+    _output_options(p)
+    p.add_argument("--draft", type=drafter, default="prompt_lookup", metavar="DRAFTER",
+                   help="how tokens are drafted for one target pass to verify: prompt_lookup, lookahead, tree, "
+                        "self, staged, threshold, auto or none")
+    p.add_argument("--draft-model", metavar="MODEL",
+                   help="a draft model (named as --model), drafting instead of --draft")
+    p.add_argument("--batch-size", type=_positive, metavar="N",
+                   help="documents decoded together, one target pass for all; each line is written as its "
+                        f"document finishes (default: {jobs.DEFAULT_BATCH_SIZE['cpu']} on the CPU, "
+                        f"{jobs.DEFAULT_BATCH_SIZE['cuda']} on CUDA)")
+    p.add_argument("--text-field", default="text", help="JSONL field / CSV column of the document")
+    p.add_argument("--id-field", default="id", help="JSONL field / CSV column of the record id")
+    p.add_argument("--prompt-template", metavar="FILE", help="a file with a {document} placeholder")
+    _budget(p)
+    p.add_argument("--fast-forward", choices=["off", "exact"], default="exact")
+    p.add_argument("--temperature", type=float, help="sample at this temperature (default: greedy)")
+    p.add_argument("--top-k", type=int)
+    p.add_argument("--top-p", type=float)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--retry-errors", action="store_true", help="run again the records whose line is an error")
+    p_ray = p.add_argument_group("on Ray (the ray extra)")
+    p_ray.add_argument("--ray", metavar="ADDRESS|local",
+                       help="run the job on the Ray cluster at ADDRESS (as ray.init takes it: auto, host:6379, "
+                            "ray://host:10001), or on a local Ray instance started for the job; same output, "
+                            "same resume")
+    p_ray.add_argument("--actors", type=_positive, metavar="N",
+                       help="actors decoding in parallel, each loading the model (default: 1)")
+    p_ray.add_argument("--num-cpus", type=float, metavar="C", help="CPUs per actor (default: 1)")
+    p_ray.add_argument("--num-gpus", type=float, metavar="G",
+                       help="GPUs per actor (default: 0); the model goes on it with --device auto")
+
+
+def _compare_arguments(p: argparse.ArgumentParser) -> None:
+    from structspec.tools import compare
+
+    p.description = compare.__doc__.split("\n\n")[0]
+    p.add_argument("--tasks", default="examples/tasks.jsonl",
+                   help="JSONL of {id, schema, text, expected}, the schema named in --schemas")
+    p.add_argument("--schemas", default="examples/schemas.py", help="a Python file with a SCHEMAS dict")
+    p.add_argument("--schema", help="instead of --tasks: one Pydantic model for every --input record, as "
+                                    "extract names it (package.module:Model or path/to/file.py:Model)")
+    p.add_argument("--input", help="with --schema: the documents, as extract reads them (JSONL, CSV, a folder of "
+                                   ".txt)")
+    p.add_argument("--text-field", default="text", help="JSONL field / CSV column of the document")
+    p.add_argument("--id-field", default="id", help="JSONL field / CSV column of the record id")
+    _model_options(p)
+    _output_options(p)
+    p.add_argument("--draft-model", metavar="MODEL", help="add '+ draft model' rows drafting with this model")
+    p.add_argument("--batch-size", type=_positive, default=1, metavar="B",
+                   help="also run structspec's methods B records per target pass (generate_batch), as rows "
+                        "labelled ', batch B' with their records/s (1: no batched rows)")
+    p.add_argument("--limit", type=_positive, metavar="N",
+                   help="run N records, taken in turn from each schema (default: all)")
+    _budget(p)
+    p.add_argument("--out", default="compare-report", help="folder for compare.png, compare.html, compare.json")
+
+
+def _bench_arguments(p: argparse.ArgumentParser) -> None:
+    from structspec.tools.bench import PEER, PLAIN
+
+    p.description = ("The benchmark (also python -m structspec.tools.bench): every structspec mode, outlines and "
+                     "transformers' own decoding on examples/tasks.jsonl, same model, same prompts.")
+    _model_options(p)
+    p.add_argument("--draft-model", metavar="MODEL",
+                   help="a shipped model or local dir as draft model (another tokenizer is translated through text)")
+    p.add_argument("--limit", type=_positive, metavar="N", help="run N tasks, taken in turn from each schema")
+    p.add_argument("--only", help="run only methods whose name contains one of these comma-separated words "
+                                  f"(plus {PLAIN!r} and {PEER!r})")
+    _budget(p)
+
+
+def _throughput_arguments(p: argparse.ArgumentParser) -> None:
+    from structspec.tools import throughput
+
+    p.description = "The batched throughput benchmark (also python -m structspec.tools.throughput)."
+    throughput.add_arguments(p)
+
+
+def _pass_cost_arguments(p: argparse.ArgumentParser) -> None:
+    from structspec.tools import pass_cost
+
+    p.description = "The pass-cost curve (also python -m structspec.tools.pass_cost)."
+    pass_cost.add_arguments(p)
+
+
+# ---------------------------------------------------------------- commands
+
+
+def _config_error() -> type[Exception]:
+    from structspec.tools.jobs import JobConfigError
+
+    return JobConfigError
+
+
+def load_model(args: argparse.Namespace, name: str | None = None) -> LM:
+    """`structspec.load` of ``name`` (default ``--model``) with the command's device, dtype, kernels, threads and
+    verbosity; a bad name or option is a `JobConfigError` naming the option."""
+    name = name or args.model
+    try:
+        return structspec.load(name, args.device, args.dtype, args.kernels, threads=args.threads,
+                               verbose=args.verbose)
+    except structspec.StructspecError as e:
+        option = "--model" if name == args.model else "--draft-model"
+        raise _config_error()(f"{option} {name}: {e}") from None
+
+
+def check_spec(spec: Any, option: str) -> None:
+    """Raise `JobConfigError` when ``spec`` is not a usable spec: checked as `structspec.compile` checks it, but
+    without a tokenizer, so before any model loads. Changes nothing."""
+    try:
+        structspec.to_regex(spec)
+    except structspec.StructspecError as e:
+        raise _config_error()(f"{option}: {e}") from None
 
 
 def demo(lm: LM, console: Console, explain: bool = True, html: str | None = None) -> int:
     """Extract one record; show the object, its stats and (``explain``) its tokens by how they were produced."""
+    from structspec.tools.explain import explain_html, legend_rich, stats_table, to_rich, token_views
+
     prompt = [{"role": "user", "content": f"Extract the new hire as JSON.\n\n{DEMO_DOCUMENT}"}]
-    result = structspec.generate_result(lm, NewHire, prompt, max_new_tokens=200)
+    result = structspec.generate_result(lm, NewHire, prompt, max_new_tokens=DEFAULT_MAX_NEW_TOKENS)
     console.print(f"[bold]document:[/bold] {DEMO_DOCUMENT}\n")
     console.print(result.value)
     console.print(stats_table(result.stats, title=f"{lm.name}, greedy, stop: {result.stop_reason}"))
@@ -58,17 +276,39 @@ def demo(lm: LM, console: Console, explain: bool = True, html: str | None = None
     if html:
         Path(html).write_text(explain_html(f"structspec demo: {lm.name}", views), encoding="utf-8")
         console.print(f"token view written to {html}")
+    console.print(f"\n{DEMO_NOTE}", style="dim", highlight=False)
     return EXIT_OK
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    """``structspec demo``: load the model (a status line unless ``--quiet``), then `demo`."""
+    from rich.console import Console
+
+    console = Console()
+    if args.quiet:
+        lm = load_model(args)
+    else:
+        with console.status(f"loading {args.model} (the first run converts its GGUF, ~20 s)"):
+            lm = load_model(args)
+    return demo(lm, console, args.explain, args.html)
 
 
 def extract(args: argparse.Namespace) -> int:
     """Run an extraction job (see `structspec.tools.jobs`), here or on Ray (``--ray``), with a progress bar and a
-    summary on stderr."""
+    summary on stderr. The spec, input and options are checked before the model loads."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from structspec.tools import jobs
+    from structspec.tools.tasks import load_spec
+
     err = Console(stderr=True)
     ray_options = {"--actors": args.actors, "--num-cpus": args.num_cpus, "--num-gpus": args.num_gpus}
     if args.ray is None and any(value is not None for value in ray_options.values()):
-        raise jobs.JobConfigError(f"{', '.join(k for k, v in ray_options.items() if v is not None)} need --ray")
-    spec = jobs.load_spec(args.schema)
+        raise jobs.JobConfigError(f"{', '.join(k for k, v in ray_options.items() if v is not None)} need --ray; "
+                                  "add --ray local or --ray ADDRESS")
+    spec = load_spec(args.schema)
+    check_spec(spec, f"--schema {args.schema}")
     records = jobs.read_inputs(args.input, args.text_field, args.id_field)
     template = jobs.read_template(args.prompt_template) if args.prompt_template else jobs.default_template(spec)
     generate: dict[str, Any] = {"max_new_tokens": args.max_new_tokens, "fast_forward": args.fast_forward}
@@ -85,8 +325,10 @@ def extract(args: argparse.Namespace) -> int:
         progress.update(task, completed=s.skipped + s.written, rates=rates)
 
     if args.ray is None:
-        generate["draft"] = jobs.resolve_draft(args.draft, args.device, args.dtype)
-        lm = jobs.load_model(args.model, args.device, args.dtype, args.kernels)
+        lm = load_model(args)
+        generate["draft"] = None if args.draft == "none" else args.draft
+        if args.draft_model:
+            generate["draft"] = load_model(args, args.draft_model)
         with progress:
             summary = jobs.run_job(lm, spec, records, args.output, jobs.JobOptions(template, generate, args.batch_size),
                                    show, retry_errors=args.retry_errors)
@@ -97,7 +339,8 @@ def extract(args: argparse.Namespace) -> int:
             raise jobs.JobConfigError(str(e)) from None
         actors, num_cpus = args.actors or 1, args.num_cpus or 1
         # each actor loads the model itself: the names travel, a local directory as an absolute path
-        model, draft = (str(Path(name).resolve()) if Path(name).exists() else name for name in (args.model, args.draft))
+        model, draft = (str(Path(name).resolve()) if Path(name).exists() else name
+                        for name in (args.model, args.draft_model or args.draft))
         options = jobs.JobOptions(template, generate | {"draft": draft}, args.batch_size)
         with ray_jobs.connect(args.ray, local_cpus=math.ceil(actors * num_cpus)) as where:
             if not args.quiet:
@@ -109,138 +352,86 @@ def extract(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _model_options(parser: argparse.ArgumentParser) -> None:
-    """``--device``, ``--dtype`` and ``--kernels``, for every command that loads a model (passed to
-    `structspec.load`)."""
-    parser.add_argument("--device", default="auto",
-                        help="auto (CUDA when available, else the CPU), cpu, cuda or cuda:N (default: auto)")
-    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
-                        help="the model's weights and activations (default: bfloat16 on CUDA and on CPUs with "
-                             "AVX-512 BF16 or AMX, else float32)")
-    parser.add_argument("--kernels", choices=KERNELS, default="auto",
-                        help="auto: a float32 CPU model's linear layers prepacked for oneDNN; torch: torch's own "
-                             "(default: auto)")
+def _run_compare(args: argparse.Namespace) -> int:
+    from structspec.tools import compare
+
+    return compare.main(args)
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="structspec", description=__doc__, epilog=EXIT_CODES,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
+def _run_bench(args: argparse.Namespace) -> int:
+    from structspec.tools import bench
 
-    p_demo = sub.add_parser("demo", help="one extraction on the shipped default model", epilog=EXIT_CODES,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    p_demo.add_argument("--model", default=DEFAULT_MODEL)
-    _model_options(p_demo)
-    p_demo.add_argument("--explain", action=argparse.BooleanOptionalAction, default=True,
-                        help="show the output tokens colored by how they were produced (default: on)")
-    p_demo.add_argument("--html", metavar="PATH", help="also write that token view as a self-contained HTML file")
+    return bench.main(args)
 
-    p_ext = sub.add_parser(
-        "extract", help="extract one record per document into a JSONL file (resumable)",
-        description="Extract a structured record from every document. Each output line holds the id, the input "
-                    "position, the value or the error, and the stats. Rerun the same command to resume.",
-        epilog=EXIT_CODES + "\n\nerror kinds in the output:\n"
-               + "\n".join(f"  {k:18} {v}" for k, v in jobs.ERROR_KINDS.items()),
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p_ext.add_argument("--schema", required=True,
-                       help="package.module:Model, path/to/file.py:Model, schema.json or grammar:NAME")
-    p_ext.add_argument("--input", required=True, help="a JSONL file, a CSV file with a header, or a folder of .txt")
-    p_ext.add_argument("--output", required=True, help="the JSONL file to append to (and resume from)")
-    p_ext.add_argument("--model", default=DEFAULT_MODEL, help="a shipped model name or a local HF model directory")
-    _model_options(p_ext)
-    p_ext.add_argument("--draft", default="prompt_lookup",
-                       help=f"a drafter ({', '.join(SHORT_NAMES)}; default prompt_lookup), a draft model "
-                            "name/directory (loaded like --model), or none")
-    p_ext.add_argument("--batch-size", type=int, metavar="N",
-                       help="documents decoded together, one target pass for all; each line is written as its "
-                            f"document finishes (default: {jobs.DEFAULT_BATCH_SIZE['cpu']} on the CPU, "
-                            f"{jobs.DEFAULT_BATCH_SIZE['cuda']} on CUDA)")
-    p_ext.add_argument("--text-field", default="text", help="JSONL field / CSV column of the document (text)")
-    p_ext.add_argument("--id-field", default="id", help="JSONL field / CSV column of the record id (id)")
-    p_ext.add_argument("--prompt-template", metavar="FILE", help="a file with a {document} placeholder")
-    p_ext.add_argument("--max-new-tokens", type=int, default=256)
-    p_ext.add_argument("--fast-forward", choices=["off", "exact"], default="exact")
-    p_ext.add_argument("--temperature", type=float, help="sample at this temperature (default: greedy)")
-    p_ext.add_argument("--top-k", type=int)
-    p_ext.add_argument("--top-p", type=float)
-    p_ext.add_argument("--seed", type=int)
-    p_ext.add_argument("--retry-errors", action="store_true", help="run again the records whose line is an error")
-    p_ext.add_argument("--quiet", action="store_true", help="no progress bar")
-    p_ray = p_ext.add_argument_group("on Ray (pip install 'structspec[ray]')")
-    p_ray.add_argument("--ray", metavar="ADDRESS|local",
-                       help="run the job on the Ray cluster at ADDRESS (as ray.init takes it: auto, host:6379, "
-                            "ray://host:10001), or on a local Ray instance started for the job; same output, "
-                            "same resume")
-    p_ray.add_argument("--actors", type=int, metavar="N", help="actors decoding in parallel, each loading the model "
-                                                                 "(default: 1)")
-    p_ray.add_argument("--num-cpus", type=float, metavar="C", help="CPUs per actor (default: 1)")
-    p_ray.add_argument("--num-gpus", type=float, metavar="G",
-                       help="GPUs per actor (default: 0); the model goes on it with --device auto")
 
-    p_cmp = sub.add_parser(
-        "compare", help="forward passes saved against unconstrained decoding: table, PNG chart, HTML report",
-        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p_cmp.add_argument("--tasks", default="examples/tasks.jsonl", help="JSONL of {id, schema, text, expected}")
-    p_cmp.add_argument("--schemas", default="examples/schemas.py", help="a Python file with a SCHEMAS dict")
-    p_cmp.add_argument("--model", default=DEFAULT_MODEL)
-    _model_options(p_cmp)
-    p_cmp.add_argument("--draft", help="a draft model (name or directory) for a '+ draft model' row")
-    p_cmp.add_argument("--batch-size", type=int, default=1, metavar="B",
-                       help="also run structspec's methods B records per target pass (generate_batch), as rows "
-                            "labelled ', batch B' with their records/s (default: 1, no batched rows)")
-    p_cmp.add_argument("--limit", type=int, help="run N tasks, taken in turn from each schema")
-    p_cmp.add_argument("--max-new-tokens", type=int, default=200)
-    p_cmp.add_argument("--out", default="compare-report", help="folder for compare.png, compare.html, compare.json")
-    p_cmp.add_argument("--threads", type=int, help="torch CPU threads")
+def _run_throughput(args: argparse.Namespace) -> int:
+    from structspec.tools import throughput
 
-    p_bench = sub.add_parser(
-        "bench", help="structspec against outlines and transformers on the example tasks: speed, passes, compile",
-        description="The benchmark (also python -m structspec.tools.bench): every structspec mode, outlines and "
-                    "transformers' own decoding on examples/tasks.jsonl, same model, same prompts.",
-        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p_bench.add_argument("--model", default=DEFAULT_MODEL)
-    _model_options(p_bench)
-    p_bench.add_argument("--draft-model", default=None,
-                         help="a shipped model or local dir as draft model (another tokenizer is translated through "
-                              "text)")
-    p_bench.add_argument("--limit", type=int, default=None, help="run N tasks, taken in turn from each schema")
-    p_bench.add_argument("--only", default=None,
-                         help="run only methods whose name contains one of these comma-separated words "
-                              f"(plus {bench.PLAIN!r} and {bench.PEER!r})")
-    p_bench.add_argument("--max-new-tokens", type=int, default=200)
-    p_bench.add_argument("--threads", type=int, default=None,
-                         help="torch CPU threads (1 keeps timings sane when other processes share the cores)")
+    return throughput.run(args)
 
-    p_thr = sub.add_parser(
-        "throughput", help="batched records/s against outlines' and transformers' batched generation",
-        description="The batched throughput benchmark (also python -m structspec.tools.throughput).",
-        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    throughput.add_arguments(p_thr)
 
-    p_cost = sub.add_parser(
-        "pass-cost", help="seconds per batched verify pass against rows and tokens fed",
-        description="The pass-cost curve (also python -m structspec.tools.pass_cost).")
-    pass_cost.add_arguments(p_cost)
-    return parser
+def _run_pass_cost(args: argparse.Namespace) -> int:
+    from structspec.tools import pass_cost
+
+    return pass_cost.run(args)
+
+
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: its line in ``structspec --help``, what adds its options, and what runs it."""
+
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+COMMANDS = {
+    "demo": Command("one extraction on the shipped default model, its tokens colored by how they were produced",
+                    _demo_arguments, run_demo),
+    "extract": Command("extract one record per document into a JSONL file (resumable; --ray for a cluster)",
+                       _extract_arguments, extract),
+    "compare": Command("forward passes and seconds per valid record against unconstrained decoding: table, "
+                       "chart, HTML report", _compare_arguments, _run_compare),
+    "bench": Command("structspec against outlines and transformers on the example tasks: speed, passes, compile",
+                     _bench_arguments, _run_bench),
+    "throughput": Command("batched records/s against outlines' and transformers' batched generation",
+                          _throughput_arguments, _run_throughput),
+    "pass-cost": Command("seconds per batched verify pass against rows and tokens fed",
+                         _pass_cost_arguments, _run_pass_cost),
+}
+
+
+def parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser; only ``command``'s options are added (the others' need torch to describe). Changes
+    nothing."""
+    top = argparse.ArgumentParser(prog="structspec", description=DESCRIPTION, epilog=EXIT_CODES,
+                                  formatter_class=Formatter, allow_abbrev=False)
+    top.add_argument("--version", action="version", version=f"structspec {structspec.__version__}")
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, cmd in COMMANDS.items():
+        # no abbreviations: --draft must not silently mean --draft-model where a command has only the latter
+        p = sub.add_parser(name, help=cmd.help, description=cmd.help, epilog=EXIT_CODES, formatter_class=Formatter,
+                           allow_abbrev=False)
+        if name == command:
+            cmd.add_arguments(p)
+    return top
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    command = next((a for a in argv if not a.startswith("-")), None)  # no top-level option takes a value
+    args = parser(command).parse_args(argv)
+    error = _config_error()
     try:
-        if args.command == "demo":
-            console = Console()
-            with console.status(f"loading {args.model} (the first run converts its GGUF, ~20 s)"):
-                lm = jobs.load_model(args.model, args.device, args.dtype, args.kernels)
-            return demo(lm, console, args.explain, args.html)
-        commands = {"extract": extract, "compare": compare.main, "bench": bench.main, "throughput": throughput.run,
-                    "pass-cost": pass_cost.run}
-        return commands[args.command](args)
-    except jobs.JobConfigError as e:
+        return COMMANDS[args.command].run(args)
+    except error as e:
+        from rich.console import Console
+
         Console(stderr=True).print(f"structspec {args.command}: {e}", highlight=False, markup=False, soft_wrap=True)
         return EXIT_CONFIG
     except KeyboardInterrupt:
         resume = "; rerun the same command to resume" if args.command == "extract" else ""
-        Console(stderr=True).print(f"structspec {args.command}: interrupted{resume}", highlight=False, soft_wrap=True)
+        print(f"structspec {args.command}: interrupted{resume}", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 

@@ -1,6 +1,7 @@
 """The savings report: forward passes structspec saves against unconstrained decoding, on one model.
 
     structspec compare [--limit N] [--batch-size B] [--out compare-report]
+    structspec compare --schema file.py:Model --input docs.jsonl    # your own documents, as extract takes them
 
 Every method gets the same prompt (`tasks.extraction_prompt`, which asks for
 JSON) on each task. The unconstrained row is what a user would do without
@@ -12,7 +13,9 @@ labelled ", batch B" (its records/s is the column to read). Numbers come from
 each run's `Stats` (structspec) or `PeerRun` (unconstrained); wall time is
 decoding time (model, constraint and drafter time, a batched record's share of
 each shared pass; the whole ``generate`` call for the peer), with compilation
-excluded because it is cached per schema.
+excluded because it is cached per schema. Seconds per valid record is the
+number to compare methods by: a method that finishes nothing, or writes nothing
+valid, is flagged as such instead of given a speed.
 
 Writes ``compare.png`` (forward passes per record by method), ``compare.html``
 (the table, the chart, and every output's tokens colored by how they were
@@ -37,9 +40,10 @@ from rich.table import Table
 from structspec.lm import LM
 from structspec.tools.explain import html_page, legend_html, tokens_html, token_views
 from structspec.tools.harness import Method, Run, Summary, batched, methods, run_tasks, spread, summarize
-from structspec.tools.jobs import JobConfigError, load_model
+from structspec.tools.cli import load_model
+from structspec.tools.jobs import JobConfigError
 from structspec.tools.peers import PeerRun, unconstrained_greedy
-from structspec.tools.tasks import Task, load_tasks
+from structspec.tools.tasks import Task, load_tasks, tasks_from_input
 
 UNCONSTRAINED = "unconstrained"
 
@@ -57,7 +61,9 @@ def _unconstrained(lm: LM, task: Task, prompt_ids: list[int], max_new_tokens: in
 
 
 HEADERS = ["method", "forward\npasses", "passes /\nout token", "output\ntokens", "tokens\nw/o pass", "wall s",
-           "records/s", "tokens/s vs\nunconstr.", "valid\nJSON %", "schema-\nvalid %", "field\naccuracy"]
+           "records/s", "s / valid\nrecord", "tokens/s vs\nunconstr.", "valid\nJSON %", "schema-\nvalid %",
+           "field\naccuracy"]
+NOTHING_FINISHED = "finished none"  # a method whose every record ran out of budget: it has no speed to compare
 
 
 def flat(header: str) -> str:
@@ -65,16 +71,46 @@ def flat(header: str) -> str:
     return header.replace("-\n", "-").replace("\n", " ")
 
 
+def valid_records(s: Summary) -> int:
+    """How many of the method's records are schema-valid."""
+    return round(s.schema_valid * s.records)
+
+
+def seconds_per_valid_record(s: Summary) -> float | None:
+    """Decoding seconds per schema-valid record (None: no record is valid)."""
+    n = valid_records(s)
+    return s.seconds / n if n else None
+
+
+def flag(s: Summary) -> str | None:
+    """What makes the method's speed meaningless, or None: it finished nothing, or nothing it wrote is valid."""
+    if s.unfinished == s.records:
+        return NOTHING_FINISHED
+    return "none valid" if valid_records(s) == 0 else None
+
+
 def table_rows(summaries: list[Summary]) -> list[list[str]]:
-    """The report table's cells, one row per method, in `HEADERS` order (the first summary is the baseline)."""
-    base = summaries[0].tokens_per_second
+    """The report table's cells, one row per method, in `HEADERS` order (the first summary is the baseline).
+
+    A method that finished nothing gets its flag instead of a tokens/s ratio (so does every row when the
+    baseline finished nothing), and no seconds per valid record when none is valid."""
+    base = summaries[0]
     return [[
         s.method, f"{s.forward_passes:,}", f"{s.passes_per_token:.3f}", f"{s.output_tokens:,}",
         f"{s.no_pass_tokens / max(s.output_tokens, 1):.0%}", f"{s.seconds:.1f}", f"{s.records_per_second:.3g}",
-        f"×{s.tokens_per_second / base:.2f}",
-        f"{100 * s.valid_json:.0f}", f"{100 * s.schema_valid:.0f}",
+        "—" if seconds_per_valid_record(s) is None else f"{seconds_per_valid_record(s):.3g}",
+        _ratio(s, base), f"{100 * s.valid_json:.0f}", f"{100 * s.schema_valid:.0f}",
         "—" if s.accuracy is None else f"{s.accuracy:.3f}",
     ] for s in summaries]
+
+
+def _ratio(s: Summary, base: Summary) -> str:
+    """``s``'s tokens/s over the baseline's, or why there is none."""
+    if flag(s) == NOTHING_FINISHED:
+        return NOTHING_FINISHED
+    if flag(base) == NOTHING_FINISHED:
+        return f"— ({base.method} {NOTHING_FINISHED})"
+    return f"×{s.tokens_per_second / base.tokens_per_second:.2f}"
 
 
 def rich_table(title: str, summaries: list[Summary]) -> Table:
@@ -174,26 +210,41 @@ def write_report(out: Path, title: str, note: str, tasks: list[Task], by_method:
 
 
 def _record(x: Run | Summary) -> dict:
-    """A run or summary as JSON fields, with its decoding time in ``seconds``."""
-    return asdict(x) | {"seconds": x.seconds}
+    """A run or summary as JSON fields, with its decoding time in ``seconds``; a summary also with its seconds
+    per valid record and its `flag`."""
+    extra = ({"seconds_per_valid_record": seconds_per_valid_record(x), "flag": flag(x)}
+             if isinstance(x, Summary) else {})
+    return asdict(x) | {"seconds": x.seconds} | extra
+
+
+def load_compare_tasks(args: argparse.Namespace) -> list[Task]:
+    """The tasks ``args`` name (``--schema`` with ``--input``, else ``--tasks`` with ``--schemas``), at most
+    ``--limit``; a `JobConfigError` saying what to fix when they cannot be read."""
+    if (args.schema is None) != (args.input is None):
+        raise JobConfigError("--schema and --input go together (your documents, one model); pass both, or "
+                             "neither for --tasks")
+    if args.schema is not None:
+        tasks = tasks_from_input(args.schema, args.input, args.text_field, args.id_field)
+    else:
+        try:
+            tasks = load_tasks(args.tasks, args.schemas)
+        except (OSError, KeyError, ValueError, JobConfigError) as e:
+            raise JobConfigError(f"cannot load the tasks: {e}") from None
+    if not tasks:
+        raise JobConfigError(f"{args.input or args.tasks} has no records")
+    return spread(tasks, args.limit)
 
 
 def main(args: argparse.Namespace) -> int:
-    """``structspec compare``: run every method on every task, print the table, write PNG, HTML and JSON."""
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    try:
-        tasks = spread(load_tasks(args.tasks, args.schemas), args.limit)
-    except (OSError, KeyError, ValueError, JobConfigError) as e:
-        raise JobConfigError(f"cannot load the tasks: {e}") from None
-    if not tasks:
-        raise JobConfigError(f"{args.tasks} has no tasks")
-    if args.batch_size < 1:
-        raise JobConfigError(f"--batch-size must be ≥ 1, got {args.batch_size}")
-    draft = load_model(args.draft, args.device, args.dtype, args.kernels) if args.draft else None
-    lm = load_model(args.model, args.device, args.dtype, args.kernels)
+    """``structspec compare``: run every method on every task, print the table, write PNG, HTML and JSON.
+
+    The tasks and options are checked before any model loads."""
+    tasks = load_compare_tasks(args)
+    lm = load_model(args)
+    draft = load_model(args, args.draft_model) if args.draft_model else None
     console = Console() if Console().is_terminal else Console(width=170)
-    by_method = run_tasks(lm, tasks, rows(draft, args.batch_size), args.max_new_tokens, console)
+    progress = Console(quiet=True) if args.quiet else console
+    by_method = run_tasks(lm, tasks, rows(draft, args.batch_size), args.max_new_tokens, progress)
 
     summaries = [summarize(runs) for runs in by_method.values()]
     title = (f"{lm.name} ({lm.device.type}, {str(lm.model.dtype).removeprefix('torch.')}): {len(tasks)} records, "

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import json
 import math
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
-from structspec.tools.jobs import import_file
+from structspec.tools import jobs
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,9 +41,38 @@ def _resolve(path: str | Path) -> Path:
     return _REPO_ROOT / p
 
 
+@contextmanager
+def importable_beside(file: Path | None) -> Iterator[None]:
+    """While the block runs, modules beside ``file`` import by name (its folder first on `sys.path`), as
+    ``python file.py`` would let them; None changes nothing. The path is put back after."""
+    if file is None:
+        yield
+        return
+    folder = str(file.resolve().parent)
+    sys.path.insert(0, folder)
+    try:
+        yield
+    finally:
+        sys.path.remove(folder)
+
+
+def load_spec(arg: str) -> Any:
+    """`jobs.load_spec` (``package.module:Model``, ``path/to/file.py:Model``, ``schema.json``, ``grammar:NAME``),
+    a Python file importing the modules beside it."""
+    module, _, _ = arg.rpartition(":")
+    with importable_beside(Path(module) if module.endswith(".py") else None):
+        return jobs.load_spec(arg)
+
+
 def load_schemas(path: str | Path = "examples/schemas.py") -> dict[str, type[BaseModel]]:
-    """The ``SCHEMAS`` dict of a Python file, imported by path (`JobConfigError` when it cannot be)."""
-    return import_file(_resolve(path)).SCHEMAS
+    """The ``SCHEMAS`` dict of a Python file, imported by path with the modules beside it importable
+    (`JobConfigError` when it cannot be)."""
+    file = _resolve(path)
+    with importable_beside(file):
+        module = jobs.import_file(file)
+    if not isinstance(getattr(module, "SCHEMAS", None), dict):
+        raise jobs.JobConfigError(f"{path} has no SCHEMAS dict; define SCHEMAS = {{'name': Model, ...}} in it")
+    return module.SCHEMAS
 
 
 def load_tasks(path: str | Path = "examples/tasks.jsonl", schemas: str | Path = "examples/schemas.py") -> list[Task]:
@@ -56,6 +88,25 @@ def load_tasks(path: str | Path = "examples/tasks.jsonl", schemas: str | Path = 
             raise KeyError(f"task {record['id']!r} names schema {name!r}; known: {', '.join(by_name)}")
         tasks.append(Task(record["id"], name, by_name[name], record["text"], record.get("expected")))
     return tasks
+
+
+def tasks_from_input(schema: str, path: str | Path, text_field: str = "text", id_field: str = "id") -> list[Task]:
+    """One task per record of ``path`` (read as `jobs.read_inputs` reads an extraction job's input), each
+    extracting the Pydantic model ``schema`` names (as ``extract --schema`` names it); no expected values.
+
+    Raises `JobConfigError` for a spec that is not a Pydantic model (tasks are judged by its validation) and
+    for a record that cannot be read.
+    """
+    spec = load_spec(schema)
+    if not (isinstance(spec, type) and issubclass(spec, BaseModel)):
+        raise jobs.JobConfigError(f"--schema {schema}: compare judges outputs with a Pydantic model's validation; "
+                                  "name one as package.module:Model or path/to/file.py:Model")
+    records = jobs.read_inputs(path, text_field, id_field)
+    for record in records:
+        if record.error:
+            raise jobs.JobConfigError(f"--input {path}: {record.error[1]}; fix or remove that record")
+    name = schema.rpartition(":")[2]
+    return [Task(record.id, name, spec, record.text, None) for record in records]
 
 
 def extraction_prompt(text: str, schema: type[BaseModel]) -> list[dict[str, str]]:

@@ -1,0 +1,5 @@
+"""``python -m structspec``: the ``structspec`` command."""
+
+from structspec.tools.cli import main
+
+raise SystemExit(main())
