@@ -1,4 +1,5 @@
-"""CPU matrix kernels: a model's linear layers with their weights prepacked once for oneDNN.
+"""Row-invariant passes: linear layers fed rows in measured-invariant chunks (prepacked once for oneDNN on the
+CPU), and attention one query row at a time over exactly the keys it sees.
 
 torch's default CPU path for ``nn.Linear`` is MKL's sgemm, which on AMD CPUs
 takes a slow route for the few-row products of decoding: measured on a 2-core
@@ -10,16 +11,20 @@ the steps it saves. `load` packs float32 CPU models this way; every pass of
 the model (structspec's, and transformers' ``generate`` on the same model)
 then runs these kernels. A packed model is for inference only.
 
-Speculative verification is lossless only if a pass over k tokens computes
-each position exactly as k one-token steps would ("batch invariance"). In
-float32 the packed products and torch's attention are; in bfloat16 on an
-AVX-512 BF16 CPU two things are not: oneDNN multiplies one row by a long
-inner dimension (Qwen's down projection, 4,864) with another kernel than two
-or more rows, and attention over k queries sums in another order than over
-one. So `invariant_by` measures once per weight shape, when it is packed,
-how a layer stays invariant (a lone row padded to two, or one row per call),
-and `attention_by_row` runs one query row per call, as the one-token step
-does: the pass then equals the steps bit for bit.
+Speculative verification is lossless, and a batched row equal to the row decoded
+alone, only if a pass computes each row exactly as that row's own one-token step
+would, whatever else the pass feeds ("batch invariance"). Few kernels are: torch's
+own linear changes a row's sums with the row count (float32 and bfloat16), oneDNN
+multiplies one row by a long inner dimension with another kernel than two or more,
+and attention over k queries, or over a slot cache with holes and padding, sums in
+another order than one query over exactly its keys. So every linear layer becomes
+a `RowLinear` that feeds its kernel rows in the chunks `invariant_by` measured
+invariant for its weight shape (any count up to 16, a lone row padded to two, or
+one row per call), and `attention_by_row` runs one query row per call over exactly
+the keys it sees, gathered, as the one-token step does: a pass then equals its
+steps, and a batch row its row alone, bit for bit, in every dtype. A prompt's
+prefill (more than `WHOLE_ROWS` rows) runs whole: every decode path prefills a
+prompt the same way. The measurement holds for the thread count it ran under.
 """
 
 from __future__ import annotations

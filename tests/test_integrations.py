@@ -313,3 +313,24 @@ def test_a_model_without_its_tokenizer_is_refused_with_the_fix(byte_lm) -> None:
 def test_a_spec_error_is_raised_before_generation(byte_lm) -> None:
     with pytest.raises(structspec.RegexError):
         LogitsProcessor(Regex("(ab"), byte_lm)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_the_processors_guarantee_in_each_dtype(dtype: torch.dtype) -> None:
+    """The module's stated guarantee, on a batch-invariant model as `load` makes them: in float32 greedy generate
+    with the processor is structspec's plain masked greedy output; in bfloat16 (not guaranteed identical) every
+    output still walks the FSM, ending complete or at the budget."""
+    from structspec.testing import tiny_lm
+
+    lm = tiny_lm("byte_level", dtype=dtype, batch_invariant=True)
+    for spec in SPECS:
+        fsm = structspec.compile(spec, lm).fsm
+        for prompt in PROMPTS:
+            [theirs] = hf_generate(lm, LogitsProcessor(spec, lm), [prompt])
+            if dtype == torch.float32:
+                assert theirs == plain_greedy(lm, spec, prompt)
+            state = fsm.initial_state
+            for token in theirs:
+                state = fsm.next_state(state, token)
+                assert state is not None
+            assert fsm.is_final(state) or len(theirs) == MAX_NEW

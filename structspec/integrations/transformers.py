@@ -18,7 +18,15 @@ repeated calls on one prefix, a prefix that shrinks (assisted generation and
 prompt lookup call it once per candidate position, then drop rejected ones),
 beam search reordering rows, and left-padded batches all see the right state.
 Greedy ``generate`` with it produces structspec's plain masked greedy output
-(``generate_result(..., fast_forward="off")``).
+(``generate_result(..., fast_forward="off")``) in float32, the dtype `load`
+gives on a CPU without native bfloat16. In bfloat16 (the default on CUDA and
+on AVX-512 BF16 CPUs) it is not guaranteed: ``generate`` feeds the whole prompt
+in one pass, where structspec's batch-invariant decoding (`LM.batch_invariant`)
+feeds it but its last token, then that token in a pass of its own, and
+bfloat16 rounds the two differently, so the outputs may part where two
+allowed tokens are nearly tied. Where identity matters in bfloat16, decode
+with structspec itself: its batched and accelerated modes are identical to
+its plain masked decoding there.
 """
 
 from __future__ import annotations
