@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from conftest import _load_shipped
+import torch
+from conftest import _USER_CACHE, _set_cache
 
 import structspec
 from structspec.lm import DEFAULT_MODEL
@@ -63,6 +64,7 @@ SKIPPED = [block for page in PAGES for block in blocks(page) if block.skip is no
 
 
 _MODELS: dict[str, structspec.LM] = {}  # loaded once per session, whichever page asks first
+_LOAD = structspec.load
 
 
 def _shared_load(isolated_cache: str) -> Callable[..., structspec.LM]:
@@ -72,7 +74,11 @@ def _shared_load(isolated_cache: str) -> Callable[..., structspec.LM]:
             raise AssertionError(f"a docs block loads {name!r} with {options}: blocks load by name only; "
                                  "mark one that needs more with a listed skip reason")
         if name not in _MODELS:
-            _MODELS[name] = _load_shipped(name, isolated_cache)
+            _set_cache(_USER_CACHE)  # converted once into the developer's cache, as the smollm2 fixture does
+            try:
+                _MODELS[name] = _LOAD(name)
+            finally:
+                _set_cache(isolated_cache)
         return _MODELS[name]
     return load
 
@@ -100,6 +106,11 @@ def test_page_runs(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(structspec, "load", _shared_load(isolated_cache))
     namespace: dict[str, Any] = {"__name__": "docs_page"}
-    for block in blocks(page):
-        if block.skip is None:
-            exec(compile(block.code, f"{_name(page)}:{block.line}", "exec", dont_inherit=True), namespace)  # noqa: S102
+    threads = torch.get_num_threads()  # a page may set them (performance tips); later tests keep theirs
+    try:
+        for block in blocks(page):
+            if block.skip is None:
+                code = compile(block.code, f"{_name(page)}:{block.line}", "exec", dont_inherit=True)
+                exec(code, namespace)  # noqa: S102
+    finally:
+        torch.set_num_threads(threads)
