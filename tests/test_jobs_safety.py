@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from test_jobs import SCHEMA  # short outputs, so the tiny random model finishes records
 
 import structspec
 from structspec.testing import save_tiny_model
@@ -19,12 +20,6 @@ from structspec.tools import jobs
 from structspec.tools.cli import EXIT_CONFIG, main
 from structspec.tools.outputs import manifest_path
 
-SCHEMA = {  # short outputs, so the tiny random model finishes records
-    "type": "object",
-    "properties": {"flag": {"type": "boolean"}, "size": {"enum": ["small", "medium", "large"]}},
-    "required": ["flag", "size"],
-    "additionalProperties": False,
-}
 OPTIONS = jobs.JobOptions(jobs.default_template(SCHEMA), {"max_new_tokens": 30}, batch_size=4)
 
 # A job in its own process on `tiny_lm` (the `byte_lm` fixture's model), with OPTIONS: argv is the input, the

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -14,21 +15,37 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_jobs import SCHEMA  # short outputs, so the tiny random model finishes records
 
 pytest.importorskip("ray.data")  # the optional extra (`pip install 'structspec[ray]'`); CI installs it
 
+from structspec.integrations import ray as ray_jobs  # noqa: E402
 from structspec.integrations.ray import Extractor  # noqa: E402
 from structspec.testing import save_tiny_model  # noqa: E402
 from structspec.tools import jobs  # noqa: E402
 from structspec.tools.cli import EXIT_CONFIG, EXIT_OK, main  # noqa: E402
 
 N_RECORDS = 40  # five actor calls of 8 rows: a kill after the first lines lands mid-job
-SCHEMA = {  # short outputs, so the tiny random model finishes records
-    "type": "object",
-    "properties": {"flag": {"type": "boolean"}, "size": {"enum": ["small", "medium", "large"]}},
-    "required": ["flag", "size"],
-    "additionalProperties": False,
-}
+KILL_AFTER = 3  # lines written when the driver kills itself
+# `structspec extract` (argv after the script), whose driver kill -9s itself once KILL_AFTER lines are written:
+# the kill lands mid-job whatever the timing.
+KILLED_AFTER_LINES = f"""
+import inspect, os, signal, sys
+from structspec.integrations import ray as ray_jobs
+from structspec.tools.cli import main
+run_job = ray_jobs.run_job
+def killing_run_job(*args, **kwargs):
+    bound = inspect.signature(run_job).bind(*args, **kwargs)
+    show = bound.arguments.get("on_record", lambda summary: None)
+    def on_record(summary):
+        show(summary)
+        if summary.written == {KILL_AFTER}:
+            os.kill(os.getpid(), signal.SIGKILL)
+    bound.arguments["on_record"] = on_record
+    return run_job(*bound.args, **bound.kwargs)
+ray_jobs.run_job = killing_run_job
+sys.exit(main(sys.argv[1:]))
+"""
 OPTIONS = jobs.JobOptions(jobs.default_template(SCHEMA), {"max_new_tokens": 24}, batch_size=2)
 
 
@@ -76,20 +93,53 @@ def _assert_torn_down(stderr: str) -> None:
     assert not Path(temp_dir).exists() and not _left_behind(temp_dir)
 
 
-def test_an_extractor_turns_a_batch_into_records_and_bad_rows_into_errors(job: dict[str, Path]) -> None:
+def test_an_extractor_keeps_the_input_columns_and_adds_structured_results(job: dict[str, Path]) -> None:
     extractor = Extractor(str(job["model"]), SCHEMA, OPTIONS, device="cpu")
-    batch = {"id": np.array(["a", "b", "c"]), "text": np.array(["Item 1 is small.", "", None], dtype=object)}
+    batch = {"id": np.array(["a", "b", "c", "d"]), "lang": np.array(["en", "fr", "de", "en"]),
+             "text": np.array(["Item 1 is small.", "", None, "Item 4 is large."], dtype=object)}
     columns = extractor(batch)
+    assert list(columns) == ["id", "lang", "text", *ray_jobs.OUTPUT_COLUMNS]
+    for name in batch:  # the input's columns, rows in the input's order
+        assert list(columns[name]) == list(batch[name])
     rows = {i: {name: values[k] for name, values in columns.items()} for k, i in enumerate(columns["id"])}
     assert rows["b"]["error_kind"] == "empty_document" and rows["c"]["error_kind"] == "malformed_input"
     assert rows["b"]["stop_reason"] is None and rows["b"]["value"] is None and rows["b"]["stats"] is None
-    a = rows["a"]
-    assert a["stop_reason"] in ("eos", "fsm_complete", "max_new_tokens") and json.loads(a["stats"])["output_tokens"]
-    assert (a["value"] is None) == (a["error_kind"] == "token_budget")
-    line = json.loads(a["line"])  # the line `structspec extract` writes
-    assert line["input"] == "id a" and line.get("value") == (a["value"] and json.loads(a["value"]))
+    for a in (rows["a"], rows["d"]):
+        assert a["stop_reason"] in ("eos", "fsm_complete", "max_new_tokens") and a["stats"]["output_tokens"] > 0
+        assert a["value"] is None if a["error_kind"] == "token_budget" else set(a["value"]) == {"flag", "size"}
+        line = json.loads(a["line"])  # the line `structspec extract` writes
+        assert line["input"] == f"id {a['id']}" and line.get("value") == a["value"] and line["stats"] == a["stats"]
     with pytest.raises(jobs.JobConfigError, match="temperature must be > 0"):
         Extractor(str(job["model"]), SCHEMA, jobs.JobOptions(OPTIONS.template, {"temperature": 0.0}), device="cpu")
+    with pytest.raises(jobs.JobConfigError, match=r"no 'text' column \(columns: id, body\); pass text_field="):
+        extractor({"id": np.array(["a"]), "body": np.array(["Item 1."])})
+    with pytest.raises(jobs.JobConfigError, match=r"columns named as the Extractor's output \(value\)"):
+        extractor(batch | {"value": np.array([1, 2, 3, 4])})
+
+
+def test_a_local_instance_sets_token_auth_before_ray_reads_it_or_says_how(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ray._raylet  # this process imported Ray (this module's importorskip) before any job set the mode
+
+    calls = []
+
+    class Config:  # stands for Ray's own, which reads RAY_AUTH_MODE again
+        @staticmethod
+        def initialize(config: str) -> None:
+            calls.append((config, os.environ["RAY_AUTH_MODE"]))
+
+    for preset, reread in [("token", []), (None, [("", "token")])]:
+        for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN"):
+            monkeypatch.delenv(name, raising=False)
+        if preset:
+            monkeypatch.setenv("RAY_AUTH_MODE", preset)
+        monkeypatch.setattr(ray._raylet, "Config", Config)
+        calls.clear()
+        ray_jobs._use_token_auth()
+        assert calls == reread and os.environ["RAY_AUTH_MODE"] == "token" and len(os.environ["RAY_AUTH_TOKEN"]) == 64
+    monkeypatch.delenv("RAY_AUTH_MODE")
+    monkeypatch.setattr(ray._raylet, "Config", object())  # a Ray without the call
+    with pytest.raises(jobs.JobConfigError, match="run with RAY_AUTH_MODE=token in the environment"):
+        ray_jobs._use_token_auth()
 
 
 def test_ray_options_without_ray_are_a_configuration_error(job: dict[str, Path], tmp_path: Path,
@@ -101,17 +151,17 @@ def test_ray_options_without_ray_are_a_configuration_error(job: dict[str, Path],
 def test_a_ray_job_killed_and_rerun_writes_each_record_once_as_the_local_job_does(job: dict[str, Path],
                                                                                   tmp_path: Path) -> None:
     output = tmp_path / "ray.jsonl"
-    command = [sys.executable, "-m", "structspec.tools"] + _arguments(job, output) + ["--ray", "local", "--actors", "2"]
-    env = os.environ | {"STRUCTSPEC_CACHE": str(job["root"] / "cache"), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    while proc.poll() is None and (not output.exists() or output.read_text().count("\n") < 3):
-        time.sleep(0.02)
-    proc.kill()  # kill -9 the driver: no cleanup of its own runs
-    _, stderr = proc.communicate(timeout=60)
+    arguments = _arguments(job, output) + ["--ray", "local", "--actors", "2"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}  # as a user's shell has them
+    env |= {"STRUCTSPEC_CACHE": str(job["root"] / "cache"), "OMP_NUM_THREADS": "1"}
+    killed = subprocess.run([sys.executable, "-c", KILLED_AFTER_LINES, *arguments], env=env, capture_output=True,
+                            text=True, timeout=240)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr  # no cleanup of the driver's own ran
     before = output.read_text()
-    assert 3 <= before.count("\n") < N_RECORDS, stderr  # killed mid-job, after some batches came back
-    _assert_torn_down(stderr)
+    assert before.count("\n") == KILL_AFTER, killed.stderr  # killed mid-job, after the first batch came back
+    _assert_torn_down(killed.stderr)
 
+    command = [sys.executable, "-m", "structspec.tools", *arguments]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == EXIT_OK, done.stderr
     _assert_torn_down(done.stderr)
