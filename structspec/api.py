@@ -369,9 +369,10 @@ def _check_order(spec: Any, prompt: Any) -> None:
     spec_like = isinstance(prompt, (type, Regex)) or get_origin(prompt) is not None or (
         isinstance(prompt, dict) and not {"role", "content"} & prompt.keys())
     if spec_like and isinstance(spec, (str, list)):
+        shown = prompt.__name__ if isinstance(prompt, type) else f"a {type(prompt).__name__}"
         raise SpecError(
-            f"the spec and the prompt look swapped (the prompt is a {type(prompt).__name__}, the spec a "
-            f"{type(spec).__name__}): structspec takes the spec first, unlike outlines' generator(prompt); call "
+            f"the spec and the prompt look swapped ({shown} where the prompt goes, a {type(spec).__name__} where "
+            "the spec goes): structspec takes the spec first, unlike outlines' generator(prompt); call "
             "structspec.generate(model, spec, prompt), or generate_batch(model, spec, prompts)"
         )
 

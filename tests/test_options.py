@@ -148,7 +148,7 @@ def test_a_token_id_that_is_not_an_id_is_refused_by_accept_and_validate(matcher:
     for call in (matcher.accept_tokens, matcher.validate_tokens):
         with pytest.raises(OptionError, match=rf"token id {bad!r} is not an int in \[0, {byte_lm.logits_width}\)"):
             call(ok + [bad])  # type: ignore[list-item]
-    assert matcher.state == matcher.fsm.initial_state
+    assert matcher.state == matcher.fsm.initial_state and matcher.validate_tokens(iter(ok)) == 1
     with pytest.raises(OptionError, match="must be a list of token ids, got str: pass \\[token_id\\]"):
         matcher.accept_tokens("ab")  # type: ignore[arg-type]
 

@@ -205,8 +205,9 @@ class Matcher:
         if isinstance(token_ids, (str, bytes)) or not hasattr(token_ids, "__iter__"):
             raise OptionError(f"token_ids must be a list of token ids, got {type(token_ids).__name__}: pass "
                               "[token_id] for one token")
-        ids = [as_int(t) for t in token_ids]
-        for given, token in zip(token_ids, ids):
+        given_ids = list(token_ids)  # (an iterator is read once)
+        ids = [as_int(t) for t in given_ids]
+        for given, token in zip(given_ids, ids):
             if token is None or not 0 <= token < self.fsm.logits_width:
                 raise OptionError(f"token id {given!r} is not an int in [0, {self.fsm.logits_width}) (this FSM's "
                                   "logits width): pass ids the model's logits index")
