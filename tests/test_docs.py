@@ -110,7 +110,8 @@ def test_page_runs(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, 
     try:
         for block in blocks(page):
             if block.skip is None:
-                code = compile(block.code, f"{_name(page)}:{block.line}", "exec", dont_inherit=True)
+                # Padded to its place on the page, so a traceback names the page's own line.
+                code = compile("\n" * (block.line - 1) + block.code, _name(page), "exec", dont_inherit=True)
                 exec(code, namespace)  # noqa: S102
     finally:
         torch.set_num_threads(threads)
