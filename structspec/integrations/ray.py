@@ -174,7 +174,7 @@ def run_job(
             except ray.exceptions.RayActorError as e:
                 if not e.actor_init_failed:
                     raise
-                # its last line is the actor's error: "structspec.tools.jobs.JobConfigError: temperature must be > 0"
+                # its last line is the actor's error: "structspec.tools.outputs.JobConfigError: temperature must be > 0"
                 raise JobConfigError(f"the actors could not start: {str(e).strip().splitlines()[-1]}") from None
         for record in todo:
             if record.error:
