@@ -18,7 +18,8 @@ import torch
 from rich.console import Console
 
 import structspec
-from structspec.tools.cli import DEMO_DOCUMENT, EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, demo, main
+from structspec.tools.cli import EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, main
+from structspec.tools.demo import DEMO_DOCUMENT, demo
 from structspec.tools.jobs import load_model
 from structspec.testing import save_tiny_model
 

@@ -15,15 +15,11 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
-
-from pydantic import BaseModel, Field
+from typing import TYPE_CHECKING, Any
 
 import structspec
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
     from structspec.lm import LM
 
 EXIT_OK, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 2, 130
@@ -36,24 +32,7 @@ EXIT_CODES = f"""exit codes:
 DESCRIPTION = ("Constrained structured generation for Hugging Face causal LMs, with exact forward-pass "
                "accounting. Start with `structspec demo`, then `structspec extract`; `structspec COMMAND --help` "
                "for a command's options.")
-DEFAULT_MAX_NEW_TOKENS = 256  # one token budget for every command
-
-DEMO_DOCUMENT = (
-    "Hi team, please welcome Dr. Maria Okafor, our new Head of Research, a senior hire who joins us from "
-    "Lagos on Monday. She can be reached at maria.okafor@brightlabs.io or +234 801 555 0199."
-)
-DEMO_NOTE = "SmolLM2-135M shows the mechanics; use qwen2.5-coder-0.5b or your own model (--model) for accuracy."
-
-
-class NewHire(BaseModel):
-    """The demo's extraction schema: the phone's pattern stops a small model from running on past the number."""
-
-    name: str
-    title: str
-    city: str
-    email: str
-    phone: Annotated[str, Field(pattern=r"^\+[0-9]{1,3}( [0-9]{2,4}){2,4}$")]
-    seniority: Literal["junior", "mid", "senior", "executive"]
+DEFAULT_MAX_NEW_TOKENS = 256  # one token budget for every command, the demo's too
 
 
 class Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -124,6 +103,8 @@ def _budget(parser: argparse.ArgumentParser) -> None:
 
 
 def _demo_arguments(p: argparse.ArgumentParser) -> None:
+    from structspec.tools.demo import DEMO_NOTE
+
     p.description = f"One extraction on the shipped default model, shown token by token. {DEMO_NOTE}"
     _model_options(p)
     _output_options(p)
@@ -259,30 +240,11 @@ def check_spec(spec: Any, option: str) -> None:
         raise _config_error()(f"{option}: {e}") from None
 
 
-def demo(lm: LM, console: Console, explain: bool = True, html: str | None = None) -> int:
-    """Extract one record; show the object, its stats and (``explain``) its tokens by how they were produced."""
-    from structspec.tools.explain import explain_html, legend_rich, stats_table, to_rich, token_views
-
-    prompt = [{"role": "user", "content": f"Extract the new hire as JSON.\n\n{DEMO_DOCUMENT}"}]
-    result = structspec.generate_result(lm, NewHire, prompt, max_new_tokens=DEFAULT_MAX_NEW_TOKENS)
-    console.print(f"[bold]document:[/bold] {DEMO_DOCUMENT}\n")
-    console.print(result.value)
-    console.print(stats_table(result.stats, title=f"{lm.name}, greedy, stop: {result.stop_reason}"))
-    views = token_views(lm.vocab.token_bytes, result.token_ids, result.sources)
-    if explain:
-        console.print("\n[bold]output tokens by how they were produced:[/bold]")
-        console.print(to_rich(views))
-        console.print(legend_rich(views))
-    if html:
-        Path(html).write_text(explain_html(f"structspec demo: {lm.name}", views), encoding="utf-8")
-        console.print(f"token view written to {html}")
-    console.print(f"\n{DEMO_NOTE}", style="dim", highlight=False)
-    return EXIT_OK
-
-
 def run_demo(args: argparse.Namespace) -> int:
-    """``structspec demo``: load the model (a status line unless ``--quiet``), then `demo`."""
+    """``structspec demo``: load the model (a status line unless ``--quiet``), then `structspec.tools.demo.demo`."""
     from rich.console import Console
+
+    from structspec.tools.demo import demo
 
     console = Console()
     if args.quiet:

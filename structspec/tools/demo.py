@@ -1,0 +1,59 @@
+"""``structspec demo``: one extraction from a short email on the shipped default model, shown token by token.
+
+The schema's phone pattern is what makes SmolLM2-135M's greedy output right: without it the model runs on
+past the number (``'+234 801 555 0199, '``). A model that small shows the mechanics, not accuracy.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Literal
+
+from pydantic import BaseModel, Field
+
+import structspec
+from structspec.tools.cli import DEFAULT_MAX_NEW_TOKENS
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from structspec.lm import LM
+
+DEMO_DOCUMENT = (
+    "Hi team, please welcome Dr. Maria Okafor, our new Head of Research, a senior hire who joins us from "
+    "Lagos on Monday. She can be reached at maria.okafor@brightlabs.io or +234 801 555 0199."
+)
+DEMO_NOTE = "SmolLM2-135M shows the mechanics; use qwen2.5-coder-0.5b or your own model (--model) for accuracy."
+
+
+class NewHire(BaseModel):
+    """The demo's extraction schema."""
+
+    name: str
+    title: str
+    city: str
+    email: str
+    phone: Annotated[str, Field(pattern=r"^\+[0-9]{1,3}( [0-9]{3,4}){2,3}$")]  # ends where the number ends
+    seniority: Literal["junior", "mid", "senior", "executive"]
+
+
+def demo(lm: LM, console: Console, explain: bool = True, html: str | None = None) -> int:
+    """Extract `NewHire` from `DEMO_DOCUMENT`; print the object, its stats and (``explain``) its tokens by how they
+    were produced, and write that view to ``html`` if given. Returns the exit code (0)."""
+    from structspec.tools.explain import explain_html, legend_rich, stats_table, to_rich, token_views
+
+    prompt = [{"role": "user", "content": f"Extract the new hire as JSON.\n\n{DEMO_DOCUMENT}"}]
+    result = structspec.generate_result(lm, NewHire, prompt, max_new_tokens=DEFAULT_MAX_NEW_TOKENS)
+    console.print(f"[bold]document:[/bold] {DEMO_DOCUMENT}\n")
+    console.print(result.value)
+    console.print(stats_table(result.stats, title=f"{lm.name}, greedy, stop: {result.stop_reason}"))
+    views = token_views(lm.vocab.token_bytes, result.token_ids, result.sources)
+    if explain:
+        console.print("\n[bold]output tokens by how they were produced:[/bold]")
+        console.print(to_rich(views))
+        console.print(legend_rich(views))
+    if html:
+        Path(html).write_text(explain_html(f"structspec demo: {lm.name}", views), encoding="utf-8")
+        console.print(f"token view written to {html}")
+    console.print(f"\n{DEMO_NOTE}", style="dim", highlight=False)
+    return 0
