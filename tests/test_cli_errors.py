@@ -123,6 +123,14 @@ def test_a_bad_option_exits_2_naming_it_before_the_model_loads(tmp_path: Path, n
     assert not (tmp_path / "out.jsonl").exists()
 
 
+def test_an_output_that_is_the_input_is_refused_before_the_model_loads(tmp_path: Path, no_load: None,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    argv = _extract(tmp_path)
+    argv[argv.index("--output") + 1] = str(tmp_path / "in.jsonl")
+    assert main(argv) == EXIT_CONFIG
+    assert "is the --input file: choose another --output" in capsys.readouterr().err
+
+
 def test_a_drafter_name_is_not_taken_for_a_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(_extract(tmp_path, "--draft", "smollm2-135m"))

@@ -262,6 +262,7 @@ def extract(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from structspec.tools import jobs
+    from structspec.tools.outputs import check_output
     from structspec.tools.tasks import load_spec
 
     err = Console(stderr=True)
@@ -272,6 +273,7 @@ def extract(args: argparse.Namespace) -> int:
     spec = load_spec(args.schema)
     check_spec(spec, f"--schema {args.schema}")
     records = jobs.read_inputs(args.input, args.text_field, args.id_field)
+    check_output(args.output, args.input)
     template = jobs.read_template(args.prompt_template) if args.prompt_template else jobs.default_template(spec)
     generate: dict[str, Any] = {"max_new_tokens": args.max_new_tokens, "fast_forward": args.fast_forward}
     generate |= {k: v for k, v in [("temperature", args.temperature), ("top_k", args.top_k), ("top_p", args.top_p),
