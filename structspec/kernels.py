@@ -142,27 +142,37 @@ def attention_by_row(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     # In float32: on the CPU, SDPA of one bfloat16 query row costs 8× the same row in float32 (0.8 against 0.1 ms
     # over 512 keys, Qwen's 14 heads), so the upcast pays for itself; the result is rounded back.
     out_dtype, query, key, value = query.dtype, query.float(), key.float(), value.float()
-    if mask is not None and mask.shape[0] != query.shape[0]:
-        mask = mask.expand(query.shape[0], *mask.shape[1:])
     out = []
-    for b in range(query.shape[0]):
+    for b, seen in enumerate(_seen(mask, query.shape[0], q, t)):
         rows = [sdpa(query[b:b + 1, :, i:i + 1], key[b:b + 1, :, keys], value[b:b + 1, :, keys], scale=scale,
-                     enable_gqa=gqa) for i, keys in enumerate(_seen(None if mask is None else mask[b], q, t))]
+                     enable_gqa=gqa) for i, keys in enumerate(seen)]
         out.append(rows[0] if q == 1 else torch.cat(rows, dim=2))
     return (out[0] if len(out) == 1 else torch.cat(out)).to(out_dtype)
 
 
-def _seen(mask: torch.Tensor | None, q: int, t: int) -> list[Any]:
-    """Per query row of one sequence, the keys it sees (``mask`` [1, q or 1, t], boolean or additive, or None for
-    causal): a slice where they are a prefix, else their indices."""
+# the last mask read and its answer, as one tuple (threads swap it whole): every layer of a pass gets the same mask
+_LAST_SEEN: list[tuple[Any, Any]] = [(None, None)]
+
+
+def _seen(mask: torch.Tensor | None, batch: int, q: int, t: int) -> list[list[Any]]:
+    """Per sequence and query row, the keys it sees (``mask`` [batch or 1, 1, q or 1, t], boolean or additive, or
+    None for causal): a slice where they are a prefix, else their indices. Remembers the last mask's answer, so
+    each pass reads its mask once, not once per layer (holds a reference to that mask, nothing else)."""
     if mask is None:  # causal over the last q positions
-        return [slice(0, t - q + i + 1) for i in range(q)]
-    visible = (mask[0] if mask.dtype == torch.bool else mask[0] == 0).expand(q, t)
+        return [[slice(0, t - q + i + 1) for i in range(q)]] * batch
+    last, answer = _LAST_SEEN[0]
+    if last is mask:
+        return answer
+    visible = (mask[:, 0] if mask.dtype == torch.bool else mask[:, 0] == 0).expand(batch, q, t)
     counts = visible.sum(-1)
-    prefix = (visible == (torch.arange(t, device=visible.device) < counts[:, None])).all(-1)
-    # one read-back for the whole mask; only rows with holes (a tree's nodes) look up their keys
-    return [slice(0, n) if whole else visible[i].nonzero().squeeze(-1)
-            for i, (n, whole) in enumerate(zip(counts.tolist(), prefix.tolist()))]
+    prefix = (visible == (torch.arange(t, device=visible.device) < counts[..., None])).all(-1)
+    # one read-back for the whole mask; only rows with holes (a tree's nodes, a batch row's rejected drafts and
+    # padding) look up their keys
+    seen = [[slice(0, n) if whole else visible[b, i].nonzero().squeeze(-1)
+             for i, (n, whole) in enumerate(zip(row_counts, row_prefix))]
+            for b, (row_counts, row_prefix) in enumerate(zip(counts.tolist(), prefix.tolist()))]
+    _LAST_SEEN[0] = (mask, seen)
+    return seen
 
 
 KERNELS = ("auto", "onednn", "torch")

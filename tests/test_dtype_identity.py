@@ -34,9 +34,14 @@ def invariant_lm(request: pytest.FixtureRequest) -> structspec.LM:
     return tiny_lm(kind, device=DEVICE, dtype=dtype, batch_invariant=True)
 
 
-def test_every_batched_row_is_the_row_decoded_alone(invariant_lm) -> None:
+@pytest.fixture(scope="module")
+def alone(invariant_lm) -> list[structspec.Result]:
+    """Plain masked decoding of every row alone on `invariant_lm`: the reference every mode must equal."""
+    return plain(invariant_lm, SPECS, PROMPTS)
+
+
+def test_every_batched_row_is_the_row_decoded_alone(invariant_lm, alone) -> None:
     lm = invariant_lm
-    alone = plain(lm, SPECS, PROMPTS)
     assert {r.stop_reason for r in alone} >= {"fsm_complete", "max_new_tokens"}  # rows end at different times
     for batch_size in (1, 2, 3, 8):
         batch = structspec.generate_batch(lm, SPECS, PROMPTS, batch_size=batch_size, max_new_tokens=40,
@@ -47,9 +52,8 @@ def test_every_batched_row_is_the_row_decoded_alone(invariant_lm) -> None:
 
 
 @pytest.mark.parametrize("draft", [None, "prompt_lookup", "lookahead", "tree", "self", "auto"])
-def test_every_draft_mode_batched_and_alone_is_plain_masked_decoding(invariant_lm, draft: str | None) -> None:
+def test_every_draft_mode_batched_and_alone_is_plain_masked_decoding(invariant_lm, alone, draft: str | None) -> None:
     lm = invariant_lm
-    alone = plain(lm, SPECS, PROMPTS)
     fast = [structspec.generate_result(lm, s, p, max_new_tokens=40, draft=draft) for s, p in zip(SPECS, PROMPTS)]
     assert [r.token_ids for r in fast] == [r.token_ids for r in alone]
     for batch_size in (3, 8):
