@@ -196,7 +196,7 @@ def test_an_enum_without_a_value_of_the_node_type_is_refused(kind) -> None:
         ("^.*$", '"a b"', '"a"b"'),  # . must not match a raw quote
         ("^[^,]+$", '"a;b"', '"a\\b"'),  # nor a negated class a backslash
         (r"^\S+$", '"ab"', '"a\u0001"'),
-        (r"^[a-z\s]+$", '"a b"', '"a\tb"'),  # \s narrows to a space
+        (r"^[a-z\s]+$", '"a b"', '"a\tb"'),  # \s narrows to the spaces a JSON string holds unescaped
         (r"^\S$", '"a"', '"\ufeff"'),  # ECMA's \s includes U+FEFF
         ("^.$", '"a"', '"\u2028"'),  # and . stops at a line terminator
     ],

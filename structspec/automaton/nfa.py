@@ -10,7 +10,7 @@ from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
-from structspec.automaton.parse import REPEATS, TOO_DEEP, ParsedRegex, Stated, group_body, parse
+from structspec.automaton.parse import REPEATS, TOO_DEEP, ParsedRegex, Stated, group_body, parse, unsupported
 from structspec.automaton.utf8 import Ranges, byte_automaton, byte_sequences, category, complement, normalize
 from structspec.errors import RegexError
 
@@ -217,7 +217,7 @@ class ByteNFA:
                                    f"than {MAX_STATES:,}; lower their counts")
             return ((op, low, high, facts.key), 1 + copies * facts.size, low > 0 and facts.empty,
                     low == 0 or facts.nullable)
-        raise _Unsupported(f"{str(op).lower()} (anchors, lookarounds, backreferences) is not supported")
+        raise _Unsupported(unsupported(op))
 
     def _sequence(self, items: list, state: int) -> int:
         """Build ``items`` (which match some string) from ``state``; the state they end in."""

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Hashable
 from functools import lru_cache
 
+from structspec.automaton.anchors import full_match, has_anchors
 from structspec.errors import RegexError
 
 REPEATS = (C.MAX_REPEAT, C.MIN_REPEAT, C.POSSESSIVE_REPEAT)
@@ -134,7 +135,33 @@ def _parse_text(regex: str) -> list:
         raise
     if re.match(r"\(\?[aiLmsux]+\)", regex):
         raise RegexError(regex, "inline flags such as (?i) are not supported")
+    if maybe_anchored(regex) and has_anchors(items):  # (the text test spares most regexes the walk)
+        try:
+            items = full_match(items)  # the regex matches whole: ^ holds at its start, $ at its end
+        except ValueError as e:
+            raise RegexError(regex, str(e)) from None
     return items
+
+
+# Where an anchor may be: a $, \A or \Z, or a ^ that opens no class (an escaped [ before it still may).
+_MAYBE_ANCHORED = re.compile(r"\$|\\[AZ]|(?:^|[^\[]|\\\[)\^")
+
+
+def maybe_anchored(regex: str) -> bool:
+    """Whether the text ``regex`` may hold an anchor (False: certainly none; cheaper than parsing it)."""
+    return _MAYBE_ANCHORED.search(regex) is not None
+
+
+def unsupported(op: C._NamedIntConstant, arg: object = None) -> str:
+    """Why the automaton cannot read the parsed item ``op`` (what a finite automaton cannot hold), with the fix."""
+    if op is C.AT:
+        return "word boundaries (\\b, \\B) are not supported; spell the characters on each side instead"
+    if op in (C.ASSERT, C.ASSERT_NOT):
+        return "lookarounds ((?=…), (?!…), (?<=…), (?<!…)) are not supported; write the language without them"
+    if op in (C.GROUPREF, C.GROUPREF_EXISTS):
+        return ("backreferences and conditional groups (\\1, (?P=name), (?(1)…)) are not supported: no finite "
+                "automaton holds them; spell the repeated text out")
+    return f"{str(op).lower()} is not supported; write the regex without it"
 
 
 def _parse_shared(regex: str, cache: dict[str, list]) -> list:
@@ -224,7 +251,7 @@ def write(items: list) -> str:
             count = ("*" if low == 0 else "+" if low == 1 else f"{{{low},}}") if high is C.MAXREPEAT else (
                 "?" if (low, high) == (0, 1) else f"{{{low}}}" if low == high else f"{{{low},{high}}}")
             return f"(?:{sequence(body)}){count}" + ("?" if op is C.MIN_REPEAT else "+" if op is C.POSSESSIVE_REPEAT else "")
-        raise RegexError("", f"{str(op).lower()} (anchors, lookarounds, backreferences) is not supported")
+        raise RegexError("", unsupported(op))
 
     return sequence(items)
 

@@ -49,7 +49,9 @@ from structspec.schema.patterns import (
     ecma_classes,
     json_safe_pattern,
     key_regex,
+    matched_whole,
     search,
+    unreadable,
     whole,
     with_lengths,
 )
@@ -474,6 +476,9 @@ class _Checker:
         if any(isinstance(v, (dict, list)) for v in values):
             self._unenforced(node, keyword, ptr, "object and array values are not supported")
             return
+        if any(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            self.rewrites.narrow(ptr, f"the numbers of {keyword} are written as the schema states them, not in "
+                                 "other spellings of the same value (1.0 or 1e0 for 1)")
         if "type" in node:  # a value must match both: keep the values of the node's type
             types = node["type"] if isinstance(node["type"], list) else [node["type"]]
             typed = [v for v in values if any(_has_type(v, t) for t in types)]
@@ -563,14 +568,29 @@ class _Checker:
                 self._unenforced(node, "format", ptr, "cannot be combined with minLength/maxLength")
             else:
                 pattern = f"({grammars.get(node['format']).pattern})"  # catalogue patterns are JSON-safe
+                # each grammar leaves out some strings the format's RFC (and a validator) accepts: it says which
+                self.rewrites.narrow(ptr, f"format {node['format']!r} is written as structspec's grammar of it: "
+                                     f"{grammars.catalogue()[node['format']].description}")
         if self._has(node, "pattern") and node["pattern"] in self.rewrites.holes:
             return  # a hole's own node: emitted already
         if self._has(node, "pattern"):
-            pattern = json_safe_pattern(ecma_classes(node["pattern"]))
-            if pattern is None:
-                self._unenforced(node, "pattern", ptr, "it can match a quote, backslash or control character, "
-                                 "which JSON strings hold only escaped")
-            elif lengths:
+            safe, searched, unread = None, False, unreadable(node["pattern"])
+            if unread is not None:
+                self._unenforced(node, "pattern", ptr, unread)
+            else:
+                safe = json_safe_pattern(ecma_classes(node["pattern"]))
+                if safe is None:
+                    self._unenforced(node, "pattern", ptr, "it needs a quote, backslash or control character "
+                                     "(U+0000-U+001F), which JSON strings hold only escaped and structspec writes a "
+                                     "pattern's characters unescaped; leave them out of the pattern")
+            if safe is not None and safe[1]:
+                self.rewrites.narrow(ptr, f"pattern {node['pattern']!r} is written without the characters a JSON "
+                                     "string holds only escaped (quote, backslash, U+0000-U+001F)")
+            try:
+                pattern, searched = (None, False) if safe is None else matched_whole(safe[0])
+            except ValueError as e:
+                self._unenforced(node, "pattern", ptr, str(e))
+            if pattern is not None and lengths:
                 try:
                     pattern = with_lengths(pattern, node.get("minLength", 0), self._max_length(node, ptr))
                 except ValueError as e:
@@ -580,7 +600,7 @@ class _Checker:
                                      "unless it is one character class repeated, like ^[a-z0-9]+$")
             if pattern is not None:
                 pattern = self._readable(node, ptr, pattern)
-            if pattern is not None and not whole(node["pattern"]):
+            if pattern is not None and not (searched or whole(node["pattern"])):
                 self.rewrites.narrow(ptr, f"pattern {node['pattern']!r} matches whole strings only (JSON Schema "
                                      "finds it anywhere in one)")
         if pattern is not None:

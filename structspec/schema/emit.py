@@ -181,4 +181,5 @@ class Rewrites:
             other = (self.items(_ANY_VALUE, pointer) if others is True
                      else value(others, "additionalProperties"))
             extra.append(names_except(names) + t.member("", other))
+            t.strings = True  # (the names; see STRINGS)
         return t.object_items(listed, extra)

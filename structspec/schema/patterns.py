@@ -9,14 +9,22 @@ and read ``patternProperties`` patterns, which search rather than match.
 from __future__ import annotations
 
 import re
+import re._parser as parser
 from functools import lru_cache
 
+from structspec.automaton.anchors import full_match, has_anchors, in_context
+from structspec.automaton.parse import maybe_anchored, write
+from structspec.errors import RegexError
+
 _ECMA = {"d": "0-9", "w": "a-zA-Z0-9_"}
-# What a JSON string holds only escaped (outlines-core's string also leaves out U+007F-U+009F).
-_JSON_UNSAFE = "\"\\\\\\x00-\\x1F\\x7F-\\x9F"
-_UNSAFE_CHARS = ['"', "\\"] + [chr(c) for c in (*range(0x20), *range(0x7F, 0xA0))]
-# ECMA-262 counts U+FEFF as \s, and . stops at the line terminators U+2028 and U+2029.
-_NEGATED = {"\\S": "\\s\ufeff", "\\W": "a-zA-Z0-9_", "\\D": "0-9", ".": "\u2028\u2029"}
+# What a JSON string holds only escaped.
+_JSON_UNSAFE = "\"\\\\\\x00-\\x1F"
+_UNSAFE_CHARS = ['"', "\\"] + [chr(c) for c in range(0x20)]
+# The spaces both ECMA-262's \s and Python's hold, less those a JSON string holds only escaped.
+_SPACES = " \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+# What the negated atoms leave out, read both ways (ECMA-262 counts U+FEFF as \s, Python's re reads \d and \w
+# as Unicode; the automaton reads \d, \s, \w as Unicode), and . stops at \r, U+2028 and U+2029 (ECMA-262).
+_NEGATED = {"\\S": "\\s\ufeff", "\\W": "\\w", "\\D": "\\d", ".": "\u2028\u2029"}
 _KEY_CHAR = f"[^{_JSON_UNSAFE}]"
 # A pattern that is one character (class) repeated, as json_safe_pattern leaves it.
 _REPEATED_CLASS = re.compile(r"\((?P<char>\[(?:\\.|[^\]\\])*\]|\\.|[a-zA-Z0-9 ])(?P<times>[+*])\)")
@@ -29,49 +37,54 @@ def ecma_classes(pattern: str) -> str:
     ``۴``), which would make schema patterns and formats (``date``: ``\\d{4}-…``)
     looser than JSON Schema says.
     """
-    out, in_class, i = [], False, 0
+    out, in_class, negated, i = [], False, False, 0
     while i < len(pattern):
         c = pattern[i]
         if c == "\\" and i + 1 < len(pattern):
             esc = pattern[i + 1]
-            if esc in _ECMA:
+            if esc in _ECMA and not negated:  # (a negated class leaves out Python's wider \d, \w too)
                 out.append(_ECMA[esc] if in_class else f"[{_ECMA[esc]}]")
             else:
                 out.append(c + esc)
             i += 2
             continue
+        opens = c == "[" and not in_class
         in_class = (in_class and c != "]") or c == "["
+        negated = in_class and (negated if not opens else pattern[i + 1 : i + 2] == "^")
         out.append(c)
         i += 1
     return "".join(out)
 
 
-def json_safe_pattern(pattern: str) -> str | None:
-    """``pattern`` narrowed to characters a JSON string holds unescaped, or None if it needs escaped ones.
+def json_safe_pattern(pattern: str) -> tuple[str, bool] | None:
+    """``pattern`` narrowed to characters a JSON string holds unescaped, and whether that left any out; None if
+    it needs escaped ones.
 
     outlines-core puts a schema pattern between the quotes as it is, so ``.`` or
     ``[^a]`` would match a raw quote or newline and break the JSON. Wildcards and
-    negated classes exclude those characters here, ``\\s`` means a space; a pattern
-    that asks for one of them (a literal quote, ``\\n``) gets None. Anchors are left
-    out (the match is always whole) and the result is a group.
+    negated classes exclude those characters here, ``\\s`` means the spaces a JSON string holds unescaped (those
+    both ECMA-262 and Python's re, which validates the output, count), ``\\D`` excludes every Unicode digit
+    (Python's reading) as well as ECMA-262's; a pattern
+    that asks for one of them (a literal quote, ``\\n``) gets None. Anchors at the ends
+    of a top-level branch with none inside are left out (the match is whole); others stay,
+    for `matched_whole`. The result is a group.
     """
-    out, i = [], 0
+    pattern = "|".join(body if _branches(body, "^$") == [body] else branch  # (inner anchors: all kept)
+                       for branch, (_, body, _) in ((b, _ends(b)) for b in _branches(pattern)))
+    out, i, narrowed = [], 0, False
     while i < len(pattern):
         c = pattern[i]
         if c == "[":
             j = _class_end(pattern, i)
             atom, i = pattern[i : j + 1], j + 1
-            if not atom.startswith("[^"):
-                atom = atom.replace("\\s", " ")
+            if not atom.startswith("[^") and "\\s" in atom:
+                atom, narrowed = atom.replace("\\s", _SPACES), True
         elif c == "\\":
             size = {"x": 4, "u": 6}.get(pattern[i + 1 : i + 2], 2)
             atom, i = pattern[i : i + size], i + size
         elif c == "." or c in _UNSAFE_CHARS:
             atom, i = c, i + 1
-        elif c in "^$":  # the regex matches whole strings: anchors are implied
-            i += 1
-            continue
-        else:  # a literal or an operator
+        else:  # a literal or an operator (an anchor inside: see matched_whole)
             out.append(c)
             i += 1
             continue
@@ -80,15 +93,45 @@ def json_safe_pattern(pattern: str) -> str | None:
             return None
         if not unsafe:
             out.append(atom)
-        elif atom == "\\s":
-            out.append(" ")
+            continue
+        if atom == "\\s":
+            out.append(f"[{_SPACES}]")
         elif atom in _NEGATED:
             out.append(f"[^{_NEGATED[atom]}{_JSON_UNSAFE}]")
         elif atom.startswith("[^"):
             out.append(atom[:-1] + _JSON_UNSAFE + "]")
         else:
             return None
-    return "(" + "".join(out) + ")"  # a group: outlines-core puts quotes around it as it is
+        narrowed = True
+    return "(" + "".join(out) + ")", narrowed  # a group: outlines-core puts quotes around it as it is
+
+
+@lru_cache(maxsize=1024)
+def matched_whole(safe: str) -> tuple[str, bool]:
+    """``safe`` (a `json_safe_pattern` result) without the anchors it keeps inside, matched whole (``a$b``: no
+    string; ``a$(b)?``: "a"), and whether no string matches it with text before or after (then a search, as JSON
+    Schema reads a pattern, finds no more than the whole match). Without inner anchors: ``safe`` and False.
+    `ValueError` if an anchor sits in a long repetition."""
+    if not maybe_anchored(safe):  # (most patterns: no parse)
+        return safe, False
+    try:
+        items = list(parser.parse(safe))
+    except re.error:  # (the automaton's own parse says why)
+        return safe, False
+    if not has_anchors(items):
+        return safe, False
+    alone = all(in_context(items, start, end) is None for start, end in ((True, False), (False, True), (False, False)))
+    try:
+        return f"({write(full_match(items))})", alone
+    except RegexError:  # (a lookaround beside the anchors: the automaton's build says why)
+        return safe, False
+
+
+def _ends(branch: str) -> tuple[bool, str, bool]:
+    """Whether a top-level ``branch`` opens with ``^`` and closes with an unescaped ``$``, and what is between."""
+    head = branch.startswith("^")
+    tail = branch.endswith("$") and (len(branch) - len(branch[:-1].rstrip("\\")) - 1) % 2 == 0 and len(branch) > head
+    return head, branch[head : len(branch) - tail], tail
 
 
 @lru_cache(maxsize=4096)
@@ -99,6 +142,23 @@ def _unsafe(atom: str) -> bool | None:
         return any(re.fullmatch(atom, u) for u in _UNSAFE_CHARS)
     except re.error:
         return None
+
+
+@lru_cache(maxsize=1024)
+def unreadable(pattern: str) -> str | None:
+    """Why Python's re, which validates the output (jsonschema's pattern), cannot read the ECMA-262 ``pattern``,
+    with the fix; None if it can."""
+    try:
+        re.compile(pattern)
+    except re.error as e:
+        if re.search(r"\\[pP]\{", pattern):
+            return ("Unicode property escapes (\\p{…}) cannot be read by Python's re, which validates the output; "
+                    "write the characters as a class, like [A-Za-zÀ-ÿ]")
+        if "\\u{" in pattern:
+            return ("code point escapes (\\u{…}) cannot be read by Python's re, which validates the output; write "
+                    "the character itself, or \\uXXXX")
+        return f"Python's re, which validates the output, cannot read it ({e}); write it as both ECMA-262 and Python read"
+    return None
 
 
 def with_lengths(safe: str, min_length: int, max_length: int | None) -> str | None:
@@ -122,14 +182,13 @@ def key_regex(pattern: str) -> str | None:
     that need characters a name holds only escaped (narrowing would leave names out).
     """
     out = []
-    for branch in _branches(pattern):
-        head, tail = branch.startswith("^"), branch.endswith("$") and not branch.endswith("\\$")
-        body = branch[head : len(branch) - tail]
+    for head, body, tail in map(_ends, _branches(pattern)):
         if _branches(body, "^$") != [body]:  # an anchor left inside
             return None
-        safe = json_safe_pattern(ecma_classes(body))
-        if safe is None:
+        found = json_safe_pattern(ecma_classes(body))
+        if found is None:
             return None
+        safe = found[0]
         out.append(("" if head else f"{_KEY_CHAR}*") + safe + ("" if tail else f"{_KEY_CHAR}*"))
     return "(" + "|".join(out) + ")"
 

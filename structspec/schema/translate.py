@@ -40,6 +40,11 @@ _OUTLINES_ERRORS = (("maxLength", "maxLength"), ("Format", "format"), ("External
                     ("Unsupported data type in const", "const"))
 
 
+STRINGS = ("strings hold no characters U+0000-U+001F but those written \\b \\f \\n \\r \\t, and none of U+007F-U+009F "
+           "(outlines-core's string writes no \\u escapes)")
+"""The narrowing of every string of outlines-core's form (a string type, a name, a value no schema describes)."""
+
+
 class _Untranslatable(Exception):
     """A node outlines-core would not translate either (keyword, reason): the checker lets none through."""
 
@@ -93,6 +98,7 @@ class Translator:
         self._bare: dict[str, tuple[Items, bool]] = {}  # leaf type → the items of a node with no other keyword
         self._refs: list[str] = []  # the $ref chain being translated
         self._nested = self._nesting_said = False  # whether a value without schema was translated; and said so
+        self.strings = self._strings_said = False  # whether a string of outlines-core's form was; and said so
 
     def items(self, node: Any, pointer: str) -> Items:
         """The items of ``node`` (checked, at ``pointer``); records the digit bounds on the numbers of any value."""
@@ -106,6 +112,9 @@ class Translator:
             self._nesting_said = True
             self.rewrites.narrow(pointer, f"values no schema describes nest at most {self.rewrites.nesting} levels "
                                  "of arrays and objects (max_recursion_depth)")
+        if self.strings and not self._strings_said:  # likewise
+            self._strings_said = True
+            self.rewrites.narrow(pointer, STRINGS)
         return items
 
     def text(self, regex: str) -> Items:
@@ -154,6 +163,12 @@ class Translator:
             return [*literal("["), *self.ws, *inner, *self.ws, *literal("]")], any(n for _, n in subs)
         if "enum" in v or "const" in v:
             key = "enum" if "enum" in v else "const"
+            values = v["enum"] if key == "enum" else [v["const"]]
+            if all(x is None or isinstance(x, (str, int, float)) for x in values):
+                # each value's JSON text as Python writes it: ints exact, floats the shortest text that reads back
+                # (outlines-core reads numbers as 64-bit floats: 10**30 became 1e30)
+                texts = dict.fromkeys(json.dumps(x, ensure_ascii=False) for x in values)
+                return [branch([literal(t) for t in texts])], False
             return self._leaf({key: v[key]})
         if isinstance(v.get("type"), list):
             return self._union([self._typed(t, v) for t in v["type"]])
@@ -183,6 +198,7 @@ class Translator:
             hole = self.rewrites.holes.get(v.get("pattern")) if kind == "string" else None
             if hole is not None:
                 return hole, False
+            self.strings = self.strings or kind == "string"
             if len(v) == 1:  # the type alone (most leaves): translated once
                 found = self._bare.get(kind)
                 if found is None:
@@ -209,7 +225,7 @@ class Translator:
     def _untyped(self, leaves: tuple[str, ...], depth: int) -> list[tuple[Items, bool]]:
         """The alternatives of a value with no schema, as outlines-core orders them: ``leaves``, then (while
         ``depth`` allows nesting) an object and an array."""
-        self._nested = True
+        self._nested = self.strings = True  # (every such value may be a string)
         subs = [self._leaf({"type": t}) for t in leaves]
         if depth > 0:
             subs += [self._any("object", depth - 1), self._any("array", depth - 1)]
@@ -234,6 +250,7 @@ class Translator:
         low, high = _u64(v.get("minProperties")), _u64(v.get("maxProperties"))
         if high is not None and high < 1:
             return [*literal("{"), *self.ws, *literal("}")], False
+        self.strings = True  # (the names)
         extra = v.get("additionalProperties")
         if extra is None or extra is True:
             subs = self._untyped(("string", "number", "boolean", "null"), depth)
