@@ -21,7 +21,7 @@ from structspec.schema.translate import ANY, Items, Translator, json_string
 _ANY_VALUE: dict[str, Any] = {}  # the schema of any value
 
 # Bumped when the translation changes its output for the same schema: names the compile-cache entries.
-_TRANSLATION = "structspec-translate-2"
+_TRANSLATION = "structspec-translate-3"
 
 
 @dataclass
