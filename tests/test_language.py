@@ -61,6 +61,8 @@ def test_what_a_regex_cannot_hold_is_named(regex: str, says: str) -> None:
     (r"^\d{4}$", ["1234", "12345"]),
     (r"^\D$", ["a", "4", "\u06f4"]),  # Python's re (jsonschema) reads \D as no Unicode digit
     (r"^[^\d]$", ["a", "4", "\u06f4"]),
+    (r"^\W$", ["-", "a", "\xe9", "\xb2"]),  # ² is no word character to ECMA-262, one to Python (No)
+    (r"^[^\w]$", ["-", "a", "\xe9", "\xb2"]),
     (r"^\s$", [" ", "\xa0", "\ufeff"]),  # U+FEFF: ECMA-262's \s, not Python's
     (r"^\x7f+$", ["\x7f", "\x7f\x7f", "a"]),
 ])

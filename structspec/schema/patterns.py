@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 import re._parser as parser
-from functools import lru_cache
+import unicodedata
+from functools import cache, lru_cache
 
 from structspec.automaton.anchors import full_match, has_anchors, in_context
 from structspec.automaton.parse import maybe_anchored, write
@@ -24,7 +25,21 @@ _UNSAFE_CHARS = ['"', "\\"] + [chr(c) for c in range(0x20)]
 _SPACES = " \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
 # What the negated atoms leave out, read both ways (ECMA-262 counts U+FEFF as \s, Python's re reads \d and \w
 # as Unicode; the automaton reads \d, \s, \w as Unicode), and . stops at \r, U+2028 and U+2029 (ECMA-262).
-_NEGATED = {"\\S": "\\s\ufeff", "\\W": "\\w", "\\D": "\\d", ".": "\u2028\u2029"}
+_NEGATED = {"\\S": "\\s\ufeff", "\\D": "\\d", ".": "\u2028\u2029"}  # (and \W: every _python_word)
+
+
+@cache
+def _python_word() -> str:
+    """Class text of the characters Python's re reads as ``\\w``: the automaton's ``\\w`` (letters, marks, Nd, Nl,
+    Pc) and the other numbers (No: ``²``, ``½``), which ``str.isalnum`` counts. Scanned once, where needed."""
+    ranges: list[list[int]] = []
+    for c in range(0x110000):
+        if unicodedata.category(chr(c)) == "No":
+            if ranges and ranges[-1][1] == c - 1:
+                ranges[-1][1] = c
+            else:
+                ranges.append([c, c])
+    return "\\w" + "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in ranges)
 _KEY_CHAR = f"[^{_JSON_UNSAFE}]"
 # A pattern that is one character (class) repeated, as json_safe_pattern leaves it.
 _REPEATED_CLASS = re.compile(r"\((?P<char>\[(?:\\.|[^\]\\])*\]|\\.|[a-zA-Z0-9 ])(?P<times>[+*])\)")
@@ -44,6 +59,8 @@ def ecma_classes(pattern: str) -> str:
             esc = pattern[i + 1]
             if esc in _ECMA and not negated:  # (a negated class leaves out Python's wider \d, \w too)
                 out.append(_ECMA[esc] if in_class else f"[{_ECMA[esc]}]")
+            elif esc == "w" and negated:
+                out.append(_python_word())
             else:
                 out.append(c + esc)
             i += 2
@@ -96,8 +113,9 @@ def json_safe_pattern(pattern: str) -> tuple[str, bool] | None:
             continue
         if atom == "\\s":
             out.append(f"[{_SPACES}]")
-        elif atom in _NEGATED:
-            out.append(f"[^{_NEGATED[atom]}{_JSON_UNSAFE}]")
+        elif atom in _NEGATED or atom == "\\W":
+            excluded = _python_word() if atom == "\\W" else _NEGATED[atom]
+            out.append(f"[^{excluded}{_JSON_UNSAFE}]")
         elif atom.startswith("[^"):
             out.append(atom[:-1] + _JSON_UNSAFE + "]")
         else:
@@ -157,7 +175,8 @@ def unreadable(pattern: str) -> str | None:
         if "\\u{" in pattern:
             return ("code point escapes (\\u{…}) cannot be read by Python's re, which validates the output; write "
                     "the character itself, or \\uXXXX")
-        return f"Python's re, which validates the output, cannot read it ({e}); write it as both ECMA-262 and Python read"
+        return (f"Python's re, which validates the output, cannot read it ({e}); write it as both ECMA-262 and "
+                "Python read")
     return None
 
 

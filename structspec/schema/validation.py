@@ -78,7 +78,8 @@ def _suggestion(error: jsonschema.ValidationError) -> str:
             return f"; did you mean {near[0]}" + ("?" if value == json.dumps(error.instance) else f" for {value}?")
     if allowed:
         return f"; use one of {', '.join(allowed)}"
-    return f"; make the value match the draft's metaschema ({error.validator}: {json.dumps(error.validator_value)[:80]})"
+    wanted = json.dumps(error.validator_value)[:80]
+    return f"; make the value match the draft's metaschema ({error.validator}: {wanted})"
 
 
 @functools.cache
