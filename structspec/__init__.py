@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from structspec.errors import (
     InvalidOutput,
+    InvalidSchemaError,
     ModelNotFoundError,
     OptionError,
     PromptError,
@@ -78,9 +79,9 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "LM", "Compiled", "FieldDone", "Finished", "GenerateOptions", "InvalidOutput", "ModelNotFoundError", "OptionError",
-    "PromptError", "Regex", "RegexError", "Result", "SchemaError", "SpecError", "Stats", "StreamEvent",
-    "StructspecError", "TextChunk", "TokenBudgetExceeded", "UnspellableError", "VocabularyMismatchError",
+    "LM", "Compiled", "FieldDone", "Finished", "GenerateOptions", "InvalidOutput", "InvalidSchemaError",
+    "ModelNotFoundError", "OptionError", "PromptError", "Regex", "RegexError", "Result", "SchemaError", "SpecError",
+    "Stats", "StreamEvent", "StructspecError", "TextChunk", "TokenBudgetExceeded", "UnspellableError", "VocabularyMismatchError",
     "__version__", "clear_cache", "compile", "from_transformers", "generate", "generate_batch", "generate_result",
     "grammars", "iter_batch", "load", "stream", "to_regex",
 ]
