@@ -69,3 +69,31 @@ def test_a_cached_shipped_model_loads_in_silence(smollm2: structspec.LM) -> None
     assert run.returncode == 0, run.stderr
     assert run.stderr == ""
     assert "quantization_config" not in json.loads((converted / "config.json").read_text())
+
+
+# What transformers, torch or Ray print when they are not silenced (any case): progress bars, GGUF notes,
+# deprecation warnings, Ray's worker log lines.
+NOISE = ("loading weights", "warning", "deprecat", "gguf", "quantization", "it/s]", "core_worker", "%|")
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("command", ["demo", "extract"])
+def test_the_cli_writes_no_library_noise_to_stderr(smollm2: structspec.LM, tmp_path: Path, command: str) -> None:
+    """`structspec demo` and `structspec extract` on the cached default model: stderr holds structspec's own lines
+    (the job summary) and nothing that transformers, torch or Ray print by default."""
+    converted = Path(smollm2.model.config.name_or_path)
+    env = {**os.environ, "STRUCTSPEC_CACHE": str(converted.parents[1]), "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, "-m", "structspec", command, "--threads", "1"]
+    if command == "demo":
+        argv.append("--no-explain")
+    else:
+        (tmp_path / "in.jsonl").write_text(json.dumps({"id": 1, "text": "Ada Lovelace, 36, London."}) + "\n")
+        (tmp_path / "schema.json").write_text(json.dumps(
+            {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}))
+        argv += ["--max-new-tokens", "48", "--schema", str(tmp_path / "schema.json"), "--input", str(tmp_path / "in.jsonl"),
+                 "--output", str(tmp_path / "out.jsonl")]
+    run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    assert not [line for line in run.stderr.lower().splitlines() if any(n in line for n in NOISE)], run.stderr
+    if command == "extract":
+        assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 1
