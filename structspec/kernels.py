@@ -96,7 +96,9 @@ class PackedLinear(RowLinear):
 
 class TorchLinear(RowLinear):
     """A `RowLinear` on torch's own kernel (``F.linear``, the dense weight kept): for a dtype oneDNN would only
-    emulate (bfloat16 on a CPU without AVX-512 BF16), or a device it does not serve."""
+    emulate (bfloat16 on a CPU without AVX-512 BF16), or a device it does not serve. It feeds one row per call:
+    a measurement does not hold for torch's emulated bfloat16 product (on SmolLM2, a row padded to two and the
+    same row beside another parted on real activations where `invariant_by`'s inputs agreed)."""
 
     def __init__(self, linear: torch.nn.Linear) -> None:
         super().__init__(linear, keep_weight=True)
@@ -206,8 +208,8 @@ def should_pack(kernels: str, device: torch.device, dtype: torch.dtype) -> bool:
 
 def pack_linears(model: Any, packed: bool = True) -> int:
     """Replace every ``nn.Linear`` of ``model`` by a `PackedLinear` (``packed``; the output embeddings keep their
-    dense weight) or a `TorchLinear`, each fed rows as its shape's `invariant_by` says (changes the model in
-    place). Returns how many were replaced."""
+    dense weight; each fed rows as its shape's `invariant_by` says) or a `TorchLinear` (one row per call). Changes
+    the model in place; returns how many were replaced."""
     head = model.get_output_embeddings()
     count = 0
     ways: dict[tuple[int, int, torch.dtype], Invariance] = {}  # per weight shape: the kernel depends on it alone
@@ -217,7 +219,7 @@ def pack_linears(model: Any, packed: bool = True) -> int:
                 layer = PackedLinear(child, keep_weight=child is head) if packed else TorchLinear(child)
                 shape = (layer.in_features, layer.out_features, child.weight.dtype)
                 if shape not in ways:
-                    ways[shape] = invariant_by(layer)
+                    ways[shape] = invariant_by(layer) if packed else "one"
                 layer.invariance = ways[shape]
                 setattr(module, name, layer)
                 count += 1
