@@ -56,7 +56,7 @@ def decode_steps(
     cap = getattr(lm, "max_pass_tokens", None)  # (a sampled row's draft is not cut: drawn with its generator)
     try:
         while (window := row.prepare()) is not None:
-            if cap is not None and len(window) > cap and not options.sampling.do_sample:  # a long forced run: chunks
+            if cap is not None and len(window) > cap and len(row.pending) < cap and not options.sampling.do_sample:
                 window = row.fit(cap)
             step(window)
             if len(row.out) > told:
