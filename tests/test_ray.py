@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from test_jobs import SCHEMA  # short outputs, so the tiny random model finishes records
 
-pytest.importorskip("ray.data")  # the optional extra (`pip install 'structspec[ray]'`); CI installs it
+pytest.importorskip("ray.data")  # the optional extra (`pip install 'structspec-lm[ray]'`); CI installs it
 
 from structspec.integrations import ray as ray_jobs  # noqa: E402
 from structspec.integrations.ray import Extractor  # noqa: E402

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 if importlib.util.find_spec("ray") is None:  # an optional extra
-    raise ImportError("structspec.integrations.ray needs Ray: pip install 'structspec[ray]'")
+    raise ImportError("structspec.integrations.ray needs Ray: pip install 'structspec-lm[ray]'")
 
 from structspec.result import Result
 from structspec.tools.jobs import (
