@@ -344,6 +344,9 @@ def load(
     a float32 CPU model's linear layers for oneDNN (bfloat16 too where the CPU
     multiplies it natively; `structspec.kernels`: the model is then for
     inference only), ``"onednn"`` insists on it, ``"torch"`` keeps torch's own.
+    With ``"auto"`` every CPU model is batch-invariant (`make_batch_invariant`):
+    batched rows and every draft mode are token-identical to plain masked
+    decoding in float32 and bfloat16 alike (`Stats.batch_invariant`).
 
     Changes torch's process-wide thread count to ``threads``; None keeps torch's
     count unless it exceeds the CPUs this process may use (`default_threads`).
@@ -362,6 +365,8 @@ def load(
         tokenizer = AutoTokenizer.from_pretrained(path)
     if pack:
         pack_for_cpu(model)
+    elif kernels == "auto" and where.type == "cpu":  # a dtype oneDNN would only emulate: torch's kernel, by row
+        make_batch_invariant(model)
     return LM(model, tokenizer, name=name)
 
 

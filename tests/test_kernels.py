@@ -222,7 +222,10 @@ def test_load_makes_a_cpu_model_batch_invariant_where_it_packs_it(tmp_path) -> N
     half = structspec.load(str(directory), device="cpu", dtype="bfloat16")
     assert half.model.dtype == torch.bfloat16
     assert (half.kernels, half.model.config._attn_implementation == BY_ROW) == (
-        ("onednn", True) if native_bf16() else ("torch", False))
+        ("onednn", True) if native_bf16() else ("torch", True))
+    assert half.batch_invariant
+    kept = structspec.load(str(directory), device="cpu", dtype="bfloat16", kernels="torch")  # left as it is
+    assert kept.model.config._attn_implementation != BY_ROW and not kept.batch_invariant
 
 
 @pytest.mark.real_model
