@@ -20,10 +20,11 @@ demo: setup
 	$(VENV)/bin/structspec demo
 
 # The docs build is strict: a broken link, nav entry or API reference fails the test command.
+# Tests run on every core (pytest-xdist), one torch thread per worker so that workers do not oversubscribe them.
 test: setup
 	$(VENV)/bin/lint-imports
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
-	$(PY) -m pytest -q
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto
 
 bench: setup
 	$(VENV)/bin/structspec bench

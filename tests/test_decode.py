@@ -77,7 +77,7 @@ def test_token_budget_raises_with_the_partial_output(byte_lm) -> None:
     ("call", "error", "message"),
     [
         (lambda lm: structspec.generate(lm, Pet, ""), PromptError, "empty"),
-        (lambda lm: structspec.generate(lm, Pet, []), PromptError, "non-empty"),
+        (lambda lm: structspec.generate(lm, Pet, []), PromptError, "empty list of messages"),
         (lambda lm: structspec.generate(lm, Pet, "x", max_new_tokens=0), structspec.OptionError, "max_new_tokens"),
         (lambda lm: structspec.generate(lm, Regex("(ab"), "x"), RegexError, "position"),
         (lambda lm: structspec.generate(lm, Pet, "x", temperature=0.0), structspec.OptionError, "do_sample=False"),

@@ -124,8 +124,8 @@ SMOLLM2_DTYPES = ["float32", "bfloat16"]
 @pytest.mark.real_model
 @pytest.mark.parametrize("dtype", SMOLLM2_DTYPES)
 def test_smollm2_batched_rows_are_the_rows_decoded_alone(dtype: str) -> None:
-    """Six example tasks (one per schema) and two more, in float32 (this CPU's default) and bfloat16 (the default
-    on CUDA and AVX-512 BF16 CPUs): each batched row, plain and with prompt lookup, equals the row alone."""
+    """Six example tasks (one per schema), in float32 (this CPU's default) and bfloat16 (the default on CUDA and
+    AVX-512 BF16 CPUs): each batched row, plain and with prompt lookup, equals the row alone."""
     from structspec.tools.tasks import extraction_prompt, load_tasks
 
     try:
@@ -134,7 +134,6 @@ def test_smollm2_batched_rows_are_the_rows_decoded_alone(dtype: str) -> None:
         pytest.skip(f"smollm2-135m is not available: {e}")
     make_batch_invariant(lm.model, packed=lm.kernels == "onednn")  # as `load` does where it packs the model
     tasks = list({t.schema_name: t for t in load_tasks()}.values())[:6]
-    tasks += [t for t in load_tasks() if t not in tasks][:2]
     specs, prompts = [t.schema for t in tasks], [extraction_prompt(t.text, t.schema) for t in tasks]
     alone = plain(lm, specs, prompts, max_new_tokens=60)
     for batch_size, draft in ((2, None), (3, None), (8, None), (8, "prompt_lookup")):

@@ -471,7 +471,7 @@ BAD_SPECS = [
 ]
 
 
-@pytest.mark.parametrize("spec", BAD_SPECS, ids=repr)
+@pytest.mark.parametrize("spec", BAD_SPECS, ids=lambda spec: "object()" if type(spec) is object else repr(spec))
 def test_bad_specs_raise_structspec_errors_naming_a_keyword_the_schema_holds(spec) -> None:
     with pytest.raises(StructspecError) as err:
         to_regex(spec)

@@ -4,6 +4,7 @@ the slower CI step `.ci/wheel-check`.)"""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -17,10 +18,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
-    out = tmp_path_factory.mktemp("wheel")
+    out, source = tmp_path_factory.mktemp("wheel"), tmp_path_factory.mktemp("source")
+    # Built from a copy of what the sdist holds: setuptools writes build/ beside the sources, and two test
+    # workers building in the clone at once would share it.
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, source / name)
+    for name in ("structspec", "grammars"):
+        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
     # No build isolation: the venv's setuptools (a dev requirement) builds it, with no index to reach.
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out),
-                    str(ROOT)], check=True, capture_output=True)
+                    str(source)], check=True, capture_output=True)
     (path,) = out.glob("*.whl")
     return zipfile.ZipFile(path)
 
