@@ -2,7 +2,7 @@
 generation, one run, one machine, one model in one dtype.
 
     python -m structspec.tools.throughput [--model qwen2.5-coder-0.5b] [--records 16] [--batch-sizes 1,8,16]
-        [--peer-batch-size 8] [--max-new-tokens 200] [--threads N] [--device auto] [--dtype float32] [--json PATH]
+        [--peer-batch-size 8] [--max-new-tokens 256] [--threads N] [--device auto] [--dtype float32] [--json PATH]
     python -m structspec.tools.throughput --bf16-agreement [same options]
 
 Rows: structspec's three greedy modes (`harness.methods`: plain masked, exact
@@ -52,6 +52,7 @@ import structspec
 from structspec.errors import StructspecError
 from structspec.lm import LM
 from structspec.tools.bench import Divergence, divergence, first_difference
+from structspec.tools.cli import DEFAULT_MAX_NEW_TOKENS
 from structspec.tools.harness import PLAIN, Keywords, judge, methods, spread
 from structspec.tools.peers import PassCounter, PeerBatch, outlines_batch, outlines_index, unconstrained_batch
 from structspec.tools.tasks import Task, extraction_prompt, load_tasks
@@ -436,7 +437,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated batch sizes for structspec's rows (B=1 always runs: the reference)")
     parser.add_argument("--peer-batch-size", type=int, default=8, help="batch size of the outlines and "
                                                                        "transformers rows")
-    parser.add_argument("--max-new-tokens", type=int, default=200)
+    parser.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (torch.set_num_threads)")
     parser.add_argument("--json", metavar="PATH", help="also write the raw numbers as JSON")
     parser.add_argument("--bf16-agreement", action="store_true",
