@@ -53,7 +53,8 @@ def mask_full_rows(logits: torch.Tensor, rows: list[tuple[TokenFSM, int]], allow
     bitmask = rows[0][0].allocate_token_bitmask(len(full))
     for r, i in enumerate(full):
         fsm, state = rows[i]
-        fsm.fill_next_token_bitmask(bitmask, r, state)
+        # the index's row as is: the decode's own bitmask and states need none of the entry point's argument checks
+        bitmask[r].copy_(torch.from_numpy(fsm.index.packed_mask(state)))
     bitmask = bitmask.to(logits.device, non_blocking=True)
     if len(full) == len(logits):
         apply_token_bitmask_inplace(logits, bitmask)
