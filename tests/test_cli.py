@@ -20,7 +20,7 @@ from rich.console import Console
 import structspec
 from structspec.tools.cli import EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, main
 from structspec.tools.demo import DEMO_DOCUMENT, demo
-from structspec.tools.jobs import load_model
+from structspec.jobs.runner import load_model
 from structspec.testing import save_tiny_model
 
 N_RECORDS = 200  # enough work left after the third line that a signal always lands mid-job

@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel, field_validator
 
 import structspec
-from structspec.tools import jobs
+from structspec.jobs import runner as jobs
 from structspec.testing import CountingLM
 
 SCHEMA = {  # short outputs, so the tiny random model finishes records

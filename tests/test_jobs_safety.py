@@ -16,9 +16,9 @@ from test_jobs import SCHEMA  # short outputs, so the tiny random model finishes
 
 import structspec
 from structspec.testing import save_tiny_model
-from structspec.tools import jobs
+from structspec.jobs import runner as jobs
 from structspec.tools.cli import EXIT_CONFIG, main
-from structspec.tools.outputs import manifest_path
+from structspec.jobs.manifest import manifest_path
 
 OPTIONS = jobs.JobOptions(jobs.default_template(SCHEMA), {"max_new_tokens": 30}, batch_size=4)
 
@@ -28,7 +28,7 @@ OPTIONS = jobs.JobOptions(jobs.default_template(SCHEMA), {"max_new_tokens": 30},
 JOB = """
 import json, os, signal, sys
 from structspec.testing import tiny_lm
-from structspec.tools import jobs
+from structspec.jobs import runner as jobs
 source, output, after, action = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 schema = json.loads(sys.stdin.readline())
 def on_record(summary):

@@ -19,10 +19,10 @@ from test_jobs import SCHEMA  # short outputs, so the tiny random model finishes
 
 pytest.importorskip("ray.data")  # the optional extra (`pip install 'structspec-lm[ray]'`); CI installs it
 
-from structspec.integrations import ray as ray_jobs  # noqa: E402
-from structspec.integrations.ray import Extractor  # noqa: E402
+from structspec.jobs import ray as ray_jobs  # noqa: E402
+from structspec.jobs.ray import Extractor  # noqa: E402
 from structspec.testing import save_tiny_model  # noqa: E402
-from structspec.tools import jobs  # noqa: E402
+from structspec.jobs import runner as jobs  # noqa: E402
 from structspec.tools.cli import EXIT_CONFIG, EXIT_OK, main  # noqa: E402
 
 N_RECORDS = 40  # five actor calls of 8 rows: a kill after the first lines lands mid-job
@@ -31,7 +31,7 @@ KILL_AFTER = 3  # lines written when the driver kills itself
 # the kill lands mid-job whatever the timing.
 KILLED_AFTER_LINES = f"""
 import inspect, os, signal, sys
-from structspec.integrations import ray as ray_jobs
+from structspec.jobs import ray as ray_jobs
 from structspec.tools.cli import main
 run_job = ray_jobs.run_job
 def killing_run_job(*args, **kwargs):

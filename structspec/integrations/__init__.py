@@ -4,7 +4,7 @@
   stopping criterion for transformers' ``model.generate``.
 * `structspec.integrations.matcher`: a ``Matcher`` with the accept / validate / rollback /
   bitmask contract of serving engines (vLLM, SGLang, xgrammar), and how to plug it in.
-* `structspec.integrations.ray`: an ``Extractor`` for ``ray.data`` ``map_batches``, and the
+* `structspec.jobs.ray`: an ``Extractor`` for ``ray.data`` ``map_batches``, and the
   driver of ``structspec extract --ray`` (Ray is the optional ``ray`` extra).
 
 The core never imports this package; each adapter imports only the core's public pieces.

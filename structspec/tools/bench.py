@@ -32,7 +32,7 @@ from structspec.cache import cache_dir
 from structspec.lm import LM
 from structspec.testing import divergence_margin
 from structspec.tools.harness import PLAIN, Method, Run, methods, run_tasks, spread, summarize
-from structspec.tools.jobs import load_model
+from structspec.jobs.runner import load_model
 from structspec.tools.peers import (
     hf_assisted,
     hf_prompt_lookup,

@@ -114,7 +114,7 @@ def _demo_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _extract_arguments(p: argparse.ArgumentParser) -> None:
-    from structspec.tools import jobs
+    from structspec.jobs import runner as jobs
 
     p.description = ("Extract a structured record from every document. Each output line holds the id, the input "
                      "position, the value or the error, and the stats. Rerun the same command to resume.")
@@ -214,7 +214,7 @@ def _pass_cost_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _config_error() -> type[Exception]:
-    from structspec.tools.jobs import JobConfigError
+    from structspec.jobs.runner import JobConfigError
 
     return JobConfigError
 
@@ -256,13 +256,13 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def extract(args: argparse.Namespace) -> int:
-    """Run an extraction job (see `structspec.tools.jobs`), here or on Ray (``--ray``), with a progress bar and a
+    """Run an extraction job (see `structspec.jobs.runner`), here or on Ray (``--ray``), with a progress bar and a
     summary on stderr. The spec, input and options are checked before the model loads."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from structspec.tools import jobs
-    from structspec.tools.outputs import check_output
+    from structspec.jobs import runner as jobs
+    from structspec.jobs.manifest import check_output
     from structspec.tools.tasks import load_spec
 
     err = Console(stderr=True)
@@ -298,7 +298,7 @@ def extract(args: argparse.Namespace) -> int:
                                    show, retry_errors=args.retry_errors)
     else:
         try:
-            from structspec.integrations import ray as ray_jobs  # an optional extra: imported only when asked for
+            from structspec.jobs import ray as ray_jobs  # an optional extra: imported only when asked for
         except ImportError as e:
             raise jobs.JobConfigError(str(e)) from None
         actors, num_cpus = args.actors or 1, args.num_cpus or 1

@@ -73,7 +73,7 @@ def _worker_setup(memory_gb: float, model: str, generate: int, open_objects: boo
     from structspec.automaton.fsm import TokenFSM
     from structspec.schema import constraint_of
     from structspec.testing import tiny_lm
-    from structspec.tools.jobs import load_model
+    from structspec.jobs.runner import load_model
 
     lm = load_model(model)  # from the user's cache; FSMs go to a fresh one, so cold means cold
     os.environ["STRUCTSPEC_CACHE"] = tempfile.mkdtemp(prefix="structspec-coverage-")

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from structspec.tools import jobs
+from structspec.jobs import runner as jobs
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 

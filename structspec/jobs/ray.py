@@ -4,7 +4,7 @@
 Typical use, on a cluster with one GPU per actor::
 
     import ray
-    from structspec.integrations.ray import Extractor
+    from structspec.jobs.ray import Extractor
 
     ray.init(address="auto")
     docs = ray.data.read_json("s3://bucket/docs.jsonl")  # columns: id, text
@@ -20,7 +20,7 @@ processors do, an output row is its input row with the result's columns added:
 line exactly as ``structspec extract`` writes it (JSON text). Arrow stores a
 column's dicts as one struct type, so a key that only other rows have reads
 back as None; ``line`` keeps each record as it was. A bad record is its row's
-error (the kinds of `structspec.tools.jobs.ERROR_KINDS`); it never fails the job.
+error (the kinds of `structspec.jobs.runner.ERROR_KINDS`); it never fails the job.
 
 ``structspec extract --ray ADDRESS`` runs the same job as ``extract``: the
 driver writes each line as its batch comes back, to the same output with the
@@ -48,10 +48,10 @@ from pathlib import Path
 from typing import Any
 
 if importlib.util.find_spec("ray") is None:  # an optional extra
-    raise ImportError("structspec.integrations.ray needs Ray: pip install 'structspec-lm[ray]'")
+    raise ImportError("structspec.jobs.ray needs Ray: pip install 'structspec-lm[ray]'")
 
 from structspec.result import Result
-from structspec.tools.jobs import (
+from structspec.jobs.runner import (
     DEFAULT_BATCH_SIZE,
     InputRecord,
     JobConfigError,
@@ -144,11 +144,11 @@ def run_job(
     device: str = "auto",
     dtype: str | None = None,
 ) -> JobSummary:
-    """`structspec.tools.jobs.run_job` on the connected Ray cluster (see `connect`): ``actors`` Extractors,
+    """`structspec.jobs.runner.run_job` on the connected Ray cluster (see `connect`): ``actors`` Extractors,
     each with ``num_cpus`` CPUs and ``num_gpus`` GPUs, decode the records not already in ``output``.
 
     Appends each record's line as its batch comes back, so the output, its manifest, lock and resume are the
-    same as a local job's (`structspec.tools.jobs.job_output`). Records that could not be read are written last,
+    same as a local job's (`structspec.jobs.runner.job_output`). Records that could not be read are written last,
     by this process, so that a spec, option or model the actors cannot use stops the job (`JobConfigError`)
     before any line is written.
     """
@@ -174,7 +174,7 @@ def run_job(
             except ray.exceptions.RayActorError as e:
                 if not e.actor_init_failed:
                     raise
-                # its last line is the actor's error: "structspec.tools.outputs.JobConfigError: temperature must be > 0"
+                # its last line is the actor's error: "structspec.jobs.manifest.JobConfigError: temperature must be > 0"
                 raise JobConfigError(f"the actors could not start: {str(e).strip().splitlines()[-1]}") from None
         for record in todo:
             if record.error:

@@ -13,9 +13,9 @@ ids resume right. Rerunning the same command after Ctrl-C or ``kill -9``
 therefore writes each record exactly once, whatever order the rows finished in.
 The output keeps a manifest beside it, locked while a job writes: a second job
 on the same output, a rerun with other settings, and an output that is not a
-job's are refused before anything is written (`structspec.tools.outputs`).
+job's are refused before anything is written (`structspec.jobs.manifest`).
 ``extract --ray`` runs the same job, with the same lines and resume, on a Ray
-cluster (`structspec.integrations.ray`).
+cluster (`structspec.jobs.ray`).
 
 Bad input never stops a job: a malformed line, an empty document, a prompt
 that fills the model's context, a token budget or context that runs out and a
@@ -51,7 +51,7 @@ import structspec
 from structspec.decoding.drafters import SHORT_NAMES
 from structspec.errors import PromptError, StructspecError
 from structspec.tools.explain import no_pass_tokens
-from structspec.tools.outputs import (
+from structspec.jobs.manifest import (
     JobConfigError,
     check_output,
     claimed,
@@ -414,7 +414,7 @@ def resume(
 ) -> tuple[JobSummary, list[InputRecord]]:
     """The records of a job that ``output`` has no line for yet, and a summary that counts the others as skipped.
 
-    Changes ``output`` as `structspec.tools.outputs.done_keys` does (cuts a torn last line; drops error lines with
+    Changes ``output`` as `structspec.jobs.manifest.done_keys` does (cuts a torn last line; drops error lines with
     ``retry_errors``): call it while holding the output's lock.
     """
     done = done_keys(output, retry_errors)
@@ -477,7 +477,7 @@ def job_output(
     line for yet, and ``write(line)`` (see `appending`); the lock is released when the block ends.
 
     `JobConfigError`, before anything is written, for an output that is not a job's, is being written by
-    another job, or was written with other settings (`structspec.tools.outputs`).
+    another job, or was written with other settings (`structspec.jobs.manifest`).
     """
     check_output(output)
     with claimed(output, manifest):

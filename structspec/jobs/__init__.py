@@ -1,0 +1,1 @@
+"""Extraction jobs: one spec, many documents, one JSONL line per document."""
