@@ -104,6 +104,11 @@ class Result:
         return self.stop_reason in ("eos", "fsm_complete")
 
 
+def no_pass_tokens(sources: list[str]) -> int:
+    """How many tokens needed no forward pass of their own: every source but ``model``."""
+    return sum(s != "model" for s in sources)
+
+
 @dataclass(frozen=True)
 class TextChunk:
     """Tokens one turn accepted (a forced or drafted run arrives as one chunk) and their text.

@@ -8,13 +8,12 @@ import re
 
 from rich.console import Console
 
-from structspec.result import DraftStats, Stats
+from structspec.result import DraftStats, Stats, no_pass_tokens
 from structspec.tools.explain import (
     SOURCE_COLORS,
     explain_html,
     legend_html,
     legend_rich,
-    no_pass_tokens,
     source_colors,
     stats_table,
     to_rich,

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from rich.console import Console
 
 import structspec
-from structspec.jobs.runner import JobConfigError
+from structspec.jobs.errors import JobConfigError
 from structspec.tools.tasks import Task, extraction_prompt, field_accuracy, load_schemas, load_tasks
 
 

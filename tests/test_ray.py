@@ -21,8 +21,10 @@ pytest.importorskip("ray.data")  # the optional extra (`pip install 'structspec-
 
 from structspec.jobs import ray as ray_jobs  # noqa: E402
 from structspec.jobs.ray import Extractor  # noqa: E402
+from structspec.jobs.errors import JobConfigError  # noqa: E402
+from structspec.jobs.prompts import default_template  # noqa: E402
+from structspec.jobs.runner import JobOptions  # noqa: E402
 from structspec.testing import save_tiny_model  # noqa: E402
-from structspec.jobs import runner as jobs  # noqa: E402
 from structspec.tools.cli import EXIT_CONFIG, EXIT_OK, main  # noqa: E402
 
 N_RECORDS = 40  # five actor calls of 8 rows: a kill after the first lines lands mid-job
@@ -46,7 +48,7 @@ def killing_run_job(*args, **kwargs):
 ray_jobs.run_job = killing_run_job
 sys.exit(main(sys.argv[1:]))
 """
-OPTIONS = jobs.JobOptions(jobs.default_template(SCHEMA), {"max_new_tokens": 24}, batch_size=2)
+OPTIONS = JobOptions(default_template(SCHEMA), {"max_new_tokens": 24}, batch_size=2)
 
 
 @pytest.fixture(scope="module")
@@ -109,11 +111,11 @@ def test_an_extractor_keeps_the_input_columns_and_adds_structured_results(job: d
         assert a["value"] is None if a["error_kind"] == "token_budget" else set(a["value"]) == {"flag", "size"}
         line = json.loads(a["line"])  # the line `structspec extract` writes
         assert line["input"] == f"id {a['id']}" and line.get("value") == a["value"] and line["stats"] == a["stats"]
-    with pytest.raises(jobs.JobConfigError, match="temperature must be > 0"):
-        Extractor(str(job["model"]), SCHEMA, jobs.JobOptions(OPTIONS.template, {"temperature": 0.0}), device="cpu")
-    with pytest.raises(jobs.JobConfigError, match=r"no 'text' column \(columns: id, body\); pass text_field="):
+    with pytest.raises(JobConfigError, match="temperature must be > 0"):
+        Extractor(str(job["model"]), SCHEMA, JobOptions(OPTIONS.template, {"temperature": 0.0}), device="cpu")
+    with pytest.raises(JobConfigError, match=r"no 'text' column \(columns: id, body\); pass text_field="):
         extractor({"id": np.array(["a"]), "body": np.array(["Item 1."])})
-    with pytest.raises(jobs.JobConfigError, match=r"columns named as the Extractor's output \(value\)"):
+    with pytest.raises(JobConfigError, match=r"columns named as the Extractor's output \(value\)"):
         extractor(batch | {"value": np.array([1, 2, 3, 4])})
 
 
@@ -138,7 +140,7 @@ def test_a_local_instance_sets_token_auth_before_ray_reads_it_or_says_how(monkey
         assert calls == reread and os.environ["RAY_AUTH_MODE"] == "token" and len(os.environ["RAY_AUTH_TOKEN"]) == 64
     monkeypatch.delenv("RAY_AUTH_MODE")
     monkeypatch.setattr(ray._raylet, "Config", object())  # a Ray without the call
-    with pytest.raises(jobs.JobConfigError, match="run with RAY_AUTH_MODE=token in the environment"):
+    with pytest.raises(JobConfigError, match="run with RAY_AUTH_MODE=token in the environment"):
         ray_jobs._use_token_auth()
 
 

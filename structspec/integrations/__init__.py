@@ -4,8 +4,8 @@
   stopping criterion for transformers' ``model.generate``.
 * `structspec.integrations.matcher`: a ``Matcher`` with the accept / validate / rollback /
   bitmask contract of serving engines (vLLM, SGLang, xgrammar), and how to plug it in.
-* `structspec.jobs.ray`: an ``Extractor`` for ``ray.data`` ``map_batches``, and the
-  driver of ``structspec extract --ray`` (Ray is the optional ``ray`` extra).
+
+The Ray Data ``Extractor`` lives with the jobs it runs, in `structspec.jobs.ray`.
 
 The core never imports this package; each adapter imports only the core's public pieces.
 """

@@ -1,4 +1,4 @@
-"""A job's output file: whose it is (its manifest), who writes it (its lock) and which records it holds.
+"""Whose a job's output is: its manifest, its lock, and the refusal of files that are not a job's.
 
 Beside ``out.jsonl`` a job keeps ``out.jsonl.job.json``, its manifest: the
 settings the lines were made with (model, spec, prompt template, options) and
@@ -9,13 +9,7 @@ differs. A file that is not a job's output (a line that is not one a job writes,
 no manifest and no job lines) is refused before anything changes it. An output
 written before manifests existed (job lines, no manifest) is taken over: its
 manifest is written from the settings of the job that resumes it.
-
-A line names its record by where it was in the input (``input``: ``"line 7"``,
-``"row 7"``, a file name) and ``input_hash``, a hash of its id and text, so
-repeated ids resume right; a line without ``input_hash`` (older outputs) by
-where it was and its id.
 """
-
 from __future__ import annotations
 
 import dataclasses
@@ -33,14 +27,10 @@ from pydantic import TypeAdapter
 
 import structspec
 from structspec.errors import StructspecError
+from structspec.jobs.errors import JobConfigError
+from structspec.jobs.lines import NOT_OURS, job_lines
 
 MANIFEST_FORMAT = 1
-NOT_OURS = "structspec extract changes only its own outputs: choose another --output"
-
-
-class JobConfigError(Exception):
-    """A job that cannot start: unknown schema, unreadable input, bad template, an output that is not a job's.
-    Says what to fix."""
 
 
 def job_manifest(model: str, spec: Any, template: str, generate: dict[str, Any]) -> dict[str, Any]:
@@ -100,8 +90,8 @@ def check_output(output: str | Path, input_path: str | Path | None = None) -> No
     if input_path is not None and p.exists() and os.path.samefile(p, input_path):
         raise JobConfigError(f"--output {p} is the --input file: choose another --output")
     if p.exists() and not _read_manifest(p):
-        data = _read(p)
-        if data.strip() and not _job_lines(p, data)[0]:
+        data = read_bytes(p)
+        if data.strip() and not job_lines(p, data)[0]:
             raise JobConfigError(f"{p} holds no line of a structspec job: {NOT_OURS}")
 
 
@@ -126,7 +116,7 @@ def claimed(output: str | Path, manifest: dict[str, Any]) -> Iterator[None]:
             raise JobConfigError(f"another job is writing {output} (it holds the lock on {path}): wait for it to "
                                  "end, or choose another --output") from None
         held = _read_manifest(Path(output))
-        if held and _read(Path(output)).strip():
+        if held and read_bytes(Path(output)).strip():
             if held.get("settings") != manifest["settings"]:
                 _refuse_other_settings(output, held.get("settings", {}), manifest["settings"])
         elif held != manifest:
@@ -160,7 +150,7 @@ def _read_manifest(output: Path) -> dict[str, Any] | None:
     path = manifest_path(output)
     if not path.exists():
         return None
-    text = _read(path).strip()
+    text = read_bytes(path).strip()
     if not text:
         return None
     try:
@@ -172,78 +162,11 @@ def _read_manifest(output: Path) -> dict[str, Any] | None:
     return manifest
 
 
-def _read(path: Path) -> bytes:
+def read_bytes(path: Path) -> bytes:
+    """The bytes of ``path`` (an output or its manifest); a `JobConfigError` that says what to do when it cannot
+    be read. Changes nothing."""
     try:
         return path.read_bytes()
     except OSError as e:
         raise JobConfigError(f"cannot read {path} ({e.strerror}): make it readable, or choose another --output") \
             from None
-
-
-def done_keys(output: str | Path, retry_errors: bool = False) -> set[tuple[str, str]]:
-    """The keys (`record_keys`) of the records ``output`` has a line for; none when it is missing.
-
-    Cuts off a torn last line (what a power cut mid-write leaves), and with
-    ``retry_errors`` drops the error lines (through a temp file and a rename), so
-    those records run again. Call it while holding the lock (`claimed`). A line
-    that is not a job's raises `JobConfigError` and nothing is changed.
-    """
-    p = Path(output)
-    if not p.exists():
-        return set()
-    data = _read(p)
-    lines, rows = _job_lines(p, data)
-    if retry_errors:
-        lines, rows = [line for line, row in zip(lines, rows) if "error" not in row], \
-            [row for row in rows if "error" not in row]
-    kept = b"".join(line + b"\n" for line in lines)
-    if kept != data:
-        tmp = p.with_name(p.name + ".tmp")
-        tmp.write_bytes(kept)
-        os.replace(tmp, p)
-    return {_line_key(row) for row in rows}
-
-
-def record_keys(where: str, record_id: str, input_hash: str) -> tuple[tuple[str, str], tuple[str, str]]:
-    """The keys a record's line may be found under: its ``input_hash``, or (an older output's line) its id."""
-    return (where, "hash " + input_hash), (where, "id " + record_id)
-
-
-def _line_key(row: dict[str, Any]) -> tuple[str, str]:
-    return (row["input"], "hash " + row["input_hash"]) if "input_hash" in row else (row["input"], "id " + row["id"])
-
-
-LINE_START = b'{"id": '  # how every line a job writes starts (json.dumps of a row whose first key is "id")
-
-
-def _job_lines(path: Path, data: bytes) -> tuple[list[bytes], list[dict[str, Any]]]:
-    """The job lines of ``data`` (blank lines and a torn last line left out) and their rows; `JobConfigError`
-    naming the first line a job does not write."""
-    end = data.rfind(b"\n") + 1
-    lines, rows = [], []
-    for n, line in enumerate(data[:end].split(b"\n")[:-1], 1):
-        if not line.strip():
-            continue
-        row = _row(line)
-        if row is None:
-            raise JobConfigError(f"{path} line {n} is not a line of a structspec job ({line[:60]!r}): {NOT_OURS}")
-        lines.append(line)
-        rows.append(row)
-    tail = data[end:]
-    if tail and not (tail.startswith(LINE_START) or LINE_START.startswith(tail)):
-        raise JobConfigError(f"{path} ends in text that is not a line of a structspec job ({tail[:60]!r}): "
-                             f"{NOT_OURS}")
-    return lines, rows
-
-
-def _row(line: bytes) -> dict[str, Any] | None:
-    """The row of a line a job writes (``id``, ``input``, and ``value`` or ``error``); None for any other line."""
-    try:
-        row = json.loads(line)
-    except ValueError:  # not JSON, or not UTF-8
-        return None
-    if not isinstance(row, dict) or not isinstance(row.get("id"), str) or not isinstance(row.get("input"), str):
-        return None
-    if not ("value" in row or isinstance(row.get("error"), dict)) or not isinstance(row.get("input_hash", ""), str):
-        return None
-    return row

@@ -20,7 +20,7 @@ processors do, an output row is its input row with the result's columns added:
 line exactly as ``structspec extract`` writes it (JSON text). Arrow stores a
 column's dicts as one struct type, so a key that only other rows have reads
 back as None; ``line`` keeps each record as it was. A bad record is its row's
-error (the kinds of `structspec.jobs.runner.ERROR_KINDS`); it never fails the job.
+error (the kinds of `structspec.jobs.lines.ERROR_KINDS`); it never fails the job.
 
 ``structspec extract --ray ADDRESS`` runs the same job as ``extract``: the
 driver writes each line as its batch comes back, to the same output with the
@@ -50,23 +50,14 @@ from typing import Any
 if importlib.util.find_spec("ray") is None:  # an optional extra
     raise ImportError("structspec.jobs.ray needs Ray: pip install 'structspec-lm[ray]'")
 
+from structspec.jobs.errors import JobConfigError
+from structspec.jobs.lines import output_line
+from structspec.jobs.manifest import job_manifest
+from structspec.jobs.output import JobSummary, job_output
+from structspec.jobs.prompts import default_template
+from structspec.jobs.records import InputRecord, input_record
+from structspec.jobs.runner import DEFAULT_BATCH_SIZE, JobOptions, check_job, load_model, record_lines, resolve_draft
 from structspec.result import Result
-from structspec.jobs.runner import (
-    DEFAULT_BATCH_SIZE,
-    InputRecord,
-    JobConfigError,
-    JobOptions,
-    JobSummary,
-    check_job,
-    default_template,
-    input_record,
-    job_manifest,
-    job_output,
-    load_model,
-    output_line,
-    record_lines,
-    resolve_draft,
-)
 
 BATCHES_PER_CALL = 4  # engine batches of rows per actor call, so that finished rows are refilled
 OUTPUT_COLUMNS = ("value", "stop_reason", "error_kind", "error_message", "stats", "line")
@@ -148,7 +139,7 @@ def run_job(
     each with ``num_cpus`` CPUs and ``num_gpus`` GPUs, decode the records not already in ``output``.
 
     Appends each record's line as its batch comes back, so the output, its manifest, lock and resume are the
-    same as a local job's (`structspec.jobs.runner.job_output`). Records that could not be read are written last,
+    same as a local job's (`structspec.jobs.output.job_output`). Records that could not be read are written last,
     by this process, so that a spec, option or model the actors cannot use stops the job (`JobConfigError`)
     before any line is written.
     """
@@ -174,7 +165,7 @@ def run_job(
             except ray.exceptions.RayActorError as e:
                 if not e.actor_init_failed:
                     raise
-                # its last line is the actor's error: "structspec.jobs.manifest.JobConfigError: temperature must be > 0"
+                # its last line is the actor's error: "structspec.jobs.errors.JobConfigError: temperature must be > 0"
                 raise JobConfigError(f"the actors could not start: {str(e).strip().splitlines()[-1]}") from None
         for record in todo:
             if record.error:

@@ -29,10 +29,10 @@ from rich.table import Table
 
 import structspec
 from structspec.cache import cache_dir
+from structspec.jobs.runner import load_model
 from structspec.lm import LM
 from structspec.testing import divergence_margin
 from structspec.tools.harness import PLAIN, Method, Run, methods, run_tasks, spread, summarize
-from structspec.jobs.runner import load_model
 from structspec.tools.peers import (
     hf_assisted,
     hf_prompt_lookup,

@@ -114,12 +114,13 @@ def _demo_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _extract_arguments(p: argparse.ArgumentParser) -> None:
-    from structspec.jobs import runner as jobs
+    from structspec.jobs.lines import ERROR_KINDS
+    from structspec.jobs.runner import DEFAULT_BATCH_SIZE
 
     p.description = ("Extract a structured record from every document. Each output line holds the id, the input "
                      "position, the value or the error, and the stats. Rerun the same command to resume.")
     p.epilog = (EXIT_CODES + "\n\nerror kinds in the output:\n"
-                + "\n".join(f"  {k:18} {v}" for k, v in jobs.ERROR_KINDS.items()))
+                + "\n".join(f"  {k:18} {v}" for k, v in ERROR_KINDS.items()))
     p.add_argument("--schema", required=True,
                    help="package.module:Model, path/to/file.py:Model, schema.json or grammar:NAME")
     p.add_argument("--input", required=True, help="a JSONL file, a CSV file with a header, or a folder of .txt")
@@ -133,8 +134,8 @@ def _extract_arguments(p: argparse.ArgumentParser) -> None:
                    help="a draft model (named as --model), drafting instead of --draft")
     p.add_argument("--batch-size", type=_positive, metavar="N",
                    help="documents decoded together, one target pass for all; each line is written as its "
-                        f"document finishes (default: {jobs.DEFAULT_BATCH_SIZE['cpu']} on the CPU, "
-                        f"{jobs.DEFAULT_BATCH_SIZE['cuda']} on CUDA)")
+                        f"document finishes (default: {DEFAULT_BATCH_SIZE['cpu']} on the CPU, "
+                        f"{DEFAULT_BATCH_SIZE['cuda']} on CUDA)")
     p.add_argument("--text-field", default="text", help="JSONL field / CSV column of the document")
     p.add_argument("--id-field", default="id", help="JSONL field / CSV column of the record id")
     p.add_argument("--prompt-template", metavar="FILE", help="a file with a {document} placeholder")
@@ -214,7 +215,7 @@ def _pass_cost_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _config_error() -> type[Exception]:
-    from structspec.jobs.runner import JobConfigError
+    from structspec.jobs.errors import JobConfigError
 
     return JobConfigError
 
@@ -256,25 +257,29 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def extract(args: argparse.Namespace) -> int:
-    """Run an extraction job (see `structspec.jobs.runner`), here or on Ray (``--ray``), with a progress bar and a
+    """Run an extraction job (see `structspec.jobs`), here or on Ray (``--ray``), with a progress bar and a
     summary on stderr. The spec, input and options are checked before the model loads."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from structspec.jobs import runner as jobs
+    from structspec.jobs.errors import JobConfigError
     from structspec.jobs.manifest import check_output
+    from structspec.jobs.output import JobSummary
+    from structspec.jobs.prompts import default_template, read_template
+    from structspec.jobs.records import read_inputs
+    from structspec.jobs.runner import JobOptions, run_job
     from structspec.tools.tasks import load_spec
 
     err = Console(stderr=True)
     ray_options = {"--actors": args.actors, "--num-cpus": args.num_cpus, "--num-gpus": args.num_gpus}
     if args.ray is None and any(value is not None for value in ray_options.values()):
-        raise jobs.JobConfigError(f"{', '.join(k for k, v in ray_options.items() if v is not None)} need --ray; "
-                                  "add --ray local or --ray ADDRESS")
+        raise JobConfigError(f"{', '.join(k for k, v in ray_options.items() if v is not None)} need --ray; "
+                             "add --ray local or --ray ADDRESS")
     spec = load_spec(args.schema)
     check_spec(spec, f"--schema {args.schema}")
-    records = jobs.read_inputs(args.input, args.text_field, args.id_field)
+    records = read_inputs(args.input, args.text_field, args.id_field)
     check_output(args.output, args.input)
-    template = jobs.read_template(args.prompt_template) if args.prompt_template else jobs.default_template(spec)
+    template = read_template(args.prompt_template) if args.prompt_template else default_template(spec)
     generate: dict[str, Any] = {"max_new_tokens": args.max_new_tokens, "fast_forward": args.fast_forward}
     generate |= {k: v for k, v in [("temperature", args.temperature), ("top_k", args.top_k), ("top_p", args.top_p),
                                    ("seed", args.seed)] if v is not None}
@@ -283,7 +288,7 @@ def extract(args: argparse.Namespace) -> int:
                         TimeElapsedColumn(), console=err, disable=args.quiet)
     task = progress.add_task("extract", total=len(records), rates="")
 
-    def show(s: jobs.JobSummary) -> None:
+    def show(s: JobSummary) -> None:
         rates = (f"{s.written / s.seconds:.3g} rec/s · {s.output_tokens / s.seconds:.3g} tok/s · "
                  f"{s.no_pass_tokens / max(s.output_tokens, 1):.0%} tokens without a pass")
         progress.update(task, completed=s.skipped + s.written, rates=rates)
@@ -294,18 +299,18 @@ def extract(args: argparse.Namespace) -> int:
         if args.draft_model:
             generate["draft"] = load_model(args, args.draft_model)
         with progress:
-            summary = jobs.run_job(lm, spec, records, args.output, jobs.JobOptions(template, generate, args.batch_size),
-                                   show, retry_errors=args.retry_errors)
+            summary = run_job(lm, spec, records, args.output, JobOptions(template, generate, args.batch_size), show,
+                              retry_errors=args.retry_errors)
     else:
         try:
             from structspec.jobs import ray as ray_jobs  # an optional extra: imported only when asked for
         except ImportError as e:
-            raise jobs.JobConfigError(str(e)) from None
+            raise JobConfigError(str(e)) from None
         actors, num_cpus = args.actors or 1, args.num_cpus or 1
         # each actor loads the model itself: the names travel, a local directory as an absolute path
         model, draft = (str(Path(name).resolve()) if Path(name).exists() else name
                         for name in (args.model, args.draft_model or args.draft))
-        options = jobs.JobOptions(template, generate | {"draft": draft}, args.batch_size)
+        options = JobOptions(template, generate | {"draft": draft}, args.batch_size)
         with ray_jobs.connect(args.ray, local_cpus=math.ceil(actors * num_cpus)) as where:
             if not args.quiet:
                 err.print(f"running on {where}", highlight=False, soft_wrap=True)

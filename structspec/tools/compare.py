@@ -37,11 +37,11 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from structspec.jobs.errors import JobConfigError
 from structspec.lm import LM
 from structspec.tools.explain import html_page, legend_html, tokens_html, token_views
 from structspec.tools.harness import Method, Run, Summary, batched, methods, run_tasks, spread, summarize
 from structspec.tools.cli import load_model
-from structspec.jobs.runner import JobConfigError
 from structspec.tools.peers import PeerRun, unconstrained_greedy
 from structspec.tools.tasks import Task, load_tasks, tasks_from_input
 

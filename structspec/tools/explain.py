@@ -101,11 +101,6 @@ def token_views(token_bytes: tuple[bytes | None, ...], token_ids: list[int], sou
     return views
 
 
-def no_pass_tokens(sources: list[str]) -> int:
-    """How many tokens needed no forward pass of their own: every source but ``model``."""
-    return sum(s != "model" for s in sources)
-
-
 def source_colors(sources: list[str]) -> dict[str, tuple[str, str]]:
     """Colors for the sources that occur: fixed ones for known names, the fallback palette in turn for others."""
     unknown = [s for s in dict.fromkeys(sources) if s not in SOURCE_COLORS]

@@ -17,7 +17,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from structspec.jobs import runner as jobs
+from structspec.jobs import spec as job_spec
+from structspec.jobs.errors import JobConfigError
+from structspec.jobs.records import read_inputs
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,11 +59,11 @@ def importable_beside(file: Path | None) -> Iterator[None]:
 
 
 def load_spec(arg: str) -> Any:
-    """`jobs.load_spec` (``package.module:Model``, ``path/to/file.py:Model``, ``schema.json``, ``grammar:NAME``),
-    a Python file importing the modules beside it."""
+    """`structspec.jobs.spec.load_spec` (``package.module:Model``, ``path/to/file.py:Model``, ``schema.json``,
+    ``grammar:NAME``), a Python file importing the modules beside it."""
     module, _, _ = arg.rpartition(":")
     with importable_beside(Path(module) if module.endswith(".py") else None):
-        return jobs.load_spec(arg)
+        return job_spec.load_spec(arg)
 
 
 def load_schemas(path: str | Path = "examples/schemas.py") -> dict[str, type[BaseModel]]:
@@ -69,9 +71,9 @@ def load_schemas(path: str | Path = "examples/schemas.py") -> dict[str, type[Bas
     (`JobConfigError` when it cannot be)."""
     file = _resolve(path)
     with importable_beside(file):
-        module = jobs.import_file(file)
+        module = job_spec.import_file(file)
     if not isinstance(getattr(module, "SCHEMAS", None), dict):
-        raise jobs.JobConfigError(f"{path} has no SCHEMAS dict; define SCHEMAS = {{'name': Model, ...}} in it")
+        raise JobConfigError(f"{path} has no SCHEMAS dict; define SCHEMAS = {{'name': Model, ...}} in it")
     return module.SCHEMAS
 
 
@@ -91,7 +93,7 @@ def load_tasks(path: str | Path = "examples/tasks.jsonl", schemas: str | Path = 
 
 
 def tasks_from_input(schema: str, path: str | Path, text_field: str = "text", id_field: str = "id") -> list[Task]:
-    """One task per record of ``path`` (read as `jobs.read_inputs` reads an extraction job's input), each
+    """One task per record of ``path`` (read as `read_inputs` reads an extraction job's input), each
     extracting the Pydantic model ``schema`` names (as ``extract --schema`` names it); no expected values.
 
     Raises `JobConfigError` for a spec that is not a Pydantic model (tasks are judged by its validation) and
@@ -99,12 +101,12 @@ def tasks_from_input(schema: str, path: str | Path, text_field: str = "text", id
     """
     spec = load_spec(schema)
     if not (isinstance(spec, type) and issubclass(spec, BaseModel)):
-        raise jobs.JobConfigError(f"--schema {schema}: compare judges outputs with a Pydantic model's validation; "
-                                  "name one as package.module:Model or path/to/file.py:Model")
-    records = jobs.read_inputs(path, text_field, id_field)
+        raise JobConfigError(f"--schema {schema}: compare judges outputs with a Pydantic model's validation; "
+                             "name one as package.module:Model or path/to/file.py:Model")
+    records = read_inputs(path, text_field, id_field)
     for record in records:
         if record.error:
-            raise jobs.JobConfigError(f"--input {path}: {record.error[1]}; fix or remove that record")
+            raise JobConfigError(f"--input {path}: {record.error[1]}; fix or remove that record")
     name = schema.rpartition(":")[2]
     return [Task(record.id, name, spec, record.text, None) for record in records]
 
