@@ -19,7 +19,8 @@ from structspec.jobs.errors import JobConfigError
 
 @dataclass(frozen=True)
 class InputRecord:
-    """One document, or the reason it could not be read (``error`` then says which `ERROR_KINDS` and why)."""
+    """One document, or the reason it could not be read (``error``: its kind, one of
+    `structspec.jobs.lines.ERROR_KINDS`, and why)."""
 
     id: str
     where: str  # "line 7", "row 7" or a file name: where to look in the input
