@@ -13,7 +13,7 @@ import functools
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Literal, ParamSpec, TypeAlias, TypeVar
+from typing import Any, Literal, ParamSpec, TypeAlias, TypeVar, get_args
 
 from structspec.decoding.drafters import SHORT_NAMES, Drafter, Staged
 from structspec.decoding.fastforward import FastForward
@@ -34,6 +34,8 @@ from structspec.schema.bounds import MAX_FRACTION_DIGITS, MAX_INTEGER_DIGITS
 from structspec.schema.reach import MAX_RECURSION_DEPTH
 
 DraftName = Literal["prompt_lookup", "lookahead", "auto"]
+DRAFT_NAMES: tuple[str, ...] = get_args(DraftName)
+"""The drafters ``draft=`` names; the others are objects (`structspec.decoding.drafters`)."""
 Draft: TypeAlias = "DraftName | LM | Drafter | Staged | None"
 """What ``draft=`` takes: a drafter's name, a loaded LM (a draft model), a drafter object, or None (no drafts)."""
 
