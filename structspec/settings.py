@@ -191,6 +191,7 @@ def _given(cls: type[Any], keywords: Mapping[str, Any], config: GenerationConfig
 
 
 _COMPILE_NAMES = tuple(f.name for f in fields(CompileOptions))
+_DECODE_NAMES = tuple(f.name for f in fields(GenerateOptions))
 
 
 def _unknown(name: str, names: list[str]) -> OptionError:
@@ -198,6 +199,9 @@ def _unknown(name: str, names: list[str]) -> OptionError:
     if name in _COMPILE_NAMES:
         return OptionError(f"{name} is a compile option, and this spec is compiled already: compile again with it, "
                            f"structspec.compile(spec, lm, {name}=...)")
+    if name in _DECODE_NAMES and not set(_DECODE_NAMES) & set(names):
+        return OptionError(f"{name} is an option of a call, not of compile: pass it when calling what compile "
+                           f"returns, e.g. person = structspec.compile(spec, lm); person(prompt, {name}=...)")
     near = difflib.get_close_matches(name, names, n=1)
     hint = f"did you mean {near[0]!r}? " if near else ""
     return OptionError(f"unknown option {name!r}: {hint}the options are {', '.join(names)}")

@@ -102,6 +102,8 @@ def test_options_are_checked_before_the_model_loads() -> None:
         structspec.compile(Person, MISSING, max_integer_digits=0)
     with pytest.raises(OptionError, match="^unknown option 'whitespace': did you mean 'whitespace_pattern'"):
         structspec.compile(Person, MISSING, whitespace=" ")  # type: ignore[call-arg]
+    with pytest.raises(OptionError, match=r"^max_new_tokens is an option of a call.*person\(prompt, max_new_tokens"):
+        structspec.compile(Person, MISSING, max_new_tokens=5)  # type: ignore[call-arg]
     with pytest.raises(OptionError, match="^top_p must be in"):
         structspec.generate(MISSING, Person, PROMPTS[0], top_p=2.0)
     with pytest.raises(OptionError, match="^unknown option 'output_logprobs'"):  # not in a batch's signature
