@@ -141,7 +141,7 @@ def iter_batch(
     target's tokenizer and self-draft draft for all rows in one draft pass per round, another tokenizer row by
     row.
     """
-    options: GenerateOptions = options_in(GenerateOptions, {**locals(), "output_logprobs": False})
+    options = options_in(GenerateOptions, {**locals(), "output_logprobs": False})
     compile_options = as_keywords(options_in(CompileOptions, locals()))
     _check_order(spec, prompts)
     batch_size = check_batch(prompts, options, batch_size)
@@ -186,7 +186,7 @@ def clear_cache(disk: bool = False) -> None:
 def _compiled(arguments: Mapping[str, Any]) -> tuple[Compiled, GenerateOptions]:
     """The spec of a one-liner's ``arguments`` compiled, and its decode options: every check before the model
     loads (the options, the arguments' order, the prompt's shape)."""
-    options: GenerateOptions = options_in(GenerateOptions, arguments)
+    options = options_in(GenerateOptions, arguments)
     compile_options = options_in(CompileOptions, arguments)
     _check_order(arguments["spec"], arguments["prompt"])
     check_prompt(arguments["prompt"])

@@ -50,7 +50,7 @@ def compile(  # noqa: A001
     ``eos_token_id`` (an id or a list) names the tokens that end the output, each allowed exactly where the
     output may end (default: the tokenizer's EOS); each must be the tokenizer's EOS or a special token.
     """
-    options: CompileOptions = options_in(CompileOptions, locals())  # locals(): this call's parameters, by name
+    options = options_in(CompileOptions, locals())  # locals(): this call's parameters, by name
     lm = load(model) if isinstance(model, str) else model
     with gc_paused():  # a compile allocates and frees little: full collections over a loaded model find nothing
         constraint = constraint_of(spec, options.whitespace_pattern, options.strict, options.max_integer_digits,
@@ -62,7 +62,8 @@ def compile(  # noqa: A001
 @dataclass(frozen=True, eq=False)
 class Compiled:
     """A spec compiled for one model: its constraint (regex and parser), its token FSM, the model and the
-    options it was compiled with. Calling it decodes with the FSM it holds; no call compiles again.
+    options it was compiled with. Calling it decodes with the FSM it holds; no call compiles again, and none
+    changes what it holds (but the FSM's cache of the states and masks decoding reaches).
 
     The calls take `GenerateOptions`' keywords; ``generation_config`` (a transformers ``GenerationConfig``)
     fills those a call leaves unset (see `structspec.generate_result`). A compile option given to a call is an

@@ -36,7 +36,7 @@ from structspec.schema.reach import MAX_RECURSION_DEPTH
 DraftName = Literal["prompt_lookup", "lookahead", "auto"]
 DRAFT_NAMES: tuple[str, ...] = get_args(DraftName)
 """The drafters ``draft=`` names; the others are objects (`structspec.decoding.drafters`)."""
-Draft: TypeAlias = "DraftName | LM | Drafter | Staged | None"
+Draft: TypeAlias = DraftName | LM | Drafter | Staged | None
 """What ``draft=`` takes: a drafter's name, a loaded LM (a draft model), a drafter object, or None (no drafts)."""
 
 
@@ -130,7 +130,10 @@ class GenerateOptions:
         return DecodeOptions(self.max_new_tokens, sampling, self.seed, self.fast_forward, self.output_logprobs)
 
 
-def options_in(cls: type[CompileOptions | GenerateOptions], arguments: Mapping[str, Any]) -> Any:
+Options = TypeVar("Options", CompileOptions, GenerateOptions)
+
+
+def options_in(cls: type[Options], arguments: Mapping[str, Any]) -> Options:
     """``cls`` made of the fields ``arguments`` (a call's parameters by name, all of ``cls``'s among them) hold."""
     return cls(**{f.name: arguments[f.name] for f in fields(cls)})
 
