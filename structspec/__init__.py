@@ -26,16 +26,17 @@ from structspec.errors import (
 )
 
 if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and IDEs
-    from structspec.api import (
-        Compiled, GenerateOptions, clear_cache, compile, generate, generate_batch, generate_result, iter_batch, stream,
-    )
+    from structspec.api import clear_cache, generate, generate_batch, generate_result, iter_batch, stream
+    from structspec.compiled import Compiled, compile
     from structspec.lm import LM, from_transformers, load
     from structspec.result import FieldDone, Finished, Result, Stats, StreamEvent, TextChunk
     from structspec.schema import Regex, grammars, to_regex
+    from structspec.settings import CompileOptions, GenerateOptions
 
 _LAZY = {
-    "structspec.api": ("Compiled", "GenerateOptions", "clear_cache", "compile", "generate", "generate_batch",
-                       "generate_result", "iter_batch", "stream"),
+    "structspec.api": ("clear_cache", "generate", "generate_batch", "generate_result", "iter_batch", "stream"),
+    "structspec.compiled": ("Compiled", "compile"),
+    "structspec.settings": ("CompileOptions", "GenerateOptions"),
     "structspec.lm": ("LM", "from_transformers", "load"),
     "structspec.result": ("FieldDone", "Finished", "Result", "Stats", "StreamEvent", "TextChunk"),
     "structspec.schema": ("Regex", "to_regex"),
@@ -79,9 +80,9 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "LM", "Compiled", "FieldDone", "Finished", "GenerateOptions", "InvalidOutput", "InvalidSchemaError",
-    "ModelNotFoundError", "OptionError", "PromptError", "Regex", "RegexError", "Result", "SchemaError", "SpecError",
-    "Stats", "StreamEvent", "StructspecError", "TextChunk", "TokenBudgetExceeded", "UnspellableError", "VocabularyMismatchError",
-    "__version__", "clear_cache", "compile", "from_transformers", "generate", "generate_batch", "generate_result",
-    "grammars", "iter_batch", "load", "stream", "to_regex",
+    "LM", "CompileOptions", "Compiled", "FieldDone", "Finished", "GenerateOptions", "InvalidOutput",
+    "InvalidSchemaError", "ModelNotFoundError", "OptionError", "PromptError", "Regex", "RegexError", "Result",
+    "SchemaError", "SpecError", "Stats", "StreamEvent", "StructspecError", "TextChunk", "TokenBudgetExceeded",
+    "UnspellableError", "VocabularyMismatchError", "__version__", "clear_cache", "compile", "from_transformers",
+    "generate", "generate_batch", "generate_result", "grammars", "iter_batch", "load", "stream", "to_regex",
 ]

@@ -9,7 +9,7 @@ import pytest
 from transformers import GenerationConfig
 
 import structspec
-from structspec import GenerateOptions, OptionError
+from structspec import CompileOptions, GenerateOptions, OptionError
 
 SPEC = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "n": {"type": "integer"}},
         "required": ["name", "n"]}
@@ -23,9 +23,11 @@ def run(lm: structspec.LM, **options: Any) -> structspec.Result:
 def test_honoured_fields_become_options() -> None:
     config = GenerationConfig(max_new_tokens=7, do_sample=True, temperature=0.7, top_k=5, top_p=0.9, eos_token_id=2)
     options = GenerateOptions.of({}, config)
-    assert (options.max_new_tokens, options.do_sample, options.temperature, options.top_k, options.top_p,
-            options.eos_token_id) == (7, True, 0.7, 5, 0.9, 2)
+    assert (options.max_new_tokens, options.do_sample, options.temperature, options.top_k, options.top_p) == (
+        7, True, 0.7, 5, 0.9)
     assert options.decode_options().sampling.do_sample
+    assert CompileOptions.of({}, config).eos_token_id == 2  # the end tokens are the FSM's: a compile option
+    assert CompileOptions.of({"eos_token_id": 0}, config).eos_token_id == 0
 
 
 def test_keywords_win_over_the_config() -> None:
@@ -109,3 +111,13 @@ def test_unknown_option_is_named(byte_lm: structspec.LM) -> None:
         run(byte_lm, max_tokens=5)
     with pytest.raises(OptionError, match="unknown option 'streamer'"):
         structspec.generate_batch(byte_lm, SPEC, [PROMPT], streamer=object())
+
+
+def test_a_compiled_spec_takes_a_config_with_its_own_end_tokens_only(byte_lm: structspec.LM) -> None:
+    person = structspec.compile(SPEC, byte_lm)
+    eos = byte_lm.vocab.eos_token_id
+    short = person.result(PROMPT, generation_config=GenerationConfig(max_new_tokens=4, eos_token_id=eos))
+    assert short.stop_reason == "max_new_tokens" and len(short.token_ids) == 4
+    with pytest.raises(OptionError, match=r"generation_config.eos_token_id=\[0, 5\] is a compile option.*"
+                                          r"structspec.compile\(spec, lm, eos_token_id=\[0, 5\]\)"):
+        person(PROMPT, generation_config=GenerationConfig(eos_token_id=[0, 5]))

@@ -12,7 +12,7 @@ import torch
 from pydantic import BaseModel
 
 import structspec
-from structspec import GenerateOptions, OptionError, PromptError, Regex, SpecError
+from structspec import CompileOptions, GenerateOptions, OptionError, PromptError, Regex, SpecError
 from structspec.automaton.fsm import apply_token_bitmask_inplace, check_eos_token_ids
 from structspec.integrations.matcher import Matcher
 
@@ -37,8 +37,9 @@ BAD = [
 
 @pytest.mark.parametrize(("name", "value"), BAD)
 def test_a_bad_option_is_an_option_error_naming_it_before_the_model_loads(name: str, value: object) -> None:
+    options = CompileOptions if name in CompileOptions.__dataclass_fields__ else GenerateOptions
     with pytest.raises(OptionError, match=rf"^{name} must be .*: got .*; (pass|use) .+") as made:
-        GenerateOptions(**{name: value})
+        options(**{name: value})
     assert repr(value)[:20] in str(made.value)
     with pytest.raises(OptionError, match=rf"^{name} must be"):  # not ModelNotFoundError: checked first
         structspec.generate_result(MISSING, SPEC, "hi", **{name: value})
@@ -53,10 +54,10 @@ def test_sampling_values_that_crashed_the_sampler_are_refused(byte_lm: structspe
 
 def test_good_values_of_other_integer_and_number_types_are_taken_as_python_values() -> None:
     options = GenerateOptions(max_new_tokens=np.int64(7), temperature=1, top_p=np.float32(0.5), top_k=np.int32(3),
-                              seed=-(2**63), eos_token_id=(5, 6))
+                              seed=-(2**63))
     assert (options.max_new_tokens, options.top_k, options.seed) == (7, 3, -(2**63))
     assert type(options.max_new_tokens) is int and type(options.temperature) is float and options.top_p == 0.5
-    assert options.eos_token_id == [5, 6]
+    assert CompileOptions(eos_token_id=(5, 6)).eos_token_id == [5, 6]
     assert GenerateOptions(temperature=1e-5, top_p=1).decode_options().sampling.do_sample
 
 

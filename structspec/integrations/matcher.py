@@ -82,7 +82,7 @@ def token_fsm(
     if isinstance(spec, structspec.Compiled):
         return spec.fsm
     if isinstance(model_or_tokenizer, LM | str):
-        return structspec.compile(spec, model_or_tokenizer, whitespace_pattern, strict).fsm
+        return structspec.compile(spec, model_or_tokenizer, whitespace_pattern=whitespace_pattern, strict=strict).fsm
     if model_or_tokenizer is None or not hasattr(model_or_tokenizer, "convert_ids_to_tokens"):
         raise OptionError(
             f"cannot compile for {type(model_or_tokenizer).__name__}: pass a structspec LM, a model name or the "

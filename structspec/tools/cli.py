@@ -56,11 +56,11 @@ def _positive(text: str) -> int:
 
 
 def drafter(text: str) -> str:
-    """A drafter's name (`structspec.decoding.drafters.SHORT_NAMES` or ``none``), with a did-you-mean for a typo
+    """A drafter's name (`structspec.settings.DRAFT_NAMES` or ``none``), with a did-you-mean for a typo
     (argparse's ``type``)."""
-    from structspec.decoding.drafters import SHORT_NAMES
+    from structspec.settings import DRAFT_NAMES
 
-    names = [*SHORT_NAMES, "none"]
+    names = [*DRAFT_NAMES, "none"]
     if text in names:
         return text
     close = difflib.get_close_matches(text, names, n=1)
@@ -128,8 +128,8 @@ def _extract_arguments(p: argparse.ArgumentParser) -> None:
     _model_options(p)
     _output_options(p)
     p.add_argument("--draft", type=drafter, default="prompt_lookup", metavar="DRAFTER",
-                   help="how tokens are drafted for one target pass to verify: prompt_lookup, lookahead, tree, "
-                        "self, staged, threshold, auto or none")
+                   help="how tokens are drafted for one target pass to verify: prompt_lookup, lookahead, auto "
+                        "or none")
     p.add_argument("--draft-model", metavar="MODEL",
                    help="a draft model (named as --model), drafting instead of --draft")
     p.add_argument("--batch-size", type=_positive, metavar="N",

@@ -1,0 +1,147 @@
+"""One output decoded as stream events: a `TextChunk` per turn that accepted tokens, a `FieldDone` per closed
+top-level member of a JSON object, then `Finished` with the `Result`; and the `Result` made of a decode."""
+
+from __future__ import annotations
+
+import codecs
+import json
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Protocol
+
+import jsonschema
+import pydantic
+import torch
+
+from structspec.decoding.drafters import make_drafter
+from structspec.decoding.loop import decode_steps
+from structspec.decoding.row import Decoded
+from structspec.errors import InvalidOutput, PromptError, UnspellableError
+from structspec.lm import LM, Prompt
+from structspec.result import FieldDone, Finished, Result, StreamEvent, TextChunk
+
+if TYPE_CHECKING:
+    from structspec.compiled import Compiled
+    from structspec.settings import GenerateOptions
+
+
+class Streamer(Protocol):
+    """transformers' streamer convention (``TextStreamer``, ``TextIteratorStreamer``)."""
+
+    def put(self, value: torch.Tensor) -> None: ...
+
+    def end(self) -> None: ...
+
+
+def put_to(events: Iterator[StreamEvent], prompt_ids: list[int], streamer: Streamer) -> Iterator[StreamEvent]:
+    """``events``, each chunk's token ids put to ``streamer`` as it passes: transformers' order (the prompt's
+    ids, then new ids as [1, n] LongTensors, as its assisted decoding puts them, then ``end()``)."""
+    streamer.put(torch.tensor([prompt_ids]))
+    try:
+        for event in events:
+            if isinstance(event, TextChunk) and event.token_ids:
+                streamer.put(torch.tensor([event.token_ids]))
+            yield event
+    finally:
+        streamer.end()  # also on an error, so a thread reading a TextIteratorStreamer is not left waiting
+
+
+def decode_events(
+    compiled: Compiled, prompt_ids: list[int], options: GenerateOptions, fields: bool,
+) -> Iterator[StreamEvent]:
+    """Decode, yielding a `TextChunk` per turn that accepted tokens, a `FieldDone` per closed top-level
+    member when ``fields``, then `Finished`."""
+    lm = compiled.lm
+    utf8 = codecs.getincrementaldecoder("utf-8")("replace")  # as `TokenVocab.decode`, but holds split characters
+    members = _Members() if fields else None
+    turns = decode_steps(lm, compiled.fsm, prompt_ids, options.decode_options(), make_drafter(options.draft, lm))
+    while True:
+        try:
+            ids, sources = next(turns)
+        except StopIteration as stop:
+            decoded: Decoded = stop.value
+            break
+        except UnspellableError as error:  # the output that reached the state goes with it, with the loop's stats
+            error.attach(result_of(compiled, error.decoded))
+            raise
+        chunk = TextChunk(utf8.decode(lm.vocab.spell(ids)), ids, sources)
+        yield chunk
+        if members is not None:
+            yield from members.read(chunk.text)
+    if tail := utf8.decode(b"", final=True):  # a character the budget cut short, as its replacement character
+        yield TextChunk(tail, [], [])
+    yield Finished(result_of(compiled, decoded))
+
+
+class _Members:
+    """Top-level members of a JSON object read from its text as it arrives; `read` yields a `FieldDone` at each
+    ``,`` or ``}`` that closes one. Output that is not an object yields none."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.depth = 0  # of objects and arrays, outside strings
+        self.in_string = self.escaped = False
+        self.start = self.colon = -1  # the current member's first character and its ``:``, at depth 1
+        self.done = False  # the top-level value closed, or is not an object
+
+    def read(self, chunk: str) -> Iterator[FieldDone]:
+        """Scan ``chunk`` (the text after what was read before). Changes the reader's position."""
+        first = len(self.text)
+        self.text += chunk
+        for i in range(first, len(self.text)):
+            if self.done:
+                return
+            c = self.text[i]
+            if self.in_string:
+                if self.escaped:
+                    self.escaped = False
+                elif c == "\\":
+                    self.escaped = True
+                elif c == '"':
+                    self.in_string = False
+            elif self.depth == 0:
+                if not c.isspace():  # the top-level value starts
+                    self.done = c != "{"
+                    self.depth, self.start = 1, i + 1
+            elif c == '"':
+                self.in_string = True
+            elif c in "{[":
+                self.depth += 1
+            elif c == ":" and self.depth == 1:
+                self.colon = i
+            elif c in ",}" and self.depth == 1:
+                if self.colon > self.start:  # not the empty object's ``}``
+                    name = json.loads(self.text[self.start : self.colon])
+                    yield FieldDone(name, json.loads(self.text[self.colon + 1 : i]), self.text[: i + 1])
+                self.start, self.colon = i + 1, -1
+                self.done = c == "}"
+            elif c in "}]":
+                self.depth -= 1
+
+
+def prompt_ids_of(lm: LM, prompt: Prompt) -> list[int]:
+    """The prompt's token ids; `PromptError` if it leaves no room for output in the model's context."""
+    ids = lm.encode_prompt(prompt)
+    if lm.max_context is not None and len(ids) >= lm.max_context:
+        raise PromptError(
+            f"the prompt has {len(ids)} tokens but {lm.name} has {lm.max_context} positions for prompt and "
+            "output together: shorten the prompt"
+        )
+    return ids
+
+
+def result_of(compiled: Compiled, decoded: Decoded) -> Result:
+    """The `Result` of ``decoded``: its text, the parsed value where it is complete (``"invalid"`` with
+    `InvalidOutput` where the spec's validator rejects it), and the compile's cost in its stats."""
+    decoded.stats.compile_seconds = compiled.fsm.info.seconds
+    decoded.stats.compile_source = compiled.fsm.info.source
+    text = compiled.lm.vocab.decode(decoded.token_ids)
+    result = Result(None, text, decoded.token_ids, decoded.stop_reason, decoded.stats, decoded.sources,
+                    logprobs=decoded.logprobs)
+    if result.complete:
+        try:
+            result.value = compiled.constraint.parse(text)
+        except (pydantic.ValidationError, jsonschema.ValidationError, ValueError) as e:
+            result.stop_reason = "invalid"
+            result.error = InvalidOutput(result, " ".join(str(e).split())[:300] or type(e).__name__)
+            result.error.__cause__ = e
+    return result

@@ -1,0 +1,210 @@
+"""The options of a call, as two frozen dataclasses: `CompileOptions` (what the token FSM depends on) and
+`GenerateOptions` (how one compiled spec decodes), and `takes_options`, which checks keywords by name and reads
+a transformers ``GenerationConfig`` into them.
+
+Each option's type and range is checked by the rule table in `structspec.options`, when the dataclass is made:
+before any model loads.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Literal, ParamSpec, TypeAlias, TypeVar, get_args
+
+from structspec.decoding.drafters import SHORT_NAMES, Drafter, Staged
+from structspec.decoding.fastforward import FastForward
+from structspec.decoding.row import DecodeOptions
+from structspec.decoding.sampling import SamplingConfig
+from structspec.errors import OptionError
+from structspec.lm import LM
+from structspec.options import (
+    RULES,
+    GenerationConfigLike,
+    check_choice,
+    check_option,
+    from_generation_config,
+    implies_sampling,
+)
+from structspec.schema import COMPACT
+from structspec.schema.bounds import MAX_FRACTION_DIGITS, MAX_INTEGER_DIGITS
+from structspec.schema.reach import MAX_RECURSION_DEPTH
+
+DraftName = Literal["prompt_lookup", "lookahead", "auto"]
+DRAFT_NAMES: tuple[str, ...] = get_args(DraftName)
+"""The drafters ``draft=`` names; the others are objects (`structspec.decoding.drafters`)."""
+Draft: TypeAlias = DraftName | LM | Drafter | Staged | None
+"""What ``draft=`` takes: a drafter's name, a loaded LM (a draft model), a drafter object, or None (no drafts)."""
+
+
+def check_draft(draft: Any) -> None:
+    """`OptionError` for a drafter name structspec does not have, suggesting the nearest. Changes nothing."""
+    if isinstance(draft, str):
+        check_choice("draft", draft, SHORT_NAMES)
+
+
+def _checked_fields(options: Any) -> None:
+    """Check (and convert, as its rule takes it) each field of the frozen ``options`` that has a rule."""
+    for name in [f.name for f in fields(options) if f.name in RULES]:
+        object.__setattr__(options, name, check_option(name, getattr(options, name)))  # frozen: set once, here
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """The keywords of `structspec.compile`: what the token FSM depends on. Checked when made.
+
+    ``whitespace_pattern`` is the JSON layout (compact by default). ``strict=False`` drops schema keywords
+    structspec cannot enforce, with a warning, instead of raising `SchemaError`. Numbers the schema leaves
+    unbounded get at most ``max_integer_digits`` integer and ``max_fraction_digits`` fraction digits (None lifts a
+    bound); a recursive ``$ref`` nests at most ``max_recursion_depth`` levels; ``open_objects`` (True / False)
+    overrides whether objects admit members they do not list. ``eos_token_id`` (an id or a list, as
+    transformers takes it) names the tokens that end the output (default: the tokenizer's EOS).
+    """
+
+    whitespace_pattern: str = COMPACT
+    strict: bool = True
+    max_integer_digits: int | None = MAX_INTEGER_DIGITS
+    max_fraction_digits: int | None = MAX_FRACTION_DIGITS
+    eos_token_id: int | list[int] | None = None
+    max_recursion_depth: int = MAX_RECURSION_DEPTH
+    open_objects: bool | None = None
+
+    def __post_init__(self) -> None:
+        _checked_fields(self)
+
+    @classmethod
+    def of(cls, keywords: Mapping[str, Any], generation_config: GenerationConfigLike | None = None) -> CompileOptions:
+        """The options ``keywords`` name, ``generation_config``'s ``eos_token_id`` where no keyword does, defaults
+        elsewhere. `OptionError` for an unknown keyword. Does not change the config."""
+        return cls(**_given(cls, keywords, generation_config))
+
+
+@dataclass(frozen=True)
+class GenerateOptions:
+    """How a compiled spec decodes: the keywords of a `Compiled` call (and the decode keywords of `generate`,
+    `generate_result`, `stream`, `generate_batch`, `iter_batch`). Checked when made, before any model loads.
+
+    ``do_sample=None`` samples when ``temperature``, ``top_k`` or ``top_p`` is set and decodes greedily
+    otherwise. ``seed`` seeds the sampler. ``fast_forward`` ("off" or "exact") says whether tokens the FSM
+    forces are appended without a model call. ``draft`` says where speculative drafts come from:
+    ``"prompt_lookup"`` (the default: copies from the prompt, free and lossless), ``"lookahead"`` (n-grams
+    from the target's own Jacobi step, verified in one token tree; greedy rows), ``"auto"`` (prompt lookup,
+    plus self-draft on a GPU), a loaded LM (a draft model; another tokenizer is translated through text), a
+    drafter object (`structspec.decoding.drafters`), or None (no drafts). Drafts are verified by the target,
+    so greedy output is token-identical whatever the drafter. ``output_logprobs=True`` fills
+    ``Result.logprobs``: each output token's log-probability under the target's masked (and, when sampling,
+    warped) distribution at the pass that chose or verified it (0.0 for tokens the FSM forced).
+    """
+
+    max_new_tokens: int = 512
+    do_sample: bool | None = None
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    fast_forward: FastForward = "exact"
+    draft: Draft = "prompt_lookup"
+    output_logprobs: bool = False
+
+    def __post_init__(self) -> None:
+        _checked_fields(self)
+        check_draft(self.draft)
+        self.decode_options()  # checks fast_forward now
+
+    @classmethod
+    def of(cls, keywords: Mapping[str, Any], generation_config: GenerationConfigLike | None = None) -> GenerateOptions:
+        """The options ``keywords`` name, the honoured fields of ``generation_config`` where no keyword is
+        given, defaults elsewhere. `OptionError` for an unknown keyword or a config field structspec does not
+        do. Does not change the config."""
+        return cls(**_given(cls, keywords, generation_config))
+
+    def decode_options(self) -> DecodeOptions:
+        """What the decode loop needs of these options."""
+        do_sample = self.do_sample
+        if do_sample is None:
+            do_sample = implies_sampling(self.temperature, self.top_k, self.top_p)
+        sampling = SamplingConfig(do_sample, self.temperature, self.top_k, self.top_p)
+        return DecodeOptions(self.max_new_tokens, sampling, self.seed, self.fast_forward, self.output_logprobs)
+
+
+Options = TypeVar("Options", CompileOptions, GenerateOptions)
+
+
+def options_in(cls: type[Options], arguments: Mapping[str, Any]) -> Options:
+    """``cls`` made of the fields ``arguments`` (a call's parameters by name, all of ``cls``'s among them) hold."""
+    return cls(**{f.name: arguments[f.name] for f in fields(cls)})
+
+
+def as_keywords(options: CompileOptions | GenerateOptions) -> dict[str, Any]:
+    """``options`` as the keywords that make them (a shallow copy: a draft LM is passed, not copied)."""
+    return {f.name: getattr(options, f.name) for f in fields(options)}
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def takes_options(function: Callable[P, R]) -> Callable[P, R]:
+    """``function`` whose keywords are checked by name and completed from ``generation_config=``.
+
+    An unknown keyword is an `OptionError` naming the options (a compile option given to a compiled spec's call,
+    one saying to compile again), not Python's TypeError. The honoured fields of a ``generation_config``
+    keyword fill the keywords the call leaves unset.
+    """
+    parameters = inspect.signature(function).parameters
+    names = [name for name, p in parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY]
+
+    @functools.wraps(function)
+    def checked(*args: P.args, **keywords: P.kwargs) -> R:
+        for name in keywords:
+            if name not in parameters:
+                raise _unknown(name, names)
+        config = keywords.get("generation_config")
+        if config is not None:
+            keywords = with_config(keywords, config, names)  # type: ignore[assignment]
+        return function(*args, **keywords)
+
+    return checked
+
+
+def with_config(keywords: Mapping[str, Any], config: GenerationConfigLike, names: list[str]) -> dict[str, Any]:
+    """``keywords``, and the honoured fields of ``config`` among ``names`` that they leave unset. `OptionError`
+    naming a config field structspec does not do. Changes neither."""
+    taken = from_generation_config(config)
+    if "do_sample" not in taken and "do_sample" not in keywords:
+        # transformers' rule for the config (sampling only with do_sample=True); structspec's for keywords
+        taken["do_sample"] = implies_sampling(
+            keywords.get("temperature", 1.0), keywords.get("top_k"), keywords.get("top_p"))
+    if not {**taken, **keywords}["do_sample"]:  # greedy: transformers ignores the config's sampling values
+        for name in ("temperature", "top_k", "top_p"):
+            taken.pop(name, None)
+    return {**{name: value for name, value in taken.items() if name in names}, **keywords}
+
+
+def _given(cls: type[Any], keywords: Mapping[str, Any], config: GenerationConfigLike | None) -> dict[str, Any]:
+    """``keywords``, checked by name against ``cls``'s fields, completed from ``config``."""
+    names = [f.name for f in fields(cls)]
+    for name in keywords:
+        if name not in names:
+            raise _unknown(name, names)
+    return dict(keywords) if config is None else with_config(keywords, config, names)
+
+
+_COMPILE_NAMES = tuple(f.name for f in fields(CompileOptions))
+_DECODE_NAMES = tuple(f.name for f in fields(GenerateOptions))
+
+
+def _unknown(name: str, names: list[str]) -> OptionError:
+    """The error for keyword ``name`` where only ``names`` are taken."""
+    if name in _COMPILE_NAMES:
+        return OptionError(f"{name} is a compile option, and this spec is compiled already: compile again with it, "
+                           f"structspec.compile(spec, lm, {name}=...)")
+    if name in _DECODE_NAMES and not set(_DECODE_NAMES) & set(names):
+        return OptionError(f"{name} is an option of a call, not of compile: pass it when calling what compile "
+                           f"returns, e.g. person = structspec.compile(spec, lm); person(prompt, {name}=...)")
+    near = difflib.get_close_matches(name, names, n=1)
+    hint = f"did you mean {near[0]!r}? " if near else ""
+    return OptionError(f"unknown option {name!r}: {hint}the options are {', '.join(names)}")

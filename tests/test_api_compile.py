@@ -1,0 +1,148 @@
+"""`structspec.compile` returns a callable: it decodes as the one-liners do, token for token, never compiles
+again, and takes exactly the typed keywords `GenerateOptions` and `CompileOptions` list."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, Field
+
+import structspec
+import structspec.compiled
+from structspec import CompileOptions, GenerateOptions, OptionError
+
+MISSING = "no-such-model"  # loading it raises ModelNotFoundError: an OptionError first shows no model was loaded
+PROMPTS = ["Alice is 31. As JSON:", "Bob, 45:"]
+
+
+class Person(BaseModel):
+    name: str = Field(max_length=8)
+    age: int = Field(ge=0, le=120)
+
+
+@pytest.fixture(params=["byte_lm", "sp_lm"])
+def lm(request: pytest.FixtureRequest) -> structspec.LM:
+    return request.getfixturevalue(request.param)
+
+
+@pytest.fixture
+def compiles(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The specs `compile` builds a token FSM for, from here on."""
+    built: list[Any] = []
+    from_regex = structspec.compiled.TokenFSM.from_regex
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        built.append(args[0])
+        return from_regex(*args, **kwargs)
+
+    monkeypatch.setattr(structspec.compiled.TokenFSM, "from_regex", counted)
+    return built
+
+
+def test_a_call_is_the_one_liner_token_for_token(lm: structspec.LM) -> None:
+    person = structspec.compile(Person, lm)
+    for prompt in PROMPTS:
+        ours = person.result(prompt, max_new_tokens=40)
+        theirs = structspec.generate_result(lm, Person, prompt, max_new_tokens=40)
+        assert ours.complete and ours.token_ids == theirs.token_ids and ours.sources == theirs.sources
+        assert person(prompt, max_new_tokens=40) == structspec.generate(lm, Person, prompt, max_new_tokens=40)
+    sampled = [person.result(PROMPTS[0], temperature=0.8, seed=3, max_new_tokens=40).token_ids for _ in range(2)]
+    assert sampled[0] == sampled[1] == structspec.generate_result(
+        lm, Person, PROMPTS[0], temperature=0.8, seed=3, max_new_tokens=40).token_ids
+
+
+def test_calls_never_compile_again(byte_lm: structspec.LM, compiles: list[Any]) -> None:
+    person = structspec.compile(Person, byte_lm)
+    assert len(compiles) == 1
+    person(PROMPTS[0], max_new_tokens=40)
+    person.result(PROMPTS[1], max_new_tokens=40, draft=None, fast_forward="off")
+    list(person.stream(PROMPTS[0], max_new_tokens=40))
+    person.batch(PROMPTS, batch_size=2, max_new_tokens=40)
+    assert len(compiles) == 1
+    structspec.generate(byte_lm, Person, PROMPTS[0], max_new_tokens=40)  # a one-liner compiles (from the cache)
+    assert len(compiles) == 2
+
+
+def test_batch_is_each_prompt_alone_in_order(byte_lm: structspec.LM) -> None:
+    person = structspec.compile(Person, byte_lm)
+    prompts = [*PROMPTS, "", "Carol is 27."]  # an empty prompt is its own row's error
+    results = person.batch(prompts, batch_size=2, max_new_tokens=40)
+    for prompt, result in zip(prompts, results):
+        if prompt:
+            assert result.token_ids == person.result(prompt, max_new_tokens=40).token_ids
+    assert results[2].stop_reason == "error" and str(results[2].error).startswith("row 2: ")
+    assert [r.token_ids for r in results] == [
+        r.token_ids for r in structspec.generate_batch(byte_lm, Person, prompts, batch_size=2, max_new_tokens=40)]
+
+
+def test_stream_ends_in_the_result(byte_lm: structspec.LM) -> None:
+    person = structspec.compile(Person, byte_lm)
+    *chunks, finished = person.stream(PROMPTS[0], max_new_tokens=40)
+    assert isinstance(finished, structspec.Finished)
+    assert finished.result.token_ids == person.result(PROMPTS[0], max_new_tokens=40).token_ids
+    assert "".join(c.text for c in chunks if isinstance(c, structspec.TextChunk)) == finished.result.text
+    assert [c.name for c in chunks if isinstance(c, structspec.FieldDone)] == ["name", "age"]
+
+
+@pytest.mark.parametrize("name", [f.name for f in dataclasses.fields(CompileOptions)])
+def test_a_compile_option_given_to_a_call_says_to_compile_again(byte_lm: structspec.LM, name: str) -> None:
+    person = structspec.compile(Person, byte_lm)
+    value = getattr(CompileOptions(), name)
+    message = rf"^{name} is a compile option.*: compile again with it, structspec.compile\(spec, lm, {name}=...\)$"
+    for call in (person, person.result, person.stream, lambda p, **o: person.batch([p], **o)):
+        with pytest.raises(OptionError, match=message):
+            call(PROMPTS[0], **{name: value})
+
+
+def test_options_are_checked_before_the_model_loads() -> None:
+    with pytest.raises(OptionError, match="^max_integer_digits must be ≥ 1"):
+        structspec.compile(Person, MISSING, max_integer_digits=0)
+    with pytest.raises(OptionError, match="^unknown option 'whitespace': did you mean 'whitespace_pattern'"):
+        structspec.compile(Person, MISSING, whitespace=" ")  # type: ignore[call-arg]
+    with pytest.raises(OptionError, match=r"^max_new_tokens is an option of a call.*person\(prompt, max_new_tokens"):
+        structspec.compile(Person, MISSING, max_new_tokens=5)  # type: ignore[call-arg]
+    with pytest.raises(OptionError, match="^top_p must be in"):
+        structspec.generate(MISSING, Person, PROMPTS[0], top_p=2.0)
+    with pytest.raises(OptionError, match="^unknown option 'output_logprobs'"):  # not in a batch's signature
+        structspec.generate_batch(MISSING, Person, PROMPTS, output_logprobs=True)  # type: ignore[call-arg]
+
+
+def test_a_call_checks_its_options_and_prompt(byte_lm: structspec.LM) -> None:
+    person = structspec.compile(Person, byte_lm)
+    with pytest.raises(OptionError, match="^temperature must be"):
+        person(PROMPTS[0], temperature=0.0)
+    with pytest.raises(OptionError, match="did you mean 'lookahead'"):
+        person.stream(PROMPTS[0], draft="lookhead")  # type: ignore[arg-type]
+    with pytest.raises(structspec.PromptError):
+        person.result({"role": "user", "content": "hi"})  # type: ignore[arg-type]
+    with pytest.raises(OptionError, match="^batch_size must be ≥ 1"):
+        person.batch(PROMPTS, batch_size=0)
+
+
+def _keywords(function: Any) -> dict[str, Any]:
+    parameters = inspect.signature(function).parameters.values()
+    assert all(p.kind is not inspect.Parameter.VAR_KEYWORD for p in parameters)  # no **options: every one typed
+    return {p.name: p.default for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+
+def _defaults(*options: type[Any], but: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {f.name: f.default for cls in options for f in dataclasses.fields(cls) if f.name not in but}
+
+
+def test_the_signatures_are_the_options_dataclasses() -> None:
+    """Each public call lists the dataclasses' fields with their defaults, and nothing else but its own."""
+    person = structspec.Compiled
+    call = {"streamer": None, "generation_config": None}
+    batch = {"batch_size": 8, "generation_config": None}
+    assert _keywords(structspec.compile) == _defaults(CompileOptions)
+    assert _keywords(person.__call__) == _keywords(person.result) == _defaults(GenerateOptions) | call
+    assert _keywords(person.stream) == _defaults(GenerateOptions) | {"generation_config": None}
+    assert _keywords(person.batch) == _defaults(GenerateOptions, but=("output_logprobs",)) | batch
+    both = _defaults(GenerateOptions, CompileOptions)
+    assert _keywords(structspec.generate) == _keywords(structspec.generate_result) == both | call
+    assert _keywords(structspec.stream) == both | {"generation_config": None}
+    for function in (structspec.generate_batch, structspec.iter_batch):
+        assert _keywords(function) == _defaults(GenerateOptions, CompileOptions, but=("output_logprobs",)) | batch
