@@ -29,14 +29,14 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from structspec.api import (
         Compiled, GenerateOptions, clear_cache, compile, generate, generate_batch, generate_result, iter_batch, stream,
     )
-    from structspec.lm import LM, from_transformers, load
+    from structspec.models.transformers_lm import LM, from_transformers, load
     from structspec.result import FieldDone, Finished, Result, Stats, StreamEvent, TextChunk
     from structspec.schema import Regex, grammars, to_regex
 
 _LAZY = {
     "structspec.api": ("Compiled", "GenerateOptions", "clear_cache", "compile", "generate", "generate_batch",
                        "generate_result", "iter_batch", "stream"),
-    "structspec.lm": ("LM", "from_transformers", "load"),
+    "structspec.models.transformers_lm": ("LM", "from_transformers", "load"),
     "structspec.result": ("FieldDone", "Finished", "Result", "Stats", "StreamEvent", "TextChunk"),
     "structspec.schema": ("Regex", "to_regex"),
     "structspec.schema.grammars": ("grammars",),  # the module itself
@@ -59,7 +59,7 @@ __version__ = _version()
 
 
 def __getattr__(name: str) -> Any:
-    """A public name (or a submodule, as ``structspec.lm``) imported on first use, then kept in the module."""
+    """A public name (or a submodule, as ``structspec.models``) imported on first use, then kept in the module."""
     if name in _HOME:
         module = importlib.import_module(_HOME[name])
         value = module if module.__name__.endswith(f".{name}") else getattr(module, name)

@@ -44,7 +44,7 @@ from structspec.errors import (
     TokenBudgetExceeded,
     UnspellableError,
 )
-from structspec.lm import LM, Prompt, load
+from structspec.models.transformers_lm import LM, Prompt, load
 from structspec.options import (
     RULES,
     GenerationConfigLike,

@@ -24,7 +24,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-from structspec.lm import LM, from_transformers, make_batch_invariant
+from structspec.models.transformers_lm import LM, from_transformers, make_batch_invariant
 
 _NAMES = ["Alice", "Bob", "Carol", "Dave", "Eve", "Frank", "Grace", "Heidi", "Ivan", "Judy"]
 _CITIES = ["Paris", "London", "Tokyo", "Berlin", "Oslo", "Lima", "Rome", "Cairo"]
@@ -187,7 +187,7 @@ _TOKENIZERS = {"byte_level": byte_level_tokenizer, "sentencepiece": sentencepiec
 def tiny_lm(kind: Literal["byte_level", "sentencepiece"] = "byte_level", seed: int = 0, device: str = "cpu",
             dtype: torch.dtype = torch.float32, batch_invariant: bool = False) -> LM:
     """`tiny_llama` with the ``kind`` tokenizer on ``device`` in ``dtype``, wrapped as a `structspec.LM`; with
-    ``batch_invariant``, made so as `load` makes its models (`structspec.lm.make_batch_invariant`)."""
+    ``batch_invariant``, made so as `load` makes its models (`structspec.models.transformers_lm.make_batch_invariant`)."""
     tokenizer = _TOKENIZERS[kind]()
     model = tiny_llama(tokenizer, seed).to(device=device, dtype=dtype)
     if batch_invariant:
@@ -228,7 +228,7 @@ class CountingLM:
 
 
 def restricted(logits: torch.Tensor, allowed: Any) -> torch.Tensor:
-    """``logits`` with each row that ``allowed`` restricts (`structspec.lm.Allowed`) set to -inf outside its
+    """``logits`` with each row that ``allowed`` restricts (`structspec.models.transformers_lm.Allowed`) set to -inf outside its
     ids, as `LM.forward` returns it: for fake LMs that make up their logits. Changes ``logits``."""
     for i, ids in enumerate(allowed or []):
         if ids is not None:

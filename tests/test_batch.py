@@ -14,8 +14,8 @@ from structspec.decoding import batch, loop
 from structspec.decoding.batch import shared_prefix
 from structspec.decoding.budget import DEFAULT_COST, PassCost
 from structspec.decoding.row import DecodeOptions, RowDecode
-from structspec.decoding.slots import Slots
-from structspec.lm import LM
+from structspec.models.slot_cache import Slots
+from structspec.models.transformers_lm import LM
 from structspec.testing import chi_square_pvalue, exact_output_distribution, tiny_lm
 from structspec.decoding.sampling import SamplingConfig
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import structspec
-import structspec.lm
-from structspec import loading
+import structspec.models.transformers_lm
+from structspec.models import loading
 from structspec.errors import ModelNotFoundError, OptionError
 from structspec.testing import save_tiny_model, tiny_lm
 
@@ -42,7 +42,7 @@ def torch_threads() -> Iterator[None]:
 def no_load(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Record (instead of doing) every model-directory lookup `load` makes: empty if it raised before."""
     looked: list[str] = []
-    monkeypatch.setattr(structspec.lm, "model_path", lambda name, verbose=False: looked.append(name) or name)
+    monkeypatch.setattr(structspec.models.transformers_lm, "model_path", lambda name, verbose=False: looked.append(name) or name)
     return looked
 
 

@@ -15,7 +15,7 @@ from structspec import Regex
 from structspec.decoding.batch import RowInput, decode_batch, shared_prefix
 from structspec.decoding.drafters import make_drafter
 from structspec.decoding.row import Candidate, DecodeOptions, RowDecode
-from structspec.decoding.slots import Slots
+from structspec.models.slot_cache import Slots
 from structspec.decoding.tree import TreeDrafter
 from structspec.decoding.verify import accept_greedy, accept_tree
 from structspec.result import Stats

@@ -14,7 +14,7 @@ drafter and generator). A turn:
    rows are fed whole. Without a stored curve: the widest window, nothing cut;
 3. one target pass over all windows (`structspec.decoding.loop.slot_pass`),
    right-padded to the longest, with explicit positions and a 4-D mask over
-   cache slots (`structspec.decoding.slots`); a greedy row with a tree drafter
+   cache slots (`structspec.models.slot_cache`); a greedy row with a tree drafter
    feeds a token tree, its siblings at one position;
    logits only for each row's candidate and bonus positions, and of those only
    the allowed ids' where the FSM allows few (`structspec.decoding.verify.restrict`);
@@ -46,8 +46,8 @@ from structspec.decoding.draft_batch import DraftBatch, NeedDraftLogits
 from structspec.decoding.drafters import Drafter, ModelDrafter
 from structspec.decoding.loop import decode, describe, slot_pass
 from structspec.decoding.row import Decoded, DecodeOptions, RowDecode
-from structspec.decoding.slots import Slots
-from structspec.lm import LM
+from structspec.models.slot_cache import Slots
+from structspec.models.transformers_lm import LM
 from structspec.result import DraftStats
 
 

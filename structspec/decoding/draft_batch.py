@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from structspec.decoding.slots import Slots
-from structspec.lm import LM
+from structspec.models.slot_cache import Slots
+from structspec.models.transformers_lm import LM
 
 _PREFILL_ALONE = 32  # a row with more new tokens than this (a fresh prompt) is prefilled on its own
 

@@ -40,7 +40,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from structspec.errors import SpecError
-from structspec.lm import LanguageModel
+from structspec.models.transformers_lm import LanguageModel
 from structspec.vocab import TokenVocab
 from structspec.automaton.fsm import TokenFSM
 from structspec.decoding.sampling import SamplingConfig, probabilities, sample

@@ -4,7 +4,7 @@ One sequence (`decode_steps`) runs one target pass per turn over a KV cache
 cropped back over rejected drafts. A row that drafts token trees
 (`structspec.decoding.row.TreeDrafting`) takes the slot path instead, as every
 row of a batch does (`slot_pass`): explicit positions, a mask over cache slots,
-and holes where the rejected branches were (`structspec.decoding.slots`).
+and holes where the rejected branches were (`structspec.models.slot_cache`).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from structspec.automaton.fsm import TokenFSM
 from structspec.decoding.budget import pass_cost
 from structspec.decoding.drafters import Drafter
 from structspec.decoding.row import Decoded, DecodeOptions, RowDecode, TreeDrafting
-from structspec.decoding.slots import Slots
+from structspec.models.slot_cache import Slots
 from structspec.decoding.verify import mask_full_rows, restrict
 from structspec.errors import UnspellableError
-from structspec.lm import LM, LanguageModel
+from structspec.models.transformers_lm import LM, LanguageModel
 
 Turn = tuple[list[int], list[str]]
 """The output tokens one turn added (forced, accepted drafts and the target's own) and their sources."""

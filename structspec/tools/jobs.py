@@ -59,7 +59,7 @@ from structspec.tools.outputs import (
     job_manifest,
     record_keys,
 )
-from structspec.lm import LM, Prompt
+from structspec.models.transformers_lm import LM, Prompt
 from structspec.result import Result, Stats
 
 ERROR_KINDS = {

@@ -31,9 +31,9 @@ import torch
 import structspec
 from structspec.automaton import apply_token_bitmask_inplace
 from structspec.decoding.budget import store_pass_cost
-from structspec.decoding.slots import Slots
-from structspec.kernels import should_pack
-from structspec.lm import LM, load, pack_for_cpu, resolve_device
+from structspec.models.slot_cache import Slots
+from structspec.models.invariance import should_pack
+from structspec.models.transformers_lm import LM, load, pack_for_cpu, resolve_device
 
 # Architectures for random-weight models (the published configs' shapes).
 CONFIGS: dict[str, dict[str, Any]] = {

@@ -16,10 +16,10 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from structspec.errors import OptionError, PromptError, SpecError, VocabularyMismatchError
-from structspec.kernels import (
+from structspec.models.invariance import (
     WHOLE_ROWS, PackedLinear, RowLinear, attention_by_row, native_bf16, pack_linears, should_pack,
 )
-from structspec.loading import DEFAULT_MODEL, model_path, quiet_loading, use_threads
+from structspec.models.loading import DEFAULT_MODEL, model_path, quiet_loading, use_threads
 from structspec.vocab import TokenVocab, vocab_from_tokenizer
 
 Prompt = str | list[dict[str, str]]
@@ -162,7 +162,7 @@ class LM:
 
     @cached_property
     def kernels(self) -> str:
-        """``"onednn"`` when `load` packed the model's linear layers (`structspec.kernels`), else ``"torch"``."""
+        """``"onednn"`` when `load` packed the model's linear layers (`structspec.models.invariance`), else ``"torch"``."""
         return "onednn" if isinstance(self.model.get_output_embeddings(), PackedLinear) else "torch"
 
     @cached_property
@@ -177,7 +177,7 @@ class LM:
         """Whether every pass gives each row the logits it gets alone, whatever else the pass feeds (other rows
         of a batch, drafts, padding, slot holes), so that batched and accelerated decoding are token-identical to
         plain masked decoding in this model's dtype: where `make_batch_invariant` (or `load`) made every linear
-        layer a `structspec.kernels.RowLinear` and attention run by row. Elsewhere a row may leave its single-row
+        layer a `structspec.models.invariance.RowLinear` and attention run by row. Elsewhere a row may leave its single-row
         twin at a near-tie. Changes nothing."""
         linears = [m for m in self.model.modules() if isinstance(m, (torch.nn.Linear, RowLinear))]
         return self.prefills_apart and all(isinstance(m, RowLinear) for m in linears)
@@ -334,7 +334,7 @@ def load(
     *, threads: int | None = None, verbose: bool = False,
 ) -> LM:
     """Load a shipped model by name (see `SHIPPED`), a local Hugging Face model directory, or a hub id
-    (``"ORG/NAME"``) from the local Hugging Face cache (never downloaded; `structspec.loading`).
+    (``"ORG/NAME"``) from the local Hugging Face cache (never downloaded; `structspec.models.loading`).
 
     A shipped model is converted from its GGUF once and cached as safetensors
     under ``$STRUCTSPEC_CACHE/models``; later loads take seconds. ``device="auto"``
@@ -342,7 +342,7 @@ def load(
     ``"bfloat16"``, ``"float16"`` or a torch dtype) defaults to bfloat16 on CUDA
     and on CPUs with AVX-512 BF16 or AMX, else float32. ``kernels="auto"`` packs
     a float32 CPU model's linear layers for oneDNN (bfloat16 too where the CPU
-    multiplies it natively; `structspec.kernels`: the model is then for
+    multiplies it natively; `structspec.models.invariance`: the model is then for
     inference only), ``"onednn"`` insists on it, ``"torch"`` keeps torch's own.
     With ``"auto"`` every CPU model is batch-invariant (`make_batch_invariant`):
     batched rows and every draft mode are token-identical to plain masked
@@ -371,14 +371,14 @@ def load(
 
 
 def pack_for_cpu(model: Any) -> None:
-    """`make_batch_invariant` with ``model``'s linear layers packed for oneDNN (`structspec.kernels`). Changes the
+    """`make_batch_invariant` with ``model``'s linear layers packed for oneDNN (`structspec.models.invariance`). Changes the
     model in place."""
     make_batch_invariant(model, packed=True)
 
 
 def make_batch_invariant(model: Any, packed: bool = False) -> None:
     """Make every pass of ``model`` give each row the logits it gets alone (`LM.batch_invariant`), in any dtype:
-    each linear layer a `structspec.kernels.RowLinear` (packed for oneDNN with ``packed``, else on torch's own
+    each linear layer a `structspec.models.invariance.RowLinear` (packed for oneDNN with ``packed``, else on torch's own
     kernel) and attention by row (`use_attention_by_row`), so that a verify pass equals its one-token steps and a
     batched row the row decoded alone, bit for bit. Changes the model in place (inference only); a second call
     changes nothing."""
@@ -398,7 +398,7 @@ PREFILL_ROWS = WHOLE_ROWS  # more query rows than this: a prompt's prefill, whic
 def _attention_by_row(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                       attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                       **kwargs: Any) -> tuple[torch.Tensor, None]:
-    """transformers' attention interface over `structspec.kernels.attention_by_row`; a prefill of more than
+    """transformers' attention interface over `structspec.models.invariance.attention_by_row`; a prefill of more than
     `PREFILL_ROWS` rows goes to transformers' SDPA attention whole. Returns [batch, q, heads, d]."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -410,7 +410,7 @@ def _attention_by_row(module: Any, query: torch.Tensor, key: torch.Tensor, value
 def use_attention_by_row(model: Any) -> None:
     """Make ``model``'s attention run one query row per call (changes the model): a verify pass over k tokens
     then computes each position as a one-token step does, bit for bit, where SDPA over k rows would not
-    (bfloat16 on the CPU; `structspec.kernels`)."""
+    (bfloat16 on the CPU; `structspec.models.invariance`)."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 

@@ -39,7 +39,7 @@ from structspec.errors import OptionError
 WHOLE_ROWS = 64
 """A call of more rows than this is a prompt's prefill, run whole: every decode path prefills a prompt the same way
 (its tokens but the last, in one pass on an empty cache), so no per-row invariance is needed there; passes that
-choose tokens are capped below it (`structspec.lm.INVARIANT_TOKENS`)."""
+choose tokens are capped below it (`structspec.models.transformers_lm.INVARIANT_TOKENS`)."""
 
 Invariance = Literal["any", "pad", "one"]  # every row count agrees / a lone row padded to two / one row per call
 
