@@ -29,14 +29,16 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from structspec.api import (
         Compiled, GenerateOptions, clear_cache, compile, generate, generate_batch, generate_result, iter_batch, stream,
     )
-    from structspec.models.transformers_lm import LM, from_transformers, load
+    from structspec.models.loading import load
+    from structspec.models.transformers_lm import LM, from_transformers
     from structspec.result import FieldDone, Finished, Result, Stats, StreamEvent, TextChunk
     from structspec.schema import Regex, grammars, to_regex
 
 _LAZY = {
     "structspec.api": ("Compiled", "GenerateOptions", "clear_cache", "compile", "generate", "generate_batch",
                        "generate_result", "iter_batch", "stream"),
-    "structspec.models.transformers_lm": ("LM", "from_transformers", "load"),
+    "structspec.models.loading": ("load",),
+    "structspec.models.transformers_lm": ("LM", "from_transformers"),
     "structspec.result": ("FieldDone", "Finished", "Result", "Stats", "StreamEvent", "TextChunk"),
     "structspec.schema": ("Regex", "to_regex"),
     "structspec.schema.grammars": ("grammars",),  # the module itself

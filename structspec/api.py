@@ -44,7 +44,9 @@ from structspec.errors import (
     TokenBudgetExceeded,
     UnspellableError,
 )
-from structspec.models.transformers_lm import LM, Prompt, load
+from structspec.models.loading import load
+from structspec.models.protocol import Prompt
+from structspec.models.transformers_lm import LM
 from structspec.options import (
     RULES,
     GenerationConfigLike,

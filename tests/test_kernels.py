@@ -11,8 +11,10 @@ from typing import Literal
 import structspec
 from structspec.decoding.budget import curve_path
 from structspec.errors import OptionError
-from structspec.models.invariance import PackedLinear, attention_by_row, invariant_by, native_bf16, pack_linears, packable
-from structspec.models.transformers_lm import BY_ROW, use_attention_by_row
+from structspec.models.device import native_bf16
+from structspec.models.invariance import (
+    BY_ROW, PackedLinear, attention_by_row, invariant_by, pack_linears, packable, use_attention_by_row,
+)
 from structspec.testing import byte_level_tokenizer, save_tiny_model, sentencepiece_tokenizer, tiny_llama
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch has no oneDNN")

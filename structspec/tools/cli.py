@@ -75,7 +75,7 @@ def drafter(text: str) -> str:
 def _model_options(parser: argparse.ArgumentParser) -> None:
     """The options of every command that loads a model (passed to `structspec.load`)."""
     from structspec.models.invariance import KERNELS
-    from structspec.models.loading import DEFAULT_MODEL, SHIPPED
+    from structspec.models.shipped import DEFAULT_MODEL, SHIPPED
 
     parser.add_argument("--model", default=DEFAULT_MODEL,
                         help=f"a shipped model ({', '.join(SHIPPED)}), a local Hugging Face model directory, or a "

@@ -59,7 +59,8 @@ from structspec.tools.outputs import (
     job_manifest,
     record_keys,
 )
-from structspec.models.transformers_lm import LM, Prompt
+from structspec.models.protocol import Prompt
+from structspec.models.transformers_lm import LM
 from structspec.result import Result, Stats
 
 ERROR_KINDS = {
