@@ -28,7 +28,8 @@ from structspec.errors import (
 if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and IDEs
     from structspec.api import clear_cache, generate, generate_batch, generate_result, iter_batch, stream
     from structspec.compiled import Compiled, compile
-    from structspec.lm import LM, from_transformers, load
+    from structspec.models.loading import load
+    from structspec.models.transformers_lm import LM, from_transformers
     from structspec.result import FieldDone, Finished, Result, Stats, StreamEvent, TextChunk
     from structspec.schema import Regex, grammars, to_regex
     from structspec.settings import CompileOptions, GenerateOptions
@@ -37,7 +38,8 @@ _LAZY = {
     "structspec.api": ("clear_cache", "generate", "generate_batch", "generate_result", "iter_batch", "stream"),
     "structspec.compiled": ("Compiled", "compile"),
     "structspec.settings": ("CompileOptions", "GenerateOptions"),
-    "structspec.lm": ("LM", "from_transformers", "load"),
+    "structspec.models.loading": ("load",),
+    "structspec.models.transformers_lm": ("LM", "from_transformers"),
     "structspec.result": ("FieldDone", "Finished", "Result", "Stats", "StreamEvent", "TextChunk"),
     "structspec.schema": ("Regex", "to_regex"),
     "structspec.schema.grammars": ("grammars",),  # the module itself
@@ -60,7 +62,7 @@ __version__ = _version()
 
 
 def __getattr__(name: str) -> Any:
-    """A public name (or a submodule, as ``structspec.lm``) imported on first use, then kept in the module."""
+    """A public name (or a submodule, as ``structspec.models``) imported on first use, then kept in the module."""
     if name in _HOME:
         module = importlib.import_module(_HOME[name])
         value = module if module.__name__.endswith(f".{name}") else getattr(module, name)

@@ -27,7 +27,9 @@ from structspec.compiled import Compiled, compile
 from structspec.decoding.fastforward import FastForward
 from structspec.errors import OptionError, SpecError, StructspecError
 from structspec.events import Streamer
-from structspec.lm import LM, Prompt, load
+from structspec.models.loading import load
+from structspec.models.protocol import Prompt
+from structspec.models.transformers_lm import LM
 from structspec.options import GenerationConfigLike, check_prompt
 from structspec.result import Result, StreamEvent
 from structspec.schema import COMPACT, Regex

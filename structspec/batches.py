@@ -13,7 +13,8 @@ from structspec.decoding.batch import RowInput, decode_batch, shared_prefix
 from structspec.decoding.drafters import Drafter, make_drafter
 from structspec.errors import OptionError, StructspecError, UnspellableError
 from structspec.events import decode_events, prompt_ids_of, result_of
-from structspec.lm import LM, Prompt
+from structspec.models.protocol import Prompt
+from structspec.models.transformers_lm import LM
 from structspec.options import check_option, check_prompt
 from structspec.result import Result, Stats
 

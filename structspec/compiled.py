@@ -19,7 +19,9 @@ from structspec.batches import check_batch, collected, decode_rows
 from structspec.decoding.fastforward import FastForward
 from structspec.errors import OptionError, TokenBudgetExceeded
 from structspec.events import Streamer, decode_events, prompt_ids_of, put_to
-from structspec.lm import LM, Prompt, load
+from structspec.models.loading import load
+from structspec.models.protocol import Prompt
+from structspec.models.transformers_lm import LM
 from structspec.options import GenerationConfigLike, check_prompt, from_generation_config
 from structspec.result import Finished, Result, StreamEvent
 from structspec.schema import COMPACT, Constraint, constraint_of

@@ -16,7 +16,8 @@ from structspec.decoding.drafters import make_drafter
 from structspec.decoding.loop import decode_steps
 from structspec.decoding.row import Decoded
 from structspec.errors import InvalidOutput, PromptError, UnspellableError
-from structspec.lm import LM, Prompt
+from structspec.models.protocol import Prompt
+from structspec.models.transformers_lm import LM
 from structspec.result import FieldDone, Finished, Result, StreamEvent, TextChunk
 
 if TYPE_CHECKING:

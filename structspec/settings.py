@@ -20,7 +20,7 @@ from structspec.decoding.fastforward import FastForward
 from structspec.decoding.row import DecodeOptions
 from structspec.decoding.sampling import SamplingConfig
 from structspec.errors import OptionError
-from structspec.lm import LM
+from structspec.models.transformers_lm import LM
 from structspec.options import (
     RULES,
     GenerationConfigLike,

@@ -24,7 +24,9 @@ import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-from structspec.lm import LM, from_transformers, make_batch_invariant
+from structspec.models.invariance import make_batch_invariant
+from structspec.models.protocol import Allowed, LanguageModel, Prompt
+from structspec.models.transformers_lm import LM, from_transformers
 
 _NAMES = ["Alice", "Bob", "Carol", "Dave", "Eve", "Frank", "Grace", "Heidi", "Ivan", "Judy"]
 _CITIES = ["Paris", "London", "Tokyo", "Berlin", "Oslo", "Lima", "Rome", "Cairo"]
@@ -187,7 +189,7 @@ _TOKENIZERS = {"byte_level": byte_level_tokenizer, "sentencepiece": sentencepiec
 def tiny_lm(kind: Literal["byte_level", "sentencepiece"] = "byte_level", seed: int = 0, device: str = "cpu",
             dtype: torch.dtype = torch.float32, batch_invariant: bool = False) -> LM:
     """`tiny_llama` with the ``kind`` tokenizer on ``device`` in ``dtype``, wrapped as a `structspec.LM`; with
-    ``batch_invariant``, made so as `load` makes its models (`structspec.lm.make_batch_invariant`)."""
+    ``batch_invariant``, made so as `load` makes its models (`structspec.models.invariance.make_batch_invariant`)."""
     tokenizer = _TOKENIZERS[kind]()
     model = tiny_llama(tokenizer, seed).to(device=device, dtype=dtype)
     if batch_invariant:
@@ -206,30 +208,54 @@ def save_tiny_model(directory: str | Path) -> Path:
 
 
 class CountingLM:
-    """An LM that counts its forward passes (``passes``) and the tokens fed to each (``fed``).
+    """A `LanguageModel` over ``lm`` that counts its single-row forward passes (``passes``) and the tokens fed to
+    each (``fed``), so tests can check the engine's pass accounting against counts the engine does not keep.
 
-    Everything else is delegated to the wrapped LM, so tests can check the
-    engine's pass accounting against counts the engine does not keep itself.
+    Every other member is ``lm``'s: what it says of itself is read once, into plain attributes a test may
+    override (``counting.max_pass_tokens = 4``), and every other call goes to it unchanged and uncounted
+    (slot passes, `forward_slots`, included).
     """
 
-    def __init__(self, lm: Any) -> None:
+    def __init__(self, lm: LanguageModel) -> None:
         self.lm = lm
         self.passes = 0
         self.fed: list[int] = []
+        self.name, self.tokenizer, self.vocab = lm.name, lm.tokenizer, lm.vocab
+        self.logits_width, self.max_context = lm.logits_width, lm.max_context
+        self.device, self.dtype, self.kernels = lm.device, lm.dtype, lm.kernels
+        self.batchable, self.batch_invariant = lm.batchable, lm.batch_invariant
+        self.prefills_apart, self.max_pass_tokens = lm.prefills_apart, lm.max_pass_tokens
 
-    def forward(self, token_ids: list[int], cache: Any, logits_to_keep: int = 1, allowed: Any = None) -> torch.Tensor:
+    def forward(
+        self, token_ids: list[int], cache: Any, logits_to_keep: int = 1, allowed: Allowed | None = None
+    ) -> torch.Tensor:
+        """``lm``'s pass, counted (changes the cache and the counts)."""
         self.passes += 1
         self.fed.append(len(token_ids))
         return self.lm.forward(token_ids, cache, logits_to_keep, allowed)
 
-    def __getattr__(self, name: str) -> Any:
-        # vocab, logits_width, encode_prompt, new_cache, crop, tokenizer, model, name, ...
-        return getattr(self.lm, name)
+    def forward_slots(
+        self, windows: list[list[int]], positions: list[int] | list[list[int]], attend: torch.Tensor, cache: Any,
+        rows: list[tuple[int, int]], allowed: Allowed | None = None,
+    ) -> torch.Tensor:
+        return self.lm.forward_slots(windows, positions, attend, cache, rows, allowed)
+
+    def encode_prompt(self, prompt: Prompt) -> list[int]:
+        return self.lm.encode_prompt(prompt)
+
+    def new_cache(self) -> Any:
+        return self.lm.new_cache()
+
+    def crop(self, cache: Any, length: int) -> None:
+        self.lm.crop(cache, length)
+
+    def early_exit(self, layers: int | None = None) -> LanguageModel:
+        return self.lm.early_exit(layers)
 
 
 def restricted(logits: torch.Tensor, allowed: Any) -> torch.Tensor:
-    """``logits`` with each row that ``allowed`` restricts (`structspec.lm.Allowed`) set to -inf outside its
-    ids, as `LM.forward` returns it: for fake LMs that make up their logits. Changes ``logits``."""
+    """``logits`` with each row that ``allowed`` restricts (`structspec.models.protocol.Allowed`) set to -inf outside
+    its ids, as `LM.forward` returns it: for fake LMs that make up their logits. Changes ``logits``."""
     for i, ids in enumerate(allowed or []):
         if ids is not None:
             keep = logits[i, ids].clone()

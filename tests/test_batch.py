@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Annotated, Literal
 
 import pytest
@@ -14,8 +15,7 @@ from structspec.decoding import batch, loop
 from structspec.decoding.batch import shared_prefix
 from structspec.decoding.budget import DEFAULT_COST, PassCost
 from structspec.decoding.row import DecodeOptions, RowDecode
-from structspec.decoding.slots import Slots
-from structspec.lm import LM
+from structspec.models.slot_cache import SlotCache
 from structspec.testing import chi_square_pvalue, exact_output_distribution, tiny_lm
 from structspec.decoding.sampling import SamplingConfig
 
@@ -79,15 +79,19 @@ def test_a_draft_model_drafts_for_all_rows_in_batched_passes(byte_lm, sampled: b
 
 
 def test_holes_from_rejected_drafts_are_compacted(byte_lm, monkeypatch) -> None:
-    gathers = []
-    original = LM.cache_gather
-    monkeypatch.setattr(LM, "cache_gather", staticmethod(lambda cache, index: (gathers.append(index.shape),
-                                                                             original(cache, index))[1]))
-    monkeypatch.setattr(Slots, "slack", 0)  # compact as soon as holes outnumber kept slots
+    compactions = []
+    original = SlotCache.compact
+
+    def compact(self: SlotCache) -> bool:
+        compactions.append(original(self))
+        return compactions[-1]
+
+    monkeypatch.setattr(SlotCache, "compact", compact)
+    monkeypatch.setattr(SlotCache, "slack", 0)  # compact as soon as holes outnumber kept slots
     draft = tiny_lm("byte_level", seed=7, device=DEVICE)
     single = alone(byte_lm, SPECS, PROMPTS, draft=draft)
     batch = structspec.generate_batch(byte_lm, SPECS, PROMPTS, batch_size=4, max_new_tokens=40, draft=draft)
-    assert len(gathers) >= 2  # compacted more than once, between refills too
+    assert sum(compactions) >= 2  # compacted more than once, between refills too
     assert [r.token_ids for r in batch] == [r.token_ids for r in single]
 
 
@@ -113,7 +117,7 @@ def test_shared_prefix_leaves_every_prompt_its_last_token() -> None:
 
 
 def test_slots_mask_kept_slots_causal_windows_and_padding() -> None:
-    slots = Slots(2)
+    slots = SlotCache(None, 2)  # the hole table alone: nothing here touches the KV
     slots.place(0, 2)  # row 0 holds 2 prompt slots, row 1 none
     mask = slots.window_mask([2, 1])  # [rows, W=2, 2 + 2]
     assert mask[0].tolist() == [[True, True, True, False], [True, True, True, True]]
@@ -123,13 +127,39 @@ def test_slots_mask_kept_slots_causal_windows_and_padding() -> None:
 
 
 def test_compaction_moves_kept_slots_to_the_front() -> None:
-    slots = Slots(2)
+    slot = torch.arange(200.0).expand(2, 3, 200)[..., None]  # [rows, heads, slots, d]: each slot holds its index
+    layer = SimpleNamespace(is_initialized=True, keys=slot.clone(), values=-slot)  # a transformers cache layer
+    slots = SlotCache(SimpleNamespace(layers=[layer]), 2)
     slots.valid = torch.zeros(2, 200, dtype=torch.bool)
     slots.valid[0, [3, 50, 199]] = True
     slots.valid[1, [7]] = True
-    order = slots.compaction()
-    assert order.tolist() == [[3, 50, 199], [7, 0, 1]]  # kept slots first; the rest of a row points at holes
+    assert slots.compact()
     assert slots.valid.tolist() == [[True, True, True], [True, False, False]]
+    # kept slots first, in order, in every head; the rest of a row points at holes
+    assert layer.keys[:, :, :, 0].tolist() == [[[3, 50, 199]] * 3, [[7, 0, 1]] * 3]
+    assert torch.equal(layer.values, -layer.keys)
+    assert not slots.compact()  # nothing left to gather
+
+
+def test_a_slot_cache_copies_prefilled_rows_in_and_selects_rows(byte_lm) -> None:
+    ids = byte_lm.encode_prompt("Alice is 31 years old and lives in Paris.")
+    source = byte_lm.new_cache()
+    byte_lm.forward(ids, source)
+    slots = SlotCache(byte_lm.new_cache(), 2)
+    slots.place(1, 3, source)
+    slots.place(0, 5, source)  # longer: every row widens, row 1 with holes
+    assert slots.valid.tolist() == [[True] * 5, [True] * 3 + [False] * 2]
+    for layer, origin in zip(slots.kv.layers, source.layers):
+        assert layer.keys.shape[2] == 5
+        assert torch.equal(layer.keys[0], origin.keys[0, :, :5])
+        assert torch.equal(layer.values[0], origin.values[0, :, :5])
+        assert torch.equal(layer.keys[1, :, :3], origin.keys[0, :, :3]) and not layer.keys[1, :, 3:].any()
+    slots.select([1])
+    assert slots.valid.tolist() == [[True] * 3 + [False] * 2]
+    for layer, origin in zip(slots.kv.layers, source.layers):  # row 1 is now row 0, keys and values
+        assert len(layer.keys) == len(layer.values) == 1
+        assert torch.equal(layer.values[0, :, :3], origin.values[0, :, :3])
+        assert torch.equal(layer.keys[0, :, :3], origin.keys[0, :, :3]) and not layer.keys[0, :, 3:].any()
 
 
 def test_sampled_rows_keep_the_distribution_and_do_not_depend_on_the_batch(byte_lm) -> None:

@@ -20,7 +20,7 @@ import torch
 from conftest import _USER_CACHE, _set_cache
 
 import structspec
-from structspec.lm import DEFAULT_MODEL
+from structspec.models.shipped import DEFAULT_MODEL
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]

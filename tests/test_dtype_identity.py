@@ -12,8 +12,7 @@ import pytest
 import torch
 
 import structspec
-from structspec.kernels import TorchLinear, attention_by_row
-from structspec.lm import make_batch_invariant
+from structspec.models.invariance import TorchLinear, attention_by_row, make_batch_invariant
 from structspec.testing import tiny_lm
 
 from conftest import DEVICE

@@ -1,4 +1,4 @@
-"""oneDNN-packed linear layers (`structspec.kernels`): the same logits as torch's kernels, decoding that is
+"""oneDNN-packed linear layers (`structspec.models.invariance`): the same logits as torch's kernels, decoding that is
 identical across every mode on a packed model, transformers' generate on it, and `load`'s option."""
 
 from __future__ import annotations
@@ -11,8 +11,10 @@ from typing import Literal
 import structspec
 from structspec.decoding.budget import curve_path
 from structspec.errors import OptionError
-from structspec.kernels import PackedLinear, attention_by_row, invariant_by, native_bf16, pack_linears, packable
-from structspec.lm import BY_ROW, use_attention_by_row
+from structspec.models.device import native_bf16
+from structspec.models.invariance import (
+    BY_ROW, PackedLinear, attention_by_row, invariant_by, pack_linears, packable, use_attention_by_row,
+)
 from structspec.testing import byte_level_tokenizer, save_tiny_model, sentencepiece_tokenizer, tiny_llama
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch has no oneDNN")

@@ -12,9 +12,8 @@ import pytest
 import torch
 
 import structspec
-import structspec.lm
-from structspec import loading
 from structspec.errors import ModelNotFoundError, OptionError
+from structspec.models import device, loading, shipped
 from structspec.testing import save_tiny_model, tiny_lm
 
 REPO = "TinyOrg/tiny-llama"
@@ -42,7 +41,7 @@ def torch_threads() -> Iterator[None]:
 def no_load(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Record (instead of doing) every model-directory lookup `load` makes: empty if it raised before."""
     looked: list[str] = []
-    monkeypatch.setattr(structspec.lm, "model_path", lambda name, verbose=False: looked.append(name) or name)
+    monkeypatch.setattr(loading, "model_path", lambda name, verbose=False: looked.append(name) or name)
     return looked
 
 
@@ -69,7 +68,7 @@ def test_a_hub_id_not_in_the_cache_names_the_id_the_cache_and_the_fix(
     assert "'HuggingFaceTB/SmolLM2-135M-Instruct'" in message
     assert str(tmp_path / "hf" / "hub") in message
     assert "hf download HuggingFaceTB/SmolLM2-135M-Instruct" in message
-    assert message.endswith(f"or pass a local model directory or a shipped model ({', '.join(loading.SHIPPED)})")
+    assert message.endswith(f"or pass a local model directory or a shipped model ({', '.join(shipped.SHIPPED)})")
 
 
 def test_a_hub_cache_without_the_main_revision_is_not_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -115,7 +114,7 @@ def test_a_local_directory_wins_over_the_hub_cache(tmp_path: Path, monkeypatch: 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
     save_tiny_model(tmp_path / REPO)  # a directory named like a hub id, relative to the working directory
     monkeypatch.chdir(tmp_path)
-    assert loading.model_path(REPO) == REPO
+    assert shipped.model_path(REPO) == REPO
 
 
 def test_threads_set_torch_thread_count(tmp_path: Path, torch_threads: None) -> None:
@@ -128,17 +127,17 @@ def test_default_threads_never_exceed_the_cpus_this_process_may_use(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, torch_threads: None
 ) -> None:
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5, 6, 7})
-    monkeypatch.setattr(loading, "_CPU_MAX", tmp_path / "cpu.max")
+    monkeypatch.setattr(device, "_CPU_MAX", tmp_path / "cpu.max")
     (tmp_path / "cpu.max").write_text("150000 100000\n")  # a container's --cpus=1.5
-    assert loading.available_cpus() == 2
+    assert device.available_cpus() == 2
     (tmp_path / "cpu.max").write_text("max 100000\n")  # no quota
-    assert loading.available_cpus() == 8
+    assert device.available_cpus() == 8
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3})
     torch.set_num_threads(2)
-    assert loading.default_threads() == 1
-    assert loading.use_threads(None) == 1 and torch.get_num_threads() == 1
+    assert device.default_threads() == 1
+    assert device.use_threads(None) == 1 and torch.get_num_threads() == 1
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
-    assert loading.use_threads(None) == 1 and torch.get_num_threads() == 1  # within the CPUs: left as it is
+    assert device.use_threads(None) == 1 and torch.get_num_threads() == 1  # within the CPUs: left as it is
 
 
 @pytest.mark.parametrize(("option", "pattern"), [

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 import structspec
 from structspec import LM
-from structspec.lm import Prompt
+from structspec.models.protocol import Prompt
 
 pytestmark = pytest.mark.real_model
 

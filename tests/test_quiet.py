@@ -15,7 +15,7 @@ import pytest
 from transformers.utils import logging
 
 import structspec
-from structspec.loading import quiet_loading
+from structspec.models.loading import quiet_loading
 from structspec.testing import save_tiny_model
 
 

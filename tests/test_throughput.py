@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import structspec
-from structspec.kernels import native_bf16
+from structspec.models.device import native_bf16
 from structspec.tools import throughput
 from structspec.tools.harness import PLAIN, methods
 from structspec.tools.throughput import Output, identity

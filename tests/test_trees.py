@@ -15,7 +15,7 @@ from structspec import Regex
 from structspec.decoding.batch import RowInput, decode_batch, shared_prefix
 from structspec.decoding.drafters import make_drafter
 from structspec.decoding.row import Candidate, DecodeOptions, RowDecode
-from structspec.decoding.slots import Slots
+from structspec.models.slot_cache import SlotCache
 from structspec.decoding.tree import TreeDrafter
 from structspec.decoding.verify import accept_greedy, accept_tree
 from structspec.result import Stats
@@ -127,7 +127,7 @@ def test_tree_window_mask_positions_and_keep() -> None:
                     candidate=Candidate([5, 7, 9], [0, 0, 0], ["tree"] * 3, [None] * 3, parents=[-1, -1, 0]))
     assert row.window_parents() == [-1, 0, 0, 1]  # both roots follow the pending token
     assert row.window_positions() == [2, 3, 3, 4]  # siblings share a position
-    slots = Slots(2)
+    slots = SlotCache(None, 2)  # the hole table alone: nothing here touches the KV
     slots.place(0, 2)
     slots.place(1, 1)
     mask = slots.window_mask([4, 2], [row.window_parents(), [-1, 0]])  # [rows, W=4, 2 + 4]

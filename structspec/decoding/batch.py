@@ -14,7 +14,7 @@ drafter and generator). A turn:
    rows are fed whole. Without a stored curve: the widest window, nothing cut;
 3. one target pass over all windows (`structspec.decoding.loop.slot_pass`),
    right-padded to the longest, with explicit positions and a 4-D mask over
-   cache slots (`structspec.decoding.slots`); a greedy row with a tree drafter
+   cache slots (`structspec.models.slot_cache`); a greedy row with a tree drafter
    feeds a token tree, its siblings at one position;
    logits only for each row's candidate and bonus positions, and of those only
    the allowed ids' where the FSM allows few (`structspec.decoding.verify.restrict`);
@@ -46,8 +46,8 @@ from structspec.decoding.draft_batch import DraftBatch, NeedDraftLogits
 from structspec.decoding.drafters import Drafter, ModelDrafter
 from structspec.decoding.loop import decode, describe, slot_pass
 from structspec.decoding.row import Decoded, DecodeOptions, RowDecode
-from structspec.decoding.slots import Slots
-from structspec.lm import LM
+from structspec.models.protocol import LanguageModel
+from structspec.models.slot_cache import SlotCache
 from structspec.result import DraftStats
 
 
@@ -75,7 +75,8 @@ def shared_prefix(prompts: list[list[int]]) -> list[int]:
 
 
 def decode_batch(
-    lm: LM, rows: Iterator[RowInput], options: DecodeOptions, batch_size: int, prefix: list[int] | None = None
+    lm: LanguageModel, rows: Iterator[RowInput], options: DecodeOptions, batch_size: int,
+    prefix: list[int] | None = None,
 ) -> Iterator[tuple[int, Decoded]]:
     """Decode ``rows`` ``batch_size`` at a time; yields ``(index, Decoded)`` as each row stops.
 
@@ -89,13 +90,13 @@ def decode_batch(
             yield item.index, decode(lm, item.fsm, item.prompt_ids, options, item.drafter, item.generator)
         return
     prefix_cache = None
-    if prefix and not getattr(lm, "batch_invariant", False):  # invariant rows prefill as they do alone: whole
+    if prefix and not lm.batch_invariant:  # invariant rows prefill as they do alone: whole
         prefix_cache = lm.new_cache()
         lm.forward(prefix, prefix_cache)
     queue = iter(rows)
     first = [item for _, item in zip(range(batch_size), queue)]
     index = [item.index for item in first]
-    cache, slots = lm.new_cache(), Slots(len(first))
+    slots = SlotCache(lm.new_cache(), len(first))
     cost = pass_cost(lm)
 
     drafts: dict[int, DraftBatch] = {}  # by draft LM: one batched draft cache each
@@ -111,8 +112,7 @@ def decode_batch(
         if len(ids) - 1 > reused:
             lm.forward(ids[reused:-1], own)
             row.stats.prefill_passes += 1
-        lm.cache_place(cache, len(first), slot, own, len(ids) - 1)
-        slots.place(slot, len(ids) - 1)
+        slots.place(slot, len(ids) - 1, own)
         row.cached, row.pending = len(ids) - 1, ids[-1:]
         row.stats.prefix_tokens_reused = reused
         row.stats.model_seconds += time.perf_counter() - t0
@@ -151,7 +151,6 @@ def decode_batch(
         if len(windows) < len(live):  # finished rows with nothing to refill leave the batch
             keep = sorted(windows)
             live, index = [live[s] for s in keep], [index[s] for s in keep]
-            lm.cache_select(cache, keep)
             slots.select(keep)
             for batch in drafts.values():
                 batch.select(keep)
@@ -163,13 +162,13 @@ def decode_batch(
             break
         floor = max((len(windows[s]) for s, row in enumerate(live) if row.options.sampling.do_sample), default=1)
         width = choose_width([row.window_gains() for row in live], cost, floor)
-        if (cap := getattr(lm, "max_pass_tokens", None)) is not None:  # the pass feeds every row's window
+        if (cap := lm.max_pass_tokens) is not None:  # the pass feeds every row's window
             width = max(min(width, cap // len(live)), floor)
-        slot_pass(lm, cache, slots, live, [row.fit(width) for row in live])
+        slot_pass(lm, slots, live, [row.fit(width) for row in live])
 
 
 def _batchable_drafter(drafter: Drafter | None) -> ModelDrafter | None:
     """The model drafter inside ``drafter`` (itself, or `Composite`'s fallback) if its LM can share batched
     passes; other drafters (prompt lookup, a cross-tokenizer draft model) work row by row."""
     inner = getattr(drafter, "fallback", drafter)
-    return inner if isinstance(inner, ModelDrafter) and getattr(inner.lm, "batchable", False) else None
+    return inner if isinstance(inner, ModelDrafter) and inner.lm.batchable else None

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from structspec.cache import cache_dir, write_atomic
+from structspec.models.protocol import LanguageModel
 
 PRIOR = (2.0, 1.0)  # pseudo-counts (accepted, rejected) of every position: an untried length looks decent
 
@@ -100,19 +101,18 @@ def choose_width(gains: list[list[float]], cost: PassCost, floor: int = 1) -> in
     return best
 
 
-def curve_path(lm: object) -> Path | None:
+def curve_path(lm: LanguageModel) -> Path | None:
     """Where ``lm``'s stored curve lives (``$STRUCTSPEC_CACHE/pass-cost``, by name, dtype, device type and
-    kernels); None for a model without a name, device and dtype (test fakes). Changes nothing."""
-    name, device = getattr(lm, "name", None), getattr(lm, "device", None)
-    dtype = getattr(getattr(lm, "model", None), "dtype", None)
-    if not name or device is None or dtype is None:
+    kernels); None for a model without a name. Changes nothing."""
+    name, device, dtype = lm.name, lm.device, lm.dtype
+    if not name:
         return None
-    packed = "-onednn" if getattr(lm, "kernels", "torch") == "onednn" else ""  # another curve entirely
+    packed = "-onednn" if lm.kernels == "onednn" else ""  # another curve entirely
     key = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{name}-{str(dtype).removeprefix('torch.')}-{device.type}{packed}")
     return cache_dir("pass-cost") / f"{key}.json"
 
 
-def pass_cost(lm: object) -> PassCost:
+def pass_cost(lm: LanguageModel) -> PassCost:
     """``lm``'s stored curves, else `DEFAULT_COST`. Reads the cache; changes nothing."""
     path = curve_path(lm)
     if path is not None and path.exists():
@@ -121,7 +121,7 @@ def pass_cost(lm: object) -> PassCost:
     return DEFAULT_COST
 
 
-def store_pass_cost(lm: object, seconds: dict[tuple[int, int], float]) -> Path:
+def store_pass_cost(lm: LanguageModel, seconds: dict[tuple[int, int], float]) -> Path:
     """Store ``lm``'s curves from measured ``seconds`` per pass by (rows, tokens fed per row); must include
     one row's one-token pass. Later decoding with the model drafts by them. Writes the cache."""
     path = curve_path(lm)

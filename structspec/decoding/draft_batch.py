@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from structspec.decoding.slots import Slots
-from structspec.lm import LM
+from structspec.models.protocol import LanguageModel
+from structspec.models.slot_cache import SlotCache
 
 _PREFILL_ALONE = 32  # a row with more new tokens than this (a fresh prompt) is prefilled on its own
 
@@ -25,9 +25,9 @@ class NeedDraftLogits(Exception):
 class DraftBatch:
     """The draft LM's cache over rows ``0..rows-1``: what each row fed (``seen``) and the logits after it."""
 
-    def __init__(self, lm: LM, rows: int) -> None:
+    def __init__(self, lm: LanguageModel, rows: int) -> None:
         self.lm = lm
-        self.cache, self.slots = lm.new_cache(), Slots(rows)
+        self.slots = SlotCache(lm.new_cache(), rows)
         self.seen: list[list[int]] = [[] for _ in range(rows)]
         self.last: list[torch.Tensor | None] = [None] * rows
         self.wanted: dict[int, list[int]] = {}
@@ -71,20 +71,18 @@ class DraftBatch:
             positions.append(n)
         wanted = [(row, len(windows[row]) - 1) for row in sorted(self.wanted)]
         logits = self.lm.forward_slots(windows, positions, self.slots.window_mask([len(w) for w in windows]),
-                                       self.cache, wanted)
+                                       self.slots.kv, wanted)
         self.slots.keep(kept, max(len(w) for w in windows))
         for (row, _), row_logits in zip(wanted, logits):
             self.seen[row], self.last[row] = self.wanted[row], row_logits
         self.wanted.clear()
-        if (order := self.slots.compaction()) is not None:
-            self.lm.cache_gather(self.cache, order)
+        self.slots.compact()
         return passes
 
     def _prefill(self, row: int, tokens: list[int]) -> None:
         own = self.lm.new_cache()
         self.lm.forward(tokens, own)
-        self.lm.cache_place(self.cache, len(self.seen), row, own, len(tokens))
-        self.slots.place(row, len(tokens))
+        self.slots.place(row, len(tokens), own)
 
     def reset(self, row: int) -> None:
         """Row ``row`` starts a new prompt: nothing of the old one is kept (changes the table)."""
@@ -93,7 +91,6 @@ class DraftBatch:
 
     def select(self, rows: list[int]) -> None:
         """Keep only batch rows ``rows``, as the target's cache does (changes the cache)."""
-        self.lm.cache_select(self.cache, rows)
         self.slots.select(rows)
         self.seen = [self.seen[r] for r in rows]
         self.last = [self.last[r] for r in rows]

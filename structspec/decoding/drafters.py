@@ -40,7 +40,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from structspec.errors import SpecError
-from structspec.lm import LanguageModel
+from structspec.models.protocol import LanguageModel
 from structspec.vocab import TokenVocab
 from structspec.automaton.fsm import TokenFSM
 from structspec.decoding.sampling import SamplingConfig, probabilities, sample
@@ -668,7 +668,7 @@ def make_drafter(draft: Drafter | LanguageModel | Staged | str | None, target: L
         # Self-draft tokens pay only where a pass that verifies them costs about what a one-token step does:
         # on a GPU (8 tokens fed cost 1.1× one, `structspec.tools.pass_cost`); on a CPU each fed token adds
         # to the pass and a quarter-model draft pass per token, and prompt lookup alone was faster.
-        if getattr(target, "device", torch.device("cpu")).type != "cuda":
+        if target.device.type != "cuda":
             return PromptLookup()
         return Composite(PromptLookup(), ModelDrafter(target.early_exit(), name="self_draft"))
     raise SpecError(

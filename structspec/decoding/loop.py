@@ -4,7 +4,7 @@ One sequence (`decode_steps`) runs one target pass per turn over a KV cache
 cropped back over rejected drafts. A row that drafts token trees
 (`structspec.decoding.row.TreeDrafting`) takes the slot path instead, as every
 row of a batch does (`slot_pass`): explicit positions, a mask over cache slots,
-and holes where the rejected branches were (`structspec.decoding.slots`).
+and holes where the rejected branches were (`structspec.models.slot_cache`).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from structspec.automaton.fsm import TokenFSM
 from structspec.decoding.budget import pass_cost
 from structspec.decoding.drafters import Drafter
 from structspec.decoding.row import Decoded, DecodeOptions, RowDecode, TreeDrafting
-from structspec.decoding.slots import Slots
 from structspec.decoding.verify import mask_full_rows, restrict
 from structspec.errors import UnspellableError
-from structspec.lm import LM, LanguageModel
+from structspec.models.protocol import LanguageModel
+from structspec.models.slot_cache import SlotCache
 
 Turn = tuple[list[int], list[str]]
 """The output tokens one turn added (forced, accepted drafts and the target's own) and their sources."""
@@ -40,20 +40,20 @@ def decode_steps(
     """
     if generator is None and options.seed is not None:
         generator = torch.Generator().manual_seed(options.seed)
-    trees = isinstance(drafter, TreeDrafting) and getattr(lm, "batchable", False)
+    trees = isinstance(drafter, TreeDrafting) and lm.batchable
     row = RowDecode.start(fsm, lm.tokenizer, prompt_ids, options, drafter, generator, lm.max_context,
                           pass_cost(lm), trees)
     describe(lm, row)
     cache = lm.new_cache()
-    slots = Slots(1) if trees else None
-    if getattr(lm, "prefills_apart", False) and len(prompt_ids) > 1:
+    slots = SlotCache(cache, 1) if trees else None
+    if lm.prefills_apart and len(prompt_ids) > 1:
         _prefill_apart(lm, cache, slots, row)
     if slots is not None:
-        step = _slot_step(lm, row, cache, slots)  # type: ignore[arg-type]
+        step = _slot_step(lm, row, slots)
     else:
         step = _crop_step(lm, row, cache)
     told = 0  # output tokens already yielded
-    cap = getattr(lm, "max_pass_tokens", None)  # (a sampled row's draft is not cut: drawn with its generator)
+    cap = lm.max_pass_tokens  # (a sampled row's draft is not cut: drawn with its generator)
     try:
         while (window := row.prepare()) is not None:
             if cap is not None and len(window) > cap and len(row.pending) < cap and not options.sampling.do_sample:
@@ -74,12 +74,11 @@ def decode_steps(
 def describe(lm: LanguageModel, row: RowDecode) -> None:
     """Write the model's dtype and whether its rows are batch-invariant (`LM.batch_invariant`) into ``row``'s
     stats (changes the stats)."""
-    model = getattr(lm, "model", None)
-    row.stats.dtype = str(getattr(model, "dtype", "")).removeprefix("torch.")
-    row.stats.batch_invariant = bool(getattr(lm, "batch_invariant", False))
+    row.stats.dtype = str(lm.dtype).removeprefix("torch.")
+    row.stats.batch_invariant = lm.batch_invariant
 
 
-def _prefill_apart(lm: LanguageModel, cache: object, slots: Slots | None, row: RowDecode) -> None:
+def _prefill_apart(lm: LanguageModel, cache: object, slots: SlotCache | None, row: RowDecode) -> None:
     """Feed ``row``'s prompt but its last token in a pass of its own (changes the cache, the slots and the row),
     as a batched row's is: the forced text and drafts that follow then go through attention by row, as plain
     decoding's one-token steps do, instead of inside the prompt's pass (`LM.prefills_apart`)."""
@@ -119,16 +118,16 @@ def _crop_step(lm: LanguageModel, row: RowDecode, cache: object) -> Callable[[li
     return step
 
 
-def _slot_step(lm: LM, row: RowDecode, cache: object, slots: Slots) -> Callable[[list[int]], None]:
+def _slot_step(lm: LanguageModel, row: RowDecode, slots: SlotCache) -> Callable[[list[int]], None]:
     """One turn of ``row`` on the slot path, as a batch of one."""
-    return lambda window: slot_pass(lm, cache, slots, [row], [window])
+    return lambda window: slot_pass(lm, slots, [row], [window])
 
 
-def slot_pass(lm: LM, cache: object, slots: Slots, live: list[RowDecode], windows: list[list[int]]) -> None:
+def slot_pass(lm: LanguageModel, slots: SlotCache, live: list[RowDecode], windows: list[list[int]]) -> None:
     """One target pass over every row's window (pending tokens and candidate, a chain or a tree; or a chunk
-    of pending tokens alone, `RowDecode.fit`) appended to ``cache``, then mask, verify and accept per row.
-    Rejected tokens become holes in ``slots``, gathered away when they pile up. Changes the rows, the cache
-    and the slots."""
+    of pending tokens alone, `RowDecode.fit`) appended to ``slots``' cache, then mask, verify and accept per row.
+    Rejected tokens become holes in ``slots``, gathered away when they pile up. Changes the rows and the slot
+    cache."""
     t0 = time.perf_counter()
     masks = [row.mask_states() for row in live]  # per row, a state per logits row (a chunk: none)
     wanted = [(b, j) for b, (window, states) in enumerate(zip(windows, masks))  # candidate and bonus positions
@@ -137,7 +136,7 @@ def slot_pass(lm: LM, cache: object, slots: Slots, live: list[RowDecode], window
     allowed = restrict(rows, lm.logits_width)
     attend = slots.window_mask([len(w) for w in windows], [row.window_parents() for row in live])
     t1 = time.perf_counter()
-    logits = lm.forward_slots(windows, [row.window_positions() for row in live], attend, cache, wanted, allowed)
+    logits = lm.forward_slots(windows, [row.window_positions() for row in live], attend, slots.kv, wanted, allowed)
     t2 = time.perf_counter()
     mask_full_rows(logits, rows, allowed)
     sampled = any(row.options.sampling.do_sample for row in live)
@@ -162,8 +161,7 @@ def slot_pass(lm: LM, cache: object, slots: Slots, live: list[RowDecode], window
         kept.append(row.accept(path, token, row.path_logprobs(logits[r : r + n], path, token)))
         r += n
     slots.keep(kept, max(len(w) for w in windows))
-    if (order := slots.compaction()) is not None:
-        lm.cache_gather(cache, order)
+    slots.compact()
 
 
 def decode(

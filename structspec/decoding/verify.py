@@ -28,7 +28,7 @@ import torch
 
 from structspec.automaton.fsm import TokenFSM, apply_token_bitmask_inplace
 from structspec.decoding.sampling import SamplingConfig, probabilities, sample
-from structspec.lm import Allowed
+from structspec.models.protocol import Allowed
 
 FEW = 1 / 16  # a state allowing under this share of the logits gets logits for its allowed ids only
 
@@ -36,7 +36,7 @@ FEW = 1 / 16  # a state allowing under this share of the logits gets logits for 
 def restrict(rows: list[tuple[TokenFSM, int]], width: int) -> Allowed:
     """Per logits row (its FSM and the state it is masked by): the allowed ids where they are few, so the
     LM head computes only those and the row needs no mask; None where the row needs the whole head and
-    the bitmask. A state allowing one token needs no logits at all (`structspec.lm.Allowed`). Changes nothing."""
+    the bitmask. A state allowing one token needs no logits at all (`Allowed`). Changes nothing."""
     out: Allowed = []
     for fsm, state in rows:
         ids = fsm.allowed_token_ids(state)

@@ -61,7 +61,7 @@ import structspec
 from structspec.automaton.fsm import TokenFSM
 from structspec.decoding.fastforward import Forcer
 from structspec.errors import OptionError
-from structspec.lm import LM
+from structspec.models.transformers_lm import LM
 from structspec.options import as_int
 from structspec.schema import COMPACT
 from structspec.vocab import vocab_from_tokenizer

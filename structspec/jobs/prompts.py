@@ -8,7 +8,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from structspec.jobs.errors import JobConfigError
-from structspec.lm import LM, Prompt
+from structspec.models.protocol import Prompt
+from structspec.models.transformers_lm import LM
 
 
 def default_template(spec: Any) -> str:

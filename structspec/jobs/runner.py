@@ -22,7 +22,7 @@ from structspec.jobs.manifest import job_manifest
 from structspec.jobs.output import JobSummary, job_output
 from structspec.jobs.prompts import build_prompt
 from structspec.jobs.records import InputRecord
-from structspec.lm import LM
+from structspec.models.transformers_lm import LM
 from structspec.result import Result
 
 DEFAULT_BATCH_SIZE = {"cpu": 8, "cuda": 32}  # rows per target pass, by the model's device type

@@ -30,7 +30,7 @@ from rich.table import Table
 import structspec
 from structspec.cache import cache_dir
 from structspec.jobs.runner import load_model
-from structspec.lm import LM
+from structspec.models.transformers_lm import LM
 from structspec.testing import divergence_margin
 from structspec.tools.harness import PLAIN, Method, Run, methods, run_tasks, spread, summarize
 from structspec.tools.peers import (

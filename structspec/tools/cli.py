@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import structspec
 
 if TYPE_CHECKING:
-    from structspec.lm import LM
+    from structspec.models.transformers_lm import LM
 
 EXIT_OK, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 2, 130
 EXIT_CODES = f"""exit codes:
@@ -74,8 +74,8 @@ def drafter(text: str) -> str:
 
 def _model_options(parser: argparse.ArgumentParser) -> None:
     """The options of every command that loads a model (passed to `structspec.load`)."""
-    from structspec.kernels import KERNELS
-    from structspec.loading import DEFAULT_MODEL, SHIPPED
+    from structspec.models.invariance import KERNELS
+    from structspec.models.shipped import DEFAULT_MODEL, SHIPPED
 
     parser.add_argument("--model", default=DEFAULT_MODEL,
                         help=f"a shipped model ({', '.join(SHIPPED)}), a local Hugging Face model directory, or a "

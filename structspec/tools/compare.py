@@ -38,7 +38,7 @@ from rich.console import Console
 from rich.table import Table
 
 from structspec.jobs.errors import JobConfigError
-from structspec.lm import LM
+from structspec.models.transformers_lm import LM
 from structspec.tools.explain import html_page, legend_html, tokens_html, token_views
 from structspec.tools.harness import Method, Run, Summary, batched, methods, run_tasks, spread, summarize
 from structspec.tools.cli import load_model

@@ -17,7 +17,7 @@ from structspec.tools.cli import DEFAULT_MAX_NEW_TOKENS
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from structspec.lm import LM
+    from structspec.models.transformers_lm import LM
 
 DEMO_DOCUMENT = (
     "Hi team, please welcome Dr. Maria Okafor, our new Head of Research, a senior hire who joins us from "

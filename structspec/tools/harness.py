@@ -27,7 +27,7 @@ from rich.console import Console
 
 import structspec
 from structspec.decoding.drafters import Staged
-from structspec.lm import LM
+from structspec.models.transformers_lm import LM
 from structspec.result import no_pass_tokens
 from structspec.tools.peers import PeerRun, unconstrained_greedy
 from structspec.tools.tasks import Task, extraction_prompt, field_accuracy

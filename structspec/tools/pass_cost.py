@@ -31,9 +31,11 @@ import torch
 import structspec
 from structspec.automaton import apply_token_bitmask_inplace
 from structspec.decoding.budget import store_pass_cost
-from structspec.decoding.slots import Slots
-from structspec.kernels import should_pack
-from structspec.lm import LM, load, pack_for_cpu, resolve_device
+from structspec.models.device import resolve_device
+from structspec.models.invariance import pack_for_cpu, should_pack
+from structspec.models.loading import load
+from structspec.models.slot_cache import SlotCache
+from structspec.models.transformers_lm import LM
 
 # Architectures for random-weight models (the published configs' shapes).
 CONFIGS: dict[str, dict[str, Any]] = {
@@ -77,7 +79,8 @@ def pass_seconds(lm: LM, rows: int, window: int, context: int, repeats: int,
     generator = torch.Generator().manual_seed(0)
     vocab = min(len(lm.vocab), lm.logits_width)
     one = torch.tensor([3])
-    cache, slots = lm.new_cache(), Slots(rows)
+    cache = lm.new_cache()
+    slots = SlotCache(cache, rows)
     prompt = torch.randint(3, vocab, (rows, context), generator=generator).tolist()
     if not lm.batchable:  # sliding-window layers (Gemma 3): one sequence through the single-row path
         if rows != 1:

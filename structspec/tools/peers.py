@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from structspec.lm import LM
+from structspec.models.transformers_lm import LM
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ from rich.table import Table
 
 import structspec
 from structspec.errors import StructspecError
-from structspec.lm import LM
+from structspec.models.transformers_lm import LM
 from structspec.tools.bench import Divergence, divergence, first_difference
 from structspec.tools.cli import DEFAULT_MAX_NEW_TOKENS
 from structspec.tools.harness import PLAIN, Keywords, judge, methods, spread

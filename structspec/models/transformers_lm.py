@@ -1,8 +1,5 @@
-"""The one module of the core that imports transformers: loading models, running forward passes,
-and model surgery (early exit).
-
-Everything else talks to the `LanguageModel` protocol, so a fake LM for tests
-needs only what the protocol lists.
+"""`LM`, the transformers adapter: a Hugging Face causal LM and its tokenizer as a `LanguageModel`, run with an
+explicit KV cache; its forward passes (one row, or a batch over a `SlotCache`), and model surgery (early exit).
 """
 
 from __future__ import annotations
@@ -11,55 +8,21 @@ import copy
 import importlib.metadata as md
 import inspect
 from functools import cached_property
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import torch
 
-from structspec.errors import OptionError, PromptError, SpecError, VocabularyMismatchError
-from structspec.kernels import (
-    WHOLE_ROWS, PackedLinear, RowLinear, attention_by_row, native_bf16, pack_linears, should_pack,
-)
-from structspec.loading import DEFAULT_MODEL, model_path, quiet_loading, use_threads
+from structspec.errors import PromptError, SpecError, VocabularyMismatchError
+from structspec.models.invariance import BY_ROW, INVARIANT_TOKENS, PackedLinear, RowLinear
+from structspec.models.protocol import Allowed, Prompt
 from structspec.vocab import TokenVocab, vocab_from_tokenizer
 
-Prompt = str | list[dict[str, str]]
-Allowed = list[torch.Tensor | None]
-"""Per kept logits row: the token ids it may hold (the LM head computes only those, every other logit is
--inf; a single id gets logit 0 and no computation), or None for a full row the caller masks."""
 _TRANSFORMERS_MAJOR = int(md.version("transformers").split(".")[0])
 
 
-@runtime_checkable
-class LanguageModel(Protocol):
-    """What the decode loop and the drafters need of a model (`LM` is the transformers one)."""
-
-    name: str
-    tokenizer: Any
-
-    @property
-    def vocab(self) -> TokenVocab: ...
-
-    @property
-    def logits_width(self) -> int: ...
-
-    @property
-    def max_context(self) -> int | None: ...
-
-    def encode_prompt(self, prompt: Prompt) -> list[int]: ...
-
-    def new_cache(self) -> Any: ...
-
-    def forward(
-        self, token_ids: list[int], cache: Any, logits_to_keep: int = 1, allowed: Allowed | None = None
-    ) -> torch.Tensor: ...
-
-    def crop(self, cache: Any, length: int) -> None: ...
-
-    def early_exit(self, layers: int | None = None) -> LanguageModel: ...
-
-
 class LM:
-    """A Hugging Face causal LM and its tokenizer, run with an explicit KV cache."""
+    """A Hugging Face causal LM and its tokenizer, run with an explicit KV cache: the transformers
+    `LanguageModel`."""
 
     def __init__(self, model: Any, tokenizer: Any, name: str = "") -> None:
         self.model = model.eval()
@@ -89,6 +52,11 @@ class LM:
     def device(self) -> torch.device:
         """Where inputs go: the input embeddings' device (also for models spread with ``device_map``)."""
         return self.model.get_input_embeddings().weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The model's weights' dtype."""
+        return self.model.dtype
 
     def encode_prompt(self, prompt: Prompt) -> list[int]:
         """Token ids of a prompt: a string as is, or chat messages through the chat template."""
@@ -162,7 +130,8 @@ class LM:
 
     @cached_property
     def kernels(self) -> str:
-        """``"onednn"`` when `load` packed the model's linear layers (`structspec.kernels`), else ``"torch"``."""
+        """``"onednn"`` when `load` packed the model's linear layers (`structspec.models.invariance`), else
+        ``"torch"``."""
         return "onednn" if isinstance(self.model.get_output_embeddings(), PackedLinear) else "torch"
 
     @cached_property
@@ -177,8 +146,8 @@ class LM:
         """Whether every pass gives each row the logits it gets alone, whatever else the pass feeds (other rows
         of a batch, drafts, padding, slot holes), so that batched and accelerated decoding are token-identical to
         plain masked decoding in this model's dtype: where `make_batch_invariant` (or `load`) made every linear
-        layer a `structspec.kernels.RowLinear` and attention run by row. Elsewhere a row may leave its single-row
-        twin at a near-tie. Changes nothing."""
+        layer a `structspec.models.invariance.RowLinear` and attention run by row. Elsewhere a row may leave its
+        single-row twin at a near-tie. Changes nothing."""
         linears = [m for m in self.model.modules() if isinstance(m, (torch.nn.Linear, RowLinear))]
         return self.prefills_apart and all(isinstance(m, RowLinear) for m in linears)
 
@@ -198,7 +167,7 @@ class LM:
 
     @cached_property
     def batchable(self) -> bool:
-        """Whether rows can share passes through a slot cache with holes: not with sliding-window layers
+        """Whether rows can share passes through a `SlotCache` (holes in the KV cache): not with sliding-window layers
         (Gemma 3), whose window counts slots, not a row's kept positions."""
         types = getattr(self.model.config, "layer_types", None) or []
         return not any("sliding" in t for t in types)
@@ -208,7 +177,7 @@ class LM:
         self, windows: list[list[int]], positions: list[int] | list[list[int]], attend: torch.Tensor, cache: Any,
         rows: list[tuple[int, int]], allowed: Allowed | None = None,
     ) -> torch.Tensor:
-        """One pass over a batch of windows appended to ``cache`` (changes the cache).
+        """One pass over a batch of windows appended to ``cache``, a `SlotCache`'s ``kv`` (changes the cache).
 
         ``windows[b]`` is right-padded to the longest; its token ``j`` sits at
         position ``positions[b] + j``, or at ``positions[b][j]`` when a list
@@ -219,7 +188,7 @@ class LM:
         restricted by ``allowed`` (`head`): the LM head never runs on padding or
         prompt rows.
         """
-        device, dtype = self.device, self.model.dtype
+        device, dtype = self.device, self.dtype
         W = max(len(w) for w in windows)
         ids = torch.tensor([w + [0] * (W - len(w)) for w in windows], device=device)
         pos = torch.tensor([_window_positions(p, W) for p in positions], device=device)
@@ -234,42 +203,6 @@ class LM:
             return hidden.new_empty(0, self.logits_width, dtype=torch.float32)
         index = torch.tensor(rows, device=hidden.device)  # the last layer's device under device_map
         return self.head(hidden[index[:, 0], index[:, 1]], allowed)
-
-    @staticmethod
-    def cache_place(cache: Any, batch_rows: int, row: int, source: Any, length: int) -> None:
-        """Copy the first ``length`` positions of the one-row ``source`` cache into row ``row`` of the batch
-        ``cache`` (slots ``[0, length)``), widening every row with empty slots if needed (changes ``cache``)."""
-        if length == 0:
-            return
-        for dst, src in zip(cache.layers, source.layers):
-            k, v = src.keys[:, :, :length], src.values[:, :, :length]
-            if not dst.is_initialized:
-                dst.lazy_initialization(k, v)
-                dst.keys = k.new_zeros((batch_rows, *k.shape[1:]))
-                dst.values = v.new_zeros((batch_rows, *v.shape[1:]))
-            if dst.keys.shape[2] < length:
-                grow = (0, 0, 0, length - dst.keys.shape[2])
-                dst.keys = torch.nn.functional.pad(dst.keys, grow)
-                dst.values = torch.nn.functional.pad(dst.values, grow)
-            dst.keys[row, :, :length] = k[0]
-            dst.values[row, :, :length] = v[0]
-
-    @staticmethod
-    def cache_gather(cache: Any, index: torch.Tensor) -> None:
-        """Rewrite each row's slots as ``slots[index[b]]`` (index [B, T']; compaction; changes ``cache``)."""
-        for layer in cache.layers:
-            if layer.is_initialized:
-                i = index.to(layer.keys.device)[:, None, :, None]
-                layer.keys = layer.keys.gather(2, i.expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3]))
-                layer.values = layer.values.gather(2, i.expand(-1, layer.values.shape[1], -1, layer.values.shape[3]))
-
-    @staticmethod
-    def cache_select(cache: Any, rows: list[int]) -> None:
-        """Keep only batch rows ``rows`` of ``cache`` (changes it)."""
-        for layer in cache.layers:
-            if layer.is_initialized:
-                index = torch.tensor(rows, dtype=torch.long, device=layer.keys.device)
-                layer.keys, layer.values = layer.keys[index], layer.values[index]
 
     @staticmethod
     def crop(cache: Any, length: int) -> None:
@@ -323,120 +256,6 @@ def _module_copy(module: torch.nn.Module) -> Any:
     return new
 
 
-
 def from_transformers(model: Any, tokenizer: Any) -> LM:
     """Wrap a Hugging Face causal LM and tokenizer that you already have."""
     return LM(model, tokenizer)
-
-
-def load(
-    name: str = DEFAULT_MODEL, device: str = "auto", dtype: str | torch.dtype | None = None, kernels: str = "auto",
-    *, threads: int | None = None, verbose: bool = False,
-) -> LM:
-    """Load a shipped model by name (see `SHIPPED`), a local Hugging Face model directory, or a hub id
-    (``"ORG/NAME"``) from the local Hugging Face cache (never downloaded; `structspec.loading`).
-
-    A shipped model is converted from its GGUF once and cached as safetensors
-    under ``$STRUCTSPEC_CACHE/models``; later loads take seconds. ``device="auto"``
-    picks CUDA when available, else the CPU; ``dtype`` (``"float32"``,
-    ``"bfloat16"``, ``"float16"`` or a torch dtype) defaults to bfloat16 on CUDA
-    and on CPUs with AVX-512 BF16 or AMX, else float32. ``kernels="auto"`` packs
-    a float32 CPU model's linear layers for oneDNN (bfloat16 too where the CPU
-    multiplies it natively; `structspec.kernels`: the model is then for
-    inference only), ``"onednn"`` insists on it, ``"torch"`` keeps torch's own.
-    With ``"auto"`` every CPU model is batch-invariant (`make_batch_invariant`):
-    batched rows and every draft mode are token-identical to plain masked
-    decoding in float32 and bfloat16 alike (`Stats.batch_invariant`).
-
-    Changes torch's process-wide thread count to ``threads``; None keeps torch's
-    count unless it exceeds the CPUs this process may use (`default_threads`).
-    Transformers' loading messages, progress bars and warnings are silenced
-    unless ``verbose`` (`quiet_loading`: its settings are put back after). Bad
-    options and unknown names raise before anything is loaded.
-    """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    where, precision = resolve_device(device, dtype)
-    pack = should_pack(kernels, where, precision)  # before loading: a bad option costs no load
-    use_threads(threads)
-    with quiet_loading(verbose):
-        path = model_path(name, verbose)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=precision).to(where)
-        tokenizer = AutoTokenizer.from_pretrained(path)
-    if pack:
-        pack_for_cpu(model)
-    elif kernels == "auto" and where.type == "cpu":  # a dtype oneDNN would only emulate: torch's kernel, by row
-        make_batch_invariant(model)
-    return LM(model, tokenizer, name=name)
-
-
-def pack_for_cpu(model: Any) -> None:
-    """`make_batch_invariant` with ``model``'s linear layers packed for oneDNN (`structspec.kernels`). Changes the
-    model in place."""
-    make_batch_invariant(model, packed=True)
-
-
-def make_batch_invariant(model: Any, packed: bool = False) -> None:
-    """Make every pass of ``model`` give each row the logits it gets alone (`LM.batch_invariant`), in any dtype:
-    each linear layer a `structspec.kernels.RowLinear` (packed for oneDNN with ``packed``, else on torch's own
-    kernel) and attention by row (`use_attention_by_row`), so that a verify pass equals its one-token steps and a
-    batched row the row decoded alone, bit for bit. Changes the model in place (inference only); a second call
-    changes nothing."""
-    if not any(isinstance(m, RowLinear) for m in model.modules()):
-        pack_linears(model, packed)
-    use_attention_by_row(model)
-
-
-BY_ROW = "structspec_by_row"  # the attention implementation's name in transformers' registry
-INVARIANT_TOKENS = 64
-"""Batch-invariant bfloat16 on an AVX-512 BF16 CPU, Qwen2.5-Coder-0.5B: a pass of up to 64 tokens gave each
-position the logits of one-token steps bit for bit, one of 65 did not (a lookahead tree of 87 nodes turned a
-0.125 margin into a tie)."""
-PREFILL_ROWS = WHOLE_ROWS  # more query rows than this: a prompt's prefill, which no verify pass is compared with
-
-
-def _attention_by_row(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                      attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
-                      **kwargs: Any) -> tuple[torch.Tensor, None]:
-    """transformers' attention interface over `structspec.kernels.attention_by_row`; a prefill of more than
-    `PREFILL_ROWS` rows goes to transformers' SDPA attention whole. Returns [batch, q, heads, d]."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    if query.shape[2] > PREFILL_ROWS:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
-    return attention_by_row(query, key, value, attention_mask, scaling).transpose(1, 2).contiguous(), None
-
-
-def use_attention_by_row(model: Any) -> None:
-    """Make ``model``'s attention run one query row per call (changes the model): a verify pass over k tokens
-    then computes each position as a one-token step does, bit for bit, where SDPA over k rows would not
-    (bfloat16 on the CPU; `structspec.kernels`)."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-    AttentionInterface.register(BY_ROW, _attention_by_row)
-    AttentionMaskInterface.register(BY_ROW, sdpa_mask)  # the masks SDPA gets: None where causal suffices
-    model.set_attn_implementation(BY_ROW)
-
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def resolve_device(device: str = "auto", dtype: str | torch.dtype | None = None) -> tuple[torch.device, torch.dtype]:
-    """The device and dtype ``load`` uses for ``device``/``dtype`` options (``"auto"``: CUDA if available).
-    Does not change anything."""
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        where = torch.device(device)
-    except RuntimeError:
-        raise OptionError(f"device={device!r} is not a torch device: use 'auto', 'cpu', 'cuda' or 'cuda:N'") from None
-    if where.type == "cuda" and not torch.cuda.is_available():
-        raise OptionError(f"device={device!r} but torch sees no CUDA device: use device='cpu' or 'auto'")
-    if dtype is None:  # bfloat16 where it is fast: CUDA, and CPUs that multiply it natively (README "dtype")
-        return where, torch.bfloat16 if where.type == "cuda" or native_bf16() else torch.float32
-    if isinstance(dtype, torch.dtype):
-        return where, dtype
-    if dtype not in _DTYPES:
-        raise OptionError(f"dtype={dtype!r} is not one of {', '.join(_DTYPES)}")
-    return where, _DTYPES[dtype]

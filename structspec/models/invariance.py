@@ -1,5 +1,6 @@
-"""Row-invariant passes: linear layers fed rows in measured-invariant chunks (prepacked once for oneDNN on the
-CPU), and attention one query row at a time over exactly the keys it sees.
+"""Batch invariance: passes that give each row the logits it gets alone (`make_batch_invariant`), by linear layers
+fed rows in measured-invariant chunks (prepacked once for oneDNN on the CPU) and attention one query row at a time
+over exactly the keys it sees (a transformers attention implementation, `use_attention_by_row`).
 
 torch's default CPU path for ``nn.Linear`` is MKL's sgemm, which on AMD CPUs
 takes a slow route for the few-row products of decoding: measured on a 2-core
@@ -34,12 +35,18 @@ from typing import Any, Literal
 import torch
 
 from structspec.errors import OptionError
+from structspec.models.device import native_bf16
 
 
 WHOLE_ROWS = 64
 """A call of more rows than this is a prompt's prefill, run whole: every decode path prefills a prompt the same way
 (its tokens but the last, in one pass on an empty cache), so no per-row invariance is needed there; passes that
-choose tokens are capped below it (`structspec.lm.INVARIANT_TOKENS`)."""
+choose tokens are capped below it (`INVARIANT_TOKENS`)."""
+INVARIANT_TOKENS = 64
+"""Batch-invariant bfloat16 on an AVX-512 BF16 CPU, Qwen2.5-Coder-0.5B: a pass of up to 64 tokens gave each
+position the logits of one-token steps bit for bit, one of 65 did not (a lookahead tree of 87 nodes turned a
+0.125 margin into a tie)."""
+BY_ROW = "structspec_by_row"  # attention by row's name in transformers' registry (`use_attention_by_row`)
 
 Invariance = Literal["any", "pad", "one"]  # every row count agrees / a lone row padded to two / one row per call
 
@@ -189,11 +196,6 @@ def packable(device: torch.device, dtype: torch.dtype) -> bool:
     return dtype == torch.float32 or (dtype == torch.bfloat16 and native_bf16())
 
 
-def native_bf16() -> bool:
-    """Whether this CPU multiplies bfloat16 natively in oneDNN (AVX-512 BF16 or AMX). Changes nothing."""
-    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
-
-
 def should_pack(kernels: str, device: torch.device, dtype: torch.dtype) -> bool:
     """Whether the ``kernels`` option (one of `KERNELS`) packs a model on ``device`` in ``dtype``: ``"auto"``
     where `packable`, ``"onednn"`` always (an `OptionError` where it cannot), ``"torch"`` never. Changes nothing."""
@@ -224,3 +226,42 @@ def pack_linears(model: Any, packed: bool = True) -> int:
                 setattr(module, name, layer)
                 count += 1
     return count
+
+
+def make_batch_invariant(model: Any, packed: bool = False) -> None:
+    """Make every pass of ``model`` give each row the logits it gets alone (`LM.batch_invariant`), in any dtype:
+    each linear layer a `RowLinear` (packed for oneDNN with ``packed``, else on torch's own kernel) and attention
+    by row (`use_attention_by_row`), so that a verify pass equals its one-token steps and a batched row the row
+    decoded alone, bit for bit. Changes the model in place (inference only); a second call changes nothing."""
+    if not any(isinstance(m, RowLinear) for m in model.modules()):
+        pack_linears(model, packed)
+    use_attention_by_row(model)
+
+
+def pack_for_cpu(model: Any) -> None:
+    """`make_batch_invariant` with ``model``'s linear layers packed for oneDNN. Changes the model in place."""
+    make_batch_invariant(model, packed=True)
+
+
+def use_attention_by_row(model: Any) -> None:
+    """Make ``model``'s attention run one query row per call (changes the model): a verify pass over k tokens
+    then computes each position as a one-token step does, bit for bit, where SDPA over k rows would not
+    (bfloat16 on the CPU)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(BY_ROW, _attention_by_row)
+    AttentionMaskInterface.register(BY_ROW, sdpa_mask)  # the masks SDPA gets: None where causal suffices
+    model.set_attn_implementation(BY_ROW)
+
+
+def _attention_by_row(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                      **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """transformers' attention interface over `attention_by_row`; a prefill of more than `WHOLE_ROWS` rows goes
+    to transformers' SDPA attention whole. Returns [batch, q, heads, d]."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if query.shape[2] > WHOLE_ROWS:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
+    return attention_by_row(query, key, value, attention_mask, scaling).transpose(1, 2).contiguous(), None

@@ -1,10 +1,9 @@
-"""Where `structspec.load` finds a model's files, and how loading behaves: quietly, on a sensible thread count.
+"""Where `structspec.load` finds a model's files: a shipped model, a local model directory, or a hub id.
 
-A name is a shipped model (converted once from the GGUF its package installs,
-then cached as safetensors), a local model directory, or a Hugging Face hub id
-already in the local hub cache (never downloaded: structspec runs offline).
-Misspelt names get a did-you-mean; anything else a `ModelNotFoundError` that
-says where it looked and how to fix it.
+A shipped model is converted once from the GGUF its package installs, then
+cached as safetensors; a hub id is read from the local Hugging Face hub cache
+(never downloaded: structspec runs offline). Misspelt names get a did-you-mean;
+anything else a `ModelNotFoundError` that says where it looked and how to fix it.
 """
 
 from __future__ import annotations
@@ -12,20 +11,16 @@ from __future__ import annotations
 import difflib
 import importlib.metadata as md
 import json
-import math
 import os
 import shutil
 import sys
 import tempfile
-import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, redirect_stderr
+from collections.abc import Callable
+from contextlib import redirect_stderr
 from pathlib import Path
 
-import torch
-
 from structspec.cache import cache_dir, write_atomic
-from structspec.errors import ModelNotFoundError, OptionError
+from structspec.errors import ModelNotFoundError
 
 
 def _dist_file(dist: str, suffix: str) -> Path:
@@ -164,69 +159,3 @@ def _not_found(name: str) -> str:
         f"unknown model {name!r}: not a shipped model, a local directory or a hub id in the Hugging Face cache at "
         f"{hub_cache()}; use one of {shipped}, a local model directory, or a cached hub id like 'ORG/NAME'"
     )
-
-
-@contextmanager
-def quiet_loading(verbose: bool = False) -> Iterator[None]:
-    """Silence transformers while loading, unless ``verbose``: its logging below errors, its progress bars
-    (``Loading weights``, the GGUF conversion's) and Python warnings. On exit the logging verbosity, the progress
-    bar switch and the warning filters are put back as they were; nothing else is changed."""
-    if verbose:
-        yield
-        return
-    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars
-    from transformers.utils import logging
-
-    verbosity, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
-    hub_bars_off = are_progress_bars_disabled()
-    logging.set_verbosity_error()
-    logging.disable_progress_bar()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        logging.set_verbosity(verbosity)
-        if bars:
-            logging.enable_progress_bar()  # also enables huggingface_hub's: put its own switch back after
-        if hub_bars_off:
-            disable_progress_bars()
-
-
-def available_cpus() -> int:
-    """The CPUs this process may run on: its affinity mask, capped by a cgroup v2 CPU quota (a container's
-    ``--cpus``), which torch's own default does not see. Changes nothing."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    try:
-        quota, period = _CPU_MAX.read_text().split()
-        return min(cpus, max(1, math.ceil(int(quota) / int(period))))
-    except (OSError, ValueError):  # no cgroup v2 file, or "max": no quota
-        return cpus
-
-
-_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
-
-
-def default_threads() -> int:
-    """The thread count `load` gives torch when ``threads=None``: torch's current count (``OMP_NUM_THREADS`` or
-    its default), capped at `available_cpus` so that it does not oversubscribe. Changes nothing."""
-    return min(torch.get_num_threads(), available_cpus())
-
-
-def check_threads(threads: int | None) -> None:
-    """Raise `OptionError` unless ``threads`` is None or a positive int. Changes nothing."""
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise OptionError(
-            f"threads={threads!r} is not a positive int; use threads=None (torch's count, at most the "
-            f"{available_cpus()} CPUs this process may use) or threads=1 on a machine shared with other jobs"
-        )
-
-
-def use_threads(threads: int | None) -> int:
-    """Set torch's intra-op thread count (process-wide: changes torch's global setting) to ``threads``, or
-    to `default_threads` when None (then unchanged unless torch's count exceeds the available CPUs); returns it."""
-    check_threads(threads)
-    count = default_threads() if threads is None else threads
-    if count != torch.get_num_threads():
-        torch.set_num_threads(count)
-    return count

@@ -1,0 +1,105 @@
+"""What the decode loop and the drafters need of a model: the `LanguageModel` protocol and the types its calls
+take. Declares every member they use, so they never probe a model with ``getattr``; a fake model for tests
+implements these and nothing else (`structspec.models.transformers_lm.LM` is the transformers one)."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from structspec.vocab import TokenVocab
+
+Prompt = str | list[dict[str, str]]
+Allowed = list[torch.Tensor | None]
+"""Per kept logits row: the token ids it may hold (the LM head computes only those, every other logit is
+-inf; a single id gets logit 0 and no computation), or None for a full row the caller masks."""
+
+
+@runtime_checkable
+class LanguageModel(Protocol):
+    """A causal LM run with an explicit KV cache. Reading a member changes nothing; `forward`, `forward_slots` and
+    `crop` change the cache they are given."""
+
+    name: str
+    tokenizer: Any
+
+    @property
+    def vocab(self) -> TokenVocab: ...
+
+    @property
+    def logits_width(self) -> int:
+        """Logits per row (the LM head's rows; may exceed the vocabulary)."""
+        ...
+
+    @property
+    def max_context(self) -> int | None:
+        """Positions the model was trained for (prompt and output together); None where unknown."""
+        ...
+
+    @property
+    def device(self) -> torch.device:
+        """Where inputs go and logits come back."""
+        ...
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The weights' dtype (`Stats.dtype`)."""
+        ...
+
+    @property
+    def kernels(self) -> str:
+        """``"onednn"`` where the linear layers are packed for oneDNN, else ``"torch"``: its pass-cost curve is
+        another one (`structspec.decoding.budget.curve_path`)."""
+        ...
+
+    @property
+    def batchable(self) -> bool:
+        """Whether rows can share passes through a `SlotCache` (`forward_slots`); False with sliding-window
+        layers, which then decode one row at a time."""
+        ...
+
+    @property
+    def batch_invariant(self) -> bool:
+        """Whether every pass gives each row the logits it gets alone, so that batched and accelerated decoding are
+        token-identical to plain masked decoding (`Stats.batch_invariant`)."""
+        ...
+
+    @property
+    def prefills_apart(self) -> bool:
+        """Whether single-row decoding feeds a prompt but its last token in a pass of its own, as a batch does."""
+        ...
+
+    @property
+    def max_pass_tokens(self) -> int | None:
+        """The most tokens a pass that chooses tokens may feed (longer greedy candidates are cut); None: no limit."""
+        ...
+
+    def encode_prompt(self, prompt: Prompt) -> list[int]: ...
+
+    def new_cache(self) -> Any:
+        """An empty KV cache for `forward`, or for a `SlotCache` to own."""
+        ...
+
+    def forward(
+        self, token_ids: list[int], cache: Any, logits_to_keep: int = 1, allowed: Allowed | None = None
+    ) -> torch.Tensor:
+        """Feed ``token_ids`` after what ``cache`` holds (changes the cache); float32 logits of the last
+        ``logits_to_keep`` positions [k, logits_width], restricted per row by ``allowed``."""
+        ...
+
+    def forward_slots(
+        self, windows: list[list[int]], positions: list[int] | list[list[int]], attend: torch.Tensor, cache: Any,
+        rows: list[tuple[int, int]], allowed: Allowed | None = None,
+    ) -> torch.Tensor:
+        """One pass over a batch of windows appended to a `SlotCache`'s ``cache`` (changes it), each query seeing
+        the slots ``attend`` allows; float32 logits of the (row, window index) pairs ``rows``."""
+        ...
+
+    def crop(self, cache: Any, length: int) -> None:
+        """Drop ``cache``'s positions from ``length`` on (changes the cache)."""
+        ...
+
+    def early_exit(self, layers: int | None = None) -> LanguageModel:
+        """A draft model made of this model's first ``layers`` layers; does not change this model."""
+        ...
