@@ -29,6 +29,8 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from structspec.api import (
         Compiled, GenerateOptions, clear_cache, compile, generate, generate_batch, generate_result, iter_batch, stream,
     )
+    from structspec.decoding.factory import SelfDraft, Staged
+    from structspec.decoding.tree import TreeDrafter
     from structspec.lm import LM, from_transformers, load
     from structspec.result import FieldDone, Finished, Result, Stats, StreamEvent, TextChunk
     from structspec.schema import Regex, grammars, to_regex
@@ -36,6 +38,8 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
 _LAZY = {
     "structspec.api": ("Compiled", "GenerateOptions", "clear_cache", "compile", "generate", "generate_batch",
                        "generate_result", "iter_batch", "stream"),
+    "structspec.decoding.factory": ("SelfDraft", "Staged"),
+    "structspec.decoding.tree": ("TreeDrafter",),
     "structspec.lm": ("LM", "from_transformers", "load"),
     "structspec.result": ("FieldDone", "Finished", "Result", "Stats", "StreamEvent", "TextChunk"),
     "structspec.schema": ("Regex", "to_regex"),
@@ -85,3 +89,4 @@ __all__ = [
     "__version__", "clear_cache", "compile", "from_transformers", "generate", "generate_batch", "generate_result",
     "grammars", "iter_batch", "load", "stream", "to_regex",
 ]
+__all__ += ["SelfDraft", "Staged", "TreeDrafter"]  # the drafters draft= takes by class

@@ -19,7 +19,7 @@ from __future__ import annotations
 import codecs
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any, Protocol, get_origin
 
 import jsonschema
@@ -29,11 +29,11 @@ import torch
 from structspec.automaton import fsm as _fsm
 from structspec.automaton.fsm import TokenFSM, check_eos_token_ids
 from structspec.automaton.nfa import gc_paused
-from structspec.decoding.batch import RowInput, decode_batch, shared_prefix
-from structspec.decoding.drafters import SHORT_NAMES, Drafter, make_drafter
+from structspec.decoding.batch import decode_batch, shared_prefix
+from structspec.decoding.factory import Draft, check_draft, make_drafter, make_row_drafter
 from structspec.decoding.fastforward import FastForward
 from structspec.decoding.loop import decode_steps
-from structspec.decoding.row import Decoded, DecodeOptions
+from structspec.decoding.row import Decoded, DecodeOptions, RowInput
 from structspec.decoding.sampling import SamplingConfig
 from structspec.errors import (
     InvalidOutput,
@@ -42,13 +42,11 @@ from structspec.errors import (
     SpecError,
     StructspecError,
     TokenBudgetExceeded,
-    UnspellableError,
 )
 from structspec.lm import LM, Prompt, load
 from structspec.options import (
     RULES,
     GenerationConfigLike,
-    check_choice,
     check_option,
     check_prompt,
     from_generation_config,
@@ -130,9 +128,9 @@ class GenerateOptions:
     ``fast_forward`` ("off" or "exact") says whether tokens the FSM forces are
     appended without a model call. ``draft`` says where speculative drafts come from: ``"prompt_lookup"``
     (the default: copies from the prompt, free and lossless), a loaded LM (draft model; another tokenizer
-    is translated through text), ``"self"`` (the target's first layers), ``"threshold"`` (self-draft with
-    threshold decoding), ``"staged"`` (self-draft whose own drafts come from prompt lookup; ``Staged(lm)``
-    stages a draft model), ``"tree"`` (prompt lookup's chain plus sibling branches, verified as one token
+    is translated through text), ``SelfDraft()`` (the target's first layers; ``threshold=True``: threshold
+    decoding), ``Staged()`` (self-draft whose own drafts come from prompt lookup; ``Staged(lm)`` stages a
+    draft model), ``TreeDrafter()`` (prompt lookup's chain plus sibling branches, verified as one token
     tree; greedy rows), ``"lookahead"`` (lookahead decoding: n-grams from the target's own Jacobi step on
     guessed tokens, verified in the same token tree; greedy rows), ``"auto"`` (prompt lookup, plus
     self-draft on a GPU), a `Drafter`, or None (no drafts). Drafts are verified by the target, so greedy
@@ -156,14 +154,13 @@ class GenerateOptions:
     max_recursion_depth: int = MAX_RECURSION_DEPTH
     open_objects: bool | None = None
     fast_forward: FastForward = "exact"
-    draft: Drafter | LM | str | None = "prompt_lookup"
+    draft: Draft = "prompt_lookup"
     output_logprobs: bool = False
 
     def __post_init__(self) -> None:
         for name in [f.name for f in fields(self) if f.name in RULES]:  # by type and range, as its rule takes it
             object.__setattr__(self, name, check_option(name, getattr(self, name)))  # (frozen: set once, here)
-        if isinstance(self.draft, str):
-            check_choice("draft", self.draft, SHORT_NAMES)
+        check_draft(self.draft)
         self.decode_options()  # checks fast_forward now
 
     @classmethod
@@ -304,8 +301,6 @@ def iter_batch(
     if len(specs) != len(prompts):
         raise OptionError(f"spec is a list of {len(specs)} specs for {len(prompts)} prompts: pass one spec, or one per prompt")
     batch_size = check_option("batch_size", batch_size)
-    if isinstance(checked.draft, Drafter):
-        raise OptionError("a Drafter instance holds one row's state: pass a drafter name or a loaded LM")
     lm = load(model) if isinstance(model, str) else model
     checked.check_model(lm)
     compiled: dict[int, Compiled] = {}  # by id of the spec object: a repeated spec compiles once
@@ -319,23 +314,15 @@ def iter_batch(
                 compiled[id(row_spec)] = checked.compile(row_spec, lm)
             generator = torch.Generator().manual_seed(checked.seed + i) if checked.seed is not None else None
             row_compiled[i] = compiled[id(row_spec)]
-            rows.append(RowInput(i, row_compiled[i].fsm, prompt_ids, make_drafter(checked.draft, lm), generator))
+            rows.append(RowInput(i, row_compiled[i].fsm, prompt_ids, make_row_drafter(checked.draft, lm), generator))
         except StructspecError as error:
             yield i, Result(None, "", [], "error", Stats(), error=_in_row(error, i))
     prefix = shared_prefix([row.prompt_ids for row in rows])
-    todo = {row.index: row for row in rows}
-    while todo:
-        taken: list[int] = []  # rows the batch has started
-        try:
-            for i, decoded in decode_batch(lm, _taking(list(todo.values()), taken), checked.decode_options(),
-                                           batch_size, prefix):
-                del todo[i]
-                yield i, _result(lm, row_compiled[i], decoded)
-        except UnspellableError:
-            # The batch cannot say whose state it was: its rows in flight are decoded again, each alone (as the
-            # batch would have, seeded alike), and the one that reaches the state gets its partial output.
-            for i in [i for i in taken if i in todo]:
-                yield i, _alone(lm, row_compiled[i], todo.pop(i).prompt_ids, checked, i)
+    for i, decoded in decode_batch(lm, iter(rows), checked.decode_options(), batch_size, prefix):
+        result = _result(lm, row_compiled[i], decoded)
+        if decoded.error is not None:
+            _in_row(decoded.error, i)
+        yield i, result
 
 
 def generate_batch(model: LM | str, spec: Any, prompts: list[Prompt], **options: Any) -> list[Result]:
@@ -390,25 +377,6 @@ def _generate(
     return finished.result
 
 
-def _taking(rows: list[RowInput], taken: list[int]) -> Iterator[RowInput]:
-    """``rows``, each one's index appended to ``taken`` as it is taken."""
-    for row in rows:
-        taken.append(row.index)
-        yield row
-
-
-def _alone(lm: LM, compiled: Compiled, prompt_ids: list[int], options: GenerateOptions, row: int) -> Result:
-    """Batch row ``row`` decoded on its own, seeded as in the batch; reaching a state the vocabulary cannot
-    spell on from, its `Result` is the partial output with the error (naming the row) in ``error``."""
-    seeded = replace(options, seed=None if options.seed is None else options.seed + row)
-    try:
-        *_, finished = _events(lm, compiled, prompt_ids, seeded, fields=False)
-    except UnspellableError as error:
-        _in_row(error, row)
-        return error.result
-    return finished.result  # type: ignore[union-attr]
-
-
 def _put(events: Iterator[StreamEvent], prompt_ids: list[int], streamer: Streamer) -> Iterator[StreamEvent]:
     """``events``, each chunk's token ids put to ``streamer`` as it passes: transformers' order (the prompt's
     ids, then new ids as [1, n] LongTensors, as its assisted decoding puts them, then ``end()``)."""
@@ -429,7 +397,8 @@ def _events(
     member when ``fields``, then `Finished`."""
     utf8 = codecs.getincrementaldecoder("utf-8")("replace")  # as `TokenVocab.decode`, but holds split characters
     members = _Members() if fields else None
-    turns = decode_steps(lm, compiled.fsm, prompt_ids, options.decode_options(), make_drafter(options.draft, lm))
+    row = RowInput(0, compiled.fsm, prompt_ids, make_drafter(options.draft, lm), None)
+    turns = decode_steps(lm, row, options.decode_options())
     out: list[int] = []
     out_sources: list[str] = []
     while True:
@@ -438,9 +407,6 @@ def _events(
         except StopIteration as stop:
             decoded: Decoded = stop.value
             break
-        except UnspellableError as error:  # the output that reached the state goes with it, with the loop's stats
-            error.attach(_result(lm, compiled, error.decoded))
-            raise
         out += ids
         out_sources += sources
         chunk = TextChunk(utf8.decode(lm.vocab.spell(ids)), ids, sources)
@@ -449,7 +415,10 @@ def _events(
             yield from members.read(chunk.text)
     if tail := utf8.decode(b"", final=True):  # a character the budget cut short, as its replacement character
         yield TextChunk(tail, [], [])
-    yield Finished(_result(lm, compiled, decoded))
+    result = _result(lm, compiled, decoded)
+    if decoded.error is not None:  # the output that reached the state goes with it, with the loop's stats
+        raise decoded.error
+    yield Finished(result)
 
 
 class _Members:
@@ -522,6 +491,8 @@ def _result(lm: LM, compiled: Compiled, decoded: Decoded) -> Result:
     text = lm.vocab.decode(decoded.token_ids)
     result = Result(None, text, decoded.token_ids, decoded.stop_reason, decoded.stats, decoded.sources,
                     logprobs=decoded.logprobs)
+    if decoded.error is not None:
+        decoded.error.attach(result)  # (sets result.error)
     if result.complete:
         try:
             result.value = compiled.constraint.parse(text)

@@ -13,7 +13,9 @@ from structspec import Regex
 from structspec.decoding import batch, loop
 from structspec.decoding.batch import shared_prefix
 from structspec.decoding.budget import DEFAULT_COST, PassCost
-from structspec.decoding.row import DecodeOptions, RowDecode
+from structspec.decoding.factory import SelfDraft
+from structspec.decoding.row import DecodeOptions, RowDecode, RowInput
+from structspec.decoding.tree import TreeDrafter
 from structspec.decoding.slots import Slots
 from structspec.lm import LM
 from structspec.testing import chi_square_pvalue, exact_output_distribution, tiny_lm
@@ -37,7 +39,7 @@ PROMPTS = ["Alice from Paris ordered 12 items, paid: true. Alice lives in Paris.
            "Carol from London ordered 3 items and has not paid. " * 4, "x y z", "Dave, Tokyo", "Eve paid.",
            "Is it?", "Frank from Berlin, 7 items, paid: false. Frank lives in Berlin."]
 MODES = {"off": {"fast_forward": "off"}, "exact": {}, "prompt_lookup": {"draft": "prompt_lookup"},
-         "self": {"draft": "self"}, "auto": {"draft": "auto"}}
+         "self": {"draft": SelfDraft()}, "auto": {"draft": "auto"}}
 
 
 def alone(lm, specs, prompts, **options) -> list[structspec.Result]:
@@ -236,9 +238,9 @@ def spy_fits(monkeypatch) -> tuple[list[tuple[int, int]], list[int]]:
     return fits, chunks
 
 
-@pytest.mark.parametrize("draft", ["prompt_lookup", "tree", "lookahead", "self", None])
+@pytest.mark.parametrize("draft", ["prompt_lookup", TreeDrafter(), "lookahead", SelfDraft(), None], ids=str)
 @pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
-def test_windows_fit_to_the_batch_width_keep_plain_masked_tokens(kind: str, draft: str | None, request,
+def test_windows_fit_to_the_batch_width_keep_plain_masked_tokens(kind: str, draft: object, request,
                                                                  monkeypatch) -> None:
     lm = request.getfixturevalue(kind)
     plain = alone(lm, FORCED_SPECS, FORCED_PROMPTS, fast_forward="off", draft=None)
@@ -273,7 +275,7 @@ def test_windows_fit_to_the_batch_width_keep_plain_masked_tokens(kind: str, draf
 def test_a_chunk_feeds_pending_tokens_with_no_logits(byte_lm) -> None:
     fsm = structspec.compile(SHIPMENT, byte_lm).fsm
     prompt = byte_lm.encode_prompt("Ship the order now, please:")
-    row = RowDecode.start(fsm, byte_lm.tokenizer, prompt, DecodeOptions(), None, None)  # the prompt pending
+    row = RowDecode.start(RowInput(0, fsm, prompt, None, None), DecodeOptions(), byte_lm, DEFAULT_COST)  # all pending
     window = row.prepare()
     assert len(prompt) > 4 and row.candidate.sources == ["forced"] * (len(window) - len(prompt)) != []
     assert row.window_gains() == [float(w) for w in range(1, len(window) + 1)]  # pending and forced text: certain

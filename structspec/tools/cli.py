@@ -56,11 +56,11 @@ def _positive(text: str) -> int:
 
 
 def drafter(text: str) -> str:
-    """A drafter's name (`structspec.decoding.drafters.SHORT_NAMES` or ``none``), with a did-you-mean for a typo
+    """A drafter's name (`structspec.decoding.factory.DRAFT_NAMES` or ``none``), with a did-you-mean for a typo
     (argparse's ``type``)."""
-    from structspec.decoding.drafters import SHORT_NAMES
+    from structspec.decoding.factory import DRAFT_NAMES
 
-    names = [*SHORT_NAMES, "none"]
+    names = [*DRAFT_NAMES, "none"]
     if text in names:
         return text
     close = difflib.get_close_matches(text, names, n=1)

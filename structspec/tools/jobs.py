@@ -48,7 +48,7 @@ from typing import Any
 from pydantic import BaseModel
 
 import structspec
-from structspec.decoding.drafters import SHORT_NAMES
+from structspec.decoding.factory import DRAFT_NAMES
 from structspec.errors import PromptError, StructspecError
 from structspec.tools.explain import no_pass_tokens
 from structspec.tools.outputs import (
@@ -524,7 +524,7 @@ def resolve_draft(name: str | None, device: str = "auto", dtype: str | None = No
     (on ``device`` in ``dtype``, as the target)."""
     if name is None or name == "none":
         return None
-    if name in SHORT_NAMES:
+    if name in DRAFT_NAMES:
         return name
     try:
         return load_model(name, device, dtype)
