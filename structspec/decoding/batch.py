@@ -88,7 +88,7 @@ def decode_batch(
     def prefill(slot: int, item: RowInput) -> RowDecode:
         """A new row in ``slot``: its prompt but the last token in the slot's KV (one prefill pass)."""
         t0 = time.perf_counter()
-        row = RowDecode.start(item, options, lm, cost, trees=True)
+        row = RowDecode.start(item, options, lm, cost)
         ids, reused = item.prompt_ids, len(prefix or []) if prefix_cache is not None else 0
         own = copy.deepcopy(prefix_cache) if prefix_cache is not None else lm.new_cache()
         if len(ids) - 1 > reused:

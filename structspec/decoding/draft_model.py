@@ -68,7 +68,8 @@ class CachedContext:
 
 def masked(logits: torch.Tensor, fsm: TokenFSM, states: list[int]) -> torch.Tensor:
     """Draft ``logits`` [rows, vocab] cut or padded (with -inf) to the target's logits width (extra ids belong
-    to no token), row ``i`` masked by ``states[i]``, EOS ids at -inf. Changes ``logits``; returns the result.
+    to no token), row ``i`` masked by ``states[i]``, EOS ids at -inf: the returned rows are ``logits`` itself (a
+    view, changed in place) where it is at least that wide, else a new padded tensor (``logits`` unchanged).
 
     A candidate cannot carry EOS, so the draft distribution is q without the EOS
     ids: drawing from full q and dropping an EOS draw would bias speculative sampling.

@@ -73,7 +73,7 @@ class Forcer:
         return Forced(tokens, visited) if tokens else None
 
     def forced_bytes(self, state: int) -> tuple[bytes, int]:
-        """The forced text from ``state`` and the state after it (cached; does not change anything)."""
+        """The forced text from ``state`` and the state after it. Fills the forcer's cache; changes nothing else."""
         if state in self._forced_bytes:
             return self._forced_bytes[state]
         start, text = state, bytearray()
@@ -94,7 +94,7 @@ class Forcer:
 
         Nothing is held back: these tokens are drafts the target verifies, so a
         boundary where the model would rather merge costs no correctness.
-        Cached; does not change anything.
+        Fills the forcer's cache; changes nothing else.
         """
         if state not in self._spelled:
             self._spelled[state] = self.spell_text(state, self.forced_bytes(state)[0])
@@ -105,7 +105,7 @@ class Forcer:
         literal) the FSM allows there, and the forced text after it, in their canonical spelling (``","`` +
         ``vendor`` + ``":"`` where another key must follow, ``,"`` + ``unit_price`` + ``":`` after a number),
         the states after each; empty where the FSM allows none. Models close a copied value with one such
-        token (``","``, ``"}``), rarely with ``"`` alone. Cached; does not change anything."""
+        token (``","``, ``"}``), rarely with ``"`` alone. Fills the forcer's cache; changes nothing else."""
         if state not in self._closing:
             self._closing[state] = ([], [])
             for byte in b'",}]':

@@ -38,7 +38,7 @@ def decode_steps(lm: LanguageModel, item: RowInput, options: DecodeOptions) -> G
     if item.generator is None and options.seed is not None:
         item = RowInput(item.index, item.fsm, item.prompt_ids, item.drafter, torch.Generator().manual_seed(options.seed))
     trees = isinstance(item.drafter, TreeDrafting) and getattr(lm, "batchable", False)
-    row = RowDecode.start(item, options, lm, pass_cost(lm), trees)
+    row = RowDecode.start(item, options, lm, pass_cost(lm))
     cache = lm.new_cache()
     slots = Slots(1) if trees else None
     if getattr(lm, "prefills_apart", False) and len(item.prompt_ids) > 1:

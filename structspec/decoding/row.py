@@ -50,7 +50,7 @@ from structspec.decoding.candidate import FORCED, MODEL, Candidate, DraftRequest
 from structspec.decoding.chain import Chain
 from structspec.decoding.drafter import Drafter, Observing, TreeDrafting, Turn
 from structspec.decoding.fastforward import FastForward, Forcer
-from structspec.decoding.sampling import SamplingConfig, warp_logits
+from structspec.decoding.sampling import SamplingConfig, token_logprobs
 from structspec.decoding.verify import accept_tree, verify_sampled
 from structspec.errors import OptionError, UnspellableError
 from structspec.lm import LanguageModel
@@ -135,18 +135,18 @@ class RowDecode:
     chain: Chain | None = None  # a chain still being drafted (its drafter waits on a batched draft pass)
 
     @classmethod
-    def start(cls, item: RowInput, options: DecodeOptions, lm: LanguageModel, cost: PassCost,
-              trees: bool = False) -> RowDecode:
+    def start(cls, item: RowInput, options: DecodeOptions, lm: LanguageModel, cost: PassCost) -> RowDecode:
         """``item``'s row before its first pass on ``lm``: the whole prompt is pending. ``cost``: the target's
-        pass cost by tokens fed, which sets draft lengths (`structspec.decoding.budget`); ``trees``: whether the
-        driver verifies token trees. Changes nothing."""
+        pass cost by tokens fed, which sets draft lengths (`structspec.decoding.budget`). A model that batches
+        (`LM.batchable`) runs on the slot path, where a greedy row's tree drafter drafts token trees. Changes
+        nothing."""
         forcer = Forcer(item.fsm, lm.tokenizer) if options.fast_forward == "exact" else None
         model = getattr(lm, "model", None)
         stats = Stats(prompt_tokens=len(item.prompt_ids), dtype=str(getattr(model, "dtype", "")).removeprefix("torch."),
                       batch_invariant=bool(getattr(lm, "batch_invariant", False)))
         lengths = DraftLength(cost) if item.drafter is not None else None
         return cls(item.fsm, list(item.prompt_ids), options, forcer, item.drafter, item.generator, stats,
-                   lm.max_context, lengths, trees, pending=list(item.prompt_ids),
+                   lm.max_context, lengths, bool(getattr(lm, "batchable", False)), pending=list(item.prompt_ids),
                    logprobs=[] if options.output_logprobs else None)
 
     @property
@@ -390,15 +390,3 @@ class RowDecode:
             stats.tree_nodes += len(cand.tokens)
         if self.drafter is not None:
             self.drafter.feedback(drafted, kept)
-
-
-def token_logprobs(logits: torch.Tensor, tokens: list[int], sampling: SamplingConfig) -> list[float]:
-    """Log-probability of ``tokens[i]`` under row ``i`` of the masked ``logits`` [≥ len(tokens), vocab]: the
-    warped distribution a sampler draws from, or the masked softmax when greedy (a single allowed token
-    scores 0.0). Changes nothing."""
-    rows = logits[: len(tokens)].float()
-    if sampling.do_sample:
-        rows = warp_logits(rows, sampling)
-    at = torch.arange(len(tokens), device=rows.device)
-    picked = rows.log_softmax(-1)[at, torch.tensor(tokens, device=rows.device)]
-    return picked.tolist()

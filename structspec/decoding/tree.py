@@ -75,8 +75,8 @@ class TreeDrafter:
 
     def draft_tree(self, turn: Turn) -> Candidate:
         """A token tree after the turn's context, no path longer than ``turn.limit``, at most
-        ``min(max_nodes, turn.drafted)`` nodes beyond the main branch. Every token is allowed by the FSM; reads
-        the FSM's caches, changes nothing else."""
+        ``min(max_nodes, turn.drafted)`` nodes beyond the main branch. Every token is allowed by the FSM. Changes
+        the drafter's per-candidate counters (`Drafter.begin`), nothing else."""
         tree = draft_chain(self, turn)
         tree.parents = list(range(-1, len(tree.tokens) - 1))
         fsm, forcer, limit = turn.fsm, turn.forcer, turn.limit
