@@ -12,7 +12,16 @@ from dataclasses import dataclass, field
 
 import torch
 
+from structspec.automaton.fsm import TokenFSM
+
 FORCED, MODEL = "forced", "model"  # sources besides drafter names
+
+
+def enterable(fsm: TokenFSM, states: list[int]) -> int:
+    """How many of ``states`` (reached one after another) a draft may enter: those before the first the vocabulary
+    cannot spell on from (`TokenFSM.spellable`). A draft never enters such a state, so only the output reaching
+    one stops a row. Reads the FSM's caches; changes nothing else."""
+    return next((i for i, s in enumerate(states) if not fsm.spellable(s)), len(states))
 
 
 @dataclass(frozen=True)

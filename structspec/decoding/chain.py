@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from structspec.decoding.candidate import FORCED, Candidate, DraftRequest
+from structspec.decoding.candidate import FORCED, Candidate, DraftRequest, enterable
 from structspec.decoding.drafter import Drafter, Turn
 
 
@@ -34,9 +34,7 @@ class Chain:
             t0 = time.perf_counter()
             spliced, spliced_states = forcer.spelled(state) if forcer else ([], [])
             if spliced:
-                # a state the vocabulary cannot leave ends the candidate: only the output reaching it stops a row
-                n = min(next((i for i, s in enumerate(spliced_states) if not fsm.spellable(s)), len(spliced)),
-                        turn.limit - len(cand.tokens))
+                n = min(enterable(fsm, spliced_states), turn.limit - len(cand.tokens))
                 if n == 0:
                     break
                 cand.tokens += spliced[:n]
@@ -54,7 +52,7 @@ class Chain:
             drafted -= 1
             cand.time(step.source if step else self.drafter.name, time.perf_counter() - t0)
             next_state = fsm.next_state(state, step.token) if step else None
-            if step is None or next_state is None or not fsm.spellable(next_state):
+            if step is None or next_state is None or not enterable(fsm, [next_state]):
                 break
             cand.append(step, next_state)
             state = next_state

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from structspec.automaton.fsm import TokenFSM
+from structspec.decoding.candidate import enterable
 from structspec.vocab import is_byte_level
 
 FastForward = Literal["off", "exact"]
@@ -61,7 +62,8 @@ class Forcer:
     def force(self, state: int) -> Forced | None:
         """The tokens forced from ``state`` (while the FSM allows exactly one token, not EOS), or None.
         A run that reaches a state the vocabulary cannot spell on from ends there: the output keeps the forced
-        text, and the decode raises `UnspellableError` when it next reads that state. Does not change anything."""
+        text, and the row stops there with the `UnspellableError` (`structspec.decoding.row.RowDecode.prepare`).
+        Does not change anything."""
         tokens, visited = [], []
         while self.fsm.spellable(state) and (
             len(allowed := self.fsm.allowed_token_ids(state)) == 1 and allowed[0] != self.fsm.eos_token_id
@@ -142,7 +144,7 @@ class Forcer:
         there), and the states after each token. Does not change anything."""
         ids = self._respell(self._encode(text) or []) if text else []
         visited = self.fsm.walk(state, ids)
-        keep = next((i for i, s in enumerate(visited) if not self.fsm.spellable(s)), len(visited))
+        keep = enterable(self.fsm, visited)
         return ids[:keep], visited[:keep]
 
     def learn(self, rejected: int, chosen: int) -> None:

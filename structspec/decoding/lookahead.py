@@ -49,7 +49,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from structspec.decoding.candidate import FORCED, Candidate, Step
+from structspec.decoding.candidate import FORCED, Candidate, Step, enterable
 from structspec.decoding.chain import draft_chain
 from structspec.decoding.drafter import Turn
 from structspec.decoding.fastforward import Forcer
@@ -103,7 +103,7 @@ class LookaheadDrafter:
         depth = min(self.window, limit)
         guesses = self._guesses_after(context)[:depth]
         states = fsm.walk(state, guesses)  # up to the first guess the FSM does not allow
-        states = states[: next((i for i, s in enumerate(states) if not fsm.spellable(s)), len(states))]
+        states = states[: enterable(fsm, states)]
         guesses = guesses[: len(states)]
         room = depth - len(guesses)
         refill = draft_chain(_Refill(self), replace(turn, context=context + guesses,

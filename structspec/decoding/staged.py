@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from structspec.decoding.candidate import Step
+from structspec.decoding.candidate import Step, enterable
 from structspec.decoding.draft_model import PolicyDraft, masked
 from structspec.decoding.drafter import Turn
 from structspec.decoding.lookup import PromptLookup
@@ -58,8 +58,8 @@ class StagedDrafter(PolicyDraft):
         fsm = turn.fsm
         guess = self.lookup.guess(context, self.lookup.max_tokens, fsm.next_state, state)
         walked = fsm.walk(state, guess)
-        keep = next((i for i, s in enumerate(walked) if not fsm.spellable(s)), len(walked))  # masks of states
-        guess, states = guess[:keep], [state] + walked[:keep]  # the vocabulary cannot leave would raise
+        keep = enterable(fsm, walked)  # (the mask of a state the vocabulary cannot leave would raise)
+        guess, states = guess[:keep], [state] + walked[:keep]
         logits = masked(self._own.logits_along(context + guess, len(context)), fsm, states)
         tokens: list[int] = []
         probs: list[float] = []
