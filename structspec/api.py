@@ -287,8 +287,9 @@ def iter_batch(
     vocabulary cannot spell: its `Result` is the partial output, with the
     `UnspellableError` (naming the row) in ``error``. When sampling, row ``i`` draws from
     its own generator seeded with ``seed + i``, so its sample does not depend on
-    ``batch_size`` or refill order. ``draft`` is a name or a loaded LM (each row
-    gets its own drafter); a draft model with the target's tokenizer and self-draft
+    ``batch_size`` or refill order. ``draft`` is a name, a loaded LM, ``SelfDraft()``,
+    ``Staged()`` or a tree drafter (``TreeDrafter()``, copied per row): each row gets
+    its own drafter; a draft model with the target's tokenizer and self-draft
     draft for all rows in one draft pass per round, another tokenizer row by row.
     """
     checked = GenerateOptions.of(options, generation_config)
