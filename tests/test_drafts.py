@@ -301,6 +301,8 @@ def test_make_drafter_names_and_errors(byte_lm, sp_lm) -> None:
         make_drafter("medusa", byte_lm)
     with pytest.raises(OptionError, match="did you mean 'lookahead'"):
         check_draft("lookahed")
+    with pytest.raises(OptionError, match="draft= got a int: pass None, one of 'prompt_lookup'"):
+        make_drafter(3, byte_lm)
 
 
 @pytest.mark.parametrize("name, fix", [("tree", r"TreeDrafter\(\)"), ("self", r"SelfDraft\(\)"),

@@ -55,21 +55,28 @@ Draft = Drafter | LanguageModel | SelfDraft | Staged | str | None
 
 
 def check_draft(draft: object) -> None:
-    """`OptionError` for a ``draft=`` string that is not one of `DRAFT_NAMES`: a retired name says which class to
-    construct, an unknown one suggests the nearest name. Loads nothing, changes nothing."""
-    if not isinstance(draft, str) or draft in DRAFT_NAMES:
-        return
+    """`OptionError` unless ``draft`` is None, one of `DRAFT_NAMES`, a loaded LM, `SelfDraft`, `Staged` or a
+    `Drafter`: a retired name says which class to construct, an unknown one suggests the nearest name. Loads
+    nothing, changes nothing."""
     names = ", ".join(map(repr, DRAFT_NAMES))
-    if draft in RETIRED:
-        raise OptionError(f"draft={draft!r} is no longer a name: pass draft=structspec.{RETIRED[draft]} instead")
-    near = difflib.get_close_matches(draft, DRAFT_NAMES + tuple(RETIRED), n=1)
-    hint = f"did you mean {near[0]!r}? " if near else ""
-    raise OptionError(f"draft={draft!r} is not one of {names}: {hint}pass one of them, a loaded LM or a Drafter")
+    if isinstance(draft, str):
+        if draft in DRAFT_NAMES:
+            return
+        if draft in RETIRED:
+            raise OptionError(f"draft={draft!r} is no longer a name: pass draft=structspec.{RETIRED[draft]} instead")
+        near = difflib.get_close_matches(draft, DRAFT_NAMES + tuple(RETIRED), n=1)
+        hint = f"did you mean {near[0]!r}? " if near else ""
+        raise OptionError(f"draft={draft!r} is not one of {names}: {hint}pass one of them, a loaded LM or a Drafter")
+    if draft is not None and not isinstance(draft, (SelfDraft, Staged, Drafter, LanguageModel)):
+        raise OptionError(
+            f"draft= got a {type(draft).__name__}: pass None, one of {names}, a loaded LM, SelfDraft(), Staged(), "
+            "TreeDrafter() or another Drafter"
+        )
 
 
 def make_drafter(draft: Draft, target: LanguageModel) -> Drafter | None:
     """The drafter for ``draft=`` (module doc) drafting for ``target``: a `Drafter` as it is, a new one
-    otherwise. `OptionError` for a name not in `DRAFT_NAMES` (`check_draft`). Changes nothing."""
+    otherwise. `OptionError` where `check_draft` raises. Changes nothing."""
     check_draft(draft)
     if draft is None or isinstance(draft, Drafter):
         return draft
