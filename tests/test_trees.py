@@ -126,7 +126,7 @@ def test_accept_tree_follows_the_targets_choice_from_the_root() -> None:
 
 
 def test_tree_window_mask_positions_and_keep() -> None:
-    row = RowDecode(None, [], DecodeOptions(), None, None, None, Stats(), cached=2, pending=[11],  # type: ignore[arg-type]
+    row = RowDecode(RowInput(0, None, [], None, None), DecodeOptions(), None, Stats(), cached=2, pending=[11],  # type: ignore[arg-type]
                     candidate=Candidate([5, 7, 9], [0, 0, 0], ["tree"] * 3, [None] * 3, parents=[-1, -1, 0]))
     assert row.window_parents() == [-1, 0, 0, 1]  # both roots follow the pending token
     assert row.window_positions() == [2, 3, 3, 4]  # siblings share a position

@@ -134,7 +134,7 @@ def decode_batch(
             for batch in drafts.values():
                 batch.select(keep)
             for new, row in enumerate(live):
-                if drafter := _batchable_drafter(row.drafter):
+                if drafter := _batchable_drafter(row.item.drafter):
                     drafter.attach(drafts[id(drafter.lm)].row(new))
             windows = {new: windows[old] for new, old in enumerate(keep)}
         if not live:

@@ -31,7 +31,9 @@ from structspec.errors import OptionError
 from structspec.lm import LanguageModel
 
 DRAFT_NAMES = ("prompt_lookup", "lookahead", "auto")
-RETIRED = {"tree": "TreeDrafter()", "self": "SelfDraft()", "threshold": "SelfDraft(threshold=True)", "staged": "Staged()"}
+RETIRED = {  # retired names → the class to construct
+    "tree": "TreeDrafter()", "self": "SelfDraft()", "threshold": "SelfDraft(threshold=True)", "staged": "Staged()",
+}
 
 
 @dataclass(frozen=True)

@@ -143,7 +143,8 @@ class LookaheadDrafter:
         a value's start (`_value_starts`) after each closing, at the root and where the main branch's forced key
         ends. At most ``turn.drafted`` nodes in all, nearest the root first. Changes ``tree``; returns each
         closing's parent and text."""
-        fsm, forcer, context, state, limit, budget = turn.fsm, turn.forcer, turn.context, turn.state, turn.limit, turn.drafted
+        fsm, forcer, context, state, limit = turn.fsm, turn.forcer, turn.context, turn.state, turn.limit
+        budget = turn.drafted
         assert forcer is not None, "closings are spelled by the forcer"
         closings: list[tuple[int, bytes]] = []
         for p in range(-1, spine):
@@ -168,8 +169,8 @@ class LookaheadDrafter:
                 budget -= self._value_starts(tree, forcer, opened, nodes[-1])
         for p in range(-1, spine):  # at the root, and where the main branch's forced text (a key) ends
             if p < 0 or (tree.sources[p] == FORCED and (p + 1 == spine or tree.sources[p + 1] != FORCED)):
-                opened = replace(turn, context=context + tree.tokens[: p + 1], state=tree.states[p] if p >= 0 else state,
-                                 limit=limit - p - 1, drafted=budget)
+                opened = replace(turn, context=context + tree.tokens[: p + 1],
+                                 state=tree.states[p] if p >= 0 else state, limit=limit - p - 1, drafted=budget)
                 budget -= self._value_starts(tree, forcer, opened, p)
         return closings
 

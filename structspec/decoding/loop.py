@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Generator
+from dataclasses import replace
 
 import torch
 
@@ -36,7 +37,7 @@ def decode_steps(lm: LanguageModel, item: RowInput, options: DecodeOptions) -> G
     runs on the slot path, where token trees are verified; elsewhere it drafts chains.
     """
     if item.generator is None and options.seed is not None:
-        item = RowInput(item.index, item.fsm, item.prompt_ids, item.drafter, torch.Generator().manual_seed(options.seed))
+        item = replace(item, generator=torch.Generator().manual_seed(options.seed))
     trees = isinstance(item.drafter, TreeDrafting) and getattr(lm, "batchable", False)
     row = RowDecode.start(item, options, lm, pass_cost(lm))
     cache = lm.new_cache()
@@ -76,7 +77,7 @@ def _prefill_apart(lm: LanguageModel, cache: object, slots: Slots | None, row: R
 
 def _crop_step(lm: LanguageModel, row: RowDecode, cache: object) -> Callable[[list[int]], None]:
     """One turn of ``row`` on a KV cache of its own: a pass over the window, verify, accept, crop the rest."""
-    fsm, sampling = row.fsm, row.options.sampling
+    fsm, sampling = row.item.fsm, row.options.sampling
 
     def step(window: list[int]) -> None:
         t0 = time.perf_counter()
@@ -112,7 +113,7 @@ def slot_pass(lm: LM, cache: object, slots: Slots, fed: list[tuple[RowDecode, li
     masks = [row.mask_states() for row in live]  # per row, a state per logits row (a chunk: none)
     wanted = [(b, j) for b, (window, states) in enumerate(zip(windows, masks))  # candidate and bonus positions
               for j in range(len(window) - len(states), len(window))]
-    rows = [(row.fsm, state) for row, states in zip(live, masks) for state in states]
+    rows = [(row.item.fsm, state) for row, states in zip(live, masks) for state in states]
     allowed = restrict(rows, lm.logits_width)
     attend = slots.window_mask([len(w) for w in windows], [row.window_parents() for row in live])
     t1 = time.perf_counter()

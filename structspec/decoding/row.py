@@ -104,7 +104,7 @@ class RowInput:
 
 @dataclass(eq=False)
 class RowDecode:
-    """The decode state of one output after ``prompt_ids``; changed by `prepare`, `fit`, the ``accept`` calls
+    """The decode state of one output (``item``); changed by `prepare`, `fit`, the ``accept`` calls
     and the stats writers (`record_pass`, `prefilled`, `decoded`).
 
     ``cached`` counts the positions the target's KV cache holds for this row
@@ -112,12 +112,9 @@ class RowDecode:
     seen yet, fed at the next pass.
     """
 
-    fsm: TokenFSM
-    prompt_ids: list[int]
+    item: RowInput  # the FSM, prompt, drafter and generator
     options: DecodeOptions
     forcer: Forcer | None
-    drafter: Drafter | None
-    generator: torch.Generator | None
     stats: Stats
     max_context: int | None = None  # the model's positions; None: unbounded
     lengths: DraftLength | None = None  # how long a draft pays (with a drafter)
@@ -145,13 +142,12 @@ class RowDecode:
         stats = Stats(prompt_tokens=len(item.prompt_ids), dtype=str(getattr(model, "dtype", "")).removeprefix("torch."),
                       batch_invariant=bool(getattr(lm, "batch_invariant", False)))
         lengths = DraftLength(cost) if item.drafter is not None else None
-        return cls(item.fsm, list(item.prompt_ids), options, forcer, item.drafter, item.generator, stats,
-                   lm.max_context, lengths, bool(getattr(lm, "batchable", False)), pending=list(item.prompt_ids),
-                   logprobs=[] if options.output_logprobs else None)
+        return cls(item, options, forcer, stats, lm.max_context, lengths, bool(getattr(lm, "batchable", False)),
+                   pending=list(item.prompt_ids), logprobs=[] if options.output_logprobs else None)
 
     @property
     def state(self) -> int:
-        return self.states[-1] if self.states else self.fsm.initial_state
+        return self.states[-1] if self.states else self.item.fsm.initial_state
 
     def prepare(self, rows: int = 1) -> list[int] | DraftRequest | None:
         """Fast-forward and draft; the window to feed next (pending + candidate), None once stopped, or the
@@ -164,10 +160,10 @@ class RowDecode:
             turn = self._turn(rows)
             if turn is None:
                 return None
-            if self.trees and isinstance(self.drafter, TreeDrafting) and not self.options.sampling.do_sample:
-                self.candidate = self.drafter.draft_tree(turn)
+            if self.trees and isinstance(self.item.drafter, TreeDrafting) and not self.options.sampling.do_sample:
+                self.candidate = self.item.drafter.draft_tree(turn)
             else:
-                self.chain = Chain(self.drafter, turn)
+                self.chain = Chain(self.item.drafter, turn)
         if self.chain is not None:
             if (request := self.chain.extend()) is not None:
                 return request
@@ -193,11 +189,11 @@ class RowDecode:
                 del self.logprobs[budget:]
             return self._finish("max_new_tokens")
         try:  # the one place an unspellable state is met: drafts never enter one, only the output does
-            self.fsm.allowed_token_ids(self.state)
+            self.item.fsm.allowed_token_ids(self.state)
         except UnspellableError as error:
             self.error = error
             return self._finish("error")
-        if self.fsm.is_complete(self.state):
+        if self.item.fsm.is_complete(self.state):
             return self._finish("fsm_complete")
         limit = budget - len(self.out)  # candidate tokens
         if self.max_context is not None:
@@ -207,8 +203,9 @@ class RowDecode:
             limit = min(limit, room)
         shared = 1 if self.options.sampling.do_sample else rows  # a sampled row drafts alike in any batch
         drafted = self.lengths.choose(len(self.pending), limit, shared) if self.lengths else 0
-        return Turn(self.fsm, self.forcer, self.options.sampling, self.generator, self.prompt_ids + self.out,
-                    self.state, limit, drafted)
+        item = self.item
+        context = item.prompt_ids + self.out
+        return Turn(item.fsm, self.forcer, self.options.sampling, item.generator, context, self.state, limit, drafted)
 
     def window_gains(self) -> list[float]:
         """Expected tokens the last window adds to the row's cache when only its first ``w`` tokens are fed
@@ -258,12 +255,12 @@ class RowDecode:
         drafter, not the row."""
         cand = self.candidate
         if self.options.sampling.do_sample:  # sampled rows draft chains only
-            accepted, token = verify_sampled(logits, cand.tokens, cand.q, self.options.sampling, self.generator)
+            accepted, token = verify_sampled(logits, cand.tokens, cand.q, self.options.sampling, self.item.generator)
             return list(range(accepted)), token
         if choices is None:
             choices = logits.argmax(-1).tolist()
-        if isinstance(self.drafter, Observing):
-            self.drafter.observe(self.prompt_ids + self.out, cand, choices)
+        if isinstance(self.item.drafter, Observing):
+            self.item.drafter.observe(self.item.prompt_ids + self.out, cand, choices)
         return accept_tree(choices, cand.tokens, cand.parent_indices())
 
     def path_logprobs(self, logits: torch.Tensor, path: list[int], token: int) -> list[float] | None:
@@ -307,15 +304,15 @@ class RowDecode:
         self.candidate = Candidate()
         if accepted:
             state = self.states[-1]
-        if self.fsm.is_complete(state):  # the candidate finished the output; the target's token is EOS
+        if self.item.fsm.is_complete(state):  # the candidate finished the output; the target's token is EOS
             self._finish("fsm_complete")
-        elif token in self.fsm.eos_token_ids:
+        elif token in self.item.fsm.eos_token_ids:
             self._finish("eos")
         elif len(self.out) == self.options.max_new_tokens:
             self._finish("max_new_tokens")
         else:
             self.out.append(token)
-            self.states.append(self.fsm.next_state(state, token))  # type: ignore[arg-type]  # the target's: allowed
+            self.states.append(self.item.fsm.next_state(state, token))  # type: ignore[arg-type]  # allowed: a state
             self.sources.append(MODEL)
             if self.logprobs is not None:
                 self.logprobs.append(scores[accepted])  # type: ignore[index]
@@ -343,7 +340,7 @@ class RowDecode:
         """The prompt but its last token is in the cache: ``reused`` tokens from the prompts' shared prefix and
         ``fed`` from a pass of its own that took ``seconds``; the last token stays pending. Changes the row and
         its stats."""
-        self.cached, self.pending = reused + fed, self.prompt_ids[reused + fed :]
+        self.cached, self.pending = reused + fed, self.item.prompt_ids[reused + fed :]
         if fed:
             self.stats.prefill_passes += 1
         self.stats.prefix_tokens_reused = reused
@@ -357,7 +354,8 @@ class RowDecode:
         stats.output_tokens = len(out)
         stats.forced_tokens = sources.count(FORCED)
         stats.model_tokens = sources.count(MODEL)
-        stats.forced_bytes = sum(len(self.fsm.vocab.token_bytes[t] or b"") for t, s in zip(out, sources) if s == FORCED)
+        spelled = self.item.fsm.vocab.token_bytes
+        stats.forced_bytes = sum(len(spelled[t] or b"") for t, s in zip(out, sources) if s == FORCED)
         return Decoded(out, sources, self.stop, stats, self.logprobs, self.error)
 
     def _finish(self, reason: StopReason) -> None:
@@ -373,8 +371,8 @@ class RowDecode:
                 stats.constraint_seconds += seconds
             else:
                 stats.drafts.setdefault(source, DraftStats()).seconds += seconds
-        if self.drafter is not None and cand.draft_passes:
-            stats.drafts.setdefault(self.drafter.name, DraftStats()).draft_passes += cand.draft_passes
+        if self.item.drafter is not None and cand.draft_passes:
+            stats.drafts.setdefault(self.item.drafter.name, DraftStats()).draft_passes += cand.draft_passes
         drafted: dict[str, int] = {}
         kept: dict[str, int] = {}
         on_path = set(path)
@@ -388,5 +386,5 @@ class RowDecode:
             entry.verify_passes += 1
         if cand.parents is not None:
             stats.tree_nodes += len(cand.tokens)
-        if self.drafter is not None:
-            self.drafter.feedback(drafted, kept)
+        if self.item.drafter is not None:
+            self.item.drafter.feedback(drafted, kept)
