@@ -30,6 +30,8 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from structspec.compiled import Compiled, compile
     from structspec.models.loading import load
     from structspec.models.transformers_lm import LM, from_transformers
+    from structspec.decoding.factory import SelfDraft, Staged
+    from structspec.decoding.tree import TreeDrafter
     from structspec.result import FieldDone, Finished, Result, Stats, StreamEvent, TextChunk
     from structspec.schema import Regex, grammars, to_regex
     from structspec.settings import CompileOptions, GenerateOptions
@@ -40,6 +42,8 @@ _LAZY = {
     "structspec.settings": ("CompileOptions", "GenerateOptions"),
     "structspec.models.loading": ("load",),
     "structspec.models.transformers_lm": ("LM", "from_transformers"),
+    "structspec.decoding.factory": ("SelfDraft", "Staged"),
+    "structspec.decoding.tree": ("TreeDrafter",),
     "structspec.result": ("FieldDone", "Finished", "Result", "Stats", "StreamEvent", "TextChunk"),
     "structspec.schema": ("Regex", "to_regex"),
     "structspec.schema.grammars": ("grammars",),  # the module itself
@@ -87,4 +91,5 @@ __all__ = [
     "SchemaError", "SpecError", "Stats", "StreamEvent", "StructspecError", "TextChunk", "TokenBudgetExceeded",
     "UnspellableError", "VocabularyMismatchError", "__version__", "clear_cache", "compile", "from_transformers",
     "generate", "generate_batch", "generate_result", "grammars", "iter_batch", "load", "stream", "to_regex",
+    "SelfDraft", "Staged", "TreeDrafter",  # the drafters draft= takes by class
 ]

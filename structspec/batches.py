@@ -4,15 +4,15 @@ cannot run is a `Result` with ``stop_reason="error"``, the other rows unaffected
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from structspec.decoding.batch import RowInput, decode_batch, shared_prefix
-from structspec.decoding.drafters import Drafter, make_drafter
-from structspec.errors import OptionError, StructspecError, UnspellableError
-from structspec.events import decode_events, prompt_ids_of, result_of
+from structspec.decoding.batch import decode_batch, shared_prefix
+from structspec.decoding.factory import check_row_draft, make_row_drafter
+from structspec.decoding.row import RowInput
+from structspec.errors import OptionError, StructspecError
+from structspec.events import prompt_ids_of, result_of
 from structspec.models.protocol import Prompt
 from structspec.models.transformers_lm import LM
 from structspec.options import check_option, check_prompt
@@ -28,8 +28,7 @@ def check_batch(prompts: Any, options: GenerateOptions, batch_size: Any) -> int:
     Changes nothing."""
     if not isinstance(prompts, list):
         raise OptionError(f"prompts must be a list of prompts, got {type(prompts).__name__}")
-    if isinstance(options.draft, Drafter):
-        raise OptionError("a Drafter instance holds one row's state: pass a drafter name or a loaded LM")
+    check_row_draft(options.draft)
     return check_option("batch_size", batch_size)
 
 
@@ -47,24 +46,16 @@ def decode_rows(
                 raise compiled
             check_prompt(prompt)
             generator = torch.Generator().manual_seed(options.seed + i) if options.seed is not None else None
-            rows.append(RowInput(i, compiled.fsm, prompt_ids_of(lm, prompt), make_drafter(options.draft, lm),
+            rows.append(RowInput(i, compiled.fsm, prompt_ids_of(lm, prompt), make_row_drafter(options.draft, lm),
                                  generator))
         except StructspecError as error:
             yield i, Result(None, "", [], "error", Stats(), error=in_row(error, i))
     prefix = shared_prefix([row.prompt_ids for row in rows])
-    todo = {row.index: row for row in rows}
-    while todo:
-        taken: list[int] = []  # rows the batch has started
-        try:
-            for i, decoded in decode_batch(lm, _taking(list(todo.values()), taken), options.decode_options(),
-                                           batch_size, prefix):
-                del todo[i]
-                yield i, result_of(specs[i], decoded)  # type: ignore[arg-type]
-        except UnspellableError:
-            # The batch cannot say whose state it was: its rows in flight are decoded again, each alone (as the
-            # batch would have, seeded alike), and the one that reaches the state gets its partial output.
-            for i in [i for i in taken if i in todo]:
-                yield i, _alone(specs[i], todo.pop(i).prompt_ids, options, i)  # type: ignore[arg-type]
+    for i, decoded in decode_batch(lm, iter(rows), options.decode_options(), batch_size, prefix):
+        result = result_of(specs[i], decoded)  # type: ignore[arg-type]
+        if decoded.error is not None:
+            in_row(decoded.error, i)
+        yield i, result
 
 
 def collected(count: int, results: Iterator[tuple[int, Result]]) -> list[Result]:
@@ -81,21 +72,3 @@ def in_row(error: StructspecError, row: int) -> StructspecError:
     error.row = row  # type: ignore[attr-defined]
     return error
 
-
-def _taking(rows: list[RowInput], taken: list[int]) -> Iterator[RowInput]:
-    """``rows``, each one's index appended to ``taken`` as it is taken."""
-    for row in rows:
-        taken.append(row.index)
-        yield row
-
-
-def _alone(compiled: Compiled, prompt_ids: list[int], options: GenerateOptions, row: int) -> Result:
-    """Batch row ``row`` decoded on its own, seeded as in the batch; reaching a state the vocabulary cannot
-    spell on from, its `Result` is the partial output with the error (naming the row) in ``error``."""
-    seeded = replace(options, seed=None if options.seed is None else options.seed + row)
-    try:
-        *_, finished = decode_events(compiled, prompt_ids, seeded, fields=False)
-    except UnspellableError as error:
-        in_row(error, row)
-        return error.result
-    return finished.result  # type: ignore[union-attr]

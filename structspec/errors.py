@@ -97,7 +97,6 @@ class UnspellableError(StructspecError, ValueError):
         self.token_ids: list[int] | None = None
         self.sources: list[str] | None = None
         self.stats: Any = None
-        self.decoded: Any = None  # the decode loop's partial output (a `Decoded`), set where it is raised mid-decode
         super().__init__(self._message())
 
     def attach(self, result: Any) -> None:

@@ -12,10 +12,10 @@ import jsonschema
 import pydantic
 import torch
 
-from structspec.decoding.drafters import make_drafter
+from structspec.decoding.factory import make_drafter
 from structspec.decoding.loop import decode_steps
-from structspec.decoding.row import Decoded
-from structspec.errors import InvalidOutput, PromptError, UnspellableError
+from structspec.decoding.row import Decoded, RowInput
+from structspec.errors import InvalidOutput, PromptError
 from structspec.models.protocol import Prompt
 from structspec.models.transformers_lm import LM
 from structspec.result import FieldDone, Finished, Result, StreamEvent, TextChunk
@@ -54,23 +54,24 @@ def decode_events(
     lm = compiled.lm
     utf8 = codecs.getincrementaldecoder("utf-8")("replace")  # as `TokenVocab.decode`, but holds split characters
     members = _Members() if fields else None
-    turns = decode_steps(lm, compiled.fsm, prompt_ids, options.decode_options(), make_drafter(options.draft, lm))
+    row = RowInput(0, compiled.fsm, prompt_ids, make_drafter(options.draft, lm), None)
+    turns = decode_steps(lm, row, options.decode_options())
     while True:
         try:
             ids, sources = next(turns)
         except StopIteration as stop:
             decoded: Decoded = stop.value
             break
-        except UnspellableError as error:  # the output that reached the state goes with it, with the loop's stats
-            error.attach(result_of(compiled, error.decoded))
-            raise
         chunk = TextChunk(utf8.decode(lm.vocab.spell(ids)), ids, sources)
         yield chunk
         if members is not None:
             yield from members.read(chunk.text)
     if tail := utf8.decode(b"", final=True):  # a character the budget cut short, as its replacement character
         yield TextChunk(tail, [], [])
-    yield Finished(result_of(compiled, decoded))
+    result = result_of(compiled, decoded)
+    if decoded.error is not None:  # the output that reached the state goes with it, with the loop's stats
+        raise decoded.error
+    yield Finished(result)
 
 
 class _Members:
@@ -138,6 +139,8 @@ def result_of(compiled: Compiled, decoded: Decoded) -> Result:
     text = compiled.lm.vocab.decode(decoded.token_ids)
     result = Result(None, text, decoded.token_ids, decoded.stop_reason, decoded.stats, decoded.sources,
                     logprobs=decoded.logprobs)
+    if decoded.error is not None:
+        decoded.error.attach(result)  # (sets result.error)
     if result.complete:
         try:
             result.value = compiled.constraint.parse(text)

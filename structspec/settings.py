@@ -13,18 +13,16 @@ import functools
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Literal, ParamSpec, TypeAlias, TypeVar, get_args
+from typing import Any, ParamSpec, TypeVar
 
-from structspec.decoding.drafters import SHORT_NAMES, Drafter, Staged
+from structspec.decoding.factory import Draft, check_draft
 from structspec.decoding.fastforward import FastForward
 from structspec.decoding.row import DecodeOptions
 from structspec.decoding.sampling import SamplingConfig
 from structspec.errors import OptionError
-from structspec.models.transformers_lm import LM
 from structspec.options import (
     RULES,
     GenerationConfigLike,
-    check_choice,
     check_option,
     from_generation_config,
     implies_sampling,
@@ -32,19 +30,6 @@ from structspec.options import (
 from structspec.schema import COMPACT
 from structspec.schema.bounds import MAX_FRACTION_DIGITS, MAX_INTEGER_DIGITS
 from structspec.schema.reach import MAX_RECURSION_DEPTH
-
-DraftName = Literal["prompt_lookup", "lookahead", "auto"]
-DRAFT_NAMES: tuple[str, ...] = get_args(DraftName)
-"""The drafters ``draft=`` names; the others are objects (`structspec.decoding.drafters`)."""
-Draft: TypeAlias = DraftName | LM | Drafter | Staged | None
-"""What ``draft=`` takes: a drafter's name, a loaded LM (a draft model), a drafter object, or None (no drafts)."""
-
-
-def check_draft(draft: Any) -> None:
-    """`OptionError` for a drafter name structspec does not have, suggesting the nearest. Changes nothing."""
-    if isinstance(draft, str):
-        check_choice("draft", draft, SHORT_NAMES)
-
 
 def _checked_fields(options: Any) -> None:
     """Check (and convert, as its rule takes it) each field of the frozen ``options`` that has a rule."""
@@ -93,7 +78,7 @@ class GenerateOptions:
     ``"prompt_lookup"`` (the default: copies from the prompt, free and lossless), ``"lookahead"`` (n-grams
     from the target's own Jacobi step, verified in one token tree; greedy rows), ``"auto"`` (prompt lookup,
     plus self-draft on a GPU), a loaded LM (a draft model; another tokenizer is translated through text), a
-    drafter object (`structspec.decoding.drafters`), or None (no drafts). Drafts are verified by the target,
+    drafter object (`TreeDrafter()`, `SelfDraft()`, `Staged()`, any `Drafter`), or None (no drafts). Drafts are verified by the target,
     so greedy output is token-identical whatever the drafter. ``output_logprobs=True`` fills
     ``Result.logprobs``: each output token's log-probability under the target's masked (and, when sampling,
     warped) distribution at the pass that chose or verified it (0.0 for tokens the FSM forced).

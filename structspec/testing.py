@@ -284,7 +284,8 @@ def exact_output_distribution(
             out[prefix] = out.get(prefix, 0.0) + prob
             continue
         logits = lm.forward(list(prompt_ids) + list(prefix), lm.new_cache())[-1:]
-        p = probabilities(fsm.mask_logits_inplace(logits, [state])[0], sampling).double()
+        fsm.mask_logits_inplace(logits, [state])
+        p = probabilities(logits[0], sampling).double()
         for token in torch.nonzero(p * prob > min_prob).flatten().tolist():
             if token in fsm.eos_token_ids:
                 out[prefix] = out.get(prefix, 0.0) + prob * float(p[token])
@@ -349,7 +350,8 @@ def divergence_margin(lm: Any, fsm: Any, prompt_ids: list[int], ours: list[int],
     prefix = ours[:i]
     logits = lm.forward(list(prompt_ids) + prefix, lm.new_cache())[-1:].float()
     state = fsm.walk(fsm.initial_state, prefix)[-1] if prefix else fsm.initial_state
-    top = fsm.mask_logits_inplace(logits, [state])[0].topk(2).values
+    fsm.mask_logits_inplace(logits, [state])
+    top = logits[0].topk(2).values
     return float(top[0] - top[1])
 
 

@@ -14,7 +14,9 @@ from structspec import Regex
 from structspec.decoding import batch, loop
 from structspec.decoding.batch import shared_prefix
 from structspec.decoding.budget import DEFAULT_COST, PassCost
-from structspec.decoding.row import DecodeOptions, RowDecode
+from structspec.decoding.factory import SelfDraft
+from structspec.decoding.row import DecodeOptions, RowDecode, RowInput
+from structspec.decoding.tree import TreeDrafter
 from structspec.models.slot_cache import SlotCache
 from structspec.testing import chi_square_pvalue, exact_output_distribution, tiny_lm
 from structspec.decoding.sampling import SamplingConfig
@@ -37,7 +39,7 @@ PROMPTS = ["Alice from Paris ordered 12 items, paid: true. Alice lives in Paris.
            "Carol from London ordered 3 items and has not paid. " * 4, "x y z", "Dave, Tokyo", "Eve paid.",
            "Is it?", "Frank from Berlin, 7 items, paid: false. Frank lives in Berlin."]
 MODES = {"off": {"fast_forward": "off"}, "exact": {}, "prompt_lookup": {"draft": "prompt_lookup"},
-         "self": {"draft": "self"}, "auto": {"draft": "auto"}}
+         "self": {"draft": SelfDraft()}, "auto": {"draft": "auto"}}
 
 
 def alone(lm, specs, prompts, **options) -> list[structspec.Result]:
@@ -266,9 +268,9 @@ def spy_fits(monkeypatch) -> tuple[list[tuple[int, int]], list[int]]:
     return fits, chunks
 
 
-@pytest.mark.parametrize("draft", ["prompt_lookup", "tree", "lookahead", "self", None])
+@pytest.mark.parametrize("draft", ["prompt_lookup", TreeDrafter(), "lookahead", SelfDraft(), None], ids=str)
 @pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
-def test_windows_fit_to_the_batch_width_keep_plain_masked_tokens(kind: str, draft: str | None, request,
+def test_windows_fit_to_the_batch_width_keep_plain_masked_tokens(kind: str, draft: object, request,
                                                                  monkeypatch) -> None:
     lm = request.getfixturevalue(kind)
     plain = alone(lm, FORCED_SPECS, FORCED_PROMPTS, fast_forward="off", draft=None)
@@ -303,7 +305,7 @@ def test_windows_fit_to_the_batch_width_keep_plain_masked_tokens(kind: str, draf
 def test_a_chunk_feeds_pending_tokens_with_no_logits(byte_lm) -> None:
     fsm = structspec.compile(SHIPMENT, byte_lm).fsm
     prompt = byte_lm.encode_prompt("Ship the order now, please:")
-    row = RowDecode.start(fsm, byte_lm.tokenizer, prompt, DecodeOptions(), None, None)  # the prompt pending
+    row = RowDecode.start(RowInput(0, fsm, prompt, None, None), DecodeOptions(), byte_lm, DEFAULT_COST)  # all pending
     window = row.prepare()
     assert len(prompt) > 4 and row.candidate.sources == ["forced"] * (len(window) - len(prompt)) != []
     assert row.window_gains() == [float(w) for w in range(1, len(window) + 1)]  # pending and forced text: certain
@@ -330,3 +332,16 @@ def test_sampled_rows_are_never_cut_so_their_samples_do_not_depend_on_the_batch(
     got = structspec.generate_batch(byte_lm, FORCED_SPECS, FORCED_PROMPTS, batch_size=4, seed=5, **options)
     assert [r.token_ids for r in got] == [r.token_ids for r in single]
     assert max(n for r in got for n in r.stats.tokens_fed) > 3  # long drafts, fed whole
+
+
+def test_batched_self_draft_rows_count_the_draft_passes_they_asked_for(byte_lm) -> None:
+    # a batched row's self-draft waits on one shared draft pass per round (a DraftRequest, not a replay): each
+    # row drafts what it drafts alone and counts one draft pass per drafted token, as alone
+    prompts = ["Alice from Paris ordered 12 items.", "Bob from London, 3 items", "Carol, Paris, 7 items"]
+    alone = [structspec.generate_result(byte_lm, Order, p, max_new_tokens=40, draft=SelfDraft()) for p in prompts]
+    batched = structspec.generate_batch(byte_lm, Order, prompts, batch_size=3, max_new_tokens=40, draft=SelfDraft())
+    for a, b in zip(alone, batched):
+        assert b.token_ids == a.token_ids
+        mine, theirs = b.stats.drafts["self_draft"], a.stats.drafts["self_draft"]
+        assert (mine.drafted, mine.accepted, mine.draft_passes) == (theirs.drafted, theirs.accepted, theirs.draft_passes)
+        assert mine.draft_passes >= mine.drafted > 0

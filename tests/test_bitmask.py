@@ -118,5 +118,5 @@ def test_mask_logits_inplace_is_the_trio_row_by_row(lm) -> None:
     fsm = TokenFSM.from_regex(SCHEMA_REGEX, lm.vocab, lm.logits_width)
     states = _random_states(fsm, 8, seed=3)
     logits = torch.randn(len(states), lm.logits_width, generator=torch.Generator().manual_seed(0))
-    assert fsm.mask_logits_inplace(logits, states) is logits
+    assert fsm.mask_logits_inplace(logits, states) is None  # in place, as the trio's apply
     assert torch.equal(logits, _masked(fsm, states, lm.logits_width))

@@ -10,19 +10,16 @@ import torch
 from pydantic import BaseModel, Field
 
 import structspec
-from structspec import Regex, SpecError
-from structspec.decoding.drafters import (
-    Composite,
-    ModelDrafter,
-    PromptLookup,
-    Schedule,
-    Step,
-    Threshold,
-    copied_text,
-    value_starts,
-    make_drafter,
-)
+from structspec import OptionError, Regex, SelfDraft, SpecError
+from structspec.decoding.candidate import Step
+from structspec.decoding.composite import Composite
+from structspec.decoding.draft_model import ModelDrafter
+from structspec.decoding.drafter import Turn
+from structspec.decoding.factory import check_draft, make_drafter
+from structspec.decoding.lookup import PromptLookup, copied_text
+from structspec.decoding.policy import Schedule, Threshold
 from structspec.decoding.sampling import SamplingConfig
+from structspec.decoding.values import value_starts
 from structspec.tools.tasks import extraction_prompt, load_tasks
 from structspec.testing import (
     CountingLM, chi_square_pvalue, exact_output_distribution, restricted, sample_outputs, tiny_lm,
@@ -57,7 +54,8 @@ DRAFTS = ["prompt_lookup", "self", "threshold", "auto", "same_model", "other_mod
 
 
 def resolve(draft: str, target, other, sp_lm):
-    return {"same_model": target, "other_model": other, "other_tokenizer": sp_lm}.get(draft, draft)
+    return {"same_model": target, "other_model": other, "other_tokenizer": sp_lm, "self": SelfDraft(),
+            "threshold": SelfDraft(threshold=True)}.get(draft, draft)
 
 
 @pytest.mark.parametrize("mode", ["off", "exact"])
@@ -122,7 +120,7 @@ class _Always:
     def begin(self) -> None:
         self.count = 0
 
-    def next(self, context, state, fsm, sampling, generator) -> Step | None:
+    def next(self, turn, context, state) -> Step | None:
         self.count += 1
         return Step(self.token, self.name) if self.count <= 3 else None
 
@@ -155,7 +153,7 @@ def test_speculative_sampling_keeps_the_constrained_distribution(draft: str, byt
     prompt_ids = byte_lm.encode_prompt("pick:")
     exact = exact_output_distribution(byte_lm, fsm, prompt_ids, config)
     assert abs(sum(exact.values()) - 1) < 1e-6 and len(exact) > 5
-    drafter = make_drafter(other_byte_lm if draft == "other_model" else draft, byte_lm)
+    drafter = make_drafter(other_byte_lm if draft == "other_model" else SelfDraft(threshold=True), byte_lm)
     counts, drafted, accepted = sample_outputs(byte_lm, spec, "pick:", drafter, 600, temperature=1.5)
     assert 0 < accepted < drafted  # drafts were sampled from q and some were rejected
     assert chi_square_pvalue(counts, exact) > 0.001
@@ -199,6 +197,11 @@ def test_schedule_and_threshold_adapt() -> None:
     assert t.threshold == pytest.approx(0.05)
 
 
+def _turn(fsm) -> Turn:
+    """A greedy turn over ``fsm`` (its start unused: the tests give each step's context and state)."""
+    return Turn(fsm, None, SamplingConfig(), None, [], fsm.initial_state, 40, 40)
+
+
 def test_prompt_lookup_copies_what_followed_the_last_tokens(byte_lm) -> None:
     fsm = structspec.compile(Regex(r"[A-Za-z ]{0,40}"), byte_lm).fsm
     enc = byte_lm.tokenizer.encode
@@ -207,7 +210,7 @@ def test_prompt_lookup_copies_what_followed_the_last_tokens(byte_lm) -> None:
     lookup = PromptLookup()
     lookup.begin()
     proposed: list[int] = []
-    while step := lookup.next(context + proposed, state, fsm, SamplingConfig(), None):
+    while step := lookup.next(_turn(fsm), context + proposed, state):
         proposed.append(step.token)
         state = fsm.next_state(state, step.token)
     assert byte_lm.vocab.decode(proposed) == " Berlin Mitte"  # "." is not in the language: lookup stops
@@ -220,7 +223,7 @@ def test_prompt_lookup_starts_a_candidate_only_from_a_match_of_min_start_tokens(
 
     def first(lookup: PromptLookup) -> int | None:
         lookup.begin()
-        step = lookup.next(context, fsm.initial_state, fsm, SamplingConfig(), None)
+        step = lookup.next(_turn(fsm), context, fsm.initial_state)
         return None if step is None else step.token
 
     assert first(PromptLookup(min_text=0)) is None  # a 1-token match starts nothing by default
@@ -237,7 +240,7 @@ def test_prompt_lookup_copies_the_text_where_the_tokens_differ(qwen_lm) -> None:
     def copy(lookup: PromptLookup) -> str:
         lookup.begin()
         proposed, at = [], state
-        while step := lookup.next(doc + out + proposed, at, fsm, SamplingConfig(), None):
+        while step := lookup.next(_turn(fsm), doc + out + proposed, at):
             proposed.append(step.token)
             at = fsm.next_state(at, step.token)
         return qwen_lm.vocab.decode(proposed)
@@ -290,11 +293,25 @@ def test_make_drafter_names_and_errors(byte_lm, sp_lm) -> None:
     assert isinstance(make_drafter("prompt_lookup", byte_lm), PromptLookup)
     # auto self-drafts only where a verify pass of several tokens costs about one step: on a GPU
     assert isinstance(make_drafter("auto", byte_lm), Composite if byte_lm.device.type == "cuda" else PromptLookup)
-    assert isinstance(make_drafter("threshold", byte_lm).policy, Threshold)
+    assert isinstance(make_drafter(SelfDraft(threshold=True), byte_lm).policy, Threshold)
+    assert make_drafter(SelfDraft(), byte_lm).name == "self_draft"
     assert isinstance(make_drafter(byte_lm, byte_lm), ModelDrafter)
     assert type(make_drafter(sp_lm, byte_lm)).__name__ == "CrossTokenizerDrafter"
-    with pytest.raises(SpecError, match="prompt_lookup"):
+    with pytest.raises(OptionError, match="'medusa' is not one of 'prompt_lookup', 'lookahead', 'auto'"):
         make_drafter("medusa", byte_lm)
+    with pytest.raises(OptionError, match="did you mean 'lookahead'"):
+        check_draft("lookahed")
+    with pytest.raises(OptionError, match="draft= got a int: pass None, one of 'prompt_lookup'"):
+        make_drafter(3, byte_lm)
+
+
+@pytest.mark.parametrize("name, fix", [("tree", r"TreeDrafter\(\)"), ("self", r"SelfDraft\(\)"),
+                                       ("threshold", r"SelfDraft\(threshold=True\)"), ("staged", r"Staged\(\)")])
+def test_a_retired_draft_name_says_which_class_to_construct(name: str, fix: str) -> None:
+    with pytest.raises(OptionError, match=f"draft={name!r} is no longer a name: pass draft=structspec.{fix}"):
+        check_draft(name)
+    with pytest.raises(OptionError, match="no longer a name"):
+        structspec.GenerateOptions(draft=name)  # before any model loads
 
 
 REAL = [t for t in load_tasks() if t.schema_name != "invoice"][2::6]

@@ -50,8 +50,9 @@ def test_every_batched_row_is_the_row_decoded_alone(invariant_lm, alone) -> None
     assert {(r.stats.dtype, r.stats.batch_invariant) for r in alone + batch} == {(dtype, True)}
 
 
-@pytest.mark.parametrize("draft", [None, "prompt_lookup", "lookahead", "tree", "self", "auto"])
-def test_every_draft_mode_batched_and_alone_is_plain_masked_decoding(invariant_lm, alone, draft: str | None) -> None:
+@pytest.mark.parametrize("draft", [None, "prompt_lookup", "lookahead", structspec.TreeDrafter(), structspec.SelfDraft(),
+                                   "auto"], ids=str)
+def test_every_draft_mode_batched_and_alone_is_plain_masked_decoding(invariant_lm, alone, draft: object) -> None:
     lm = invariant_lm
     fast = [structspec.generate_result(lm, s, p, max_new_tokens=40, draft=draft) for s, p in zip(SPECS, PROMPTS)]
     assert [r.token_ids for r in fast] == [r.token_ids for r in alone]

@@ -46,7 +46,7 @@ VALUES: dict[str, st.SearchStrategy[Any]] = {
     "output_logprobs": st.one_of(st.booleans(), JUNK),
     "whitespace_pattern": st.one_of(st.just(r"[ ]?"), NOT_STR),
     "fast_forward": st.one_of(st.sampled_from(["off", "exact", "canonical"]), JUNK),
-    "draft": st.one_of(st.sampled_from([None, "prompt_lookup", "tree", "lookahead", "self", "lookhead", "x"]), JUNK),
+    "draft": st.one_of(st.sampled_from([None, "prompt_lookup", "tree", "lookahead", "self", "auto", "lookhead", "x"]), JUNK),
     "max_recursion_depth": st.one_of(st.integers(1, 5), JUNK),
     "open_objects": st.one_of(st.sampled_from([True, False, None]), JUNK),
 }
@@ -87,7 +87,7 @@ def valid_option(name: str, value: Any) -> bool:
     if name == "fast_forward":
         return value in ("off", "exact") and isinstance(value, str)
     if name == "draft":
-        return value is None or value in ("prompt_lookup", "tree", "lookahead", "self") and isinstance(value, str)
+        return value is None or value in ("prompt_lookup", "lookahead", "auto") and isinstance(value, str)
     return _is_int(value, 1)  # max_recursion_depth
 
 

@@ -77,8 +77,9 @@ def test_a_packed_layer_runs_under_autograd_without_recording_a_graph(pair) -> N
         torch.testing.assert_close(packed.model(input_ids=ids).logits, logits)
 
 
-@pytest.mark.parametrize("draft", ["prompt_lookup", "tree", "self", "threshold"])
-def test_every_mode_on_a_packed_model_decodes_as_plain_masked(pair, draft: str) -> None:
+@pytest.mark.parametrize("draft", ["prompt_lookup", structspec.TreeDrafter(), structspec.SelfDraft(),
+                                   structspec.SelfDraft(threshold=True)], ids=str)
+def test_every_mode_on_a_packed_model_decodes_as_plain_masked(pair, draft: object) -> None:
     _, packed = pair
     plain = structspec.generate_result(packed, Order, PROMPT, draft=None, fast_forward="off", max_new_tokens=60)
     fast = structspec.generate_result(packed, Order, PROMPT, draft=draft, max_new_tokens=60)

@@ -14,14 +14,16 @@ from pydantic import BaseModel
 import structspec
 from structspec import Regex
 from structspec.automaton.fsm import TokenFSM
-from structspec.decoding.drafters import PromptLookup, make_drafter
+from structspec.decoding.candidate import Candidate
+from structspec.decoding.drafter import Turn
+from structspec.decoding.factory import make_drafter
 from structspec.decoding.fastforward import Forcer
 from structspec.decoding.lookahead import LookaheadDrafter
+from structspec.decoding.lookup import PromptLookup
 from structspec.decoding.loop import decode
-from structspec.decoding.row import Candidate, DecodeOptions
+from structspec.decoding.row import DecodeOptions, RowInput
 from structspec.decoding.sampling import SamplingConfig
 from structspec.decoding.verify import accept_tree
-from structspec.result import Stats
 from structspec.testing import CountingLM, restricted
 from structspec.tools.harness import methods
 
@@ -49,16 +51,20 @@ def lookahead(lm: structspec.LM, spec: object, prompt: str, **options: object) -
     return structspec.generate_result(lm, spec, prompt, max_new_tokens=N, draft="lookahead", **options)
 
 
+def _turn(fsm: TokenFSM, forcer: Forcer | None, context: list[int], state: int, limit: int) -> Turn:
+    """A greedy turn after ``context`` in ``state``, at most ``limit`` deep and 16 drafter tokens."""
+    return Turn(fsm, forcer, SamplingConfig(), None, context, state, limit, 16)
+
+
 @dataclass(eq=False)
 class _Recording(LookaheadDrafter):
     """A lookahead drafter that keeps every tree it drafts with its root state and depth limit."""
 
     trees: list[tuple[TokenFSM, int, int, Candidate]] = field(default_factory=list)
 
-    def draft_tree(self, forcer: Forcer | None, fsm: TokenFSM, context: list[int], state: int, limit: int,
-                   drafted: int, options: DecodeOptions, stats: Stats) -> Candidate:
-        tree = super().draft_tree(forcer, fsm, context, state, limit, drafted, options, stats)
-        self.trees.append((fsm, state, limit, tree))
+    def draft_tree(self, turn: Turn) -> Candidate:
+        tree = super().draft_tree(turn)
+        self.trees.append((turn.fsm, turn.state, turn.limit, tree))
         return tree
 
 
@@ -118,7 +124,7 @@ def _scripted_pass(drafter: LookaheadDrafter, fsm: TokenFSM, context: list[int],
     """One verify pass of a scripted target that chooses by the last two tokens (``other`` where ``target`` has
     no entry): draft a tree after ``context``, show the drafter the choices, return (tree, path, next token)."""
     state = fsm.walk(fsm.initial_state, context)[-1]
-    tree = drafter.draft_tree(None, fsm, context, state, 40 - len(context), 16, DecodeOptions(), Stats())
+    tree = drafter.draft_tree(_turn(fsm, None, context, state, 40 - len(context)))
     reached = [context]  # the tokens before the root, then before each node's choice
     for token, parent in zip(tree.tokens, tree.parent_indices()):
         reached.append(reached[parent + 1] + [token])
@@ -149,7 +155,8 @@ def test_a_jacobi_step_is_the_next_guess_window_and_its_ngrams_become_accepted_d
     context += [t]
     # the n-gram the first pass produced at the rejected node t (after t, w) drafts here, where prompt lookup
     # has no two-token match and would copy u; the target accepts it
-    assert PromptLookup(min_text=0).next(context, fsm.walk(fsm.initial_state, context)[-1], fsm, SamplingConfig(), None) is None
+    assert PromptLookup(min_text=0).next(_turn(fsm, None, context, 0, 0), context,
+                                         fsm.walk(fsm.initial_state, context)[-1]) is None
     tree, path, token = _scripted_pass(drafter, fsm, context, target, z)
     assert [tree.tokens[i] for i in path] == [w] and tree.sources[path[0]] == "lookahead" and token == x
 
@@ -178,9 +185,9 @@ def test_lookahead_saves_passes_where_prompt_lookup_has_nothing_to_copy(byte_lm:
     target = _BigramLM(byte_lm, seed=3)  # its output repeats no two tokens within these 40
     fsm = structspec.compile(Regex("[a-z]{80}"), byte_lm).fsm
     prompt, options = byte_lm.encode_prompt("Write letters."), DecodeOptions(40, fast_forward="off")
-    base = decode(target, fsm, prompt, options)
-    copied = decode(target, fsm, prompt, options, PromptLookup())
-    got = decode(target, fsm, prompt, options, LookaheadDrafter())
+    base = decode(target, RowInput(0, fsm, prompt, None, None), options)
+    copied = decode(target, RowInput(0, fsm, prompt, PromptLookup(), None), options)
+    got = decode(target, RowInput(0, fsm, prompt, LookaheadDrafter(), None), options)
     assert got.token_ids == copied.token_ids == base.token_ids
     assert copied.stats.target_forward_passes == base.stats.target_forward_passes  # nothing copied
     assert got.stats.drafts["lookahead"].accepted > 0
@@ -225,7 +232,7 @@ def test_lookahead_closes_the_copied_string_where_the_copy_goes_on_past_punctuat
         '{"vendor":"Brightline Design', add_special_tokens=False)
     state = fsm.walk(fsm.initial_state, context[-enc('{"vendor":"Brightline Design', add_special_tokens=False)
                                                    .__len__():])[-1]
-    tree = LookaheadDrafter().draft_tree(forcer, fsm, context, state, 16, 16, DecodeOptions(), Stats())
+    tree = LookaheadDrafter().draft_tree(_turn(fsm, forcer, context, state, 16))
     parents, spelled = tree.parent_indices(), [qwen_lm.vocab.decode([t]) for t in tree.tokens]
     main = [i for i in range(len(tree.tokens)) if parents[i] == i - 1 and all(p == j - 1 for j, p in
                                                                               enumerate(parents[: i + 1]))]
@@ -265,7 +272,7 @@ def test_lookahead_drafts_the_next_value_from_where_the_document_goes_on(qwen_lm
     def tree_after(output: str):
         out = enc(output, add_special_tokens=False)
         state = fsm.walk(fsm.initial_state, out)[-1]
-        return LookaheadDrafter().draft_tree(forcer, fsm, doc + out, state, 16, 16, DecodeOptions(), Stats())
+        return LookaheadDrafter().draft_tree(_turn(fsm, forcer, doc + out, state, 16))
 
     # at the root, where the title's value opens after the name copied from the document
     assert any(p.startswith("Senior Procurement") for p in paths(tree_after('{"name":"Elena Vasquez","title":"')))

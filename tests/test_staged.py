@@ -15,16 +15,11 @@ from pydantic import BaseModel, Field
 
 import structspec
 from structspec import Regex
-from structspec.decoding.drafters import (
-    SHORT_NAMES,
-    CrossTokenizerDrafter,
-    ModelDrafter,
-    PromptLookup,
-    Staged,
-    StagedDrafter,
-    make_drafter,
-)
-from structspec.decoding.tree import TreeDrafter
+from structspec.decoding.cross_tokenizer import CrossTokenizerDrafter
+from structspec.decoding.draft_model import ModelDrafter
+from structspec.decoding.factory import DRAFT_NAMES, Staged, make_drafter
+from structspec.decoding.lookup import PromptLookup
+from structspec.decoding.staged import StagedDrafter
 from structspec.testing import restricted, tiny_lm
 
 from conftest import DEVICE
@@ -50,7 +45,7 @@ OTHER = {"byte_lm": "sp_lm", "sp_lm": "byte_lm"}
 def _draft(which: str, kind: str, request: pytest.FixtureRequest) -> Any:
     """``draft=`` for the staged variant ``which`` on the ``kind`` target."""
     if which == "self":
-        return "staged"
+        return Staged()
     if which == "draft_model":  # another random model with the target's tokenizer: many rejections
         return Staged(tiny_lm(KINDS[kind], seed=7, device=DEVICE))
     return Staged(request.getfixturevalue(OTHER[kind]))  # another tokenizer: through text
@@ -177,11 +172,10 @@ def test_staged_cross_tokenizer_drafting_spends_fewer_draft_passes_on_a_copied_d
 
 
 def test_names_resolve(byte_lm, sp_lm) -> None:
-    assert {"staged", "tree"} <= set(SHORT_NAMES)
-    staged = make_drafter("staged", byte_lm)
+    assert not {"staged", "tree"} & set(DRAFT_NAMES)  # classes the user constructs
+    staged = make_drafter(Staged(), byte_lm)
     assert isinstance(staged, StagedDrafter) and staged.lm is byte_lm.early_exit()
     assert isinstance(make_drafter(Staged(byte_lm), byte_lm), StagedDrafter)
     cross = make_drafter(Staged(sp_lm), byte_lm)
     assert isinstance(cross, CrossTokenizerDrafter) and cross.lookup is not None
     assert make_drafter(sp_lm, byte_lm).lookup is None
-    assert isinstance(make_drafter("tree", byte_lm), TreeDrafter)

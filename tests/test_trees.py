@@ -12,9 +12,10 @@ from pydantic import BaseModel
 
 import structspec
 from structspec import Regex
-from structspec.decoding.batch import RowInput, decode_batch, shared_prefix
-from structspec.decoding.drafters import make_drafter
-from structspec.decoding.row import Candidate, DecodeOptions, RowDecode
+from structspec.decoding.batch import decode_batch, shared_prefix
+from structspec.decoding.candidate import Candidate
+from structspec.decoding.factory import make_drafter, make_row_drafter
+from structspec.decoding.row import DecodeOptions, RowDecode, RowInput
 from structspec.models.slot_cache import SlotCache
 from structspec.decoding.tree import TreeDrafter
 from structspec.decoding.verify import accept_greedy, accept_tree
@@ -107,6 +108,8 @@ def test_a_tree_saves_passes_where_the_chain_guesses_wrong(kind: str, request: p
 def test_sampled_rows_draft_chains(byte_lm: structspec.LM) -> None:
     drafter = TreeDrafter()
     assert make_drafter(drafter, byte_lm) is drafter  # a Drafter: draft= takes the instance as it is
+    copied = make_row_drafter(drafter, byte_lm)  # a batch row gets its own copy of a tree drafter
+    assert isinstance(copied, TreeDrafter) and copied is not drafter and copied.max_nodes == drafter.max_nodes
     got = tree(byte_lm, Character, DOC, do_sample=True, seed=3)
     assert got.stats.tree_nodes == 0
     assert got.complete or got.stop_reason == "max_new_tokens"
@@ -123,7 +126,7 @@ def test_accept_tree_follows_the_targets_choice_from_the_root() -> None:
 
 
 def test_tree_window_mask_positions_and_keep() -> None:
-    row = RowDecode(None, [], DecodeOptions(), None, None, None, Stats(), cached=2, pending=[11],  # type: ignore[arg-type]
+    row = RowDecode(RowInput(0, None, [], None, None), DecodeOptions(), None, Stats(), cached=2, pending=[11],  # type: ignore[arg-type]
                     candidate=Candidate([5, 7, 9], [0, 0, 0], ["tree"] * 3, [None] * 3, parents=[-1, -1, 0]))
     assert row.window_parents() == [-1, 0, 0, 1]  # both roots follow the pending token
     assert row.window_positions() == [2, 3, 3, 4]  # siblings share a position

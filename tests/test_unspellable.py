@@ -90,7 +90,7 @@ def test_outside_a_decode_it_has_no_partial_output(byte_lm) -> None:
     assert caught.value.result is None and caught.value.text is None
 
 
-@pytest.mark.parametrize("draft", ["prompt_lookup", "tree", "lookahead"])
+@pytest.mark.parametrize("draft", ["prompt_lookup", structspec.TreeDrafter(), "lookahead"], ids=str)
 def test_a_draft_into_a_state_the_vocabulary_cannot_leave_is_not_drafted(byte_lm, draft) -> None:
     # After "a" the model picks one letter of {b, d} in both regexes; in one of them the other letter leads to
     # the "@" this vocabulary cannot spell. The prompt repeats that letter after "a", so prompt lookup (and the

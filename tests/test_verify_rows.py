@@ -47,8 +47,9 @@ def test_restrict_keeps_full_rows_where_most_tokens_are_allowed(byte_lm: structs
 
 
 @pytest.mark.parametrize("kind", ["byte_lm", "sp_lm", "qwen_lm"])
-@pytest.mark.parametrize("draft", [None, "prompt_lookup", "self", "threshold"])
-def test_restricted_rows_decode_as_full_masked_rows(kind: str, draft: str | None, request,
+@pytest.mark.parametrize("draft", [None, "prompt_lookup", structspec.SelfDraft(), structspec.SelfDraft(threshold=True)],
+                         ids=str)
+def test_restricted_rows_decode_as_full_masked_rows(kind: str, draft: object, request,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     lm = request.getfixturevalue(kind)
     few = verify.FEW * lm.logits_width

@@ -266,11 +266,11 @@ class TokenFSM:
                               "pass initial_state or a state next_state / walk returned")
         bitmask[index].copy_(torch.from_numpy(self.index.packed_mask(number)))
 
-    def mask_logits_inplace(self, logits: torch.Tensor, states: list[int]) -> torch.Tensor:
+    def mask_logits_inplace(self, logits: torch.Tensor, states: list[int]) -> None:
         """Set disallowed logits to -inf; row ``i`` of ``logits`` [rows, width] is masked by ``states[i]``.
 
-        Changes ``logits`` (returned for chaining), not the FSM. Built on the bitmask trio; `OptionError` (with
-        the fix) for fewer logits rows than states, and as they do.
+        Changes ``logits`` (returns None, as the other in-place calls do), not the FSM. Built on the bitmask
+        trio; `OptionError` (with the fix) for fewer logits rows than states, and as they do.
         """
         if isinstance(logits, torch.Tensor) and logits.dim() == 2 and len(logits) < len(states):
             raise OptionError(f"logits has {len(logits)} rows for {len(states)} states: pass one state per row")
@@ -278,7 +278,6 @@ class TokenFSM:
         for row, state in enumerate(states):
             self.fill_next_token_bitmask(bitmask, row, state)
         apply_token_bitmask_inplace(logits[: len(states)], bitmask)
-        return logits
 
 
 def check_eos_token_ids(vocab: TokenVocab, eos_token_ids: int | Sequence[int] | None) -> tuple[int, ...]:

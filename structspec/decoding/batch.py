@@ -36,31 +36,16 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
-import torch
-
-from structspec.automaton.fsm import TokenFSM
 from structspec.decoding.budget import choose_width, pass_cost
-from structspec.decoding.draft_batch import DraftBatch, NeedDraftLogits
-from structspec.decoding.drafters import Drafter, ModelDrafter
-from structspec.decoding.loop import decode, describe, slot_pass
-from structspec.decoding.row import Decoded, DecodeOptions, RowDecode
+from structspec.decoding.candidate import DraftRequest
+from structspec.decoding.draft_batch import DraftBatch
+from structspec.decoding.draft_model import ModelDrafter
+from structspec.decoding.drafter import Drafter
+from structspec.decoding.loop import decode, slot_pass
+from structspec.decoding.row import Decoded, DecodeOptions, RowDecode, RowInput
 from structspec.models.protocol import LanguageModel
 from structspec.models.slot_cache import SlotCache
-from structspec.result import DraftStats
-
-
-@dataclass(frozen=True)
-class RowInput:
-    """One row to decode: its index in the caller's list, FSM, prompt ids, drafter and generator."""
-
-    index: int
-    fsm: TokenFSM
-    prompt_ids: list[int]
-    drafter: Drafter | None
-    generator: torch.Generator | None
-
 
 def shared_prefix(prompts: list[list[int]]) -> list[int]:
     """The longest token prefix all ``prompts`` share, short of each prompt's last token (which every row
@@ -87,7 +72,7 @@ def decode_batch(
     """
     if batch_size == 1 or not lm.batchable:  # one at a time: no slot mask, and sliding windows stay whole
         for item in rows:
-            yield item.index, decode(lm, item.fsm, item.prompt_ids, options, item.drafter, item.generator)
+            yield item.index, decode(lm, item, options)
         return
     prefix_cache = None
     if prefix and not lm.batch_invariant:  # invariant rows prefill as they do alone: whole
@@ -104,18 +89,13 @@ def decode_batch(
     def prefill(slot: int, item: RowInput) -> RowDecode:
         """A new row in ``slot``: its prompt but the last token in the slot's KV (one prefill pass)."""
         t0 = time.perf_counter()
-        row = RowDecode.start(item.fsm, lm.tokenizer, item.prompt_ids, options, item.drafter, item.generator,
-                              lm.max_context, cost, trees=True)
-        describe(lm, row)
+        row = RowDecode.start(item, options, lm, cost)
         ids, reused = item.prompt_ids, len(prefix or []) if prefix_cache is not None else 0
         own = copy.deepcopy(prefix_cache) if prefix_cache is not None else lm.new_cache()
         if len(ids) - 1 > reused:
             lm.forward(ids[reused:-1], own)
-            row.stats.prefill_passes += 1
         slots.place(slot, len(ids) - 1, own)
-        row.cached, row.pending = len(ids) - 1, ids[-1:]
-        row.stats.prefix_tokens_reused = reused
-        row.stats.model_seconds += time.perf_counter() - t0
+        row.prefilled(len(ids) - 1 - reused, time.perf_counter() - t0, reused)
         if drafter := _batchable_drafter(item.drafter):
             batch = drafts.setdefault(id(drafter.lm), DraftBatch(drafter.lm, len(first)))
             batch.reset(slot)
@@ -130,9 +110,8 @@ def decode_batch(
         while todo:  # each round drafts one more token for rows waiting on a batched draft pass
             retry = []
             for slot in todo:
-                try:
-                    window = live[slot].prepare(len(live))
-                except NeedDraftLogits:
+                window = live[slot].prepare(len(live))
+                if isinstance(window, DraftRequest):  # drafts on once the draft pass below ran
                     retry.append(slot)
                     continue
                 if window is not None:
@@ -144,9 +123,8 @@ def decode_batch(
                     live[slot] = prefill(slot, item)
                     retry.append(slot)
             for batch in drafts.values():
-                for slot, passes in (batch.run() if batch.wanted else {}).items():
-                    row = live[slot]
-                    row.stats.drafts.setdefault(row.drafter.name, DraftStats()).draft_passes += passes
+                if batch.wanted:
+                    batch.run()
             todo = retry
         if len(windows) < len(live):  # finished rows with nothing to refill leave the batch
             keep = sorted(windows)
@@ -155,7 +133,7 @@ def decode_batch(
             for batch in drafts.values():
                 batch.select(keep)
             for new, row in enumerate(live):
-                if drafter := _batchable_drafter(row.drafter):
+                if drafter := _batchable_drafter(row.item.drafter):
                     drafter.attach(drafts[id(drafter.lm)].row(new))
             windows = {new: windows[old] for new, old in enumerate(keep)}
         if not live:
@@ -164,7 +142,7 @@ def decode_batch(
         width = choose_width([row.window_gains() for row in live], cost, floor)
         if (cap := lm.max_pass_tokens) is not None:  # the pass feeds every row's window
             width = max(min(width, cap // len(live)), floor)
-        slot_pass(lm, slots, live, [row.fit(width) for row in live])
+        slot_pass(lm, slots, [(row, row.fit(width)) for row in live])
 
 
 def _batchable_drafter(drafter: Drafter | None) -> ModelDrafter | None:

@@ -1,25 +1,22 @@
 """One draft model's KV cache shared by every row of a batch, fed in one draft pass per round.
 
 A model drafter of a batched row (`ModelDrafter`, self-draft) draws its logits
-from a `DraftRow` of this cache. When they are not computed yet it raises
-`NeedDraftLogits`; the batch driver runs one draft pass for every row that
-asked and calls `RowDecode.prepare` again, which redoes the candidate up to the
-same point (drafters remember this candidate's draws) and goes one token
-further. Rows' rejected drafts become holes, as in the target's cache.
+from a `DraftRow` of this cache. When they are not computed yet the row answers
+a `DraftRequest`, which the drafter returns and `RowDecode.prepare` hands to the
+batch driver; it runs one draft pass for every row that asked and calls
+`RowDecode.prepare` again, which drafts on from where the chain stopped. Rows'
+rejected drafts become holes, as in the target's cache.
 """
 
 from __future__ import annotations
 
 import torch
 
+from structspec.decoding.candidate import DraftRequest
 from structspec.models.protocol import LanguageModel
 from structspec.models.slot_cache import SlotCache
 
 _PREFILL_ALONE = 32  # a row with more new tokens than this (a fresh prompt) is prefilled on its own
-
-
-class NeedDraftLogits(Exception):
-    """A batched row's draft logits are not computed yet (control flow between a drafter and the driver)."""
 
 
 class DraftBatch:
@@ -31,24 +28,24 @@ class DraftBatch:
         self.seen: list[list[int]] = [[] for _ in range(rows)]
         self.last: list[torch.Tensor | None] = [None] * rows
         self.wanted: dict[int, list[int]] = {}
+        self.passes = [0] * rows  # draft passes each row took so far
 
     def row(self, row: int) -> DraftRow:
+        """Row ``row``'s view, a model drafter's logits source. Changes nothing."""
         return DraftRow(self, row)
 
-    def logits_after(self, row: int, context: list[int]) -> torch.Tensor:
-        """Logits after ``context`` if this row's last pass computed them; else records the request and
-        raises `NeedDraftLogits`."""
+    def logits_after(self, row: int, context: list[int]) -> torch.Tensor | DraftRequest:
+        """Logits after ``context`` if this row's last pass computed them; else a `DraftRequest`, recorded for
+        the next `run` (changes the requests)."""
         last = self.last[row]
         if last is not None and self.seen[row] == context:
             return last.clone()
         self.wanted[row] = list(context)
-        raise NeedDraftLogits
+        return DraftRequest()
 
-    def run(self) -> dict[int, int]:
+    def run(self) -> None:
         """One draft pass over the requested rows (the others feed one padding token they drop), plus a
-        prefill for rows with a fresh prompt; returns the draft passes each requested row took. Changes the
-        cache."""
-        passes = {row: 1 for row in self.wanted}
+        prefill for rows with a fresh prompt, each counted in the row's `passes`. Changes the cache."""
         windows, kept, positions = [], [], []
         for row in range(len(self.seen)):
             context = self.wanted.get(row)
@@ -60,9 +57,10 @@ class DraftBatch:
             seen = self.seen[row]
             n = next((i for i, (a, b) in enumerate(zip(seen, context)) if a != b), min(len(seen), len(context)))
             n = min(n, len(context) - 1)  # at least one token to feed
+            self.passes[row] += 1
             if len(context) - n > _PREFILL_ALONE:
                 self._prefill(row, context[:-1])
-                passes[row] += 1
+                self.passes[row] += 1
                 n = len(context) - 1
             else:
                 self.slots.truncate(row, n)
@@ -77,7 +75,6 @@ class DraftBatch:
             self.seen[row], self.last[row] = self.wanted[row], row_logits
         self.wanted.clear()
         self.slots.compact()
-        return passes
 
     def _prefill(self, row: int, tokens: list[int]) -> None:
         own = self.lm.new_cache()
@@ -94,17 +91,21 @@ class DraftBatch:
         self.slots.select(rows)
         self.seen = [self.seen[r] for r in rows]
         self.last = [self.last[r] for r in rows]
+        self.passes = [self.passes[r] for r in rows]
 
 
 class DraftRow:
-    """One row's view of a `DraftBatch`, as a model drafter's logits source (`DraftContext`). Its draft
-    passes are counted by the batch driver, which runs them."""
-
-    passes = 0
+    """One row's view of a `DraftBatch`, as a model drafter's logits source (`DraftContext`)."""
 
     def __init__(self, batch: DraftBatch, row: int) -> None:
         self.batch, self.index = batch, row
 
-    def logits_after(self, context: list[int]) -> torch.Tensor:
+    @property
+    def passes(self) -> int:
+        """Draft passes this row took so far (the batch runs them)."""
+        return self.batch.passes[self.index]
+
+    def logits_after(self, context: list[int]) -> torch.Tensor | DraftRequest:
+        """As `DraftBatch.logits_after` for this row (records a request where the logits are not computed)."""
         return self.batch.logits_after(self.index, context)
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from structspec.automaton.fsm import TokenFSM
+from structspec.decoding.candidate import enterable
 from structspec.vocab import is_byte_level
 
 FastForward = Literal["off", "exact"]
@@ -61,7 +62,8 @@ class Forcer:
     def force(self, state: int) -> Forced | None:
         """The tokens forced from ``state`` (while the FSM allows exactly one token, not EOS), or None.
         A run that reaches a state the vocabulary cannot spell on from ends there: the output keeps the forced
-        text, and the decode raises `UnspellableError` when it next reads that state. Does not change anything."""
+        text, and the row stops there with the `UnspellableError` (`structspec.decoding.row.RowDecode.prepare`).
+        Does not change anything."""
         tokens, visited = [], []
         while self.fsm.spellable(state) and (
             len(allowed := self.fsm.allowed_token_ids(state)) == 1 and allowed[0] != self.fsm.eos_token_id
@@ -73,7 +75,7 @@ class Forcer:
         return Forced(tokens, visited) if tokens else None
 
     def forced_bytes(self, state: int) -> tuple[bytes, int]:
-        """The forced text from ``state`` and the state after it (cached; does not change anything)."""
+        """The forced text from ``state`` and the state after it. Fills the forcer's cache; changes nothing else."""
         if state in self._forced_bytes:
             return self._forced_bytes[state]
         start, text = state, bytearray()
@@ -94,7 +96,7 @@ class Forcer:
 
         Nothing is held back: these tokens are drafts the target verifies, so a
         boundary where the model would rather merge costs no correctness.
-        Cached; does not change anything.
+        Fills the forcer's cache; changes nothing else.
         """
         if state not in self._spelled:
             self._spelled[state] = self.spell_text(state, self.forced_bytes(state)[0])
@@ -105,7 +107,7 @@ class Forcer:
         literal) the FSM allows there, and the forced text after it, in their canonical spelling (``","`` +
         ``vendor`` + ``":"`` where another key must follow, ``,"`` + ``unit_price`` + ``":`` after a number),
         the states after each; empty where the FSM allows none. Models close a copied value with one such
-        token (``","``, ``"}``), rarely with ``"`` alone. Cached; does not change anything."""
+        token (``","``, ``"}``), rarely with ``"`` alone. Fills the forcer's cache; changes nothing else."""
         if state not in self._closing:
             self._closing[state] = ([], [])
             for byte in b'",}]':
@@ -142,7 +144,7 @@ class Forcer:
         there), and the states after each token. Does not change anything."""
         ids = self._respell(self._encode(text) or []) if text else []
         visited = self.fsm.walk(state, ids)
-        keep = next((i for i, s in enumerate(visited) if not self.fsm.spellable(s)), len(visited))
+        keep = enterable(self.fsm, visited)
         return ids[:keep], visited[:keep]
 
     def learn(self, rejected: int, chosen: int) -> None:

@@ -2,17 +2,17 @@
 Decoding"): the target's own verify pass runs a Jacobi iteration on guessed future tokens, and the n-grams
 it produces become drafts. No draft model.
 
-`LookaheadDrafter` drafts a token tree (`structspec.decoding.row.TreeDrafting`) of a main branch and
+`LookaheadDrafter` drafts a token tree (`structspec.decoding.drafter.TreeDrafting`) of a main branch and
 siblings, merged into a trie where they share a prefix:
 
 1. **the main branch**: a chain continued, token by token, by the longest match of its last tokens in the
    n-gram pool (the target's most recent choice after them) or, failing that, earlier in the context
-   (prompt lookup), forced text spliced in (`structspec.decoding.row.draft_candidate`);
+   (prompt lookup), forced text spliced in (`structspec.decoding.chain.Chain`);
 2. **closing siblings**: where the main branch copies on past punctuation (``,`` `` |`` ...), ends on a copied
    token or drafts nothing, the value closed there and the forced text after it (``","`` + the next key, ``,"``
    + the next key after a number, ``}``: `Forcer.closing`): the document goes on past a value's end, the target
    closes the value there; and after each, at the root and where the main branch's forced key ends, guesses at
-   the next value's start from the document (`structspec.decoding.drafters.value_starts`);
+   the next value's start from the document (`structspec.decoding.values.value_starts`);
 3. **respelling siblings**: forced and closing text spelled another way (`Forcer.respellings`) from its
    punctuation on: Qwen writes ``":"`` after one key and ``":`` + ``"`` after another, ``","`` +
    ``title`` after one value and ``",`` + ``"title`` after the next, so the learned split is right only part of
@@ -47,17 +47,14 @@ Typical use::
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-import torch
-
-from structspec.automaton.fsm import TokenFSM
-from structspec.decoding.drafters import Step, continuations, copied_text, value_starts
+from structspec.decoding.candidate import FORCED, Candidate, Step, enterable
+from structspec.decoding.chain import draft_chain
+from structspec.decoding.drafter import Turn
 from structspec.decoding.fastforward import Forcer
-from structspec.decoding.row import FORCED, Candidate, DecodeOptions, draft_candidate
-from structspec.decoding.sampling import SamplingConfig
-from structspec.result import Stats
+from structspec.decoding.lookup import Pool, PromptLookup, continuation
+from structspec.decoding.values import value_starts
 
 PUNCTUATION = {b",", b".", b";", b"|", b"(", b")", b"\n"}  # where a copied value likely ended, as a token's first byte
 RESPELL_NODES = 8  # nodes for other spellings of forced and closing text
@@ -83,46 +80,49 @@ class LookaheadDrafter:
     max_pool: int = 4096
     name: str = "lookahead"
     passes: int = 0  # no draft model: the Jacobi step rides in the target's verify pass
-    _pool: dict[tuple[int, ...], int] = field(default_factory=dict)  # last tokens → the target's choice after them
+    _pool: Pool = field(default_factory=dict)  # last tokens → the target's choice after them
     _origin: list[int] = field(default_factory=list)  # the context the guess window follows
     _guesses: list[int] = field(default_factory=list)  # the guess window: tokens for the positions after _origin
     _branch: list[int] = field(default_factory=list)  # the last candidate's Jacobi branch, as node indices
-    _count: int = 0  # drafter tokens in this chain
+    _lookup: PromptLookup = field(init=False)  # the main branch: the pool's n-grams, then prompt lookup's
 
-    def draft_tree(
-        self, forcer: Forcer | None, fsm: TokenFSM, context: list[int], state: int, limit: int, drafted: int,
-        options: DecodeOptions, stats: Stats,
-    ) -> Candidate:
-        """The main branch, closing, value-start and respelling siblings and the Jacobi branch after ``context``
-        (in ``state``, module doc), no path longer than ``limit``, at most ``drafted`` drafter tokens on the main
-        branch, ``drafted`` nodes of closings, value starts and the Jacobi branch beyond it, and `RESPELL_NODES`
-        respelling nodes.
+    def __post_init__(self) -> None:
+        self._lookup = PromptLookup(self.max_ngram, self.max_tokens, self.name, min_start=self.min_start,
+                                    min_text=self.min_text, pool=self._pool)
+
+    def draft_tree(self, turn: Turn) -> Candidate:
+        """The main branch, closing, value-start and respelling siblings and the Jacobi branch after the turn's
+        context (module doc), no path longer than ``turn.limit``, at most ``turn.drafted`` drafter tokens on the
+        main branch, ``turn.drafted`` nodes of closings, value starts and the Jacobi branch beyond it, and
+        `RESPELL_NODES` respelling nodes.
         Every token is allowed by the FSM. Reads the FSM's caches and the guess window; changes only the
         drafter's record of this candidate."""
-        tree = draft_candidate(self, forcer, fsm, context, state, limit, drafted, options, None, stats)
+        fsm, forcer, context, state, limit = turn.fsm, turn.forcer, turn.context, turn.state, turn.limit
+        tree = draft_chain(self, turn)
         tree.parents = tree.parent_indices()  # the chain, as a tree the Jacobi branch hangs from
         depth = min(self.window, limit)
         guesses = self._guesses_after(context)[:depth]
         states = fsm.walk(state, guesses)  # up to the first guess the FSM does not allow
-        states = states[: next((i for i, s in enumerate(states) if not fsm.spellable(s)), len(states))]
+        states = states[: enterable(fsm, states)]
         guesses = guesses[: len(states)]
         room = depth - len(guesses)
-        refill = draft_candidate(_Refill(self), forcer, fsm, context + guesses, states[-1] if states else state,
-                                 room, room, options, None, stats)
+        refill = draft_chain(_Refill(self), replace(turn, context=context + guesses,
+                                                    state=states[-1] if states else state, limit=room, drafted=room))
         spine = len(tree.tokens)
-        closings = self._close(tree, forcer, fsm, context, state, spine, limit, drafted) if forcer is not None else []
-        self._branch = _graft(tree, guesses + refill.tokens, states + refill.states,
-                              [self.name] * len(guesses) + refill.sources, drafted - (len(tree.tokens) - spine))
+        closings = self._close(tree, turn, spine) if forcer is not None else []
+        jacobi = Candidate(guesses + refill.tokens, states + refill.states, [self.name] * len(guesses) + refill.sources)
+        self._branch = _graft(tree, jacobi, turn.drafted - (len(tree.tokens) - spine))
         if forcer is not None:
-            self._respell(tree, forcer, fsm, state, spine, limit, RESPELL_NODES, closings)
+            self._respell(tree, turn, spine, closings)
         return tree
 
-    def _respell(self, tree: Candidate, forcer: Forcer, fsm: TokenFSM, state: int, spine: int, limit: int,
-                 budget: int, closings: list[tuple[int, bytes]]) -> None:
+    def _respell(self, tree: Candidate, turn: Turn, spine: int, closings: list[tuple[int, bytes]]) -> None:
         """Siblings that spell text another way (`Forcer.respellings`): forced text from its punctuation tokens on,
         and each of ``closings`` (a closing sibling's parent and text): the target picks its own split of ``":"``
-        or ``","`` key by key. At most ``budget`` nodes, the main branch's (it ends before ``spine``) first, each
-        nearest the root first. Changes ``tree``."""
+        or ``","`` key by key. At most `RESPELL_NODES` nodes, the main branch's (it ends before ``spine``) first,
+        each nearest the root first. Changes ``tree``."""
+        fsm, forcer, state, limit, budget = turn.fsm, turn.forcer, turn.state, turn.limit, RESPELL_NODES
+        assert forcer is not None, "respellings are of forced text"
         parents, spelled = tree.parent_indices(), [fsm.vocab.token_bytes[t] or b"" for t in tree.tokens]
         sites: list[tuple[int, bytes | None]] = [  # at forced punctuation (``":"``, ``","``): where splits vary
             (p, None) for i, p in enumerate(parents)
@@ -133,17 +133,19 @@ class LookaheadDrafter:
                 if budget <= 0 or room <= 0:
                     return
                 size = len(tree.tokens)
-                _graft(tree, ids[:room], states, [self.name] + [FORCED] * (len(ids) - 1), budget, p)
+                _graft(tree, Candidate(ids[:room], states, [self.name] + [FORCED] * (len(ids) - 1)), budget, p)
                 budget -= len(tree.tokens) - size
 
-    def _close(self, tree: Candidate, forcer: Forcer, fsm: TokenFSM, context: list[int], state: int, spine: int,
-               limit: int, budget: int) -> list[tuple[int, bytes]]:
+    def _close(self, tree: Candidate, turn: Turn, spine: int) -> list[tuple[int, bytes]]:
         """Siblings that close the value the main branch copies (`Forcer.closing`: ``","`` and the next key),
         where the copy goes on past punctuation or ends, and at the root where it drafts nothing: the document
         goes on past a value's end (or holds no more of it), the target closes the value there; then guesses at
         a value's start (`_value_starts`) after each closing, at the root and where the main branch's forced key
-        ends. At most ``budget`` nodes in all, nearest the root first. Changes ``tree``; returns each closing's
-        parent and text."""
+        ends. At most ``turn.drafted`` nodes in all, nearest the root first. Changes ``tree``; returns each
+        closing's parent and text."""
+        fsm, forcer, context, state, limit = turn.fsm, turn.forcer, turn.context, turn.state, turn.limit
+        budget = turn.drafted
+        assert forcer is not None, "closings are spelled by the forcer"
         closings: list[tuple[int, bytes]] = []
         for p in range(-1, spine):
             child = p + 1
@@ -158,30 +160,32 @@ class LookaheadDrafter:
                 continue
             size = len(tree.tokens)
             sources = [self.name] + [FORCED] * (len(close) - 1)
-            nodes = _graft(tree, close[: limit - child], states, sources, budget, p)
+            nodes = _graft(tree, Candidate(close[: limit - child], states, sources), budget, p)
             budget -= len(tree.tokens) - size
             closings.append((p, fsm.vocab.spell(close)))
             if len(nodes) == len(close):  # the next value's start
-                budget -= self._value_starts(tree, forcer, fsm, context + tree.tokens[: p + 1] + close, nodes[-1],
-                                             states[-1], limit - child - len(close), budget)
+                opened = replace(turn, context=context + tree.tokens[: p + 1] + close, state=states[-1],
+                                 limit=limit - child - len(close), drafted=budget)
+                budget -= self._value_starts(tree, forcer, opened, nodes[-1])
         for p in range(-1, spine):  # at the root, and where the main branch's forced text (a key) ends
             if p < 0 or (tree.sources[p] == FORCED and (p + 1 == spine or tree.sources[p + 1] != FORCED)):
-                budget -= self._value_starts(tree, forcer, fsm, context + tree.tokens[: p + 1],
-                                             p, tree.states[p] if p >= 0 else state, limit - p - 1, budget)
+                opened = replace(turn, context=context + tree.tokens[: p + 1],
+                                 state=tree.states[p] if p >= 0 else state, limit=limit - p - 1, drafted=budget)
+                budget -= self._value_starts(tree, forcer, opened, p)
         return closings
 
-    def _value_starts(self, tree: Candidate, forcer: Forcer, fsm: TokenFSM, context: list[int], node: int,
-                      state: int, room: int, budget: int) -> int:
+    def _value_starts(self, tree: Candidate, forcer: Forcer, opened: Turn, node: int) -> int:
         """Hang guesses at how a value opened at ``node`` of ``tree`` (−1: its root) goes on, reached by
-        ``context`` in ``state`` (`value_starts`: where the document goes on after the value before, and after
-        the key's words), at most ``room`` deep, ``budget`` nodes. Changes ``tree``; returns the nodes it added."""
-        size = len(tree.tokens)
-        for text in value_starts(fsm.vocab.spell(context)) if room > 0 else ():
+        ``opened``'s context in its state (`value_starts`: where the document goes on after the value before, and
+        after the key's words), at most ``opened.limit`` deep, ``opened.drafted`` nodes. Changes ``tree``; returns
+        the nodes it added."""
+        size, room, budget = len(tree.tokens), opened.limit, opened.drafted
+        for text in value_starts(opened.fsm.vocab.spell(opened.context)) if room > 0 else ():
             left = budget - (len(tree.tokens) - size)
             if left <= 0:
                 break
-            ids, states = forcer.spell_text(state, text)
-            _graft(tree, ids[:room], states, [self.name] * len(ids), left, node)
+            ids, states = forcer.spell_text(opened.state, text)
+            _graft(tree, Candidate(ids[:room], states, [self.name] * len(ids)), left, node)
         return len(tree.tokens) - size
 
     def observe(self, context: list[int], candidate: Candidate, choices: list[int]) -> None:
@@ -203,38 +207,14 @@ class LookaheadDrafter:
         self._origin, self._guesses = list(context), [choices[0]] + [choices[1 + i] for i in branch]
 
     def begin(self) -> None:
-        self._count, self._branch = 0, []
+        self._lookup.begin()
+        self._branch = []
 
-    def next(self, context: list[int], state: int, fsm: TokenFSM, sampling: SamplingConfig,
-             generator: torch.Generator | None) -> Step | None:
-        if self._count >= self.max_tokens:
-            return None
-        shortest = self.min_start if self._count == 0 else 1  # as `PromptLookup`: a copy starts from a longer match
-        def allows(t: int) -> bool:
-            return fsm.next_state(state, t) is not None
-
-        token = self._continuation(context, allows, shortest)
-        if token is None and self.min_text:
-            token = copied_text(context, fsm.vocab, allows, self.min_text)
-        if token is None:
-            return None
-        self._count += 1
-        return Step(token, self.name)
+    def next(self, turn: Turn, context: list[int], state: int) -> Step | None:
+        return self._lookup.next(turn, context, state)
 
     def feedback(self, drafted: dict[str, int], accepted: dict[str, int]) -> None:
         pass  # fixed sizes: the cost model caps them
-
-    def _continuation(self, context: list[int], allows: Callable[[int], bool], shortest: int) -> int | None:
-        """The token after the longest run of ``context``'s last tokens (``max_ngram`` down to 1) with a
-        continuation ``allows`` accepts: the pool's, else what followed the run's earliest occurrence in
-        ``context`` if the run has at least ``shortest`` tokens. Changes nothing."""
-        for n in range(min(self.max_ngram, len(context)), 0, -1):
-            pooled = self._pool.get(tuple(context[-n:]))
-            if pooled is not None and allows(pooled):
-                return pooled
-            if n >= shortest and (copied := next(continuations(context, n, n, allows), None)) is not None:
-                return copied
-        return None
 
     def _guesses_after(self, context: list[int]) -> list[int]:
         """The guess window's tokens for the positions after ``context``: none unless the window was made after
@@ -261,12 +241,9 @@ class _Refill:
     def begin(self) -> None:
         pass
 
-    def next(self, context: list[int], state: int, fsm: TokenFSM, sampling: SamplingConfig,
-             generator: torch.Generator | None) -> Step | None:
-        def allows(t: int) -> bool:
-            return fsm.next_state(state, t) is not None
-
-        token = self.owner._continuation(context, allows, 1)
+    def next(self, turn: Turn, context: list[int], state: int) -> Step | None:
+        allows, owner = turn.allows(state), self.owner
+        token = continuation(context, owner.max_ngram, 1, allows, owner._pool)
         if token is None:
             token = next((t for t in reversed(context[-RECENT:]) if allows(t)), None)
         return Step(token, self.name) if token is not None else None
@@ -275,15 +252,14 @@ class _Refill:
         pass
 
 
-def _graft(tree: Candidate, tokens: list[int], states: list[int], sources: list[str], budget: int,
-           root: int = -1) -> list[int]:
-    """Hang the chain ``tokens`` (reaching ``states``, proposed by ``sources``) from node ``root`` of ``tree``
+def _graft(tree: Candidate, chain: Candidate, budget: int, root: int = -1) -> list[int]:
+    """Hang ``chain`` (its tokens, the states they reach and who proposed them) from node ``root`` of ``tree``
     (−1: its root), sharing each node that already holds the chain's token under the same parent, with at most
     ``budget`` new nodes. Changes ``tree``; returns the chain's node indices (fewer than its tokens if the
     budget ran out)."""
     parents: list[int] = tree.parents  # type: ignore[assignment]  # a tree
     nodes: list[int] = []
-    for token, state, source in zip(tokens, states, sources):
+    for token, state, source in zip(chain.tokens, chain.states, chain.sources):
         parent = nodes[-1] if nodes else root
         node = next((i for i, (t, p) in enumerate(zip(tree.tokens, parents)) if p == parent and t == token), None)
         if node is None:

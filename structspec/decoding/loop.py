@@ -2,7 +2,7 @@
 
 One sequence (`decode_steps`) runs one target pass per turn over a KV cache
 cropped back over rejected drafts. A row that drafts token trees
-(`structspec.decoding.row.TreeDrafting`) takes the slot path instead, as every
+(`structspec.decoding.drafter.TreeDrafting`) takes the slot path instead, as every
 row of a batch does (`slot_pass`): explicit positions, a mask over cache slots,
 and holes where the rejected branches were (`structspec.models.slot_cache`).
 """
@@ -11,42 +11,38 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Generator
+from dataclasses import replace
 
 import torch
 
-from structspec.automaton.fsm import TokenFSM
 from structspec.decoding.budget import pass_cost
-from structspec.decoding.drafters import Drafter
-from structspec.decoding.row import Decoded, DecodeOptions, RowDecode, TreeDrafting
+from structspec.decoding.drafter import TreeDrafting
+from structspec.decoding.row import Decoded, DecodeOptions, RowDecode, RowInput
 from structspec.decoding.verify import mask_full_rows, restrict
-from structspec.errors import UnspellableError
 from structspec.models.protocol import LanguageModel
 from structspec.models.slot_cache import SlotCache
 
-Turn = tuple[list[int], list[str]]
+Emitted = tuple[list[int], list[str]]
 """The output tokens one turn added (forced, accepted drafts and the target's own) and their sources."""
 
 
-def decode_steps(
-    lm: LanguageModel, fsm: TokenFSM, prompt_ids: list[int], options: DecodeOptions, drafter: Drafter | None = None,
-    generator: torch.Generator | None = None,
-) -> Generator[Turn, None, Decoded]:
-    """Constrained decoding of ``fsm``'s language after ``prompt_ids`` with ``lm``, one turn at a time.
+def decode_steps(lm: LanguageModel, item: RowInput, options: DecodeOptions) -> Generator[Emitted, None, Decoded]:
+    """Constrained decoding of ``item`` (its FSM's language after its prompt, its drafter and generator) with
+    ``lm``, one turn at a time.
 
     Yields each turn's new output tokens as they are accepted (their concatenation is the output) and
-    returns the `Decoded`. Each step runs at most one target pass. Samples with ``generator``, else one
-    seeded with ``options.seed``. A tree drafter on a model that batches (`LM.batchable`) runs on the slot
-    path, where token trees are verified; elsewhere it drafts chains.
+    returns the `Decoded` (stop reason "error" with its `UnspellableError` where the output reached a state the
+    vocabulary cannot spell on from). Each step runs at most one target pass. Samples with the item's
+    generator, else one seeded with ``options.seed``. A tree drafter on a model that batches (`LM.batchable`)
+    runs on the slot path, where token trees are verified; elsewhere it drafts chains.
     """
-    if generator is None and options.seed is not None:
-        generator = torch.Generator().manual_seed(options.seed)
-    trees = isinstance(drafter, TreeDrafting) and lm.batchable
-    row = RowDecode.start(fsm, lm.tokenizer, prompt_ids, options, drafter, generator, lm.max_context,
-                          pass_cost(lm), trees)
-    describe(lm, row)
+    if item.generator is None and options.seed is not None:
+        item = replace(item, generator=torch.Generator().manual_seed(options.seed))
+    trees = isinstance(item.drafter, TreeDrafting) and lm.batchable
+    row = RowDecode.start(item, options, lm, pass_cost(lm))
     cache = lm.new_cache()
     slots = SlotCache(cache, 1) if trees else None
-    if lm.prefills_apart and len(prompt_ids) > 1:
+    if lm.prefills_apart and len(item.prompt_ids) > 1:
         _prefill_apart(lm, cache, slots, row)
     if slots is not None:
         step = _slot_step(lm, row, slots)
@@ -54,28 +50,17 @@ def decode_steps(
         step = _crop_step(lm, row, cache)
     told = 0  # output tokens already yielded
     cap = lm.max_pass_tokens  # (a sampled row's draft is not cut: drawn with its generator)
-    try:
-        while (window := row.prepare()) is not None:
-            if cap is not None and len(window) > cap and len(row.pending) < cap and not options.sampling.do_sample:
-                window = row.fit(cap)
-            step(window)
-            if len(row.out) > told:
-                yield row.out[told:], row.sources[told:]
-                told = len(row.out)
-    except UnspellableError as error:  # the output so far, forced text not yet yielded included, goes with it
-        row.stop = "error"
-        error.decoded = row.decoded()
-        raise
+    while (window := row.prepare()) is not None:
+        assert isinstance(window, list), "a row alone drafts from a cache of its own: it never waits on a batch"
+        if cap is not None and len(window) > cap and len(row.pending) < cap and not options.sampling.do_sample:
+            window = row.fit(cap)
+        step(window)
+        if len(row.out) > told:
+            yield row.out[told:], row.sources[told:]
+            told = len(row.out)
     if len(row.out) > told:  # forced in the last `prepare`
         yield row.out[told:], row.sources[told:]
     return row.decoded()
-
-
-def describe(lm: LanguageModel, row: RowDecode) -> None:
-    """Write the model's dtype and whether its rows are batch-invariant (`LM.batch_invariant`) into ``row``'s
-    stats (changes the stats)."""
-    row.stats.dtype = str(lm.dtype).removeprefix("torch.")
-    row.stats.batch_invariant = lm.batch_invariant
 
 
 def _prefill_apart(lm: LanguageModel, cache: object, slots: SlotCache | None, row: RowDecode) -> None:
@@ -87,14 +72,12 @@ def _prefill_apart(lm: LanguageModel, cache: object, slots: SlotCache | None, ro
     lm.forward(ids[:-1], cache)
     if slots is not None:
         slots.place(0, len(ids) - 1)
-    row.cached, row.pending = len(ids) - 1, ids[-1:]
-    row.stats.prefill_passes += 1
-    row.stats.model_seconds += time.perf_counter() - t0
+    row.prefilled(len(ids) - 1, time.perf_counter() - t0)
 
 
 def _crop_step(lm: LanguageModel, row: RowDecode, cache: object) -> Callable[[list[int]], None]:
     """One turn of ``row`` on a KV cache of its own: a pass over the window, verify, accept, crop the rest."""
-    fsm, sampling = row.fsm, row.options.sampling
+    fsm, sampling = row.item.fsm, row.options.sampling
 
     def step(window: list[int]) -> None:
         t0 = time.perf_counter()
@@ -103,15 +86,12 @@ def _crop_step(lm: LanguageModel, row: RowDecode, cache: object) -> Callable[[li
         t1 = time.perf_counter()
         logits = lm.forward(window, cache, len(row.candidate.tokens) + 1, allowed)
         t2 = time.perf_counter()
-        row.stats.target_forward_passes += 1
-        row.stats.tokens_fed.append(len(window))
-        row.stats.model_seconds += t2 - t1
         mask_full_rows(logits, rows, allowed)
         if sampling.do_sample:
             logits = logits.cpu()  # draws use the CPU generator, so a seed gives the same sample on any device
         path, token = row.verify(logits)
         scores = row.path_logprobs(logits, path, token)
-        row.stats.constraint_seconds += time.perf_counter() - t2 + t1 - t0
+        row.record_pass(len(window), t2 - t1, time.perf_counter() - t2 + t1 - t0)
         if len(row.accept(path, token, scores)) < len(window):  # a chain keeps a prefix: crop the rest
             lm.crop(cache, row.cached)
 
@@ -120,19 +100,20 @@ def _crop_step(lm: LanguageModel, row: RowDecode, cache: object) -> Callable[[li
 
 def _slot_step(lm: LanguageModel, row: RowDecode, slots: SlotCache) -> Callable[[list[int]], None]:
     """One turn of ``row`` on the slot path, as a batch of one."""
-    return lambda window: slot_pass(lm, slots, [row], [window])
+    return lambda window: slot_pass(lm, slots, [(row, window)])
 
 
-def slot_pass(lm: LanguageModel, slots: SlotCache, live: list[RowDecode], windows: list[list[int]]) -> None:
-    """One target pass over every row's window (pending tokens and candidate, a chain or a tree; or a chunk
-    of pending tokens alone, `RowDecode.fit`) appended to ``slots``' cache, then mask, verify and accept per row.
-    Rejected tokens become holes in ``slots``, gathered away when they pile up. Changes the rows and the slot
-    cache."""
+def slot_pass(lm: LanguageModel, slots: SlotCache, fed: list[tuple[RowDecode, list[int]]]) -> None:
+    """One target pass over every row's window (``fed``: each row and its window of pending tokens and
+    candidate, a chain or a tree; or a chunk of pending tokens alone, `RowDecode.fit`) appended to ``slots``'
+    cache, then mask, verify and accept per row. Rejected tokens become holes in ``slots``, gathered away when
+    they pile up. Changes the rows and the slot cache."""
     t0 = time.perf_counter()
+    live, windows = [row for row, _ in fed], [window for _, window in fed]
     masks = [row.mask_states() for row in live]  # per row, a state per logits row (a chunk: none)
     wanted = [(b, j) for b, (window, states) in enumerate(zip(windows, masks))  # candidate and bonus positions
               for j in range(len(window) - len(states), len(window))]
-    rows = [(row.fsm, state) for row, states in zip(live, masks) for state in states]
+    rows = [(row.item.fsm, state) for row, states in zip(live, masks) for state in states]
     allowed = restrict(rows, lm.logits_width)
     attend = slots.window_mask([len(w) for w in windows], [row.window_parents() for row in live])
     t1 = time.perf_counter()
@@ -149,11 +130,7 @@ def slot_pass(lm: LanguageModel, slots: SlotCache, live: list[RowDecode], window
     kept, r = [], 0
     for row, window, states in zip(live, windows, masks):
         n = len(states)
-        stats = row.stats
-        stats.target_forward_passes += 1
-        stats.tokens_fed.append(len(window))
-        stats.model_seconds += (t2 - t1) / len(live)  # a shared pass costs each row its share
-        stats.constraint_seconds += (t3 - t2 + t1 - t0) / len(live)
+        row.record_pass(len(window), (t2 - t1) / len(live), (t3 - t2 + t1 - t0) / len(live))  # each its share
         if not n:  # a chunk: nothing to verify
             kept.append(row.accept_chunk())
             continue
@@ -164,12 +141,10 @@ def slot_pass(lm: LanguageModel, slots: SlotCache, live: list[RowDecode], window
     slots.compact()
 
 
-def decode(
-    lm: LanguageModel, fsm: TokenFSM, prompt_ids: list[int], options: DecodeOptions, drafter: Drafter | None = None,
-    generator: torch.Generator | None = None,
-) -> Decoded:
-    """Constrained decoding of ``fsm``'s language after ``prompt_ids`` with ``lm`` (`decode_steps`, run out)."""
-    steps = decode_steps(lm, fsm, prompt_ids, options, drafter, generator)
+def decode(lm: LanguageModel, item: RowInput, options: DecodeOptions) -> Decoded:
+    """Constrained decoding of ``item`` with ``lm`` (`decode_steps`, run out). Changes the item's drafter and
+    generator."""
+    steps = decode_steps(lm, item, options)
     while True:
         try:
             next(steps)

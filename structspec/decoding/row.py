@@ -22,32 +22,39 @@ chunk of them fed with no logits and nothing to verify (`accept_chunk`).
 Pending tokens are output already and greedy output never depends on drafts,
 so neither changes the row's tokens.
 
-A candidate is a chain, or a token tree (`TreeDrafting`, `structspec.decoding.tree`)
+A candidate is a chain (`structspec.decoding.chain.Chain`), or a token tree (`TreeDrafting`,
+`structspec.decoding.tree`)
 when the driver runs the slot path (``trees``) and the row is greedy: its window
 then carries each token's parent (`window_parents`) and position
 (`window_positions`), and the verified path is one branch of it. A greedy row
 shows the target's choice at every candidate position to a drafter that learns
-from them (`Observing`, `structspec.decoding.lookahead`).
+from them (`Observing`, `structspec.decoding.lookahead`). A chain whose drafter waits on a batched draft
+pass makes `prepare` return that `DraftRequest`: the batch driver runs the pass and calls `prepare` again,
+which drafts on from where the chain stopped.
+
+The row is the one writer of its `Stats`: the drivers hand it what a pass cost (`record_pass`, `prefilled`).
+A row whose output reaches a state the vocabulary cannot spell on from stops with ``"error"`` and the
+`UnspellableError` in ``error``, checked once per turn in `prepare`, before anything reads the state.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
 
 import torch
 
 from structspec.automaton.fsm import TokenFSM
-from structspec.decoding.budget import DEFAULT_COST, DraftLength, PassCost
-from structspec.decoding.drafters import Drafter
+from structspec.decoding.budget import DraftLength, PassCost
+from structspec.decoding.candidate import FORCED, MODEL, Candidate, DraftRequest
+from structspec.decoding.chain import Chain
+from structspec.decoding.drafter import Drafter, Observing, TreeDrafting, Turn
 from structspec.decoding.fastforward import FastForward, Forcer
-from structspec.decoding.sampling import SamplingConfig, warp_logits
+from structspec.decoding.sampling import SamplingConfig, token_logprobs
 from structspec.decoding.verify import accept_tree, verify_sampled
-from structspec.errors import OptionError
+from structspec.errors import OptionError, UnspellableError
+from structspec.models.protocol import LanguageModel
 from structspec.result import DraftStats, Stats, StopReason
-
-FORCED, MODEL = "forced", "model"  # sources besides drafter names
 
 
 @dataclass(frozen=True)
@@ -81,23 +88,33 @@ class Decoded:
     stop_reason: StopReason
     stats: Stats
     logprobs: list[float] | None = None  # per token, with ``output_logprobs``
+    error: UnspellableError | None = None  # with stop_reason "error": the state the vocabulary cannot leave
+
+
+@dataclass(frozen=True)
+class RowInput:
+    """One row to decode: its index in the caller's list, FSM, prompt ids, drafter and generator."""
+
+    index: int
+    fsm: TokenFSM
+    prompt_ids: list[int]
+    drafter: Drafter | None
+    generator: torch.Generator | None
 
 
 @dataclass(eq=False)
 class RowDecode:
-    """The decode state of one output after ``prompt_ids``; changed by `prepare` and `accept` only.
+    """The decode state of one output (``item``); changed by `prepare`, `fit`, the ``accept`` calls
+    and the stats writers (`record_pass`, `prefilled`, `decoded`).
 
     ``cached`` counts the positions the target's KV cache holds for this row
     (prompt and output tokens it has seen); ``pending`` are tokens it has not
     seen yet, fed at the next pass.
     """
 
-    fsm: TokenFSM
-    prompt_ids: list[int]
+    item: RowInput  # the FSM, prompt, drafter and generator
     options: DecodeOptions
     forcer: Forcer | None
-    drafter: Drafter | None
-    generator: torch.Generator | None
     stats: Stats
     max_context: int | None = None  # the model's positions; None: unbounded
     lengths: DraftLength | None = None  # how long a draft pays (with a drafter)
@@ -110,32 +127,50 @@ class RowDecode:
     sources: list[str] = field(default_factory=list)
     logprobs: list[float] | None = None  # per output token, kept only with ``options.output_logprobs``
     stop: StopReason | None = None
-    candidate: Candidate = field(default_factory=lambda: Candidate())
+    error: UnspellableError | None = None  # why the row stopped with "error"
+    candidate: Candidate = field(default_factory=Candidate)
+    chain: Chain | None = None  # a chain still being drafted (its drafter waits on a batched draft pass)
 
     @classmethod
-    def start(
-        cls, fsm: TokenFSM, tokenizer: object, prompt_ids: list[int], options: DecodeOptions,
-        drafter: Drafter | None, generator: torch.Generator | None, max_context: int | None = None,
-        cost: PassCost = DEFAULT_COST, trees: bool = False,
-    ) -> RowDecode:
-        """A row before its first pass: the whole prompt is pending. ``cost``: the target's pass cost by
-        tokens fed, which sets draft lengths (`structspec.decoding.budget`); ``trees``: whether the driver
-        verifies token trees."""
-        forcer = Forcer(fsm, tokenizer) if options.fast_forward == "exact" else None
-        stats = Stats(prompt_tokens=len(prompt_ids))
-        lengths = DraftLength(cost) if drafter is not None else None
-        return cls(fsm, list(prompt_ids), options, forcer, drafter, generator, stats, max_context, lengths, trees,
-                   pending=list(prompt_ids), logprobs=[] if options.output_logprobs else None)
+    def start(cls, item: RowInput, options: DecodeOptions, lm: LanguageModel, cost: PassCost) -> RowDecode:
+        """``item``'s row before its first pass on ``lm``: the whole prompt is pending. ``cost``: the target's
+        pass cost by tokens fed, which sets draft lengths (`structspec.decoding.budget`). A model that batches
+        (`LM.batchable`) runs on the slot path, where a greedy row's tree drafter drafts token trees. Changes
+        nothing."""
+        forcer = Forcer(item.fsm, lm.tokenizer) if options.fast_forward == "exact" else None
+        stats = Stats(prompt_tokens=len(item.prompt_ids), dtype=str(lm.dtype).removeprefix("torch."),
+                      batch_invariant=lm.batch_invariant)
+        lengths = DraftLength(cost) if item.drafter is not None else None
+        return cls(item, options, forcer, stats, lm.max_context, lengths, lm.batchable,
+                   pending=list(item.prompt_ids), logprobs=[] if options.output_logprobs else None)
 
     @property
     def state(self) -> int:
-        return self.states[-1] if self.states else self.fsm.initial_state
+        return self.states[-1] if self.states else self.item.fsm.initial_state
 
-    def prepare(self, rows: int = 1) -> list[int] | None:
-        """Fast-forward and draft; the window to feed next (pending + candidate), or None once stopped.
-        ``rows``: how many rows share the pass (sets the draft length of a greedy row)."""
+    def prepare(self, rows: int = 1) -> list[int] | DraftRequest | None:
+        """Fast-forward and draft; the window to feed next (pending + candidate), None once stopped, or the
+        `DraftRequest` of a drafter waiting on a batched draft pass (call again once it ran: the chain goes on
+        from there). ``rows``: how many rows share the pass (sets the draft length of a greedy row). Changes
+        the row and its drafter."""
         if self.stop is not None:
             return None
+        if self.chain is None:
+            turn = self._turn(rows)
+            if turn is None:
+                return None
+            if self.trees and isinstance(self.item.drafter, TreeDrafting) and not self.options.sampling.do_sample:
+                self.candidate = self.item.drafter.draft_tree(turn)
+            else:
+                self.chain = Chain(self.item.drafter, turn)
+        if self.chain is not None:
+            if (request := self.chain.extend()) is not None:
+                return request
+            self.candidate, self.chain = self.chain.candidate, None
+        return self.pending + self.candidate.tokens
+
+    def _turn(self, rows: int) -> Turn | None:
+        """Fast-forward the forced tokens, then stop the row (None) or say what its next candidate may be."""
         t0 = time.perf_counter()
         forced = self.forcer.force(self.state) if self.forcer else None
         if forced:
@@ -152,7 +187,12 @@ class RowDecode:
             if self.logprobs is not None:
                 del self.logprobs[budget:]
             return self._finish("max_new_tokens")
-        if self.fsm.is_complete(self.state):
+        try:  # the one place an unspellable state is met: drafts never enter one, only the output does
+            self.item.fsm.allowed_token_ids(self.state)
+        except UnspellableError as error:
+            self.error = error
+            return self._finish("error")
+        if self.item.fsm.is_complete(self.state):
             return self._finish("fsm_complete")
         limit = budget - len(self.out)  # candidate tokens
         if self.max_context is not None:
@@ -162,16 +202,9 @@ class RowDecode:
             limit = min(limit, room)
         shared = 1 if self.options.sampling.do_sample else rows  # a sampled row drafts alike in any batch
         drafted = self.lengths.choose(len(self.pending), limit, shared) if self.lengths else 0
-        context = self.prompt_ids + self.out
-        if self.trees and isinstance(self.drafter, TreeDrafting) and not self.options.sampling.do_sample:
-            self.candidate = self.drafter.draft_tree(
-                self.forcer, self.fsm, context, self.state, limit, drafted, self.options, self.stats)
-        else:
-            self.candidate = draft_candidate(
-                self.drafter, self.forcer, self.fsm, context, self.state,
-                limit, drafted, self.options, self.generator, self.stats,
-            )
-        return self.pending + self.candidate.tokens
+        item = self.item
+        context = item.prompt_ids + self.out
+        return Turn(item.fsm, self.forcer, self.options.sampling, item.generator, context, self.state, limit, drafted)
 
     def window_gains(self) -> list[float]:
         """Expected tokens the last window adds to the row's cache when only its first ``w`` tokens are fed
@@ -187,18 +220,16 @@ class RowDecode:
         nodes (a chain's prefix; a tree's topological prefix is a tree), or, where the pending tokens alone are
         longer, the pass feeds a chunk of them with no candidate and no logits. Cuts greedy rows only: a sampled
         row's draft was drawn with its generator, so the driver's width fits it. Changes the candidate and `chunk`."""
-        fed, cand = len(self.pending), self.candidate
+        fed = len(self.pending)
         if width < fed:
-            self.chunk, self.candidate = width, Candidate()
+            self.chunk, self.candidate = width, self.candidate.first(0)
             return self.pending[:width]
-        n = width - fed
-        self.candidate = Candidate(cand.tokens[:n], cand.states[:n], cand.sources[:n], cand.q[:n],
-                                   cand.parents[:n] if cand.parents is not None else None)
+        self.candidate = self.candidate.first(width - fed)
         return self.pending + self.candidate.tokens
 
     def mask_states(self) -> list[int]:
         """The FSM state each logits row of the last window is masked by: the state before each candidate
-        token, then the bonus row's; none for a chunk. Does not change anything."""
+        token, then the bonus row's; none for a chunk. Changes nothing."""
         return [] if self.chunk else [self.state] + self.candidate.states
 
     def window_parents(self) -> list[int]:
@@ -217,23 +248,19 @@ class RowDecode:
 
     def verify(self, logits: torch.Tensor, choices: list[int] | None = None) -> tuple[list[int], int]:
         """The target's verdict on the candidate from its masked ``logits`` [len(candidate) + 1, vocab]:
-        (verified path as candidate indices, next token). A sampled row draws from its generator; a greedy row
-        takes each logits row's argmax (``choices``, where the driver read them already) and shows them to an
-        `Observing` drafter, which learns from them. Changes nothing in the row."""
+        (verified path as candidate indices, next token). A sampled row draws from its generator (which
+        advances); a greedy row takes each logits row's argmax (``choices``, where the driver read them already)
+        and shows them to an `Observing` drafter, which learns from them. Changes the generator and the
+        drafter, not the row."""
         cand = self.candidate
         if self.options.sampling.do_sample:  # sampled rows draft chains only
-            accepted, token = verify_sampled(logits, cand.tokens, cand.q, self.options.sampling, self.generator)
+            accepted, token = verify_sampled(logits, cand.tokens, cand.q, self.options.sampling, self.item.generator)
             return list(range(accepted)), token
         if choices is None:
             choices = logits.argmax(-1).tolist()
-        if isinstance(self.drafter, Observing):
-            self.drafter.observe(self.prompt_ids + self.out, cand, choices)
-        return self.choose(choices)
-
-    def choose(self, choices: list[int]) -> tuple[list[int], int]:
-        """The greedy verdict from the target's masked argmax at each logits row (``choices``): (verified
-        path, next token). Changes nothing."""
-        return accept_tree(choices, self.candidate.tokens, self.candidate.parent_indices())
+        if isinstance(self.item.drafter, Observing):
+            self.item.drafter.observe(self.item.prompt_ids + self.out, cand, choices)
+        return accept_tree(choices, cand.tokens, cand.parent_indices())
 
     def path_logprobs(self, logits: torch.Tensor, path: list[int], token: int) -> list[float] | None:
         """With ``options.output_logprobs``, the log-probabilities of the ``path``'s tokens and ``token`` under
@@ -249,7 +276,7 @@ class RowDecode:
         is ``range(accepted)``) and the target's ``token`` (EOS ends the row). ``scores`` are their
         ``len(path) + 1`` log-probabilities (`path_logprobs`), kept when the row keeps log-probabilities.
         Returns the window offsets whose KV stays in the cache (the pending tokens, then the path's: a prefix
-        for a chain); the driver drops the rest."""
+        for a chain); the driver drops the rest. Changes the row, its stats, forcer and drafter."""
         t0 = time.perf_counter()
         cand, fed, accepted = self.candidate, len(self.pending), len(path)
         parents = cand.parent_indices()
@@ -266,9 +293,7 @@ class RowDecode:
             self.logprobs += scores[:accepted]
         self.cached += fed + accepted
         self.pending = []
-        _count_drafts(self.stats, self.drafter, cand, path)
-        if cand.parents is not None:
-            self.stats.tree_nodes += len(cand.tokens)
+        self._count_drafts(path)
         if self.lengths is not None:
             drafted = [s != FORCED for s in cand.sources]
             depth: list[int] = []  # drafter tokens from the root to each node: a chain's deepest is all of them
@@ -278,15 +303,15 @@ class RowDecode:
         self.candidate = Candidate()
         if accepted:
             state = self.states[-1]
-        if self.fsm.is_complete(state):  # the candidate finished the output; the target's token is EOS
+        if self.item.fsm.is_complete(state):  # the candidate finished the output; the target's token is EOS
             self._finish("fsm_complete")
-        elif token in self.fsm.eos_token_ids:
+        elif token in self.item.fsm.eos_token_ids:
             self._finish("eos")
         elif len(self.out) == self.options.max_new_tokens:
             self._finish("max_new_tokens")
         else:
             self.out.append(token)
-            self.states.append(self.fsm.next_state(state, token))
+            self.states.append(self.item.fsm.next_state(state, token))  # type: ignore[arg-type]  # allowed: a state
             self.sources.append(MODEL)
             if self.logprobs is not None:
                 self.logprobs.append(scores[accepted])  # type: ignore[index]
@@ -302,132 +327,63 @@ class RowDecode:
         del self.pending[:fed]
         return list(range(fed))
 
+    def record_pass(self, fed: int, model_seconds: float, constraint_seconds: float) -> None:
+        """A target pass fed the row ``fed`` tokens and cost it these seconds (its share of a batched pass).
+        Changes the stats."""
+        self.stats.target_forward_passes += 1
+        self.stats.tokens_fed.append(fed)
+        self.stats.model_seconds += model_seconds
+        self.stats.constraint_seconds += constraint_seconds
+
+    def prefilled(self, fed: int, seconds: float, reused: int = 0) -> None:
+        """The prompt but its last token is in the cache: ``reused`` tokens from the prompts' shared prefix and
+        ``fed`` from a pass of its own that took ``seconds``; the last token stays pending. Changes the row and
+        its stats."""
+        self.cached, self.pending = reused + fed, self.item.prompt_ids[reused + fed :]
+        if fed:
+            self.stats.prefill_passes += 1
+        self.stats.prefix_tokens_reused = reused
+        self.stats.model_seconds += seconds
+
     def decoded(self) -> Decoded:
-        """The row's output so far as a `Decoded` (call once stopped). Does not change the row."""
-        _count_output(self.stats, self.fsm, self.out, self.sources)
+        """The row's output so far as a `Decoded` (call once stopped). Fills the output counts of the row's
+        stats; changes nothing else."""
         assert self.stop is not None, "decoded() is called on a stopped row"
-        return Decoded(self.out, self.sources, self.stop, self.stats, self.logprobs)
+        stats, out, sources = self.stats, self.out, self.sources
+        stats.output_tokens = len(out)
+        stats.forced_tokens = sources.count(FORCED)
+        stats.model_tokens = sources.count(MODEL)
+        spelled = self.item.fsm.vocab.token_bytes
+        stats.forced_bytes = sum(len(spelled[t] or b"") for t, s in zip(out, sources) if s == FORCED)
+        return Decoded(out, sources, self.stop, stats, self.logprobs, self.error)
 
     def _finish(self, reason: StopReason) -> None:
+        """Stop the row with ``reason`` (changes the row)."""
         self.stop = reason
 
-
-def token_logprobs(logits: torch.Tensor, tokens: list[int], sampling: SamplingConfig) -> list[float]:
-    """Log-probability of ``tokens[i]`` under row ``i`` of the masked ``logits`` [≥ len(tokens), vocab]: the
-    warped distribution a sampler draws from, or the masked softmax when greedy (a single allowed token
-    scores 0.0)."""
-    rows = logits[: len(tokens)].float()
-    if sampling.do_sample:
-        rows = warp_logits(rows, sampling)
-    at = torch.arange(len(tokens), device=rows.device)
-    picked = rows.log_softmax(-1)[at, torch.tensor(tokens, device=rows.device)]
-    return picked.tolist()
-
-
-@dataclass
-class Candidate:
-    """Drafted tokens with the FSM state after each, who proposed it, and its draft distribution: a chain, or a
-    token tree in topological order whose ``parents[i]`` is the index of the token ``i`` follows (−1: the
-    pending tokens)."""
-
-    tokens: list[int] = field(default_factory=list)
-    states: list[int] = field(default_factory=list)
-    sources: list[str] = field(default_factory=list)
-    q: list[torch.Tensor | None] = field(default_factory=list)  # None: a point mass
-    parents: list[int] | None = None  # None: a chain
-
-    def parent_indices(self) -> list[int]:
-        """Each token's parent index (a chain's: ``i − 1``). Changes nothing."""
-        return self.parents if self.parents is not None else list(range(-1, len(self.tokens) - 1))
-
-
-@runtime_checkable
-class TreeDrafting(Drafter, Protocol):
-    """A drafter that drafts token trees for greedy rows (`structspec.decoding.tree.TreeDrafter`); a chain
-    through `Drafter.next` elsewhere."""
-
-    def draft_tree(
-        self, forcer: Forcer | None, fsm: TokenFSM, context: list[int], state: int, limit: int, drafted: int,
-        options: DecodeOptions, stats: Stats,
-    ) -> Candidate:
-        """A token tree after ``context`` (in ``state``), at most ``limit`` deep, its size set by ``drafted``
-        (the drafter tokens the cost model would feed); every token allowed by the FSM."""
-
-
-@runtime_checkable
-class Observing(Protocol):
-    """A drafter that learns from the target's choices (`structspec.decoding.lookahead.LookaheadDrafter`)."""
-
-    def observe(self, context: list[int], candidate: Candidate, choices: list[int]) -> None:
-        """The target's masked argmax at the root (``choices[0]``) and after each token ``i`` of ``candidate``
-        (``choices[1 + i]``), drafted after ``context`` (changes the drafter)."""
-
-
-def draft_candidate(
-    drafter: Drafter | None, forcer: Forcer | None, fsm: TokenFSM, context: list[int], state: int, limit: int,
-    drafted: int, options: DecodeOptions, generator: torch.Generator | None, stats: Stats,
-) -> Candidate:
-    """Up to ``limit`` tokens after ``context`` (in ``state``): forced text spelled canonically wherever the
-    FSM forces some, at most ``drafted`` of the drafter's tokens elsewhere; every token is allowed by the FSM."""
-    cand = Candidate()
-    if drafter is not None:
-        drafter.begin()
-    while len(cand.tokens) < limit and not fsm.is_complete(state):
-        t0 = time.perf_counter()
-        spliced, spliced_states = forcer.spelled(state) if forcer else ([], [])
-        if spliced:
-            # a state the vocabulary cannot leave ends the candidate: only the output reaching it may raise
-            n = min(next((i for i, s in enumerate(spliced_states) if not fsm.spellable(s)), len(spliced)),
-                    limit - len(cand.tokens))
-            if n == 0:
-                break
-            cand.tokens += spliced[:n]
-            cand.states += spliced_states[:n]
-            cand.sources += [FORCED] * n
-            cand.q += [None] * n
-            state = spliced_states[n - 1]
-            stats.constraint_seconds += time.perf_counter() - t0
-            continue
-        if drafter is None or drafted == 0:
-            break
-        drafted -= 1
-        passes = drafter.passes
-        step = drafter.next(context + cand.tokens, state, fsm, options.sampling, generator)
-        entry = stats.drafts.setdefault(step.source if step else drafter.name, DraftStats())
-        entry.seconds += time.perf_counter() - t0
-        entry.draft_passes += drafter.passes - passes
-        next_state = fsm.next_state(state, step.token) if step else None
-        if step is None or next_state is None or not fsm.spellable(next_state):
-            break
-        cand.tokens.append(step.token)
-        cand.states.append(next_state)
-        cand.sources.append(step.source)
-        cand.q.append(step.q)
-        state = next_state
-    return cand
-
-
-def _count_drafts(stats: Stats, drafter: Drafter | None, cand: Candidate, path: list[int]) -> None:
-    """Per-source drafted/accepted counts of one verified candidate (a tree's every node is drafted, its path
-    accepted); tells the drafter how it did."""
-    drafted: dict[str, int] = {}
-    kept: dict[str, int] = {}
-    on_path = set(path)
-    for i, source in enumerate(cand.sources):
-        drafted[source] = drafted.get(source, 0) + 1
-        kept[source] = kept.get(source, 0) + (i in on_path)
-    for source, n in drafted.items():
-        entry = stats.drafts.setdefault(source, DraftStats())
-        entry.drafted += n
-        entry.accepted += kept[source]
-        entry.verify_passes += 1
-    if drafter is not None:
-        drafter.feedback(drafted, kept)
-
-
-def _count_output(stats: Stats, fsm: TokenFSM, out: list[int], sources: list[str]) -> None:
-    stats.output_tokens = len(out)
-    stats.forced_tokens = sources[: len(out)].count(FORCED)
-    stats.model_tokens = sources[: len(out)].count(MODEL)
-    stats.forced_bytes = sum(len(fsm.vocab.token_bytes[t] or b"") for t, s in zip(out, sources) if s == FORCED)
-
+    def _count_drafts(self, path: list[int]) -> None:
+        """Per-source drafted/accepted counts and drafting time of the verified candidate (a tree's every node
+        is drafted, its path accepted); tells the drafter how it did. Changes the stats and the drafter."""
+        cand, stats = self.candidate, self.stats
+        for source, seconds in cand.seconds.items():  # (forced text spliced: constraint time)
+            if source == FORCED:
+                stats.constraint_seconds += seconds
+            else:
+                stats.drafts.setdefault(source, DraftStats()).seconds += seconds
+        if self.item.drafter is not None and cand.draft_passes:
+            stats.drafts.setdefault(self.item.drafter.name, DraftStats()).draft_passes += cand.draft_passes
+        drafted: dict[str, int] = {}
+        kept: dict[str, int] = {}
+        on_path = set(path)
+        for i, source in enumerate(cand.sources):
+            drafted[source] = drafted.get(source, 0) + 1
+            kept[source] = kept.get(source, 0) + (i in on_path)
+        for source, n in drafted.items():
+            entry = stats.drafts.setdefault(source, DraftStats())
+            entry.drafted += n
+            entry.accepted += kept[source]
+            entry.verify_passes += 1
+        if cand.parents is not None:
+            stats.tree_nodes += len(cand.tokens)
+        if self.item.drafter is not None:
+            self.item.drafter.feedback(drafted, kept)

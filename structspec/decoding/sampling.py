@@ -64,3 +64,15 @@ def choose_token(logits: torch.Tensor, config: SamplingConfig, generator: torch.
     if not config.do_sample:
         return int(torch.argmax(logits))
     return sample(probabilities(logits, config), generator)
+
+
+def token_logprobs(logits: torch.Tensor, tokens: list[int], sampling: SamplingConfig) -> list[float]:
+    """Log-probability of ``tokens[i]`` under row ``i`` of the masked ``logits`` [≥ len(tokens), vocab]: the
+    warped distribution a sampler draws from, or the masked softmax when greedy (a single allowed token
+    scores 0.0). Changes nothing."""
+    rows = logits[: len(tokens)].float()
+    if sampling.do_sample:
+        rows = warp_logits(rows, sampling)
+    at = torch.arange(len(tokens), device=rows.device)
+    picked = rows.log_softmax(-1)[at, torch.tensor(tokens, device=rows.device)]
+    return picked.tolist()

@@ -1,7 +1,7 @@
 """Token trees (SpecInfer): one target pass verifies several guesses where a single chain would guess wrong.
 
 `TreeDrafter` drafts the chain prompt lookup would (the main branch, forced
-text spliced in, `structspec.decoding.row.draft_candidate`) and adds siblings
+text spliced in, `structspec.decoding.chain.Chain`) and adds siblings
 along it, nearest the root first:
 
 1. **options**: where the FSM allows only a few tokens (an enum, a Literal),
@@ -33,16 +33,13 @@ Typical use::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-import torch
+from dataclasses import dataclass, field, replace
 
 from structspec.automaton.fsm import TokenFSM
-from structspec.decoding.drafters import PromptLookup, Step, continuations
-from structspec.decoding.fastforward import Forcer
-from structspec.decoding.row import FORCED, Candidate, DecodeOptions, draft_candidate
-from structspec.decoding.sampling import SamplingConfig
-from structspec.result import Stats
+from structspec.decoding.candidate import FORCED, Candidate, Step
+from structspec.decoding.chain import draft_chain
+from structspec.decoding.drafter import Turn
+from structspec.decoding.lookup import PromptLookup, continuations
 
 @dataclass(eq=False)
 class TreeDrafter:
@@ -70,50 +67,50 @@ class TreeDrafter:
     def begin(self) -> None:
         self._lookup.begin()
 
-    def next(self, context: list[int], state: int, fsm: TokenFSM, sampling: SamplingConfig,
-             generator: torch.Generator | None) -> Step | None:
-        return self._lookup.next(context, state, fsm, sampling, generator)
+    def next(self, turn: Turn, context: list[int], state: int) -> Step | None:
+        return self._lookup.next(turn, context, state)
 
     def feedback(self, drafted: dict[str, int], accepted: dict[str, int]) -> None:
         pass  # fixed sizes: the cost model caps them
 
-    def draft_tree(
-        self, forcer: Forcer | None, fsm: TokenFSM, context: list[int], state: int, limit: int, drafted: int,
-        options: DecodeOptions, stats: Stats,
-    ) -> Candidate:
-        """A token tree after ``context`` (in ``state``), no path longer than ``limit``, at most
-        ``min(max_nodes, drafted)`` nodes beyond the main branch. Every token is allowed by the FSM; reads
-        the FSM's caches, changes nothing else."""
-        tree = draft_candidate(self, forcer, fsm, context, state, limit, drafted, options, None, stats)
+    def draft_tree(self, turn: Turn) -> Candidate:
+        """A token tree after the turn's context, no path longer than ``turn.limit``, at most
+        ``min(max_nodes, turn.drafted)`` nodes beyond the main branch. Every token is allowed by the FSM. Changes
+        the drafter's per-candidate counters (`Drafter.begin`), nothing else."""
+        tree = draft_chain(self, turn)
         tree.parents = list(range(-1, len(tree.tokens) - 1))
-        spine, budget = len(tree.tokens), min(self.max_nodes, drafted)
+        fsm, forcer, limit = turn.fsm, turn.forcer, turn.limit
+        spine, budget = len(tree.tokens), min(self.max_nodes, turn.drafted)
         for p in range(-1, spine):  # the sibling of main-branch node p + 1
             if budget <= 0:
                 break
-            at = tree.states[p] if p >= 0 else state
+            at = tree.states[p] if p >= 0 else turn.state
             child = tree.tokens[p + 1] if p + 1 < spine else None
             if p + 2 > limit or (child is not None and tree.sources[p + 1] == FORCED) or fsm.is_complete(at):
                 continue  # no room, forced text (no choice), or nothing but EOS
-            prefix = context + tree.tokens[: p + 1]
+            prefix = turn.context + tree.tokens[: p + 1]
             close = forcer.closing(at)[0][:1] if forcer is not None else []
-            for token in self._siblings(fsm, prefix, at, child, close)[: self.max_options]:
+            for token in self._siblings(replace(turn, context=prefix, state=at), child, close)[: self.max_options]:
                 if budget <= 0:
                     break
-                budget -= self._add_branch(tree, p, fsm.next_state(at, token), token, forcer, fsm, prefix,
-                                           min(limit - p - 2, budget - 1), options, stats)
+                room = min(limit - p - 2, budget - 1)
+                branch = replace(turn, context=prefix + [token], state=fsm.next_state(at, token), limit=room,
+                                 drafted=room)
+                budget -= self._add_branch(tree, p, token, branch)
         return tree
 
-    def _siblings(self, fsm: TokenFSM, context: list[int], state: int, child: int | None,
-                  close: list[int]) -> list[int]:
-        """Tokens worth a sibling of ``child`` after ``context`` in ``state``, best first; ``close``: the token
-        that closes a string here (`Forcer.closing`), if any. Changes nothing."""
+    def _siblings(self, at: Turn, child: int | None, close: list[int]) -> list[int]:
+        """Tokens worth a sibling of ``child`` after ``at``'s context in its state, best first; ``close``: the
+        token that closes a string here (`Forcer.closing`), if any. Changes nothing."""
+        fsm, state = at.fsm, at.state
         options = self._options(fsm, state)
         if options is not None:
             tokens = options
         else:
             boundary = child is None or not (fsm.vocab.token_bytes[child] or b"")[:1].isalnum()
-            # the value may end here: at a word boundary or where the branch ends
-            tokens = (close if boundary else []) + self._matches(fsm, context, state)
+            # the value may end here: at a word boundary or where the branch ends; else what followed the longest
+            # matching n-gram of the context's end at each earlier place (prompt lookup takes the first)
+            tokens = (close if boundary else []) + list(continuations(at.context, self.max_ngram, 1, at.allows(state)))
         return [t for t in dict.fromkeys(tokens) if t != child and fsm.spellable(fsm.next_state(state, t))]
 
     def _options(self, fsm: TokenFSM, state: int) -> list[int] | None:
@@ -128,23 +125,17 @@ class TreeDrafter:
             spelled = {t: b for t, b in spelled.items() if not any(o != b and o.startswith(b) for o in spelled.values())}
         return list(spelled) if 1 < len(spelled) <= self.max_options else None
 
-    def _matches(self, fsm: TokenFSM, context: list[int], state: int) -> list[int]:
-        """What followed the longest matching n-gram of ``context``'s end at each earlier place, where the FSM
-        allows it (prompt lookup takes the first). Changes nothing."""
-        return list(continuations(context, self.max_ngram, 1, lambda t: fsm.next_state(state, t) is not None))
-
-    def _add_branch(
-        self, tree: Candidate, parent: int, state: int, token: int, forcer: Forcer | None, fsm: TokenFSM,
-        context: list[int], room: int, options: DecodeOptions, stats: Stats,
-    ) -> int:
-        """Append ``token`` (reaching ``state``) under node ``parent`` and, up to ``room`` more nodes, what
-        follows it as a chain would (forced text, prompt lookup). Changes ``tree``; returns the nodes added."""
-        branch = draft_candidate(self._branch, forcer, fsm, context + [token], state, room, room, options, None,
-                                 stats) if room > 0 else Candidate()
+    def _add_branch(self, tree: Candidate, parent: int, token: int, branch: Turn) -> int:
+        """Append ``token`` (reaching ``branch.state``) under node ``parent`` and, up to ``branch.limit`` more
+        nodes, what follows it as a chain would (forced text, prompt lookup). Changes ``tree``; returns the
+        nodes added."""
+        after = draft_chain(self._branch, branch) if branch.limit > 0 else Candidate()
         start = len(tree.tokens)
-        tree.tokens += [token] + branch.tokens
-        tree.states += [state] + branch.states
-        tree.sources += [self.name] + branch.sources
-        tree.q += [None] * (1 + len(branch.tokens))
-        tree.parents += [parent] + list(range(start, start + len(branch.tokens)))  # type: ignore[operator]
-        return 1 + len(branch.tokens)
+        tree.tokens += [token] + after.tokens
+        tree.states += [branch.state] + after.states
+        tree.sources += [self.name] + after.sources
+        tree.q += [None] * (1 + len(after.tokens))
+        tree.parents += [parent] + list(range(start, start + len(after.tokens)))  # type: ignore[operator]
+        for source, seconds in after.seconds.items():
+            tree.time(source, seconds)
+        return 1 + len(after.tokens)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import structspec
-from structspec.decoding.drafters import SHORT_NAMES
+from structspec.decoding.factory import DRAFT_NAMES
 from structspec.errors import StructspecError
 from structspec.jobs.errors import JobConfigError
 from structspec.jobs.lines import output_line
@@ -121,7 +121,7 @@ def resolve_draft(name: str | None, device: str = "auto", dtype: str | None = No
     (on ``device`` in ``dtype``, as the target)."""
     if name is None or name == "none":
         return None
-    if name in SHORT_NAMES:
+    if name in DRAFT_NAMES:
         return name
     try:
         return load_model(name, device, dtype)

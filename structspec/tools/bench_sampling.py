@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 import structspec
-from structspec.decoding.drafters import make_drafter
+from structspec.decoding.factory import SelfDraft, make_drafter
 from structspec.decoding.sampling import SamplingConfig
 from structspec.testing import chi_square_pvalue, exact_output_distribution, sample_outputs, tiny_lm
 
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     drafts = {
         "plain masked (control)": None,
         "draft model (other random weights)": tiny_lm("byte_level", seed=7),
-        "self-draft, threshold": "threshold",
+        "self-draft, threshold": SelfDraft(threshold=True),
         "prompt lookup": "prompt_lookup",
     }
     table = Table(title=f"{args.samples} samples per method, {len(exact)} possible outputs, T={TEMPERATURE}",

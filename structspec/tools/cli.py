@@ -56,9 +56,9 @@ def _positive(text: str) -> int:
 
 
 def drafter(text: str) -> str:
-    """A drafter's name (`structspec.settings.DRAFT_NAMES` or ``none``), with a did-you-mean for a typo
+    """A drafter's name (`structspec.decoding.factory.DRAFT_NAMES` or ``none``), with a did-you-mean for a typo
     (argparse's ``type``)."""
-    from structspec.settings import DRAFT_NAMES
+    from structspec.decoding.factory import DRAFT_NAMES
 
     names = [*DRAFT_NAMES, "none"]
     if text in names:

@@ -26,7 +26,8 @@ from typing import Any
 from rich.console import Console
 
 import structspec
-from structspec.decoding.drafters import Staged
+from structspec.decoding.factory import SelfDraft, Staged
+from structspec.decoding.tree import TreeDrafter
 from structspec.models.transformers_lm import LM
 from structspec.result import no_pass_tokens
 from structspec.tools.peers import PeerRun, unconstrained_greedy
@@ -48,9 +49,10 @@ def methods(draft_model: LM | None = None, self_draft: bool = False, trees: bool
     plain and staged.
     """
     drafts: dict[str, Any] = {"prompt lookup": "prompt_lookup"} | (
-        {"tree": "tree", "lookahead": "lookahead"} if trees else {})
+        {"tree": TreeDrafter(), "lookahead": "lookahead"} if trees else {})
     if self_draft:
-        drafts |= {"self-draft": "self", "staged self-draft": "staged", "threshold": "threshold", "auto": "auto"}
+        drafts |= {"self-draft": SelfDraft(), "staged self-draft": Staged(), "threshold": SelfDraft(threshold=True),
+                   "auto": "auto"}
     if draft_model is not None:
         drafts |= {"draft model": draft_model, "staged draft model": Staged(draft_model)}
     return {
