@@ -68,7 +68,7 @@ def _load_shipped(name: str, isolated_cache: str) -> structspec.LM:
     _set_cache(_USER_CACHE)
     try:
         # float32, whatever the CPU: the oracle and batch tests' near-tie bounds are float32's; bfloat16 (the
-        # default on AVX-512 BF16 CPUs) is tested on tiny models in tests/test_kernels.py
+        # default on AVX-512 BF16 CPUs) is tested on tiny models in tests/models/test_kernels.py
         return structspec.load(name, dtype="float32")
     except ModelNotFoundError as e:
         pytest.skip(f"{name} is not available: {e}")

@@ -17,12 +17,12 @@ from typing import Any, Callable
 
 import pytest
 import torch
-from conftest import _USER_CACHE, _set_cache
+from tests.conftest import _USER_CACHE, _set_cache
 
 import structspec
 from structspec.lm import DEFAULT_MODEL
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 # Why a block may be left out; anything else must run.

@@ -18,7 +18,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_fuzz import FUZZ, outcome
+from tests.schema.test_fuzz import FUZZ, outcome
 
 import structspec
 from structspec import Regex, Result

@@ -79,7 +79,7 @@ def test_eos_token_id_must_name_special_tokens(byte_lm: structspec.LM) -> None:
     for value in (eos, [eos]):
         assert run(byte_lm, max_new_tokens=30, generation_config=GenerationConfig(eos_token_id=value)).token_ids == (
             plain.token_ids)
-    for value in ([eos, eos + 5], eos + 5):  # id 5 is a text token (tests/test_eos.py: lists of special tokens)
+    for value in ([eos, eos + 5], eos + 5):  # id 5 is a text token (tests/decoding/test_eos.py: lists of special tokens)
         with pytest.raises(OptionError, match=rf"eos_token_id {eos + 5} is the text token .*tokenizer's EOS \(id {eos}\)"):
             run(byte_lm, generation_config=GenerationConfig(eos_token_id=value))
 

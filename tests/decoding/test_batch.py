@@ -19,7 +19,7 @@ from structspec.lm import LM
 from structspec.testing import chi_square_pvalue, exact_output_distribution, tiny_lm
 from structspec.decoding.sampling import SamplingConfig
 
-from conftest import DEVICE
+from tests.conftest import DEVICE
 
 
 class Order(BaseModel):

@@ -157,7 +157,7 @@ def test_chat_prompt_uses_the_template(smollm2) -> None:
 
 
 def test_strict_false_drops_unenforceable_keywords_with_a_warning(byte_lm) -> None:
-    # unique free strings cannot be a regular language (unique enum options can: tests/test_reach.py)
+    # unique free strings cannot be a regular language (unique enum options can: tests/schema/test_reach.py)
     schema = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True}},
               "additionalProperties": False}
     with pytest.raises(structspec.SchemaError, match="uniqueItems"):

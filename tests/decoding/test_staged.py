@@ -27,7 +27,7 @@ from structspec.decoding.drafters import (
 from structspec.decoding.tree import TreeDrafter
 from structspec.testing import restricted, tiny_lm
 
-from conftest import DEVICE
+from tests.conftest import DEVICE
 
 
 class Order(BaseModel):

@@ -108,7 +108,7 @@ def test_a_left_padded_batch_gives_each_row_its_own_output(family, request) -> N
         assert hf_generate(lm, processor, prompts) == [plain_greedy(lm, spec, p) for p in prompts]
 
 
-NEAR_TIE = 0.05  # as in tests/test_batch.py: another pass shape may flip a masked-logit gap this small
+NEAR_TIE = 0.05  # as in tests/decoding/test_batch.py: another pass shape may flip a masked-logit gap this small
 
 
 @pytest.mark.real_model

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_jobs import SCHEMA  # short outputs, so the tiny random model finishes records
+from tests.jobs.test_jobs import SCHEMA  # short outputs, so the tiny random model finishes records
 
 pytest.importorskip("ray.data")  # the optional extra (`pip install 'structspec-lm[ray]'`); CI installs it
 

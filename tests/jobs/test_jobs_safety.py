@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from test_jobs import SCHEMA  # short outputs, so the tiny random model finishes records
+from tests.jobs.test_jobs import SCHEMA  # short outputs, so the tiny random model finishes records
 
 import structspec
 from structspec.testing import save_tiny_model

@@ -16,8 +16,8 @@ from structspec.kernels import TorchLinear, attention_by_row
 from structspec.lm import make_batch_invariant
 from structspec.testing import tiny_lm
 
-from conftest import DEVICE
-from test_batch import PROMPTS, SPECS
+from tests.conftest import DEVICE
+from tests.decoding.test_batch import PROMPTS, SPECS
 
 DTYPES = [torch.float32, torch.bfloat16]
 

@@ -26,7 +26,7 @@ from structspec.schema.patterns import ecma_classes
 from structspec.schema.reach import unroll
 from structspec.testing import in_layout
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parent.parent / "data"
 ROWS = [json.loads(line) for name in ("jsonschemabench_sample.jsonl", "jsonschemabench_slow_sample.jsonl")
         for line in (DATA / name).open()]
 

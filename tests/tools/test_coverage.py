@@ -16,7 +16,7 @@ from structspec.testing import in_layout
 from structspec.tools.coverage import OrderSearch, _OutOfBudget, spread, summarize
 from structspec.schema import constraint_of, validator
 
-ROWS = [json.loads(line) for line in (Path(__file__).parent / "data" / "jsonschemabench_sample.jsonl").open()]
+ROWS = [json.loads(line) for line in (Path(__file__).parent.parent / "data" / "jsonschemabench_sample.jsonl").open()]
 
 
 def test_layout_follows_the_schema_property_order() -> None:
