@@ -30,6 +30,18 @@ def _set_cache(value: str | None) -> None:
         os.environ["STRUCTSPEC_CACHE"] = value
 
 
+# The fixtures that load a shipped model: a test that uses one is marked ``real_model`` whether or not it says so.
+REAL_MODEL_FIXTURES = frozenset({"smollm2", "qwen_coder", "gemma3", "real_lm"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``real_model`` every collected test that uses a shipped model's fixture."""
+    for item in items:
+        if REAL_MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.real_model)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Point STRUCTSPEC_CACHE at a session temp dir so tests never touch the developer's cache."""
