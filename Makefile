@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo test bench docs
+.PHONY: setup demo test test-fast bench docs
 
 setup: $(VENV)/.installed
 
@@ -25,6 +25,10 @@ test: setup
 	$(VENV)/bin/lint-imports
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto
+
+# The fast tier: no shipped model, no test over 2 s (pyproject's markers); under a minute on 2 cores.
+test-fast: setup
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto -m "not slow and not real_model"
 
 bench: setup
 	$(VENV)/bin/structspec bench

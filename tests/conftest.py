@@ -32,14 +32,21 @@ def _set_cache(value: str | None) -> None:
 
 # The fixtures that load a shipped model: a test that uses one is marked ``real_model`` whether or not it says so.
 REAL_MODEL_FIXTURES = frozenset({"smollm2", "qwen_coder", "gemma3", "real_lm"})
+# Fixtures over 2 s to build (`qwen_lm` reads a 151,665-token vocabulary: 14 to 25 s on 2 cores): a test that uses
+# one is marked ``slow``, since it takes that long alone.
+SLOW_FIXTURES = frozenset({"qwen_lm"})
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark ``real_model`` every collected test that uses a shipped model's fixture."""
+    """Mark ``real_model`` every collected test that uses a shipped model's fixture, and ``slow`` one that uses a
+    fixture slow to build."""
     for item in items:
-        if REAL_MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if REAL_MODEL_FIXTURES & fixtures:
             item.add_marker(pytest.mark.real_model)
+        if SLOW_FIXTURES & fixtures:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session", autouse=True)

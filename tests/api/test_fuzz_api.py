@@ -91,6 +91,7 @@ def valid_option(name: str, value: Any) -> bool:
     return _is_int(value, 1)  # max_recursion_depth
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=250)
 @given(st.fixed_dictionaries({}, optional=VALUES))
 def test_random_options_give_a_result_or_an_error(byte_lm: structspec.LM, options: dict[str, Any]) -> None:
@@ -159,6 +160,7 @@ CALLS = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=300)
 @given(st.lists(CALLS, max_size=12))
 def test_random_matcher_calls_follow_the_reference(byte_lm: structspec.LM, calls: list[tuple[str, Any]]) -> None:
@@ -220,6 +222,7 @@ def valid_prompt(prompt: Any) -> bool:
         isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt)
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=200)
 @given(PROMPTS)
 def test_random_chat_shapes_give_a_result_or_a_prompt_error(byte_lm: structspec.LM, prompt: Any) -> None:

@@ -73,6 +73,7 @@ def test_neutral_values_of_unsupported_fields_pass() -> None:
     assert GenerateOptions.of({}, config).decode_options() == GenerateOptions().decode_options()
 
 
+@pytest.mark.slow
 def test_eos_token_id_must_name_special_tokens(byte_lm: structspec.LM) -> None:
     eos = byte_lm.vocab.eos_token_id
     plain = run(byte_lm, max_new_tokens=30)
@@ -84,6 +85,7 @@ def test_eos_token_id_must_name_special_tokens(byte_lm: structspec.LM) -> None:
             run(byte_lm, generation_config=GenerationConfig(eos_token_id=value))
 
 
+@pytest.mark.slow
 def test_models_own_config_adds_no_sampling(byte_lm: structspec.LM, monkeypatch: pytest.MonkeyPatch) -> None:
     greedy = run(byte_lm, max_new_tokens=30)
     own = byte_lm.model.generation_config

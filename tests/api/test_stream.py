@@ -87,6 +87,7 @@ def same_result(a: structspec.Result, b: structspec.Result) -> None:
                                                                       b.stats.target_forward_passes)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lm_name", ["byte_lm", "sp_lm"])
 @pytest.mark.parametrize("options", [
     {"max_new_tokens": 60},
@@ -155,6 +156,7 @@ class Recorder:
         self.ends += 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lm_name", ["byte_lm", "sp_lm"])
 def test_streamer_gets_prompt_then_accepted_ids(lm_name: str, request: pytest.FixtureRequest) -> None:
     lm = request.getfixturevalue(lm_name)

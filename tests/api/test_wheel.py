@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow  # the module builds the wheel first: 17 s on 2 cores
 
 
 @pytest.fixture(scope="module")

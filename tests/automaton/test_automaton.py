@@ -42,6 +42,7 @@ def _matches(sequences: list[list[tuple[int, int]]], data: bytes) -> bool:
     return any(len(s) == len(data) and all(lo <= b <= hi for (lo, hi), b in zip(s, data)) for s in sequences)
 
 
+@pytest.mark.slow
 @given(st.integers(0, 0x10FFFF), st.integers(0, 3000), st.data())
 @settings(max_examples=200, deadline=None)
 def test_utf8_sequences_match_exactly_the_encodings_of_the_range(lo: int, width: int, data) -> None:
@@ -58,6 +59,7 @@ def test_utf8_sequences_match_exactly_the_encodings_of_the_range(lo: int, width:
             assert len(text) == 1 and lo <= ord(text) <= hi
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("regex", REGEXES)
 @pytest.mark.parametrize("kind", ["byte_level", "sentencepiece"])
 def test_token_fsm_agrees_with_outlines_core(regex: str, kind: str, request) -> None:
@@ -68,6 +70,7 @@ def test_token_fsm_agrees_with_outlines_core(regex: str, kind: str, request) -> 
     assert ours == theirs
 
 
+@pytest.mark.slow
 def test_token_fsm_agrees_with_outlines_core_on_schema_regexes(byte_lm) -> None:
     schema = {
         "type": "object",
@@ -168,6 +171,7 @@ def _object_schema(k: int, depth: int) -> dict:
     return leaf if depth == 1 else {"type": "object", "properties": {f"o{i}": _object_schema(k, depth - 1) for i in range(k)}}
 
 
+@pytest.mark.slow
 def test_repeated_groups_are_shared_and_the_language_kept() -> None:
     # outlines-core spells k optional properties in O(k²) text; hash-consing makes the NFA O(k).
     sizes = {k: len(ByteNFA(constraint_of(_object_schema(k, 1)).regex)) for k in (16, 32)}
@@ -207,6 +211,7 @@ def _same_language_on_walks(a: LazyDFA, b: LazyDFA, walks: int, length: int) -> 
             x, y = int(a.table[x, byte]), int(b.table[y, byte])
 
 
+@pytest.mark.slow
 def test_a_large_group_needed_in_many_places_is_built_once_and_called(monkeypatch) -> None:
     item = {"type": "object", "properties": {f"f{i}": {"type": "string", "maxLength": 4} for i in range(10)},
             "required": ["f0", "f9"]}
@@ -232,6 +237,7 @@ def test_a_large_group_needed_in_many_places_is_built_once_and_called(monkeypatc
     assert sorted(Counter(call[0] for call in twice.calls.values()).values()) == [2]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("regex", [
     r'"([^"\\]|\\["\\nt]){0,300}"', r"a{3,400}b", r"(ab|c){90,}d", r"((ab){2,20}c){1,30}", r"(é|x[0-9]){100}y?",
     r"(a{0,70}[^\s\S]|b){1,200}c", r"((x?){3}y){40,60}",
@@ -251,6 +257,7 @@ def test_large_counted_repeats_are_counters_with_the_language_of_copies(regex: s
         assert a.is_final(a.step(a.initial, text.encode())) == b.is_final(b.step(b.initial, text.encode()))
 
 
+@pytest.mark.slow
 def test_a_string_with_a_huge_max_length_costs_one_body_and_counts_exactly() -> None:
     regex = constraint_of({"type": "string", "maxLength": 5000}).regex
     nfa = ByteNFA(regex)
@@ -373,6 +380,7 @@ def test_tokens_past_the_logits_width_do_not_count_as_allowed() -> None:
         fsm.allowed_token_ids(fsm.initial_state)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
 def test_each_state_allows_exactly_the_tokens_whose_bytes_it_reads(kind: str, request) -> None:
     # The vocabulary walk gathers a state's tokens by first byte where it allows few (a brace, a quote) and

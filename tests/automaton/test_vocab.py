@@ -68,6 +68,7 @@ _TEXT = st.text(
 )
 
 
+@pytest.mark.slow
 @given(_TEXT)
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_token_bytes_spell_any_text(lm: LM, kind: str, s: str) -> None:

@@ -44,6 +44,7 @@ def alone(lm, specs, prompts, **options) -> list[structspec.Result]:
     return [structspec.generate_result(lm, s, p, max_new_tokens=40, **options) for s, p in zip(specs, prompts)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
 def test_every_row_equals_the_row_decoded_alone(kind: str, mode: str, request) -> None:
@@ -59,6 +60,7 @@ def test_every_row_equals_the_row_decoded_alone(kind: str, mode: str, request) -
     assert {r.stop_reason for r in single} >= {"fsm_complete", "max_new_tokens"}  # rows end at different times
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sampled", [False, True])
 def test_a_draft_model_drafts_for_all_rows_in_batched_passes(byte_lm, sampled: bool) -> None:
     draft = tiny_lm("byte_level", seed=7, device=DEVICE)  # another random model: many rejected drafts
@@ -78,6 +80,7 @@ def test_a_draft_model_drafts_for_all_rows_in_batched_passes(byte_lm, sampled: b
     assert len(passes) < sum(r.stats.drafts["draft_model"].draft_passes for r in batch)
 
 
+@pytest.mark.slow
 def test_holes_from_rejected_drafts_are_compacted(byte_lm, monkeypatch) -> None:
     gathers = []
     original = LM.cache_gather
@@ -91,12 +94,14 @@ def test_holes_from_rejected_drafts_are_compacted(byte_lm, monkeypatch) -> None:
     assert [r.token_ids for r in batch] == [r.token_ids for r in single]
 
 
+@pytest.mark.slow
 def test_iter_batch_yields_each_row_once_as_it_finishes(byte_lm) -> None:
     seen = [i for i, _ in structspec.iter_batch(byte_lm, SPECS, PROMPTS, batch_size=3, max_new_tokens=40)]
     assert sorted(seen) == list(range(len(PROMPTS)))
     assert seen != list(range(len(PROMPTS)))  # short rows come back before long ones
 
 
+@pytest.mark.slow
 def test_the_shared_prompt_prefix_is_prefilled_once(byte_lm) -> None:
     instruction = "Extract the order as JSON. Use the customer's first name and the city they live in. Text: "
     prompts = [instruction + p for p in PROMPTS[:4]]
@@ -132,6 +137,7 @@ def test_compaction_moves_kept_slots_to_the_front() -> None:
     assert slots.valid.tolist() == [[True, True, True], [True, False, False]]
 
 
+@pytest.mark.slow
 def test_sampled_rows_keep_the_distribution_and_do_not_depend_on_the_batch(byte_lm) -> None:
     spec, prompt, temperature = Regex(r"(ab|b|ba|a){1,3}"), "pick:", 1.5
     fsm = structspec.compile(spec, byte_lm).fsm
@@ -150,6 +156,7 @@ def test_sampled_rows_keep_the_distribution_and_do_not_depend_on_the_batch(byte_
             for i in range(4)] == [r.token_ids for r in batch[:4]]
 
 
+@pytest.mark.slow
 def test_bad_rows_are_results_and_other_rows_are_unaffected(byte_lm) -> None:
     long_prompt = "word " * (byte_lm.max_context + 10)
     prompts = [PROMPTS[0], "", long_prompt, PROMPTS[1]]
@@ -202,6 +209,7 @@ def test_smollm2_batched_rows_equal_single_rows(smollm2) -> None:
     assert [r.token_ids for r in batch] == [r.token_ids for r in single]
 
 
+@pytest.mark.slow
 def test_batch_size_one_and_sliding_window_models_run_the_single_row_loop() -> None:
     lm = tiny_lm("byte_level", device=DEVICE)
     lm.batchable = False  # as a model with sliding-window layers (Gemma 3) says
@@ -236,6 +244,7 @@ def spy_fits(monkeypatch) -> tuple[list[tuple[int, int]], list[int]]:
     return fits, chunks
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("draft", ["prompt_lookup", "tree", "lookahead", "self", None])
 @pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
 def test_windows_fit_to_the_batch_width_keep_plain_masked_tokens(kind: str, draft: str | None, request,
@@ -287,6 +296,7 @@ def test_a_chunk_feeds_pending_tokens_with_no_logits(byte_lm) -> None:
     assert row.window_positions() == list(range(3, len(prompt) + 2))
 
 
+@pytest.mark.slow
 def test_sampled_rows_are_never_cut_so_their_samples_do_not_depend_on_the_batch(byte_lm, monkeypatch) -> None:
     # alone a drafted token is nearly free, in a batch a padded one costs a whole pass: were a sampled row's
     # draft (drawn with its generator) cut to the batch's width, its next draws would differ

@@ -82,6 +82,7 @@ def test_a_stored_curve_sets_draft_lengths_and_never_the_output() -> None:
     assert lookup["steep"].drafted < lookup["flat"].drafted
 
 
+@pytest.mark.slow
 def test_pass_cost_store_writes_the_curve_decoding_reads(tmp_path) -> None:
     model_dir = save_tiny_model(tmp_path / "tiny")
     assert pass_cost_tool.main(["--model", str(model_dir), "--store", "--repeats", "1", "--context", "8",
@@ -106,6 +107,7 @@ def test_a_stored_point_never_costs_more_than_a_wider_pass() -> None:
     assert pass_cost(lm).curves[1] == ((1, 1.0), (2, 1.0), (4, 1.5))
 
 
+@pytest.mark.slow
 def test_with_batch_curves_greedy_rows_keep_their_tokens_and_sampled_rows_their_samples() -> None:
     lm = tiny_lm("byte_level")
     lm.name = "budget-batch-test"

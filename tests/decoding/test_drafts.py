@@ -60,6 +60,7 @@ def resolve(draft: str, target, other, sp_lm):
     return {"same_model": target, "other_model": other, "other_tokenizer": sp_lm}.get(draft, draft)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["off", "exact"])
 @pytest.mark.parametrize("draft", DRAFTS)
 def test_greedy_output_equals_plain_masked_decoding(draft: str, mode: str, byte_lm, other_byte_lm, sp_lm) -> None:
@@ -74,12 +75,14 @@ def test_greedy_output_equals_plain_masked_decoding(draft: str, mode: str, byte_
         target.passes = 0
 
 
+@pytest.mark.slow
 def test_sentencepiece_target_with_byte_level_drafter_is_lossless(sp_lm, byte_lm) -> None:
     for spec in SPECS:
         assert run(sp_lm, spec, byte_lm)[0] == run(sp_lm, spec, None, "off")[0]
         assert run(sp_lm, spec, "auto")[0] == run(sp_lm, spec, None, "off")[0]
 
 
+@pytest.mark.slow
 def test_a_draft_equal_to_the_target_is_always_accepted(byte_lm) -> None:
     for spec in SPECS:
         ids, stats, sources = run(byte_lm, spec, tiny_lm("byte_level"), "off")
@@ -89,6 +92,7 @@ def test_a_draft_equal_to_the_target_is_always_accepted(byte_lm) -> None:
         assert sources.count("draft_model") == d.accepted
 
 
+@pytest.mark.slow
 def test_a_different_random_draft_is_often_rejected_and_rolled_back(byte_lm, other_byte_lm) -> None:
     ids, stats, _ = run(byte_lm, Order, other_byte_lm, "off")
     d = stats.drafts["draft_model"]
@@ -140,6 +144,7 @@ def test_every_verified_row_is_masked_including_the_bonus_row(byte_lm) -> None:
     assert result.sources.count("model") == result.stats.target_forward_passes == 3
 
 
+@pytest.mark.slow
 def test_sampling_with_point_mass_drafts_is_the_same_sample(byte_lm) -> None:
     """Prompt lookup and forced text verify by drawing y ~ p as plain sampling does: same seed, same output."""
     for seed in range(1, 7):
@@ -147,6 +152,7 @@ def test_sampling_with_point_mass_drafts_is_the_same_sample(byte_lm) -> None:
         assert run(byte_lm, Order, "prompt_lookup", "exact", temperature=1.3, seed=seed)[0] == plain
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("draft", ["other_model", "threshold"])
 def test_speculative_sampling_keeps_the_constrained_distribution(draft: str, byte_lm, other_byte_lm) -> None:
     spec = Regex(r"(ab|ba|a|b)c{0,2}")
@@ -168,6 +174,7 @@ def test_verify_greedy_takes_the_target_token_at_the_first_mismatch() -> None:
     assert verify_greedy(logits, [0, 2]) == (0, 1)
 
 
+@pytest.mark.slow
 def test_rejection_sampling_accepts_with_p_over_q_and_resamples_the_residual() -> None:
     p = torch.tensor([0.5, 0.3, 0.2])
     q = torch.tensor([0.2, 0.6, 0.2])
@@ -227,6 +234,7 @@ def test_prompt_lookup_starts_a_candidate_only_from_a_match_of_min_start_tokens(
     assert first(PromptLookup(min_start=1, min_text=0)) == d
 
 
+@pytest.mark.slow
 def test_prompt_lookup_copies_the_text_where_the_tokens_differ(qwen_lm) -> None:
     fsm = structspec.compile(Regex(r'"[A-Z0-9-]{0,20}"'), qwen_lm).fsm
     enc = qwen_lm.tokenizer.encode

@@ -32,6 +32,7 @@ def run(lm, spec, mode: str, prompt: object = "Output: ", **kw) -> structspec.Re
     return structspec.generate_result(lm, spec, prompt, max_new_tokens=120, fast_forward=mode, draft=None, **kw)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", SPECS, ids=["schema", "regex", "array"])
 @pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
 def test_exact_is_token_identical_to_plain_masked(kind: str, spec, request) -> None:
@@ -93,6 +94,7 @@ def _object(lm: structspec.LM, **types: str) -> tuple[TokenFSM, Forcer]:
     return fsm, Forcer(fsm, lm.tokenizer)
 
 
+@pytest.mark.slow
 def test_closing_spells_the_quote_with_the_forced_text_after_it_as_the_tokenizer_does(qwen_lm) -> None:
     fsm, forcer = _object(qwen_lm, a="string", b="string")
     enc = qwen_lm.tokenizer.encode
@@ -167,6 +169,7 @@ class ShortestTokenLM(CountingLM):
         return restricted(scores.expand_as(logits).clone(), allowed)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
 def test_exact_keeps_the_models_spelling_and_learns_its_splits(kind: str, request) -> None:
     lm = ShortestTokenLM(request.getfixturevalue(kind))

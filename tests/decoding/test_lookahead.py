@@ -62,6 +62,7 @@ class _Recording(LookaheadDrafter):
         return tree
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
 def test_lookahead_greedy_equals_plain_masked_decoding_and_every_node_is_allowed(
         kind: str, request: pytest.FixtureRequest) -> None:
@@ -91,6 +92,7 @@ def test_lookahead_greedy_equals_plain_masked_decoding_and_every_node_is_allowed
     assert branched > 0  # the Jacobi branch left the main branch somewhere
 
 
+@pytest.mark.slow
 def test_lookahead_logprobs_equal_plain_logprobs(byte_lm: structspec.LM) -> None:
     base = plain(byte_lm, Hero, DOC, output_logprobs=True)
     got = lookahead(byte_lm, Hero, DOC, output_logprobs=True)
@@ -99,6 +101,7 @@ def test_lookahead_logprobs_equal_plain_logprobs(byte_lm: structspec.LM) -> None
     assert got.logprobs == pytest.approx(base.logprobs, abs=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
 def test_batched_lookahead_rows_equal_plain_and_the_row_alone(kind: str, request: pytest.FixtureRequest) -> None:
     lm = request.getfixturevalue(kind)
@@ -273,6 +276,7 @@ def test_lookahead_drafts_the_next_value_from_where_the_document_goes_on(qwen_lm
     assert any(p.startswith(' Vasquez","title":"Senior') for p in paths(tree_after('{"name":"Elena')))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("draft", ["prompt_lookup", "lookahead"])
 def test_no_choosing_pass_feeds_more_than_the_models_max_pass_tokens(byte_lm: structspec.LM, draft: str) -> None:
     """Where longer passes would not equal one-token steps bit for bit (`LM.max_pass_tokens`), chains and trees

@@ -84,6 +84,7 @@ def assert_most_complete(outcomes: Counter[bool]) -> None:
     assert complete >= 0.9 * (complete + budget), f"{complete} complete, {budget} out of budget"
 
 
+@pytest.mark.slow
 def test_generated_json_validates(byte_lm, sp_lm) -> None:
     outcomes: Counter[bool] = Counter()
 
@@ -102,6 +103,7 @@ def test_generated_json_validates(byte_lm, sp_lm) -> None:
     assert_most_complete(outcomes)
 
 
+@pytest.mark.slow
 def test_generated_text_matches_regex(byte_lm, sp_lm) -> None:
     outcomes: Counter[bool] = Counter()
 

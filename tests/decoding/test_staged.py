@@ -61,6 +61,7 @@ def _plain(lm: structspec.LM) -> list[list[int]]:
             for spec, prompt in CASES]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["self", "draft_model", "other_tokenizer"])
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_greedy_staged_drafting_equals_plain_masked_decoding(kind: str, which: str, request) -> None:
@@ -77,6 +78,7 @@ def test_greedy_staged_drafting_equals_plain_masked_decoding(kind: str, which: s
     assert [r.token_ids for r in batch] == plain
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["self", "draft_model", "other_tokenizer"])
 def test_sampled_staged_drafting_draws_the_same_sample_as_plain_sampling(which: str, byte_lm, request) -> None:
     """Staged drafts are greedy point masses: verification draws y ~ p as plain sampling does, so a seed gives

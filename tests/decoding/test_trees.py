@@ -52,6 +52,7 @@ def tree(lm: structspec.LM, spec: object, prompt: str, **options: object) -> str
     return structspec.generate_result(lm, spec, prompt, max_new_tokens=N, draft=TreeDrafter(), **options)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
 def test_tree_greedy_equals_plain_masked_decoding(kind: str, request: pytest.FixtureRequest) -> None:
     lm = request.getfixturevalue(kind)
@@ -72,6 +73,7 @@ def test_tree_logprobs_equal_plain_logprobs(byte_lm: structspec.LM) -> None:
     assert got.logprobs == pytest.approx(base.logprobs, abs=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
 def test_batched_tree_rows_equal_plain_and_the_row_alone(kind: str, request: pytest.FixtureRequest) -> None:
     lm = request.getfixturevalue(kind)
@@ -90,6 +92,7 @@ def test_batched_tree_rows_equal_plain_and_the_row_alone(kind: str, request: pyt
         assert passes == [r.stats.target_forward_passes for r in alone], batch_size
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
 def test_a_tree_saves_passes_where_the_chain_guesses_wrong(kind: str, request: pytest.FixtureRequest) -> None:
     lm = request.getfixturevalue(kind)
@@ -104,6 +107,7 @@ def test_a_tree_saves_passes_where_the_chain_guesses_wrong(kind: str, request: p
     assert got.stats.target_forward_passes <= math.ceil(len(got.token_ids) / 2)
 
 
+@pytest.mark.slow
 def test_sampled_rows_draft_chains(byte_lm: structspec.LM) -> None:
     drafter = TreeDrafter()
     assert make_drafter(drafter, byte_lm) is drafter  # a Drafter: draft= takes the instance as it is

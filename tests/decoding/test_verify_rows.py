@@ -46,6 +46,7 @@ def test_restrict_keeps_full_rows_where_most_tokens_are_allowed(byte_lm: structs
     assert restrict([(wide, wide.initial_state)], byte_lm.logits_width) == [None]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["byte_lm", "sp_lm", "qwen_lm"])
 @pytest.mark.parametrize("draft", [None, "prompt_lookup", "self", "threshold"])
 def test_restricted_rows_decode_as_full_masked_rows(kind: str, draft: str | None, request,

@@ -66,6 +66,7 @@ def hf_generate(
     return [row[: row.index(eos)] if eos in row else row for row in rows]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["byte_lm", "sp_lm"])
 @pytest.mark.parametrize("spec", SPECS, ids=["pydantic", "bounds", "regex", "array"])
 def test_generate_with_the_processor_is_plain_masked_greedy(family, spec, request) -> None:
@@ -75,6 +76,7 @@ def test_generate_with_the_processor_is_plain_masked_greedy(family, spec, reques
         assert hf_generate(lm, processor, [prompt]) == [plain_greedy(lm, spec, prompt)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["byte_lm", "sp_lm"])
 def test_one_processor_serves_a_generate_call_whose_prompt_extends_the_last(family, request) -> None:
     lm = request.getfixturevalue(family)
@@ -85,6 +87,7 @@ def test_one_processor_serves_a_generate_call_whose_prompt_extends_the_last(fami
         assert hf_generate(lm, processor, [prompt]) == [plain_greedy(lm, Box, prompt)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["byte_lm", "sp_lm"])
 @pytest.mark.parametrize("drafting", ["prompt_lookup", "assistant"])
 def test_drafting_calls_per_candidate_position_and_stays_plain_masked_greedy(family, drafting, request) -> None:
@@ -99,6 +102,7 @@ def test_drafting_calls_per_candidate_position_and_stays_plain_masked_greedy(fam
         assert out == [plain_greedy(lm, spec, prompt)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["byte_lm", "sp_lm"])
 def test_a_left_padded_batch_gives_each_row_its_own_output(family, request) -> None:
     lm = request.getfixturevalue(family)
@@ -213,6 +217,7 @@ def engine_greedy(
     return out[:-1] if matcher.is_terminated() else out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["byte_lm", "sp_lm"])
 def test_the_matcher_in_a_fake_engine_loop_is_plain_masked_greedy(family, request) -> None:
     lm = request.getfixturevalue(family)
@@ -315,6 +320,7 @@ def test_a_spec_error_is_raised_before_generation(byte_lm) -> None:
         LogitsProcessor(Regex("(ab"), byte_lm)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
 def test_the_processors_guarantee_in_each_dtype(dtype: torch.dtype) -> None:
     """The module's stated guarantee, on a batch-invariant model as `load` makes them: in float32 greedy generate

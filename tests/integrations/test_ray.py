@@ -148,6 +148,7 @@ def test_ray_options_without_ray_are_a_configuration_error(job: dict[str, Path],
     assert "--num-gpus need --ray" in capsys.readouterr().err and not (tmp_path / "out.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_a_ray_job_killed_and_rerun_writes_each_record_once_as_the_local_job_does(job: dict[str, Path],
                                                                                   tmp_path: Path) -> None:
     output = tmp_path / "ray.jsonl"

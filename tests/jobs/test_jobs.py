@@ -109,6 +109,7 @@ def _prompt_of_length(lm: structspec.LM, tokens: int) -> str:
     return document
 
 
+@pytest.mark.slow
 def test_a_document_longer_than_the_context_is_an_error_without_any_forward_pass(byte_lm: structspec.LM,
                                                                                 tmp_path: Path) -> None:
     lm = CountingLM(byte_lm)
@@ -122,6 +123,7 @@ def test_a_document_longer_than_the_context_is_an_error_without_any_forward_pass
     assert rows["x"]["error"]["kind"] == "too_long" and "stats" in rows["y"]  # the other row is unaffected
 
 
+@pytest.mark.slow
 def test_a_token_budget_that_runs_out_keeps_the_partial_output_and_stats(byte_lm: structspec.LM,
                                                                          tmp_path: Path) -> None:
     options = jobs.JobOptions(OPTIONS.template, {"max_new_tokens": 3})
@@ -132,6 +134,7 @@ def test_a_token_budget_that_runs_out_keeps_the_partial_output_and_stats(byte_lm
     assert row["error"]["partial_text"].startswith('{"')
 
 
+@pytest.mark.slow
 def test_a_context_that_fills_up_mid_record_keeps_the_partial_output_and_stats(byte_lm: structspec.LM,
                                                                                tmp_path: Path) -> None:
     document = _prompt_of_length(byte_lm, 2048 - 5)  # room for 5 output tokens; the record needs more
@@ -143,6 +146,7 @@ def test_a_context_that_fills_up_mid_record_keeps_the_partial_output_and_stats(b
     assert "stats" in rows["y"] and rows["y"].get("error", {}).get("kind") != "max_context"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch_size", [1, 3])
 def test_a_job_writes_one_line_per_record_and_a_rerun_writes_nothing(byte_lm: structspec.LM, tmp_path: Path,
                                                                      batch_size: int) -> None:
@@ -165,6 +169,7 @@ def test_a_job_writes_one_line_per_record_and_a_rerun_writes_nothing(byte_lm: st
     assert (again.skipped, again.written) == (5, 0) and out.read_bytes() == before
 
 
+@pytest.mark.slow
 def test_batched_and_one_by_one_jobs_write_the_same_records(byte_lm: structspec.LM, tmp_path: Path) -> None:
     records = [jobs.InputRecord(f"r{i}", f"line {i}", f"Item {i} is a {['small', 'large'][i % 2]} box.")
                for i in range(6)]
@@ -178,6 +183,7 @@ def test_batched_and_one_by_one_jobs_write_the_same_records(byte_lm: structspec.
     assert sum(r["stats"]["prefix_tokens_reused"] for r in batched.values()) > 0  # the template is prefilled once
 
 
+@pytest.mark.slow
 def test_an_interrupted_batched_job_resumes_by_id_whatever_order_rows_finished(byte_lm: structspec.LM,
                                                                              tmp_path: Path) -> None:
     records = [jobs.InputRecord(f"r{i}", f"line {i}", f"Item {i} is a {['small', 'large'][i % 2]} box.")
@@ -199,6 +205,7 @@ def test_an_interrupted_batched_job_resumes_by_id_whatever_order_rows_finished(b
     assert ids[:3] == first and sorted(ids) == [f"r{i}" for i in range(7)]
 
 
+@pytest.mark.slow
 def test_resume_cuts_a_torn_last_line_and_reruns_that_record(byte_lm: structspec.LM, tmp_path: Path) -> None:
     records = [jobs.InputRecord(f"r{i}", f"line {i}", f"Item {i} is large.") for i in range(3)]
     out = tmp_path / "out.jsonl"
@@ -210,6 +217,7 @@ def test_resume_cuts_a_torn_last_line_and_reruns_that_record(byte_lm: structspec
     assert sorted(json.loads(line)["id"] for line in out.read_text().splitlines()) == ["r0", "r1", "r2"]
 
 
+@pytest.mark.slow
 def test_repeated_ids_resume_by_their_place_in_the_input(byte_lm: structspec.LM, tmp_path: Path) -> None:
     records = [jobs.InputRecord("same", f"line {i}", f"Item {i}.") for i in range(3)]
     out = tmp_path / "out.jsonl"
@@ -261,6 +269,7 @@ class PickyBox(BaseModel):
         raise ValueError("no boxes today")
 
 
+@pytest.mark.slow
 def test_a_value_that_fails_validation_is_that_records_error(byte_lm: structspec.LM, tmp_path: Path) -> None:
     records = [jobs.InputRecord(f"r{i}", f"line {i}", f"Item {i}.") for i in range(3)]
     out = tmp_path / "out.jsonl"
@@ -277,6 +286,7 @@ def test_the_default_batch_size_follows_the_models_device(byte_lm: structspec.LM
     assert jobs.default_batch_size(byte_lm) == jobs.DEFAULT_BATCH_SIZE[byte_lm.device.type]
 
 
+@pytest.mark.slow
 def test_draft_names_pass_through_and_unknown_draft_models_are_configuration_errors(byte_lm: structspec.LM,
                                                                                     tmp_path: Path) -> None:
     assert jobs.resolve_draft(None) is None and jobs.resolve_draft("none") is None

@@ -64,6 +64,7 @@ def _repeated_ids(path: Path, n: int) -> list[jobs.InputRecord]:
     return jobs.read_inputs(path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("content", [b"my notes", b"my notes\n", b"[1, 2]\n", b"5\n", b'{"id": "a"}\n',
                                      b'{"id": "a", "input": "line 1", "value": 1}\nmy notes',
                                      b'{"id": "a", "text": "a document"}\n'])
@@ -100,6 +101,7 @@ def test_the_input_file_is_refused_as_output(byte_lm: structspec.LM, tmp_path: P
     assert source.read_bytes() == before
 
 
+@pytest.mark.slow
 def test_repeated_ids_killed_mid_job_and_resumed_write_each_record_once(byte_lm: structspec.LM,
                                                                         tmp_path: Path) -> None:
     records = _repeated_ids(tmp_path / "in.jsonl", 12)
@@ -127,6 +129,7 @@ def test_a_line_for_a_later_record_with_the_same_id_does_not_stand_for_an_earlie
     assert summary.skipped == 1 and [r.where for r in todo] == ["line 1", "line 3", "line 4"]
 
 
+@pytest.mark.slow
 def test_a_second_job_on_the_same_output_is_refused_while_the_first_runs(byte_lm: structspec.LM,
                                                                          tmp_path: Path) -> None:
     records = _repeated_ids(tmp_path / "in.jsonl", 6)
@@ -142,6 +145,7 @@ def test_a_second_job_on_the_same_output_is_refused_while_the_first_runs(byte_lm
     assert jobs.run_job(byte_lm, SCHEMA, records, out, OPTIONS).written == 0  # the lock went with the process
 
 
+@pytest.mark.slow
 def test_a_rerun_with_other_settings_is_refused_naming_what_differs(byte_lm: structspec.LM, tmp_path: Path) -> None:
     records = [jobs.InputRecord(f"r{i}", f"line {i}", f"Box {i} is small.") for i in range(2)]
     out = tmp_path / "out.jsonl"
@@ -163,6 +167,7 @@ def test_a_rerun_with_other_settings_is_refused_naming_what_differs(byte_lm: str
     assert manifest["settings"]["options"] == {"max_new_tokens": 30} and manifest["settings"]["model"] == byte_lm.name
 
 
+@pytest.mark.slow
 def test_an_output_written_before_manifests_resumes_by_place_and_id(byte_lm: structspec.LM, tmp_path: Path) -> None:
     records = [jobs.InputRecord("same", f"line {i}", f"Box {i} is small.") for i in (1, 2, 3)]
     out = tmp_path / "out.jsonl"

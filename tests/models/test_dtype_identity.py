@@ -40,6 +40,7 @@ def alone(invariant_lm) -> list[structspec.Result]:
     return plain(invariant_lm, SPECS, PROMPTS)
 
 
+@pytest.mark.slow
 def test_every_batched_row_is_the_row_decoded_alone(invariant_lm, alone) -> None:
     lm = invariant_lm
     assert {r.stop_reason for r in alone} >= {"fsm_complete", "max_new_tokens"}  # rows end at different times
@@ -51,6 +52,7 @@ def test_every_batched_row_is_the_row_decoded_alone(invariant_lm, alone) -> None
     assert {(r.stats.dtype, r.stats.batch_invariant) for r in alone + batch} == {(dtype, True)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("draft", [None, "prompt_lookup", "lookahead", "tree", "self", "auto"])
 def test_every_draft_mode_batched_and_alone_is_plain_masked_decoding(invariant_lm, alone, draft: str | None) -> None:
     lm = invariant_lm

@@ -75,6 +75,7 @@ def test_a_packed_layer_runs_under_autograd_without_recording_a_graph(pair) -> N
         torch.testing.assert_close(packed.model(input_ids=ids).logits, logits)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("draft", ["prompt_lookup", "tree", "self", "threshold"])
 def test_every_mode_on_a_packed_model_decodes_as_plain_masked(pair, draft: str) -> None:
     _, packed = pair

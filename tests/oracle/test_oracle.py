@@ -23,6 +23,8 @@ from structspec import Regex
 from structspec.tools.peers import outlines_greedy
 from structspec.tools.tasks import extraction_prompt, load_tasks
 
+pytestmark = pytest.mark.slow  # each case decodes with structspec and with outlines: 2 to 470 s on 2 cores
+
 NEAR_TIE = 1e-3
 
 

@@ -101,12 +101,14 @@ SYNTAX = st.text(alphabet=st.sampled_from(list("ab()[]{}|*+?^$\\.-,09dswDSWxu:=!
                  max_size=24)
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=300 * SCALE)
 @given(regex=st.one_of(st.text(max_size=24), SYNTAX))
 def test_random_regexes(byte_lm: structspec.LM, regex: str) -> None:
     outcome(lambda: compile_and_walk(byte_lm, regex))
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=150 * SCALE)
 @given(data=st.binary(max_size=32))
 def test_random_bytes_as_regexes(sp_lm: structspec.LM, data: bytes) -> None:
@@ -141,12 +143,14 @@ LEAVES = st.sampled_from([{"type": "integer"}, {"type": "number"}, {"type": "str
                           {"enum": [1, "x", None]}, {}, {"type": "boolean"}])
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=60 * SCALE)
 @given(kinds=st.lists(st.integers(0, 5), min_size=50, max_size=70), leaf=LEAVES)
 def test_deeply_nested_schemas(byte_lm: structspec.LM, kinds: list[int], leaf: dict) -> None:
     outcome(lambda: decode_checked(byte_lm, nested(kinds, leaf), tokens=8))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", range(5))
 def test_nesting_past_the_recursion_limit(byte_lm: structspec.LM, kind: int) -> None:
     """100 levels of each kind decode to a valid value; deeper ones, to 1,000 levels, decode or end in a
@@ -171,6 +175,7 @@ def test_a_schema_that_holds_itself_is_a_schema_error(byte_lm: structspec.LM) ->
         assert isinstance(error, SchemaError) and "holds itself" in error.reason, error
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("depth", [100, 150, 200, 300, 1000])
 def test_regex_nesting_past_the_recursion_limit(byte_lm: structspec.LM, depth: int, monkeypatch) -> None:
     """Nested optional groups compile and mask (past what pickling reaches, without a disk-cache entry) or end
@@ -183,6 +188,7 @@ def test_regex_nesting_past_the_recursion_limit(byte_lm: structspec.LM, depth: i
         assert outcome(lambda: compile_and_walk(byte_lm, "(a" * depth + "b" + ")?" * depth)) is None
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=250 * SCALE)
 @given(pattern=st.one_of(SYNTAX, st.text(alphabet=st.sampled_from(list("[]^-\\az" + HOSTILE)), max_size=12)),
        lengths=st.sampled_from([{}, {"minLength": 1}, {"maxLength": 2}, {"minLength": 3, "maxLength": 3}]))
@@ -192,6 +198,7 @@ def test_hostile_patterns(byte_lm: structspec.LM, pattern: str, lengths: dict) -
     outcome(lambda: decode_checked(byte_lm, schema, tokens=4))
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=150 * SCALE)
 @given(values=st.lists(st.one_of(st.text(max_size=6), st.integers(-10**30, 10**30), st.floats(allow_nan=False),
                                  st.booleans(), st.none()), min_size=0, max_size=30))
@@ -221,6 +228,7 @@ SPECIAL = st.sampled_from(["<|endoftext|>", "<s>", "</s>", "<eos>", "<bos>", "<u
                            "\x00", "\ufffd"])  # (a lone surrogate: see test_a_prompt_with_a_lone_surrogate)
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=120 * SCALE)
 @given(parts=st.lists(st.one_of(SPECIAL, st.text(max_size=5)), max_size=8), family=st.booleans())
 def test_prompts_with_special_token_text(byte_lm: structspec.LM, sp_lm: structspec.LM, parts: list[str],

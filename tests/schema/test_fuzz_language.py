@@ -11,6 +11,7 @@ import itertools
 import json
 import re
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -47,6 +48,7 @@ def _accepts(dfa: LazyDFA, text: str) -> bool:
     return state != DEAD and dfa.is_final(state)
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=200)
 @given(regexes)
 def test_a_regex_with_anchors_matches_what_re_fullmatch_does(regex: str) -> None:
@@ -60,6 +62,7 @@ def test_a_regex_with_anchors_matches_what_re_fullmatch_does(regex: str) -> None
         assert _accepts(dfa, text) == (re.fullmatch(regex, text) is not None), (regex, text)
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=200)
 @given(regexes)
 def test_a_pattern_with_anchors_matches_what_jsonschema_finds(pattern: str) -> None:
@@ -86,6 +89,7 @@ numbers = st.one_of(
 )
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.lists(numbers, min_size=1, max_size=4), st.booleans(), numbers)
 def test_numeric_literals_are_written_as_stated(values: list, as_const: bool, other: int | float) -> None:
@@ -141,6 +145,7 @@ FORMAT_TEXTS = {
 }
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.sampled_from(sorted(FORMAT_TEXTS)), st.data())
 def test_formats_never_accept_what_a_validator_rejects(name: str, data: st.DataObject) -> None:

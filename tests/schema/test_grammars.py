@@ -47,6 +47,7 @@ def test_examples_through_the_token_fsm(byte_lm: structspec.LM, name: str) -> No
         assert accepted == (text in CATALOGUE[name].valid), text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CATALOGUE))
 def test_generated_text_matches(byte_lm: structspec.LM, name: str) -> None:
     fsm = structspec.compile(grammars.get(name), byte_lm).fsm

@@ -217,6 +217,7 @@ class Node(BaseModel):
     children: list[Node] = []
 
 
+@pytest.mark.slow
 def test_a_recursive_pydantic_model_compiles_and_generates(byte_lm: structspec.LM) -> None:
     result = structspec.generate_result(byte_lm, Node, "A tree:", max_new_tokens=300, seed=0)
     assert result.stop_reason in ("eos", "fsm_complete", "max_new_tokens")
@@ -287,6 +288,7 @@ def test_max_recursion_depth_is_checked(depth: Any) -> None:
         to_regex(TREE, max_recursion_depth=depth)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("branches", [
     [{"required": ["a"]}, {"required": ["b", "c"]}, {"required": ["d"]}],  # exclusive groups (Glaive's shapes)
     [{"required": ["a"]}, {"required": ["a", "b"]}],  # one branch's names inside another's
@@ -329,6 +331,7 @@ def test_a_keyword_without_type_applies_to_its_own_type_and_lets_other_types_thr
     agrees(schema, texts)
 
 
+@pytest.mark.slow
 def test_a_format_no_draft_defines_is_an_annotation_said_in_a_warning() -> None:
     schema = {"type": "object", "properties": {"u": {"type": "string", "format": "url", "maxLength": 4}}}
     with pytest.warns(UserWarning, match=r"not enforced: 'url' at /properties/u"):
@@ -366,6 +369,7 @@ def test_open_objects_admit_exactly_the_unlisted_members_json_schema_allows(extr
     assert not any("not written" in n for n in constraint_of(schema, open_objects=True).narrowings)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra", [{"additionalProperties": True}, {"additionalProperties": {"type": "integer"}},
                                    {"additionalProperties": {}, "required": ["b"]}])
 def test_an_explicit_additional_properties_opens_the_object_whatever_open_objects_says(extra: dict) -> None:
@@ -434,6 +438,7 @@ def test_closed_objects_list_the_narrowing_and_open_ones_keep_counts_closed() ->
         constraint_of(schema, open_objects="yes")
 
 
+@pytest.mark.slow
 def test_open_objects_generate_valid_instances(byte_lm: structspec.LM) -> None:
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
               "additionalProperties": {"type": "boolean"}}
@@ -461,6 +466,7 @@ def test_values_no_schema_describes_list_their_nesting_depth() -> None:
     assert not any("nest" in n for n in constraint_of({"type": "array", "items": {"type": "integer"}}).narrowings)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("depth", [1, 2, 3, 4])
 def test_values_no_schema_describes_nest_to_max_recursion_depth(depth: int) -> None:
     # {} is the recursive "any JSON value": it nests like a recursive $ref, as many levels as it says
@@ -509,6 +515,7 @@ def test_counts_written_as_integral_floats_are_enforced(schema: dict, texts: lis
     agrees(schema, texts)  # JSON Schema reads 2.0 as the integer 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wide", [False, True], ids=["closed", "open"])
 def test_a_property_whose_schema_is_false_is_never_written(wide: bool) -> None:
     schema = {"type": "object", "properties": {"a": {"const": 1}, "b": False}}

@@ -241,6 +241,7 @@ def test_boolean_schemas() -> None:
     assert full(to_regex({"type": "object", "properties": {"a": False, "b": {"const": 1}}}), '{"b":1}')
 
 
+@pytest.mark.slow
 def test_annotations_and_keywords_of_other_types_are_fine() -> None:
     schema = {
         "title": "T", "description": "d", "type": "object",
@@ -301,6 +302,7 @@ def test_a_valid_rfc3339_time_parses(byte_lm) -> None:
     assert constraint.parse('"00:31:56Z"') == "00:31:56Z"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("schema", "good", "bad"),
     [
@@ -510,6 +512,7 @@ def test_a_node_of_unknown_keywords_only_names_one() -> None:
     assert full(to_regex({"type": "string", "x-note": 1}), '"a"')  # beside a keyword it knows, no matter
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("schema", [
     {"x-intellij-html-description": "<b>any</b>"},
     {"type": "object", "properties": {"a": {"x-note": 1, "x-other": [1]}, "b": {"type": "integer", "x-unit": "s"}},
@@ -662,6 +665,7 @@ def _get(node: object, path: tuple) -> object:
     return node
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("draft", [*_DRAFTS, "http://json-schema.org/draft-07/schema#",
                                    "http://json-schema.org/draft-04/schema#", "http://json-schema.org/draft-03/schema#"])
 def test_the_metaschema_check_accepts_exactly_what_jsonschema_does(draft: str) -> None:
@@ -698,6 +702,7 @@ def test_the_metaschema_check_accepts_exactly_what_jsonschema_does(draft: str) -
     assert fast >= 0.95 * sum(verdicts) or (draft.endswith("draft-03/schema#") and _fast_validator(cls) is None)
 
 
+@pytest.mark.slow
 def test_a_recursive_schema_is_checked_as_written() -> None:
     # unrolling inlines the definitions where they are used: an unused bad one is still an invalid schema
     schema = {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#"}}},

@@ -92,6 +92,7 @@ def test_most_sample_rows_compile() -> None:
     assert len(COMPILED) >= len(ROWS) - 2, [r["id"] for r in ROWS if r not in COMPILED]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("row", COMPILED, ids=[r["id"] for r in COMPILED])
 @pytest.mark.parametrize("digits", [Digits(), Digits(None, None)], ids=["digit-bounds", "no-bounds"])
 def test_items_and_outlines_core_text_give_the_same_verdicts(row: dict, digits: Digits) -> None:
@@ -187,6 +188,7 @@ def test_the_cache_key_names_the_schema_and_its_options() -> None:
     assert pickle.loads(pickle.dumps(first)) == str(first)  # it travels as its text
 
 
+@pytest.mark.slow
 def test_the_text_is_written_only_when_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
     # k optional properties, each a shared $ref: O(k) items, O(k²) text that compiling never needs
     schema = {"type": "object", "$defs": {"pair": {"type": "array", "items": {"type": "integer"}, "maxItems": 2}},

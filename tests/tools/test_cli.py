@@ -80,6 +80,7 @@ def _interrupt_after_lines(job: dict[str, Path], output: Path, sig: int, lines: 
     return proc.returncode
 
 
+@pytest.mark.slow
 def test_extract_reports_malformed_lines_and_completes(job: dict[str, Path], tmp_path: Path) -> None:
     output = tmp_path / "out.jsonl"
     done = subprocess.run(_command(job, output), env=_env(job), capture_output=True, text=True, timeout=120)
@@ -95,6 +96,7 @@ def test_extract_reports_malformed_lines_and_completes(job: dict[str, Path], tmp
     assert "empty_document 1" in summary and "malformed_input 1" in summary
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch_size", [1, 8])
 def test_resume_after_kill_9_writes_every_record_exactly_once(job: dict[str, Path], tmp_path: Path,
                                                               batch_size: int) -> None:
@@ -109,6 +111,7 @@ def test_resume_after_kill_9_writes_every_record_exactly_once(job: dict[str, Pat
     assert _ids(output) == _expected_ids()
 
 
+@pytest.mark.slow
 def test_ctrl_c_exits_130_and_a_rerun_finishes_the_job(job: dict[str, Path], tmp_path: Path) -> None:
     output = tmp_path / "out.jsonl"
     assert _interrupt_after_lines(job, output, signal.SIGINT) == EXIT_INTERRUPTED
@@ -119,6 +122,7 @@ def test_ctrl_c_exits_130_and_a_rerun_finishes_the_job(job: dict[str, Path], tmp
     assert "already done" in done.stderr
 
 
+@pytest.mark.slow
 def test_a_configuration_error_exits_2_with_one_line(job: dict[str, Path], tmp_path: Path) -> None:
     command = _command(job, tmp_path / "out.jsonl")
     command[command.index("--schema") + 1] = "no_such_package.schemas:Invoice"
@@ -179,6 +183,7 @@ def test_compare_with_an_unreadable_schemas_file_exits_2(tmp_path: Path, capsys:
     assert "structspec compare: cannot load the tasks: no Python file" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_benchmark_is_a_subcommand_and_a_module() -> None:
     done = subprocess.run([sys.executable, "-m", "structspec.tools.bench", "--help"], capture_output=True, text=True,
                           timeout=120)

@@ -58,6 +58,7 @@ def test_help_and_version_import_neither_torch_nor_transformers() -> None:
     assert "extract" in _fresh(["--help"]).stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["demo", "extract", "compare"])
 def test_a_commands_help_does_not_import_transformers(command: str) -> None:
     done = _fresh([command, "--help"])

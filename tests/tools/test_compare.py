@@ -86,6 +86,7 @@ def test_judging_reads_json_as_a_user_would() -> None:
     assert harness.judge(TASKS[1], "[]").accuracy is None
 
 
+@pytest.mark.slow
 def test_the_report_files_hold_the_table_chart_and_token_views(by_method: dict[str, list[Run]],
                                                                byte_lm: structspec.LM, tmp_path: Path) -> None:
     png, page, raw = compare.write_report(tmp_path, "title", "a note", TASKS, by_method, byte_lm)

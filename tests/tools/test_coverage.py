@@ -79,6 +79,7 @@ def test_known_instances_are_accepted_or_rejected(row: dict) -> None:
         assert (re.fullmatch(constraint.regex, text) is not None) == test["valid"], text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("open_objects", [None, False], ids=["as-read", "closed"])
 def test_generated_instances_validate(byte_lm: structspec.LM, open_objects: bool | None) -> None:
     runs = complete = 0

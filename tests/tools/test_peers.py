@@ -127,6 +127,7 @@ class Box(BaseModel):
     size: Literal["small", "medium", "large"]
 
 
+@pytest.mark.slow
 def test_bench_runs_every_row_and_checks_the_speed_ups_against_plain_masked_decoding(
         byte_lm: structspec.LM, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from structspec.tools import bench

@@ -31,6 +31,7 @@ def _run(model_dir: str, tmp_path: Path, *options: str) -> dict:
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow
 def test_every_row_runs_with_passes_and_greedy_rows_identical_to_plain_masked_at_batch_1(
         model_dir: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     raw = _run(model_dir, tmp_path)
