@@ -32,7 +32,7 @@ def _set_cache(value: str | None) -> None:
 
 # The fixtures that load a shipped model: a test that uses one is marked ``real_model`` whether or not it says so.
 REAL_MODEL_FIXTURES = frozenset({"smollm2", "qwen_coder", "gemma3", "real_lm"})
-# Fixtures over 2 s to build (`qwen_lm` reads a 151,665-token vocabulary: 14 to 25 s on 2 cores): a test that uses
+# Fixtures over 1 s to build (`qwen_lm` reads a 151,665-token vocabulary: 14 to 25 s on 2 cores): a test that uses
 # one is marked ``slow``, since it takes that long alone.
 SLOW_FIXTURES = frozenset({"qwen_lm"})
 

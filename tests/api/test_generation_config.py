@@ -46,6 +46,7 @@ def test_sampling_needs_do_sample_in_a_config() -> None:
     assert greedy.decode_options() == GenerateOptions().decode_options()
 
 
+@pytest.mark.slow
 def test_config_decodes_as_its_keywords(byte_lm: structspec.LM) -> None:
     config = GenerationConfig(max_new_tokens=12, do_sample=True, temperature=0.8, top_k=20)
     by_config = run(byte_lm, generation_config=config, seed=1)

@@ -16,6 +16,7 @@ SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength
           "required": ["name", "ok"]}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lm_name", ["byte_lm", "sp_lm"])
 def test_logprobs_equal_masked_log_softmax(lm_name: str, request: pytest.FixtureRequest) -> None:
     lm = request.getfixturevalue(lm_name)
@@ -35,6 +36,7 @@ def test_logprobs_equal_masked_log_softmax(lm_name: str, request: pytest.Fixture
         state = fsm.next_state(state, token)
 
 
+@pytest.mark.slow
 def test_logprobs_with_drafts_and_forcing(byte_lm: structspec.LM) -> None:
     r = structspec.generate_result(byte_lm, SCHEMA, 'name "ab"', output_logprobs=True, max_new_tokens=20)
     plain = structspec.generate_result(byte_lm, SCHEMA, 'name "ab"', max_new_tokens=20)
@@ -107,6 +109,7 @@ def test_stream_events_add_up_to_generate_result(lm_name: str, options: dict[str
         assert result.complete and sum(isinstance(e, FieldDone) for e in events) == 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lm_name", ["byte_lm", "sp_lm"])
 def test_stream_fields_through_json_punctuation_in_strings(lm_name: str, request: pytest.FixtureRequest) -> None:
     lm = request.getfixturevalue(lm_name)

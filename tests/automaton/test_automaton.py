@@ -294,6 +294,7 @@ def _observe(fsm: TokenFSM, tokens: list[int]) -> list[tuple[list[int], bool, li
     return out
 
 
+@pytest.mark.slow
 def test_threads_sharing_an_fsm_get_the_answers_of_one_thread(byte_lm, monkeypatch) -> None:
     monkeypatch.setattr(fsm_module, "DISK_MIN_SECONDS", 0.0)  # (read back from disk below)
     # The lazy DFA and the mask caches are built during reads; interleave those builds across threads.

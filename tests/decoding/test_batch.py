@@ -179,6 +179,7 @@ def test_batch_arguments_are_checked_before_any_pass(byte_lm) -> None:
         structspec.generate_batch(byte_lm, Order, "one prompt")
 
 
+@pytest.mark.slow
 def test_a_full_context_stops_the_row_with_its_partial_text() -> None:
     lm = tiny_lm("byte_level", device=DEVICE)
     prompt, room = PROMPTS[2], 9

@@ -63,6 +63,7 @@ def test_greedy_rows_draft_shorter_where_a_batch_shares_the_pass() -> None:
     assert lengths.choose(fed=1, cap=15, rows=8) < lengths.choose(fed=1, cap=15, rows=1)
 
 
+@pytest.mark.slow
 def test_a_stored_curve_sets_draft_lengths_and_never_the_output() -> None:
     lm = tiny_lm("byte_level")
     lm.name = "budget-test"  # a curve of its own, apart from the session's shared tiny models

@@ -49,6 +49,7 @@ def test_pydantic_value_is_validated(byte_lm) -> None:
     assert isinstance(pet, Pet)
 
 
+@pytest.mark.slow
 def test_sampling_is_reproducible_with_a_seed(byte_lm) -> None:
     spec = Regex(r"[a-z]{3,12}")
     runs = [structspec.generate(byte_lm, spec, "x", temperature=1.5, seed=s, max_new_tokens=20) for s in (1, 1, 2, 3, 4)]

@@ -321,6 +321,7 @@ def test_smollm2_drafting_is_lossless(smollm2, task) -> None:
         assert ids(draft) == plain
 
 
+@pytest.mark.slow
 def test_composite_switches_off_a_fallback_that_does_not_pay(byte_lm, other_byte_lm) -> None:
     auto = Composite(PromptLookup(), ModelDrafter(other_byte_lm), min_acceptance=0.9, warmup=4)
     assert auto.fallback_on

@@ -55,6 +55,7 @@ def assert_one_pass_per_model_token(result: structspec.Result) -> None:
     assert extra == 1 if result.stop_reason == "eos" else extra in (0, 1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
 def test_exact_splices_forced_text_into_the_next_pass(kind: str, request) -> None:
     lm = CountingLM(request.getfixturevalue(kind))

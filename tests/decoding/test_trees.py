@@ -66,6 +66,7 @@ def test_tree_greedy_equals_plain_masked_decoding(kind: str, request: pytest.Fix
     assert nodes > 2 * passes and accepted > 0  # trees, not chains, were fed, and some branch was verified
 
 
+@pytest.mark.slow
 def test_tree_logprobs_equal_plain_logprobs(byte_lm: structspec.LM) -> None:
     base = plain(byte_lm, Character, DOC, output_logprobs=True)
     got = tree(byte_lm, Character, DOC, output_logprobs=True)

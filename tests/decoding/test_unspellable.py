@@ -66,6 +66,7 @@ def test_stream_raises_it_after_the_chunks_it_streamed(byte_lm) -> None:
     assert "".join(texts) == caught.value.text and len(caught.value.text) == 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch_size", [1, 3])
 def test_a_batch_row_that_cannot_go_on_is_an_error_result_and_the_others_finish(byte_lm, batch_size) -> None:
     lm = _NoAt(byte_lm)

@@ -150,6 +150,7 @@ def test_smollm2_generate_with_the_processor_is_plain_masked_greedy(smollm2) -> 
         same_or_near_tie(four[0].schema, prompt, ours, theirs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["byte_lm", "sp_lm"])
 def test_every_beam_search_output_parses(family, request) -> None:
     lm = request.getfixturevalue(family)

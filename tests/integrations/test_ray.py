@@ -93,6 +93,7 @@ def _assert_torn_down(stderr: str) -> None:
     assert not Path(temp_dir).exists() and not _left_behind(temp_dir)
 
 
+@pytest.mark.slow
 def test_an_extractor_keeps_the_input_columns_and_adds_structured_results(job: dict[str, Path]) -> None:
     extractor = Extractor(str(job["model"]), SCHEMA, OPTIONS, device="cpu")
     batch = {"id": np.array(["a", "b", "c", "d"]), "lang": np.array(["en", "fr", "de", "en"]),

@@ -90,6 +90,7 @@ def test_extract_refuses_a_notes_file_as_output_with_exit_2(tmp_path: Path, caps
     assert str(notes) in err and "choose another --output" in err
 
 
+@pytest.mark.slow
 def test_the_input_file_is_refused_as_output(byte_lm: structspec.LM, tmp_path: Path) -> None:
     source = tmp_path / "in.jsonl"
     source.write_text('{"id": "a", "text": "Box 1 is small."}\n')

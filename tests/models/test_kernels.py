@@ -117,6 +117,7 @@ def _wide(rows: int, width: int, seed: int = 0) -> torch.Tensor:
     return x * torch.exp2(torch.randint(-12, 12, x.shape, generator=generator).float())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_a_packed_layer_gives_each_row_what_it_gives_the_row_alone(dtype: torch.dtype) -> None:
     if not packable(torch.device("cpu"), dtype):

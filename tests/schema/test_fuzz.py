@@ -115,6 +115,7 @@ def test_random_bytes_as_regexes(sp_lm: structspec.LM, data: bytes) -> None:
     outcome(lambda: compile_and_walk(sp_lm, data.decode("latin-1")))
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=100 * SCALE)
 @given(regex=SYNTAX)
 def test_random_regexes_decode(byte_lm: structspec.LM, regex: str) -> None:
@@ -206,6 +207,7 @@ def test_hostile_enums(sp_lm: structspec.LM, values: list) -> None:
     outcome(lambda: decode_checked(sp_lm, {"enum": values}, tokens=4))
 
 
+@pytest.mark.slow
 def test_huge_enum_compiles_and_decodes(byte_lm: structspec.LM) -> None:
     values = [f"value-{i}" for i in range(10_000)]
     result = outcome(lambda: decode_checked(byte_lm, {"enum": values}, tokens=12))

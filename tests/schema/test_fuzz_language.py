@@ -112,6 +112,7 @@ def test_numeric_literals_are_written_as_stated(values: list, as_const: bool, ot
 big = st.integers(min_value=-(10**20), max_value=10**20)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(big, st.integers(min_value=0, max_value=10**4), st.booleans(), st.lists(st.integers(-3, 10**4 + 3),
                                                                                  min_size=4, max_size=4))

@@ -55,6 +55,7 @@ def test_what_a_regex_cannot_hold_is_named(regex: str, says: str) -> None:
     assert "at (anchors" not in str(err.value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("pattern", "texts"), [
     ("^a$(b)?", ["a", "ab", "ba"]),
     ("^(a$|b)c?", ["a", "b", "bc", "ac"]),

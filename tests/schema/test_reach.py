@@ -76,6 +76,7 @@ def test_unique_items_are_exact(items: dict, values: list[Any], bounds: dict) ->
 SCALARS = ["null", "true", "false", "0", "7", "1.5", '"x"', '"y"', "[]", "{}"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("schema", [
     {"not": {"type": "string"}},
     {"type": ["integer", "string", "null"], "not": {"type": ["string", "null"]}},
@@ -176,6 +177,7 @@ def test_a_schema_that_refers_to_its_root_unrolls() -> None:
     assert re.fullmatch(regex, '{"next":{}}') and not re.fullmatch(regex, '{"next":{"next":{}}}')
 
 
+@pytest.mark.slow
 def test_a_recursive_schema_unrolls_its_shared_definitions_once_per_nesting_count() -> None:
     # Five levels of five properties each referring to the level below, beside a recursive tree: unrolled as a
     # tree walk that is 5^5 copies of the bottom level; shared, each level once.
@@ -316,6 +318,7 @@ def test_a_false_pattern_forbids_the_names_it_matches() -> None:
     assert (err.value.keyword, err.value.pointer) == ("patternProperties", "/")
 
 
+@pytest.mark.slow
 def test_a_pattern_that_matches_a_listed_property_with_the_same_or_any_schema_is_enforced() -> None:
     schema = {"type": "object", "properties": PROPS, "patternProperties": {"^[ab]$": {}}}
     agrees(schema, objects())
@@ -323,6 +326,7 @@ def test_a_pattern_that_matches_a_listed_property_with_the_same_or_any_schema_is
         to_regex(schema | {"patternProperties": {"^[ab]$": {"type": "string"}}})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("schema", [{"format": "date"}, {"minLength": 2}, {"maxItems": 1, "items": {"const": 1}},
                                     {"minimum": 3}, {"required": ["a"]}])
 def test_a_keyword_without_type_applies_to_its_own_type_and_lets_other_types_through(schema: dict) -> None:
@@ -357,6 +361,7 @@ def open_objects() -> list[str]:
     return texts
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra", [{}, {"additionalProperties": True}, {"additionalProperties": {"type": "integer"}},
                                    {"additionalProperties": {"type": "string"}, "required": ["a"]}])
 def test_open_objects_admit_exactly_the_unlisted_members_json_schema_allows(extra: dict) -> None:
@@ -387,6 +392,7 @@ def test_an_explicit_additional_properties_opens_the_object_whatever_open_object
     assert re.fullmatch(to_regex(nested), '{"p":{"b":true,"z":1}}')  # by default, as JSON Schema reads it
 
 
+@pytest.mark.slow
 def test_an_absent_additional_properties_is_open_in_a_json_schema_and_closed_in_a_pydantic_model() -> None:
     class Item(BaseModel):
         a: int
@@ -527,6 +533,7 @@ def test_a_property_whose_schema_is_false_is_never_written(wide: bool) -> None:
         to_regex(schema | {"required": ["b"]}, open_objects=wide)
 
 
+@pytest.mark.slow
 def test_a_one_of_of_required_names_stays_exact_with_open_objects() -> None:
     # the branch that leaves a name out must not let it back in as an unlisted member
     schema = {"type": "object", "properties": LISTED, "oneOf": [{"required": ["a"]}, {"required": ["b"]}]}

@@ -213,6 +213,7 @@ def test_repeated_class_pattern_takes_length_bounds() -> None:
     assert not full(regex, '"a"') and not full(regex, '"abcde"') and not full(regex, '"xy"')
 
 
+@pytest.mark.slow
 def test_not_strict_drops_unenforceable_keywords_with_a_warning() -> None:
     schema = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"},
                                                           "uniqueItems": True}},
@@ -411,6 +412,7 @@ def test_an_additional_properties_schema_that_refers_to_the_root_nests_as_a_recu
     assert not full(constraint.regex, '{"a":1,"b":2}')
 
 
+@pytest.mark.slow
 def test_any_value_is_one_group() -> None:
     # outlines-core's own regex for {} is a bare alternation, which would bind looser than '"a":'
     regex = to_regex({"type": "object", "properties": {"a": {}}, "required": ["a"]})
@@ -609,6 +611,7 @@ def test_an_empty_language_is_a_schema_error(schema: dict, keyword: str, pointer
     assert (caught.value.keyword, caught.value.pointer) == (keyword, pointer), str(caught.value)
 
 
+@pytest.mark.slow
 def test_a_schema_whose_regex_text_is_too_long_to_write_compiles_and_only_its_text_is_refused(byte_lm) -> None:
     schema: dict = {"type": "integer"}
     for _ in range(40):  # the text writes an array's items twice: 2**40 copies; the automaton shares them

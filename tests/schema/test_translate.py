@@ -155,6 +155,7 @@ def test_optional_properties_cost_linear_states_and_positions(open_objects: bool
         assert len(str(patterns[80])) > 3 * len(str(patterns[40]))  # the text, for other engines, is quadratic
 
 
+@pytest.mark.slow
 def test_the_text_reads_back_as_the_same_language() -> None:
     schema = {"type": "object", "properties": {"a": {"type": "string", "pattern": "^[a-z]+\\d$"},
                                                "b": {"enum": ["x", 1, None, "q\"r"]},
@@ -219,6 +220,7 @@ def test_to_regex_writes_the_translated_items(row: dict) -> None:
         assert to_regex(row["schema"], **options) == write(items)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("open_objects", [False, True], ids=["closed", "open"])
 def test_nested_optional_members_keep_a_few_positions_per_level(open_objects: bool) -> None:
     # a member's value is entered from one place whether or not more members follow it (a fragment inside a

@@ -50,6 +50,7 @@ def test_version_names_the_installed_version(capsys: pytest.CaptureFixture[str])
     assert structspec.__version__ and structspec.__version__[0].isdigit()
 
 
+@pytest.mark.slow
 def test_help_and_version_import_neither_torch_nor_transformers() -> None:
     for argv in (["--help"], ["--version"]):
         done = _fresh(argv)

@@ -99,6 +99,7 @@ def test_the_report_files_hold_the_table_chart_and_token_views(by_method: dict[s
     assert len(data["runs"]) == len(TASKS) * len(by_method) and data["summaries"][0]["method"] == "unconstrained"
 
 
+@pytest.mark.slow
 def test_a_method_that_finished_nothing_is_flagged_not_given_a_speed(by_method: dict[str, list[Run]],
                                                                      byte_lm: structspec.LM, tmp_path: Path) -> None:
     summaries = [harness.summarize(runs) for runs in by_method.values()]

@@ -67,6 +67,7 @@ def test_most_sample_rows_compile() -> None:
     assert len(COMPILED) >= 0.6 * len(ROWS), f"{len(COMPILED)} of {len(ROWS)}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("row", COMPILED, ids=[r["id"] for r in COMPILED])
 def test_known_instances_are_accepted_or_rejected(row: dict) -> None:
     schema = row["schema"]

@@ -111,6 +111,7 @@ def test_a_divergence_is_a_near_tie_or_a_token_our_mask_forbids(byte_lm: structs
     assert (d.position, d.theirs_allowed) == (0, False)
 
 
+@pytest.mark.slow
 def test_transformers_speculative_peers_are_counted_by_target_pass(byte_lm) -> None:
     from structspec.tools.peers import hf_assisted, hf_prompt_lookup, unconstrained_greedy
 
@@ -160,6 +161,7 @@ def test_bench_runs_every_row_and_checks_the_speed_ups_against_plain_masked_deco
     assert all(r.sources == ["model"] * len(r.token_ids) for r in by_method["HF greedy (unconstrained)"])
 
 
+@pytest.mark.slow
 def test_batched_peers_left_pad_and_decode_each_row_as_it_decodes_alone(byte_lm: structspec.LM) -> None:
     from structspec.tools.peers import (
         outlines_batch,

@@ -55,6 +55,7 @@ def test_every_row_runs_with_passes_and_greedy_rows_identical_to_plain_masked_at
     assert "×1.00" in printed and "4/4" in printed  # the B=1 prompt lookup ratio; the identity column
 
 
+@pytest.mark.slow
 def test_bf16_agreement_compares_every_record_with_its_float32_decode(
         model_dir: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     raw = _run(model_dir, tmp_path, "--bf16-agreement")
