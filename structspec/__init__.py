@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from structspec.errors import (
     InvalidOutput,
     InvalidSchemaError,
+    MarkerError,
     ModelNotFoundError,
     OptionError,
     PromptError,
@@ -21,6 +22,8 @@ from structspec.errors import (
     SpecError,
     StructspecError,
     TokenBudgetExceeded,
+    ToolError,
+    ToolSchemaError,
     UnspellableError,
     VocabularyMismatchError,
 )
@@ -32,6 +35,9 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from structspec.lm import LM, from_transformers, load
     from structspec.result import FieldDone, Finished, Result, Stats, StreamEvent, TextChunk
     from structspec.schema import Regex, grammars, to_regex
+    from structspec.schema.reasoning import Reasoning
+    from structspec.schema.structural import Sequence, Special, Tag, Text, Triggered
+    from structspec.schema.toolcalls import ToolCall, ToolCalls, ToolCallsValue
 
 _LAZY = {
     "structspec.api": ("Compiled", "GenerateOptions", "clear_cache", "compile", "generate", "generate_batch",
@@ -40,6 +46,9 @@ _LAZY = {
     "structspec.result": ("FieldDone", "Finished", "Result", "Stats", "StreamEvent", "TextChunk"),
     "structspec.schema": ("Regex", "to_regex"),
     "structspec.schema.grammars": ("grammars",),  # the module itself
+    "structspec.schema.reasoning": ("Reasoning",),
+    "structspec.schema.structural": ("Sequence", "Special", "Tag", "Text", "Triggered"),
+    "structspec.schema.toolcalls": ("ToolCall", "ToolCalls", "ToolCallsValue"),
 }
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
 
@@ -80,8 +89,10 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "LM", "Compiled", "FieldDone", "Finished", "GenerateOptions", "InvalidOutput", "InvalidSchemaError",
-    "ModelNotFoundError", "OptionError", "PromptError", "Regex", "RegexError", "Result", "SchemaError", "SpecError",
-    "Stats", "StreamEvent", "StructspecError", "TextChunk", "TokenBudgetExceeded", "UnspellableError", "VocabularyMismatchError",
+    "MarkerError", "ModelNotFoundError", "OptionError", "PromptError", "Reasoning", "Regex", "RegexError", "Result",
+    "SchemaError", "Sequence", "Special", "SpecError", "Stats", "StreamEvent", "StructspecError", "Tag", "Text",
+    "TextChunk", "TokenBudgetExceeded", "ToolCall", "ToolCalls", "ToolCallsValue", "ToolError", "ToolSchemaError",
+    "Triggered", "UnspellableError", "VocabularyMismatchError",
     "__version__", "clear_cache", "compile", "from_transformers", "generate", "generate_batch", "generate_result",
     "grammars", "iter_batch", "load", "stream", "to_regex",
 ]

@@ -56,6 +56,7 @@ from structspec.options import (
 )
 from structspec.result import FieldDone, Finished, Result, Stats, StreamEvent, TextChunk
 from structspec.schema import COMPACT, Constraint, Regex, constraint_of
+from structspec.schema.agents import agent_constraint, chat_tools, is_agent_spec
 from structspec.schema.bounds import MAX_FRACTION_DIGITS, MAX_INTEGER_DIGITS
 from structspec.schema.reach import MAX_RECURSION_DEPTH
 
@@ -103,10 +104,17 @@ def compile(  # noqa: A001
     long it took and whether it came from the cache.
     """
     lm = load(model) if isinstance(model, str) else model
+
+    def resolve(inner: Any, whitespace: str | None = None) -> Constraint:
+        return constraint_of(inner, whitespace_pattern if whitespace is None else whitespace, strict,
+                             max_integer_digits, max_fraction_digits, max_recursion_depth, open_objects)
+
     with gc_paused():  # a compile allocates and frees little: full collections over a loaded model find nothing
-        constraint = constraint_of(spec, whitespace_pattern, strict, max_integer_digits, max_fraction_digits,
-                                   max_recursion_depth, open_objects)
-        return Compiled(constraint, TokenFSM.from_regex(constraint.pattern, lm.vocab, lm.logits_width, eos_token_id))
+        # Agents' specs (tool calls, reasoning, tags) may place special tokens: their FSM reads a vocabulary in
+        # which only those ids spell their symbols.
+        constraint = agent_constraint(spec, lm.vocab, lm.tokenizer, resolve) if is_agent_spec(spec) else resolve(spec)
+        vocab = lm.vocab.with_symbols(constraint.special_tokens) if constraint.special_tokens else lm.vocab
+        return Compiled(constraint, TokenFSM.from_regex(constraint.pattern, vocab, lm.logits_width, eos_token_id))
 
 
 class Streamer(Protocol):
@@ -314,7 +322,7 @@ def iter_batch(
     for i, (row_spec, prompt) in enumerate(zip(specs, prompts)):
         try:
             check_prompt(prompt)
-            prompt_ids = _prompt_ids(lm, prompt)
+            prompt_ids = _prompt_ids(lm, prompt, row_spec)
             if id(row_spec) not in compiled:
                 compiled[id(row_spec)] = checked.compile(row_spec, lm)
             generator = torch.Generator().manual_seed(checked.seed + i) if checked.seed is not None else None
@@ -359,7 +367,7 @@ def _prepare(model: LM | str, spec: Any, prompt: Prompt, options: GenerateOption
     check_prompt(prompt)
     lm = load(model) if isinstance(model, str) else model
     options.check_model(lm)
-    prompt_ids = _prompt_ids(lm, prompt)
+    prompt_ids = _prompt_ids(lm, prompt, spec)
     return lm, options.compile(spec, lm), prompt_ids
 
 
@@ -443,7 +451,7 @@ def _events(
             raise
         out += ids
         out_sources += sources
-        chunk = TextChunk(utf8.decode(lm.vocab.spell(ids)), ids, sources)
+        chunk = TextChunk(utf8.decode(compiled.fsm.vocab.text_bytes(ids)), ids, sources)
         yield chunk
         if members is not None:
             yield from members.read(chunk.text)
@@ -498,9 +506,11 @@ class _Members:
                 self.depth -= 1
 
 
-def _prompt_ids(lm: LM, prompt: Prompt) -> list[int]:
-    """The prompt's token ids; `PromptError` if it leaves no room for output in the model's context."""
-    ids = lm.encode_prompt(prompt)
+def _prompt_ids(lm: LM, prompt: Prompt, spec: Any = None) -> list[int]:
+    """The prompt's token ids (chat messages get ``spec``'s tools in the chat template); `PromptError` if it
+    leaves no room for output in the model's context."""
+    tools = chat_tools(spec)
+    ids = lm.encode_prompt(prompt, tools=tools) if tools and isinstance(prompt, list) else lm.encode_prompt(prompt)
     if lm.max_context is not None and len(ids) >= lm.max_context:
         raise PromptError(
             f"the prompt has {len(ids)} tokens but {lm.name} has {lm.max_context} positions for prompt and "
@@ -519,9 +529,11 @@ def _in_row(error: StructspecError, row: int) -> StructspecError:
 def _result(lm: LM, compiled: Compiled, decoded: Decoded) -> Result:
     decoded.stats.compile_seconds = compiled.fsm.info.seconds
     decoded.stats.compile_source = compiled.fsm.info.source
-    text = lm.vocab.decode(decoded.token_ids)
+    text = compiled.fsm.vocab.decode(decoded.token_ids)  # (special tokens a spec placed, as their text)
     result = Result(None, text, decoded.token_ids, decoded.stop_reason, decoded.stats, decoded.sources,
                     logprobs=decoded.logprobs)
+    if compiled.constraint.thinking is not None:
+        result.thinking = compiled.constraint.thinking(text)
     if result.complete:
         try:
             result.value = compiled.constraint.parse(text)
