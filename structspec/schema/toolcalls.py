@@ -27,7 +27,7 @@ import pydantic
 
 from structspec.errors import SchemaError, ToolError, ToolSchemaError
 from structspec.schema.constraint import Constraint
-from structspec.schema.structural import Special, Tag, Triggered, Writer
+from structspec.schema.structural import Special, Tag, Text, Triggered, Writer
 
 Choice = Literal["auto", "required", "none"] | str
 
@@ -166,8 +166,8 @@ def toolcalls_constraint(spec: ToolCalls, writer: Writer, arguments: Callable[[A
         parsers[tool.name] = args.parse
         skeleton = f'\n{{"name": "{tool.name}", "arguments": '
         calls.append(Tag(begin, _Raw(re.escape(skeleton) + f"(?:{args.regex})" + re.escape("}\n")), end))
-    if spec.choice == "none":
-        regex = writer.write(Triggered((calls[0],), at_most=0)) if calls else ""
+    if spec.choice == "none":  # (text that never writes a begin marker's text either)
+        regex = writer.write(Text(avoid=(BEGIN,)))
     else:
         forced = spec.choice not in ("auto", "required")
         regex = writer.write(Triggered(tuple(calls), at_least=0 if spec.choice == "auto" else 1,
