@@ -56,7 +56,7 @@ from structspec.options import (
 )
 from structspec.result import FieldDone, Finished, Result, Stats, StreamEvent, TextChunk
 from structspec.schema import COMPACT, Constraint, Regex, constraint_of
-from structspec.schema.agents import agent_constraint, chat_tools, is_agent_spec
+from structspec.schema.agents import agent_constraint, chat_tools, is_agent_spec, symbol_vocab
 from structspec.schema.bounds import MAX_FRACTION_DIGITS, MAX_INTEGER_DIGITS
 from structspec.schema.reach import MAX_RECURSION_DEPTH
 
@@ -113,8 +113,8 @@ def compile(  # noqa: A001
         # Agents' specs (tool calls, reasoning, tags) may place special tokens: their FSM reads a vocabulary in
         # which only those ids spell their symbols.
         constraint = agent_constraint(spec, lm.vocab, lm.tokenizer, resolve) if is_agent_spec(spec) else resolve(spec)
-        vocab = lm.vocab.with_symbols(constraint.special_tokens) if constraint.special_tokens else lm.vocab
-        return Compiled(constraint, TokenFSM.from_regex(constraint.pattern, vocab, lm.logits_width, eos_token_id))
+        fsm = TokenFSM.from_regex(constraint.pattern, symbol_vocab(constraint, lm.vocab), lm.logits_width, eos_token_id)
+        return Compiled(constraint, fsm)
 
 
 class Streamer(Protocol):

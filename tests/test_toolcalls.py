@@ -185,3 +185,33 @@ def two_sample_pvalue(a: Counter, b: Counter) -> float:
     dof = len(pooled) - 1
     return float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64),
                                          torch.tensor(stat / 2, dtype=torch.float64)))
+
+
+def test_the_matcher_and_the_logits_processor_take_tool_calls(qwen_lm) -> None:
+    from structspec.integrations.matcher import Matcher
+    from structspec.integrations.transformers import LogitsProcessor
+
+    spec = ToolCalls([GetWeather, SEARCH], choice="search")
+    matcher = Matcher(spec, qwen_lm.tokenizer, logits_width=qwen_lm.logits_width)  # the tokenizer alone
+    assert matcher.forced_tokens()[0] == TOOL_CALL
+    call = [TOOL_CALL, *qwen_lm.tokenizer.encode(SEARCH_CALL, add_special_tokens=False), END_CALL]
+    assert matcher.accept_tokens(call) and matcher.is_complete()
+    matcher.reset()
+    assert not matcher.accept_tokens([qwen_lm.vocab.ids_by_bytes[b"<"]])  # the marker's text is not the marker
+
+    prompt = qwen_lm.encode_prompt(PROMPT)
+    processor = LogitsProcessor(spec, qwen_lm)
+    out = qwen_lm.model.generate(torch.tensor([prompt]), max_new_tokens=40, do_sample=False,
+                                 logits_processor=[processor], pad_token_id=qwen_lm.vocab.eos_token_id)
+    ours = structspec.generate_result(qwen_lm, spec, PROMPT, fast_forward="off", draft=None, max_new_tokens=40)
+    assert out[0, len(prompt):].tolist()[: len(ours.token_ids)] == ours.token_ids
+
+
+def test_stream_events_end_with_the_calls(qwen_lm) -> None:
+    def set_alarm(hour: Literal[6, 7, 8], repeat: bool) -> None: ...
+
+    events = list(structspec.stream(qwen_lm, ToolCalls([set_alarm, SEARCH], choice="set_alarm"), PROMPT,
+                                    max_new_tokens=60))
+    result = events[-1].result
+    assert "".join(e.text for e in events[:-1]) == result.text and result.text.startswith("<tool_call>")
+    assert result.value.calls[0].name == "set_alarm"

@@ -41,6 +41,12 @@ def _resolve(spec: Any, writer: Writer, tokenizer: Any, inner: Callable[[Any, st
     return inner(spec, None)
 
 
+def symbol_vocab(constraint: Constraint, vocab: TokenVocab) -> TokenVocab:
+    """The vocabulary ``constraint``'s FSM reads: ``vocab``, with its special tokens spelling their symbols where
+    it places any (`TokenVocab.with_symbols`). Changes nothing."""
+    return vocab.with_symbols(constraint.special_tokens) if constraint.special_tokens else vocab
+
+
 def chat_tools(spec: Any) -> list[dict[str, Any]] | None:
     """The tools ``spec`` calls, as a chat template's ``tools=`` takes them; None for a spec without tools."""
     if isinstance(spec, Reasoning):
