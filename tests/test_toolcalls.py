@@ -51,7 +51,7 @@ def accepts(compiled: structspec.Compiled, pieces: list[str | int]) -> bool:
                      ([TOOL_CALL, CALL.replace('"C"', '"K"'), END_CALL], False),
                      ([TOOL_CALL, CALL.replace("GetWeather", "GetTime"), END_CALL], False),
                      (["<tool_call>", CALL, "</tool_call>"], False), (["say <tool_call> here"], False)]),
-    ("required", True, [(["Sure."], False), ([TOOL_CALL, CALL, END_CALL], True),
+    ("required", True, [(["Sure."], False), ([TOOL_CALL, CALL, END_CALL], True), (["Hi", TOOL_CALL, CALL, END_CALL], False),
                         ([TOOL_CALL, CALL, END_CALL, "\n", TOOL_CALL, SEARCH_CALL, END_CALL], True)]),
     ("none", False, [(["Sure."], True), ([TOOL_CALL, CALL, END_CALL], False), (["Sure. <tool_call>"], False)]),
     ("search", True, [([TOOL_CALL, SEARCH_CALL, END_CALL], True), ([TOOL_CALL, CALL, END_CALL], False),

@@ -98,7 +98,7 @@ class ToolCalls:
     """An agent's turn: free text and/or calls to ``tools`` (OpenAI-style function dicts, Pydantic models, or
     typed Python functions), each call's arguments matching its tool's schema.
 
-    ``choice``: ``"auto"`` (text, then calls or none), ``"required"`` (text, then at least one call),
+    ``choice``: ``"auto"`` (text, then calls or none), ``"required"`` (at least one call, from the first token),
     ``"none"`` (text only), or a tool's name (that call alone, forced). ``parallel=True`` allows several calls
     (one per line). ``markers``: ``"auto"`` (the tokenizer's ``<tool_call>`` tokens where it has them, text
     otherwise), ``"special"`` or ``"text"``. ``whitespace_pattern`` is the arguments' (``" ?"``: compact or
@@ -169,10 +169,12 @@ def toolcalls_constraint(spec: ToolCalls, writer: Writer, arguments: Callable[[A
     if spec.choice == "none":  # (text that never writes a begin marker's text either)
         regex = writer.write(Text(avoid=(BEGIN,)))
     else:
+        # "required" and a named tool: calls from the first token (as OpenAI's and vLLM's tool_choice), so the
+        # opening marker is forced; "auto": free text, then calls or none.
         forced = spec.choice not in ("auto", "required")
         regex = writer.write(Triggered(tuple(calls), at_least=0 if spec.choice == "auto" else 1,
                                        at_most=None if spec.parallel and not forced else 1,
-                                       text=not forced, separator="\n"))
+                                       text=spec.choice == "auto", separator="\n"))
     shown = (writer.marker_text(begin), writer.marker_text(end))
     return Constraint(regex, lambda text: parse_turn(text, shown, parsers), None, (), tuple(writer.specials))
 
