@@ -91,7 +91,7 @@ class Triggered:
     tags: tuple[Tag, ...]
     at_least: int = 0
     at_most: int | None = None
-    text: bool = True  # False: only tags (separated by ``separator``), no free text around them
+    text: bool = True  # False: only tags, ``separator`` between them (and optionally after the last), no free text
     separator: str = ""
 
     def __post_init__(self) -> None:
@@ -196,6 +196,8 @@ class Writer:
         tags = "|".join(f"(?:{self.write(t)})" for t in spec.tags)
         free = avoiding(begins) if spec.text else ""
         between = free if spec.text else re.escape(spec.separator)
+        if not spec.text and spec.separator:  # a separator may also follow the last tag (models end on "\n")
+            free = f"(?:{between})?"
         high = "" if spec.at_most is None else spec.at_most - 1
         body = f"(?:{tags})(?:(?:{between})(?:{tags})){{{max(spec.at_least - 1, 0)},{high}}}(?:{free})"
         return f"(?:{free})(?:{body})" + ("" if spec.at_least else "?")
