@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from structspec.schema import Regex, grammars, to_regex
     from structspec.schema.reasoning import Reasoning
     from structspec.schema.structural import Sequence, Special, Tag, Text, Triggered
-    from structspec.schema.toolcalls import ToolCall, ToolCalls, ToolCallsValue
+    from structspec.schema.toolcalls import CallDone, ToolCall, ToolCalls, ToolCallsValue
 
 _LAZY = {
     "structspec.api": ("Compiled", "GenerateOptions", "clear_cache", "compile", "generate", "generate_batch",
@@ -48,7 +48,7 @@ _LAZY = {
     "structspec.schema.grammars": ("grammars",),  # the module itself
     "structspec.schema.reasoning": ("Reasoning",),
     "structspec.schema.structural": ("Sequence", "Special", "Tag", "Text", "Triggered"),
-    "structspec.schema.toolcalls": ("ToolCall", "ToolCalls", "ToolCallsValue"),
+    "structspec.schema.toolcalls": ("CallDone", "ToolCall", "ToolCalls", "ToolCallsValue"),
 }
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
 
@@ -88,7 +88,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "LM", "Compiled", "FieldDone", "Finished", "GenerateOptions", "InvalidOutput", "InvalidSchemaError",
+    "LM", "CallDone", "Compiled", "FieldDone", "Finished", "GenerateOptions", "InvalidOutput", "InvalidSchemaError",
     "MarkerError", "ModelNotFoundError", "OptionError", "PromptError", "Reasoning", "Regex", "RegexError", "Result",
     "SchemaError", "Sequence", "Special", "SpecError", "Stats", "StreamEvent", "StructspecError", "Tag", "Text",
     "TextChunk", "TokenBudgetExceeded", "ToolCall", "ToolCalls", "ToolCallsValue", "ToolError", "ToolSchemaError",

@@ -268,7 +268,8 @@ def stream(
 
     Takes `generate_result`'s arguments but ``streamer``. The chunks' texts concatenate to ``Result.text``
     (a character split across tokens arrives whole, with the chunk that completes it); the `FieldDone`
-    events, in order, are the first members of the final object. A regex spec yields chunks only, then
+    events, in order, are the first members of the final object; a `ToolCalls` spec yields a `CallDone` per
+    finished call instead. A regex spec yields chunks only, then
     `Finished`. Options, the prompt and the spec are checked (and the spec compiled) in this call; the
     model runs as the events are read.
 
@@ -280,7 +281,8 @@ def stream(
     """
     checked = GenerateOptions.of(options, generation_config)
     lm, compiled, prompt_ids = _prepare(model, spec, prompt, checked)
-    return _events(lm, compiled, prompt_ids, checked, fields=compiled.constraint.json_schema is not None)
+    return _events(lm, compiled, prompt_ids, checked,
+                   fields=compiled.constraint.json_schema is not None or compiled.constraint.events is not None)
 
 
 def iter_batch(
@@ -436,7 +438,8 @@ def _events(
     """Decode, yielding a `TextChunk` per turn that accepted tokens, a `FieldDone` per closed top-level
     member when ``fields``, then `Finished`."""
     utf8 = codecs.getincrementaldecoder("utf-8")("replace")  # as `TokenVocab.decode`, but holds split characters
-    members = _Members() if fields else None
+    # (a spec with events of its own, such as a tool call's `CallDone`, reads them itself)
+    members = (compiled.constraint.events or _Members)() if fields else None
     turns = decode_steps(lm, compiled.fsm, prompt_ids, options.decode_options(), make_drafter(options.draft, lm))
     out: list[int] = []
     out_sources: list[str] = []

@@ -213,5 +213,8 @@ def test_stream_events_end_with_the_calls(qwen_lm) -> None:
     events = list(structspec.stream(qwen_lm, ToolCalls([set_alarm, SEARCH], choice="set_alarm"), PROMPT,
                                     max_new_tokens=60))
     result = events[-1].result
-    assert "".join(e.text for e in events[:-1]) == result.text and result.text.startswith("<tool_call>")
+    chunks = [e.text for e in events if isinstance(e, structspec.TextChunk)]
+    assert "".join(chunks) == result.text and result.text.startswith("<tool_call>")
     assert result.value.calls[0].name == "set_alarm"
+    (done,) = [e for e in events if isinstance(e, structspec.CallDone)]
+    assert done.call == result.value.calls[0] and done.text_so_far == result.text

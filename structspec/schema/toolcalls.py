@@ -19,7 +19,7 @@ from __future__ import annotations
 import inspect
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -176,7 +176,8 @@ def toolcalls_constraint(spec: ToolCalls, writer: Writer, arguments: Callable[[A
                                        at_most=None if spec.parallel and not forced else 1,
                                        text=spec.choice == "auto", separator="\n"))
     shown = (writer.marker_text(begin), writer.marker_text(end))
-    return Constraint(regex, lambda text: parse_turn(text, shown, parsers), None, (), tuple(writer.specials))
+    return Constraint(regex, lambda text: parse_turn(text, shown, parsers), None, (), tuple(writer.specials),
+                      events=lambda: CallReader(shown, parsers))
 
 
 @dataclass(frozen=True)
@@ -201,3 +202,32 @@ def parse_turn(text: str, markers: tuple[str, str], parsers: dict[str, Callable[
         call = json.loads(segment.split(end)[0])
         calls.append(ToolCall(call["name"], parsers[call["name"]](json.dumps(call["arguments"]))))
     return ToolCallsValue(head, calls)
+
+
+@dataclass(frozen=True)
+class CallDone:
+    """A stream event: a tool call whose end marker was just written, its arguments validated, and the output
+    text up to that marker."""
+
+    call: ToolCall
+    text_so_far: str
+
+
+class CallReader:
+    """Reads a `ToolCalls` turn as it streams; `read` yields a `CallDone` for each call its chunk closes."""
+
+    def __init__(self, markers: tuple[str, str], parsers: dict[str, Callable[[str], Any]]) -> None:
+        self.markers, self.parsers = markers, parsers
+        self.text, self.done = "", 0
+
+    def read(self, chunk: str) -> Iterator[CallDone]:
+        """Scan ``chunk`` (the text after what was read before). Changes the reader's position."""
+        self.text += chunk
+        closed = self.text.rfind(self.markers[1])
+        if closed < 0:
+            return
+        upto = self.text[: closed + len(self.markers[1])]
+        calls = parse_turn(upto, self.markers, self.parsers).calls
+        for call in calls[self.done:]:
+            yield CallDone(call, upto)
+        self.done = len(calls)
