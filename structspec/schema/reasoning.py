@@ -25,7 +25,8 @@ class Reasoning:
     writes none); ``end``: the marker that closes the thinking (text or a `Special` token; ``"</think>"`` by
     default); ``max_thinking_chars``: the thinking budget in characters, after which ``end`` is forced (None:
     no budget; with a text ``end`` a budgeted thinking holds no ``end``'s first character, a narrowing);
-    ``separator``: a regex of what may stand between ``end`` and the answer (default: whitespace).
+    ``separator``: a regex of what may stand between ``end`` and the answer (default: up to two spaces or
+    newlines; bounded, so a model cannot write whitespace until its budget runs out).
 
     Typical use::
 
@@ -38,7 +39,7 @@ class Reasoning:
     begin: Marker | None = None
     end: Marker = "</think>"
     max_thinking_chars: int | None = None
-    separator: str = r"\s*"
+    separator: str = r"[ \n]{0,2}"
 
     def __post_init__(self) -> None:
         Text(stop=(self.end,), max_chars=self.max_thinking_chars)  # checks the marker and budget now
