@@ -79,7 +79,7 @@ def test_tag_sequence_and_triggered_tags(byte_lm) -> None:
     ])
     check_table(byte_lm, Triggered((tag,), at_least=1, text=False, separator="\n"), [
         ("<a>1</a>", True), ("<a>1</a>\n<a>2</a>", True), ("<a>1</a>\n", True), ("<a>1</a><a>2</a>", False),
-        ("x<a>1</a>", False), ("", False), ("<a>1</a>\n\n", False),
+        ("x<a>1</a>", False), ("", False), ("<a>1</a>\n\n", False), ("\n<a>1</a>", False),
     ])
     check_table(byte_lm, Triggered((tag,), at_least=1, at_most=1), [
         ("hi <a>1</a> bye", True), ("hi", False), ("<a>1</a><a>2</a>", False),

@@ -195,7 +195,7 @@ def test_the_matcher_and_the_logits_processor_take_tool_calls(qwen_lm) -> None:
     matcher = Matcher(spec, qwen_lm.tokenizer, logits_width=qwen_lm.logits_width)  # the tokenizer alone
     assert matcher.forced_tokens()[0] == TOOL_CALL
     call = [TOOL_CALL, *qwen_lm.tokenizer.encode(SEARCH_CALL, add_special_tokens=False), END_CALL]
-    assert matcher.accept_tokens(call) and matcher.is_complete()
+    assert matcher.accept_tokens(call) and matcher.accept_tokens([qwen_lm.vocab.eos_token_id])
     matcher.reset()
     assert not matcher.accept_tokens([qwen_lm.vocab.ids_by_bytes[b"<"]])  # the marker's text is not the marker
 

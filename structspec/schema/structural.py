@@ -196,10 +196,10 @@ class Writer:
         tags = "|".join(f"(?:{self.write(t)})" for t in spec.tags)
         free = avoiding(begins) if spec.text else ""
         between = free if spec.text else re.escape(spec.separator)
-        if not spec.text and spec.separator:  # a separator may also follow the last tag (models end on "\n")
-            free = f"(?:{between})?"
+        # without text, a separator may still follow the last tag (models end their calls on "\n")
+        tail = free if spec.text else f"(?:{between})?" if spec.separator else ""
         high = "" if spec.at_most is None else spec.at_most - 1
-        body = f"(?:{tags})(?:(?:{between})(?:{tags})){{{max(spec.at_least - 1, 0)},{high}}}(?:{free})"
+        body = f"(?:{tags})(?:(?:{between})(?:{tags})){{{max(spec.at_least - 1, 0)},{high}}}(?:{tail})"
         return f"(?:{free})(?:{body})" + ("" if spec.at_least else "?")
 
 
