@@ -130,7 +130,7 @@ PROMPT = ('User: weather in Paris, in C? Earlier: {"name": "GetWeather", "argume
 
 
 @pytest.mark.parametrize("mode", [dict(fast_forward="exact", draft=None), dict(fast_forward="exact"),
-                                  dict(draft="lookahead"), dict(draft="tree")])
+                                  dict(draft="lookahead"), dict(draft=structspec.TreeDrafter())])
 @pytest.mark.parametrize("choice", ["GetWeather", "required", "auto"])
 def test_accelerated_modes_are_token_identical_to_plain_masked_decoding(qwen_lm, choice, mode) -> None:
     spec = ToolCalls([GetWeather, SEARCH], choice=choice)
