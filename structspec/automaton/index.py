@@ -8,7 +8,7 @@ first asks for it: the vocabulary is walked through the DFA at once with numpy,
 one vectorized step per byte position, and tokens drop out as soon as they hit
 the dead state; a state that allows few first bytes walks only the tokens that
 start with them. The conventions are outlines-core's (EOS is allowed exactly in
-final states), so the two can be compared state by state; `tests/test_automaton.py` does.
+final states), so the two can be compared state by state; `tests/automaton/test_automaton.py` does.
 Where several tokens end the output (an instruct model's ``<|im_end|>`` beside the
 tokenizer's EOS), each of them is allowed exactly in final states.
 """

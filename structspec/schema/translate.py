@@ -4,7 +4,7 @@ The structure (objects, arrays, alternatives, ``$ref`` targets) is translated he
 node met again is the same sub-list: the automaton hash-conses by structure, so a shared node costs its
 size once where its continuation is the same. k optional properties are k alternatives that share their
 prefixes (``(a,)?(b,)?c``), O(k) items where outlines-core writes O(k²) text. The language is outlines-core's
-translation of `Rewrites.standalone` (the cross-check in tests/test_translate.py). Leaves (strings, numbers,
+translation of `Rewrites.standalone` (the cross-check in tests/schema/test_translate.py). Leaves (strings, numbers,
 booleans, null, enums, consts) keep outlines-core's regex text, parsed once per distinct text.
 """
 
