@@ -26,7 +26,7 @@ from structspec.options import GenerationConfigLike, check_prompt, from_generati
 from structspec.result import Finished, Result, StreamEvent
 from structspec.schema import COMPACT, Constraint, constraint_of
 from structspec.schema.bounds import MAX_FRACTION_DIGITS, MAX_INTEGER_DIGITS
-from structspec.schema.reach import MAX_RECURSION_DEPTH
+from structspec.schema.recursion import MAX_RECURSION_DEPTH
 from structspec.settings import CompileOptions, Draft, GenerateOptions, options_in, takes_options
 
 

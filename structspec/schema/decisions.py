@@ -11,7 +11,7 @@ from structspec.schema.bounds import EXPONENT_DIGITS, Digits
 from structspec.schema.items import Items
 from structspec.schema.keywords import LITERALS, NAMED, is_annotation
 from structspec.schema.pointers import Document
-from structspec.schema.reach import MAX_RECURSION_DEPTH
+from structspec.schema.recursion import MAX_RECURSION_DEPTH
 
 # Any JSON value, as outlines-core translates it in a group (its own form for {} binds looser).
 ANY = {"anyOf": [{"type": t} for t in ("boolean", "null", "number", "string", "array", "object")]}

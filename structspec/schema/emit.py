@@ -47,7 +47,7 @@ class Rewrites(Decisions):
 
     def regex(self, node: Any, pointer: str, source: str) -> ParsedRegex:
         """The regex of ``node`` (already checked, at ``pointer``): its items, the key naming its language, and
-        its text written only when asked for. ``source`` is the JSON text of the schema `reach.unroll` read the
+        its text written only when asked for. ``source`` is the JSON text of the schema `recursion.unroll` read the
         document from (`check_json`): with the options it names the language, and it is short where the
         unrolled copy's would not be (that copy shares its subtrees, which JSON would write out once per place)."""
         items = self.items(node, pointer)

@@ -315,4 +315,3 @@ def _keyword_of(message: str) -> str:
     if quoted:
         return quoted[1]
     return next((keyword for start, keyword in _OUTLINES_ERRORS if message.startswith(start)), "type")
-
