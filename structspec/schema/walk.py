@@ -1,19 +1,17 @@
 """What the checks of one kind of node (`numbers`, `strings`, `objects`) need of the checker's walk over a
-schema document: the contract `checker` fulfils, on the floor below both so the imports run one way."""
+schema document: the contract `checker` fulfils, so those checks never import the checker (imports run one way)."""
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
 from structspec.schema.emit import Rewrites
-from structspec.schema.pointers import Document
 
 
 class Walk(Protocol):
     """One walk over one schema document, recording what it decides in ``rewrites``."""
 
     rewrites: Rewrites
-    document: Document
 
     @property
     def located(self) -> bool:
