@@ -34,7 +34,7 @@ from structspec.options import GenerationConfigLike, check_prompt
 from structspec.result import Result, StreamEvent
 from structspec.schema import COMPACT, Regex
 from structspec.schema.bounds import MAX_FRACTION_DIGITS, MAX_INTEGER_DIGITS
-from structspec.schema.reach import MAX_RECURSION_DEPTH
+from structspec.schema.recursion import MAX_RECURSION_DEPTH
 from structspec.settings import CompileOptions, Draft, GenerateOptions, as_keywords, options_in, takes_options
 
 

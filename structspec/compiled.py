@@ -27,7 +27,7 @@ from structspec.result import Finished, Result, StreamEvent
 from structspec.schema import COMPACT, Constraint, constraint_of
 from structspec.schema.agents import agent_constraint, chat_tools, is_agent_spec, symbol_vocab
 from structspec.schema.bounds import MAX_FRACTION_DIGITS, MAX_INTEGER_DIGITS
-from structspec.schema.reach import MAX_RECURSION_DEPTH
+from structspec.schema.recursion import MAX_RECURSION_DEPTH
 from structspec.settings import CompileOptions, Draft, GenerateOptions, options_in, takes_options
 
 

@@ -29,7 +29,7 @@ from structspec.options import (
 )
 from structspec.schema import COMPACT
 from structspec.schema.bounds import MAX_FRACTION_DIGITS, MAX_INTEGER_DIGITS
-from structspec.schema.reach import MAX_RECURSION_DEPTH
+from structspec.schema.recursion import MAX_RECURSION_DEPTH
 
 def _checked_fields(options: Any) -> None:
     """Check (and convert, as its rule takes it) each field of the frozen ``options`` that has a rule."""

@@ -6,8 +6,8 @@ a schema the way that translator dispatches and raises `SchemaError`, naming the
 keyword and the JSON pointer of its node, for each one it would drop. On the way it
 plans `Rewrites` into equivalent or narrower nodes that outlines-core gets right
 (``allOf`` and the siblings of ``$ref``, ``anyOf`` and ``oneOf`` merged, keywords of
-excluded types dropped) and the regexes structspec writes itself (numeric bounds,
-formats, objects with ``patternProperties``).
+excluded types dropped) and the regexes structspec writes itself (numeric bounds in
+`numbers`, formats and patterns in `strings`, objects with ``patternProperties`` in `objects`).
 """
 
 from __future__ import annotations
@@ -16,46 +16,28 @@ import json
 from functools import lru_cache
 from typing import Any
 
-from structspec.automaton.nfa import ByteNFA
-from structspec.errors import RegexError, SchemaError
-from structspec.schema import grammars, reach
-from structspec.schema.bounds import (
-    CAP,
-    Digits,
-    decimal_range_regex,
-    integer_limits,
-    integer_range_regex,
-    read_bounds,
-)
+from structspec.errors import SchemaError
+from structspec.schema import reach
+from structspec.schema.bounds import Digits
 from structspec.schema.difference import difference
 from structspec.schema.emit import Rewrites
 from structspec.schema.keywords import (
     BOUNDS,
     COUNTS,
-    DEFINED_FORMATS,
-    FORMATS,
     JSON_TYPES,
     KEYWORD_TYPES,
     TYPE_KEYWORDS,
     VALIDATION,
     is_annotation,
     overlap,
-    same,
     type_set,
 )
 from structspec.schema.merge import excludes, merge, opens
-from structspec.schema.patterns import (
-    disjoint_patterns,
-    ecma_classes,
-    json_safe_pattern,
-    key_regex,
-    matched_whole,
-    search,
-    unreadable,
-    whole,
-    with_lengths,
-)
+from structspec.schema.numbers import check_number
+from structspec.schema.objects import UNLISTED, check_object
 from structspec.schema.pointers import Document, join
+from structspec.schema.recursion import MAX_RECURSION_DEPTH
+from structspec.schema.strings import check_string
 
 # The keywords outlines-core dispatches on, in its order.
 _DISPATCH = ("properties", "patternProperties", "anyOf", "oneOf", "prefixItems", "enum", "const", "$ref", "type")
@@ -72,24 +54,6 @@ _QUIET = {kind: frozenset({"type", "enum", "const", *extra}) for kind, extra in 
     ("boolean", ()), ("null", ()), ("array", ("items", "minItems", "maxItems")),
     ("object", ("properties", "required", "additionalProperties", "patternProperties")))}
 _COUNT_KEYWORDS = frozenset(k for pair in COUNTS for k in pair)
-
-UNLISTED = "members 'properties' does not list are not written"
-"""The narrowing of an object whose ``additionalProperties`` allows members its ``properties`` do not list."""
-
-MAX_LENGTH = 4_294_967_294
-"""A ``maxLength`` above this is narrowed to it: the largest count a regex can hold (Python's parser; the
-automaton counts a long repetition instead of copying it, so any count costs the same)."""
-
-
-@lru_cache(maxsize=1024)
-def _unbuildable(pattern: str) -> str | None:
-    """Why the automaton cannot build ``pattern`` (a `RegexError`'s reason), or None if it can. Once per
-    process for each pattern: schemas repeat theirs (one per property of the same kind)."""
-    try:
-        ByteNFA(pattern)
-    except RegexError as e:
-        return e.reason
-    return None
 
 
 @lru_cache(maxsize=None)
@@ -122,13 +86,13 @@ def _quiet(node: dict[str, Any], keys: list[str]) -> bool:
 
 
 def check(document: Document, strict: bool, whitespace_pattern: str, digits: Digits = Digits(),
-          open_objects: bool = False, nesting: int = reach.MAX_RECURSION_DEPTH) -> Rewrites:
+          open_objects: bool = False, nesting: int = MAX_RECURSION_DEPTH) -> Rewrites:
     """The rewrites that emit ``document``'s schema exactly, or narrowed as listed in ``narrowings`` (``digits``
     bounds the numbers the schema leaves unbounded; ``open_objects`` also writes the members an absent
     ``additionalProperties`` allows beside listed ``properties``; values no schema describes nest ``nesting``
     levels); raises `SchemaError` if it admits no value or uses a keyword that would not be enforced
     (``strict=False``: drops it, listed in ``dropped``). The schema is a valid JSON Schema (`check_json`,
-    `check_metaschema`), or one `reach.unroll` made of one (which returns its document).
+    `check_metaschema`), or one `recursion.unroll` made of one (which returns its document).
 
     Does not change the schema.
     """
@@ -148,6 +112,11 @@ class _Checker:
         # Rewritten nodes entered and not yet left: inside one, a node may come from elsewhere in the document (a
         # merge takes subschemas from its parts), so its pointer is looked up; elsewhere the walk's path is it.
         self._rewritten_depth = 0
+
+    @property
+    def located(self) -> bool:
+        """Whether a rewritten node is being walked (see `Walk.located`). Does not change the walk."""
+        return self._rewritten_depth > 0
 
     def walk(self, node: Any, ptr: str, refs: tuple[str, ...]) -> None:
         """Check ``node``: ``ptr`` is where it sits if it is no node of the document (a merged copy),
@@ -174,7 +143,9 @@ class _Checker:
             kind = self._kind(node)
             if kind is None:
                 for key in keys:
-                    self._unenforced(node, key, ptr, "keyword without 'type' is not supported")
+                    self.unenforced(node, key, ptr, "keyword without 'type' is not supported")
+            elif kind in ("properties", "patternProperties"):
+                check_object(self, node, ptr, refs)
             else:
                 getattr(self, "_" + kind.strip("$"))(node, ptr, refs)
         if id(node) not in self.rewrites.replaced and (kind is None or id(node) in self.rewrites.drops) and (
@@ -195,7 +166,7 @@ class _Checker:
             raise SchemaError(unknown, ptr, "not a JSON Schema keyword (a misspelling, like 'ref' for '$ref'?), "
                               "in a node with no other: it would admit any value (name a vendor extension x-…)")
 
-    def _sub(self, node: Any, ptr: str, refs: tuple[str, ...], keyword: str, *names: Any) -> None:
+    def sub(self, node: Any, ptr: str, refs: tuple[str, ...], keyword: str, *names: Any) -> None:
         """Check the subschema of ``keyword`` (under ``names``) of the node at ``ptr``."""
         if node is False:
             raise SchemaError(keyword, ptr, f"the schema at {join(ptr, keyword, *names)} is false, "
@@ -219,7 +190,7 @@ class _Checker:
         if integral:  # JSON Schema reads 2.0 as the integer 2 (the metaschema let only integral ones through)
             return node | integral, ptr, refs
         if "type" not in node and any(k in KEYWORD_TYPES for k in node) and self._kind(node) is None and not (
-                self._has(node, "not")):
+                self.has(node, "not")):
             # JSON Schema applies a type's keywords to values of that type and lets the others through
             return node | {"type": list(JSON_TYPES)}, ptr, refs
         types = type_set(node["type"]) if "type" in node else None
@@ -261,7 +232,7 @@ class _Checker:
                 rest = {k: v for k, v in node.items() if k != key}
                 branches = [merge(rest, sub, self.document) for sub in node[key]]
                 if any(b is None for b in branches):
-                    self._unenforced(node, key, ptr, "its branches cannot be merged with the keywords beside it")
+                    self.unenforced(node, key, ptr, "its branches cannot be merged with the keywords beside it")
                     return None
                 if not any(branches):
                     raise SchemaError(key, ptr, "no branch admits a value that matches the keywords beside it")
@@ -273,19 +244,19 @@ class _Checker:
         counts and dependencies; None if the node has none of them. Under ``strict=False`` a keyword that
         cannot be rewritten is dropped."""
         try:
-            if self._has(node, "not"):
+            if self.has(node, "not"):
                 texts = reach.excluded_texts(node, self.document, ptr)
                 if texts is not None:
                     return self._without_texts(node, ptr, refs, texts), ptr, refs
                 return reach.without_not(node, self.document, ptr), ptr, refs
             wide = self.rewrites.open_objects
-            if self._has(node, "oneOf") and not all(excludes(x, y, self.document, wide)
-                                                    for i, x in enumerate(node["oneOf"])
-                                                    for j, y in enumerate(node["oneOf"]) if i != j):
+            if self.has(node, "oneOf") and not all(excludes(x, y, self.document, wide)
+                                                   for i, x in enumerate(node["oneOf"])
+                                                   for j, y in enumerate(node["oneOf"]) if i != j):
                 return reach.exactly_one(node, self.document, ptr, wide), ptr, refs
             if node.get("uniqueItems") is False:
                 return {k: v for k, v in node.items() if k != "uniqueItems"}, ptr, refs
-            if self._has(node, "uniqueItems"):
+            if self.has(node, "uniqueItems"):
                 return reach.unique_arrays(node, self.document, ptr), ptr, refs
             if isinstance(node.get("properties"), dict) and "patternProperties" not in node and (
                     reach.counts_properties(node)):
@@ -297,7 +268,7 @@ class _Checker:
                                           for b in branches.get("anyOf", [branches])]}
                 return branches, ptr, refs
         except SchemaError as e:
-            self._unenforced(node, e.keyword, ptr, e.reason)
+            self.unenforced(node, e.keyword, ptr, e.reason)
         return None
 
     def _without_texts(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...], texts: list[str]) -> dict[str, Any]:
@@ -317,131 +288,23 @@ class _Checker:
         if merged is False:
             raise SchemaError(key, ptr, "no value matches all of its subschemas")
         if merged is None:
-            self._unenforced(node, key, ptr, "its subschemas set the same keyword differently "
-                             "or interact (additionalProperties, items)")
+            self.unenforced(node, key, ptr, "its subschemas set the same keyword differently "
+                            "or interact (additionalProperties, items)")
             return None
         return merged, ptr, refs
 
-    def _unenforced(self, node: dict[str, Any], key: str, ptr: str, reason: str) -> None:
+    def unenforced(self, node: dict[str, Any], key: str, ptr: str, reason: str) -> None:
         if self.strict:
             raise SchemaError(key, ptr, reason)
         self.rewrites.drop(node, key, ptr)
 
-    def _has(self, node: dict[str, Any], key: str) -> bool:
+    def has(self, node: dict[str, Any], key: str) -> bool:
         return self.rewrites.has(node, key)
 
-    def _reject_others(self, node: dict[str, Any], ptr: str, allowed: set[str]) -> None:
+    def reject_others(self, node: dict[str, Any], ptr: str, allowed: set[str]) -> None:
         for key in node:
             if key in VALIDATION and key not in allowed:
-                self._unenforced(node, key, ptr, "not enforced by the regex translation")
-
-    def _properties(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...]) -> None:
-        if "patternProperties" in node:
-            self._patternProperties(node, ptr, refs)
-            return
-        allowed = {"properties", "required", "type", "additionalProperties"}
-        # outlines-core writes each listed property at most once, the required ones always, and no others
-        if node.get("minProperties", 0) <= len(set(node.get("required", []))):
-            allowed.add("minProperties")
-        if node.get("maxProperties", len(node["properties"])) >= len(node["properties"]):
-            allowed.add("maxProperties")
-        self._reject_others(node, ptr, allowed)
-        required = set(node.get("required", []))
-        for name in required:
-            if name not in node["properties"]:
-                raise SchemaError("required", ptr, f"required property {name!r} is not in 'properties'")
-            if node["properties"][name] is False:
-                raise SchemaError("properties", ptr, f"required property {name!r} has the schema false, which "
-                                  "admits no value")
-        extra = node.get("additionalProperties", True)
-        wide = opens(node, self.rewrites.open_objects)
-        opened = wide and not self._has(node, "maxProperties")
-        why = " (with maxProperties)" if wide else " (open_objects=False)"
-        if opened:
-            try:
-                self._sub(extra, ptr, refs, "additionalProperties")
-            except SchemaError as e:  # members it cannot describe are left out: narrower, and listed
-                opened, why = False, f" (additionalProperties: {e})"
-        forbidden = [name for name, sub in node["properties"].items() if sub is False]  # names never written
-        if forbidden and not opened:  # listed properties only: leaving them out is exact
-            rest = node | {"properties": {n: sub for n, sub in node["properties"].items() if sub is not False}}
-            self.rewrites.replace(node, rest)
-            self.walk(rest, ptr, refs)
-            return
-        for name, sub in node["properties"].items():
-            if sub is not False:
-                self._sub(sub, ptr, refs, "properties", name)
-        if extra is False:
-            return
-        if not opened:
-            self.rewrites.narrow(ptr, UNLISTED + why)
-            return
-        fields = [(name, sub, name in required) for name, sub in node["properties"].items() if sub is not False]
-        located = self._rewritten_depth > 0
-        self.rewrites.hole(node, self.rewrites.object_regex(fields, [], ptr, extra, forbidden, located))
-
-    def _patternProperties(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...]) -> None:
-        """Translate the object itself: listed properties in order, then any number of pattern-named ones.
-
-        Names that match no pattern are left out even where additionalProperties
-        would allow them (narrower: a regex cannot say "matches none of these").
-        """
-        props, patterns = node.get("properties", {}), node["patternProperties"]
-        required = list(dict.fromkeys(node.get("required", [])))
-        extra = node.get("additionalProperties", True)
-        self._reject_others(node, ptr, {"properties", "patternProperties", "additionalProperties", "required", "type"}
-                            | ({"minProperties"} if node.get("minProperties", 0) <= len(required) else set()))
-        keys = {p: key_regex(p) for p in patterns}
-        clash = next((f"pattern {p!r} cannot be read as a JSON-safe, anchored-or-not regular expression"
-                      for p, key in keys.items() if key is None), None)
-        clash = clash or next((f"pattern {p!r} cannot be built: {reason}" for p, key in keys.items()
-                               if (reason := _unbuildable(key)) and not reason.startswith("it matches no string")),
-                              None)
-        clash = clash or next((f"patterns {p!r} and {q!r} may match the same name with different schemas"
-                               for p in patterns for q in patterns if p < q and not same(patterns[p], patterns[q])
-                               and not disjoint_patterns(p, q)), None)
-        fields = []  # the listed properties, then the required names only patterns or additionalProperties give
-        for name, sub in props.items():
-            matching = [p for p in patterns if search(p, name)]
-            if any(patterns[p] is False for p in matching):  # the name is forbidden: never written
-                if name in required:
-                    raise SchemaError("patternProperties", ptr, f"required property {name!r} matches a pattern "
-                                      "whose schema is false")
-                continue
-            # a value must match both schemas: accepted where the pattern's adds nothing (no merge: it would copy
-            # an unrolled DAG as a tree)
-            clash = clash or next((f"pattern {p!r} also matches property {name!r}, whose value would need both "
-                                   "schemas" for p in matching if patterns[p] not in (True, {}) and patterns[p] is
-                                   not sub), None)
-            fields.append((name, sub, name in required))
-        listed = len(fields)
-        takes_extra = False  # whether a required name no pattern matches takes the additionalProperties schema
-        for name in (n for n in required if n not in props):
-            matching = [p for p in patterns if search(p, name)]
-            if len(matching) > 1 or (not matching and extra is False):
-                clash = clash or f"required property {name!r} matches {len(matching)} patterns"
-            if matching and patterns[matching[0]] is False:
-                raise SchemaError("patternProperties", ptr, f"required property {name!r} matches pattern "
-                                  f"{matching[0]!r}, whose schema is false")
-            takes_extra = takes_extra or not matching
-            fields.append((name, patterns[matching[0]] if matching else {} if extra is True else extra, True))
-        if clash:
-            self._unenforced(node, "patternProperties", ptr, clash)
-            rest = {k: v for k, v in node.items() if k != "patternProperties"}
-            self.rewrites.replace(node, rest)
-            self.walk(rest, ptr, refs)
-            return
-        if extra is not False:
-            self.rewrites.narrow(ptr, "members no listed property or pattern names are not written")
-        for name, sub, _ in fields[:listed]:
-            self._sub(sub, ptr, refs, "properties", name)
-        if takes_extra:
-            self._sub(extra, ptr, refs, "additionalProperties")
-        allowed = {p: sub for p, sub in patterns.items() if sub is not False}  # names matching the others: never
-        for p, sub in allowed.items():
-            self._sub(sub, ptr, refs, "patternProperties", p)
-        self.rewrites.hole(node, self.rewrites.object_regex(
-            fields, [(keys[p], sub, p) for p, sub in allowed.items()], ptr, located=self._rewritten_depth > 0))
+                self.unenforced(node, key, ptr, "not enforced by the regex translation")
 
     def _anyOf(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...]) -> None:
         self._branches(node, ptr, refs, "anyOf")
@@ -450,18 +313,18 @@ class _Checker:
         self._branches(node, ptr, refs, "oneOf")  # no value matches two: `_reached` rewrote overlapping ones
 
     def _branches(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...], key: str) -> None:
-        self._reject_others(node, ptr, {key})
+        self.reject_others(node, ptr, {key})
         for i, sub in enumerate(node[key]):
-            self._sub(sub, ptr, refs, key, i)
+            self.sub(sub, ptr, refs, key, i)
 
     def _prefixItems(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...]) -> None:
-        self._reject_others(node, ptr, {"prefixItems", "type", "items", "minItems", "maxItems"})
+        self.reject_others(node, ptr, {"prefixItems", "type", "items", "minItems", "maxItems"})
         n = len(node["prefixItems"])
         if node.get("minItems", 0) > n or node.get("maxItems", n) < n:
             raise SchemaError("minItems" if node.get("minItems", 0) > n else "maxItems", ptr,
                               "item count bounds that exclude exactly the prefix items")
         for i, sub in enumerate(node["prefixItems"]):
-            self._sub(sub, ptr, refs, "prefixItems", i)
+            self.sub(sub, ptr, refs, "prefixItems", i)
 
     def _enum(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...]) -> None:
         self._check_literals(node, ptr, "enum", node["enum"])
@@ -472,9 +335,9 @@ class _Checker:
     def _check_literals(self, node: dict[str, Any], ptr: str, keyword: str, values: list[Any]) -> None:
         if not values:
             raise SchemaError(keyword, ptr, "an empty enum admits no value; list at least one")
-        self._reject_others(node, ptr, {keyword, "type"})
+        self.reject_others(node, ptr, {keyword, "type"})
         if any(isinstance(v, (dict, list)) for v in values):
-            self._unenforced(node, keyword, ptr, "object and array values are not supported")
+            self.unenforced(node, keyword, ptr, "object and array values are not supported")
             return
         if any(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
             self.rewrites.narrow(ptr, f"the numbers of {keyword} are written as the schema states them, not in "
@@ -487,7 +350,7 @@ class _Checker:
             self.rewrites.replace(node, {"enum": typed})
 
     def _ref(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...]) -> None:
-        self._reject_others(node, ptr, {"$ref"})
+        self.reject_others(node, ptr, {"$ref"})
         ref = node["$ref"]
         if ref in refs:
             raise SchemaError("$ref", ptr, f"recursive reference {ref!r} is not supported")
@@ -497,173 +360,37 @@ class _Checker:
                               "schema object; point it at one ({} for any value)")
         self.walk(target, ref.lstrip("#"), refs + (ref,))
 
-    def _number(self, node: dict[str, Any], ptr: str, kind: str) -> None:
-        """Emit a number node as structspec's regex: its bounds exactly, the digit bounds where it has none."""
-        low, high = read_bounds(node)
-        for bound in (low, high):
-            if bound is not None and bound.value != node[bound.keyword]:
-                self.rewrites.narrow(ptr, f"{bound.keyword} {node[bound.keyword]} narrowed to {bound.value} "
-                                     f"(a range wider than {CAP:.0e} costs automaton states for its digits)")
-        digits = self.rewrites.digits
-        if kind == "integer":
-            lo, hi = integer_limits(low, high)
-            if lo is not None and hi is not None and lo > hi:
-                raise SchemaError(low.keyword, ptr, "no integer lies within the bounds")
-            if digits.integer is not None and (lo is None or hi is None):
-                cap = 10**digits.integer - 1
-                if low is None and high is None:
-                    self.rewrites.hole(node, digits.integer_regex())
-                    self.rewrites.narrow_digits(ptr, integer=True, fraction=False, exponent=False)
-                    return
-                lo, hi = (-cap if lo is None else lo), (cap if hi is None else hi)
-                if lo > hi:
-                    raise SchemaError((low or high).keyword, ptr, f"no integer of at most {digits.integer} digits "
-                                      "lies within the bounds; raise max_integer_digits (None lifts it)")
-                self.rewrites.narrow_digits(ptr, integer=True, fraction=False, exponent=False)
-            if lo is not None or hi is not None:
-                self.rewrites.hole(node, integer_range_regex(lo, hi))
-            return
-        if low is None and high is None:
-            if digits.bounded:
-                self.rewrites.hole(node, digits.number_regex())
-                self.rewrites.narrow_digits(ptr, integer=True, fraction=True, exponent=True)
-            return
-        fractional = next((b for b in (low, high) if b is not None and b.value != int(b.value)), None)
-        if fractional is not None:
-            self._unenforced(node, fractional.keyword, ptr, "bounds of a number must be integers")
-            return
-        lo, hi = (None if b is None else int(b.value) for b in (low, high))
-        lo_open, hi_open = low is not None and low.open, high is not None and high.open
-        if lo is not None and hi is not None and (lo > hi or (lo == hi and (lo_open or hi_open))):
-            raise SchemaError(low.keyword, ptr, "no number lies within the bounds")
-        if digits.integer is not None and (lo is None or hi is None):
-            cap = 10**digits.integer  # fewer integer digits: strictly between -cap and cap
-            (lo, lo_open), (hi, hi_open) = ((-cap, True) if lo is None else (lo, lo_open),
-                                            (cap, True) if hi is None else (hi, hi_open))
-            if lo >= hi:
-                raise SchemaError((low or high).keyword, ptr, f"no number of at most {digits.integer} integer "
-                                  "digits lies within the bounds; raise max_integer_digits (None lifts it)")
-            self.rewrites.narrow_digits(ptr, integer=True, fraction=False, exponent=False)
-        self.rewrites.narrow_digits(ptr, integer=False, fraction=True, exponent=False)
-        self.rewrites.hole(node, decimal_range_regex(lo, lo_open, hi, hi_open, digits.fraction))
-
-    def _string(self, node: dict[str, Any], ptr: str) -> None:
-        """Fold format, pattern and length bounds into one JSON-safe pattern where they need it."""
-        lengths = self._has(node, "minLength") or self._has(node, "maxLength")
-        pattern = None
-        if self._has(node, "format") and node["format"] not in DEFINED_FORMATS:
-            # an unknown format is an annotation to JSON Schema's validators too: said (a warning), not enforced
-            self.rewrites.unknown_formats[(node["format"], ptr)] = None
-            rest = {k: v for k, v in node.items() if k != "format"}
-            self.rewrites.replace(node, rest)
-            self.walk(rest, ptr, ())
-            return
-        if self._has(node, "format"):
-            if node["format"] not in FORMATS:
-                self._unenforced(node, "format", ptr, f"format {node['format']!r} is not supported "
-                                 f"(supported: {', '.join(sorted(FORMATS))})")
-            elif self._has(node, "pattern"):
-                self._unenforced(node, "format", ptr, "cannot be combined with pattern")
-            elif lengths:
-                self._unenforced(node, "format", ptr, "cannot be combined with minLength/maxLength")
-            else:
-                pattern = f"({grammars.get(node['format']).pattern})"  # catalogue patterns are JSON-safe
-                # each grammar leaves out some strings the format's RFC (and a validator) accepts: it says which
-                self.rewrites.narrow(ptr, f"format {node['format']!r} is written as structspec's grammar of it: "
-                                     f"{grammars.catalogue()[node['format']].description}")
-        if self._has(node, "pattern") and node["pattern"] in self.rewrites.holes:
-            return  # a hole's own node: emitted already
-        if self._has(node, "pattern"):
-            safe, searched, unread = None, False, unreadable(node["pattern"])
-            if unread is not None:
-                self._unenforced(node, "pattern", ptr, unread)
-            else:
-                safe = json_safe_pattern(ecma_classes(node["pattern"]))
-                if safe is None:
-                    self._unenforced(node, "pattern", ptr, "it needs a quote, backslash or control character "
-                                     "(U+0000-U+001F), which JSON strings hold only escaped and structspec writes a "
-                                     "pattern's characters unescaped; leave them out of the pattern")
-            if safe is not None and safe[1]:
-                self.rewrites.narrow(ptr, f"pattern {node['pattern']!r} is written without the characters a JSON "
-                                     "string holds only escaped (quote, backslash, U+0000-U+001F)")
-            try:
-                pattern, searched = (None, False) if safe is None else matched_whole(safe[0])
-            except ValueError as e:
-                self._unenforced(node, "pattern", ptr, str(e))
-            if pattern is not None and lengths:
-                try:
-                    pattern = with_lengths(pattern, node.get("minLength", 0), self._max_length(node, ptr))
-                except ValueError as e:
-                    raise SchemaError("maxLength", ptr, f"no string the pattern matches is that short: {e}") from None
-                if pattern is None:
-                    self._unenforced(node, "pattern", ptr, "cannot be combined with minLength/maxLength "
-                                     "unless it is one character class repeated, like ^[a-z0-9]+$")
-            if pattern is not None:
-                pattern = self._readable(node, ptr, pattern)
-            if pattern is not None and not (searched or whole(node["pattern"])):
-                self.rewrites.narrow(ptr, f"pattern {node['pattern']!r} matches whole strings only (JSON Schema "
-                                     "finds it anywhere in one)")
-        if pattern is not None:
-            # a hole, with its quotes: the digit bounds rewrite outlines-core's number text, never a pattern
-            self.rewrites.hole(node, f'"{pattern}"')
-        elif lengths and self._max_length(node, ptr) != node.get("maxLength"):
-            self.rewrites.replace(node, {k: v for k, v in node.items() if self._has(node, k)}
-                                  | {"maxLength": MAX_LENGTH})
-
-    def _max_length(self, node: dict[str, Any], ptr: str) -> int | None:
-        """``maxLength`` of a string node, narrowed to `MAX_LENGTH` (recorded); None if it has none."""
-        if node.get("minLength", 0) > MAX_LENGTH:
-            raise SchemaError("minLength", ptr, f"strings of more than {MAX_LENGTH:,} characters cannot be "
-                              "enforced (the largest count a regex can hold); lower minLength")
-        if node.get("maxLength") is None or node["maxLength"] <= MAX_LENGTH:
-            return node.get("maxLength")
-        self.rewrites.narrow(ptr, f"maxLength {node['maxLength']} narrowed to {MAX_LENGTH} "
-                             "(the largest count a regex can hold)")
-        return MAX_LENGTH
-
-    def _readable(self, node: dict[str, Any], ptr: str, pattern: str) -> str | None:
-        """``pattern`` if the automaton can build it and some string matches it; None if it cannot be read
-        (dropped under ``strict=False``); `SchemaError` if it matches nothing."""
-        reason = _unbuildable(pattern)
-        if reason is None:
-            return pattern
-        if reason.startswith("it matches no string"):
-            raise SchemaError("pattern", ptr, f"no string matches {node['pattern']!r}; "
-                              "fix the pattern (an empty class like [^\\s\\S]?)")
-        self._unenforced(node, "pattern", ptr, f"it cannot be translated: {reason}")
-        return None
-
     def _type(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...]) -> None:
         types = [node["type"]] if isinstance(node["type"], str) else list(node["type"])
         allowed = _type_keywords(tuple(types))
         for key in node:  # (keywords of the types not listed are gone: see _rewritten)
             if key in VALIDATION and key not in allowed:
-                self._unenforced(node, key, ptr, f"not enforced for type {node['type']!r}")
+                self.unenforced(node, key, ptr, f"not enforced for type {node['type']!r}")
         numbers = self.rewrites.digits.bounded and {"integer", "number"} & set(types)
-        if len(types) > 1 and (numbers or any(k in KEYWORD_TYPES and self._has(node, k) for k in node)):
+        if len(types) > 1 and (numbers or any(k in KEYWORD_TYPES and self.has(node, k) for k in node)):
             # rewrites (holes, patterns) are per type: split the node into one branch per type
-            branches = [{k: v for k, v in node.items() if t in KEYWORD_TYPES.get(k, {t}) and self._has(node, k)}
+            branches = [{k: v for k, v in node.items() if t in KEYWORD_TYPES.get(k, {t}) and self.has(node, k)}
                         | {"type": t} for t in types]
             self.rewrites.replace(node, {"anyOf": branches})
             for branch in branches:
                 self.walk(branch, ptr, refs)
             return
         for low, high in COUNTS:  # outlines-core would reject or loosen the contradiction
-            if self._has(node, low) and self._has(node, high) and node[low] > node[high]:
+            if self.has(node, low) and self.has(node, high) and node[low] > node[high]:
                 raise SchemaError(low, ptr, f"{low} {node[low]} is greater than {high} {node[high]}: "
                                   "no value has both")
         if types[0] in ("integer", "number"):
-            self._number(node, ptr, types[0])
+            check_number(self, node, ptr, types[0])
         if "string" in types:
-            self._string(node, ptr)
+            check_string(self, node, ptr)
         if "array" in types and "items" in node:
-            self._sub(node["items"], ptr, refs, "items")
+            self.sub(node["items"], ptr, refs, "items")
         if "object" in types:
             # outlines-core tells only "no property" from "some": any other count goes unchecked
-            if self._has(node, "minProperties") and node["minProperties"] > 1:
-                self._unenforced(node, "minProperties", ptr, "only 0 or 1 is enforced without 'properties'")
-            if self._has(node, "maxProperties") and node["maxProperties"] > 0:
-                self._unenforced(node, "maxProperties", ptr, "only 0 is enforced without 'properties'")
+            if self.has(node, "minProperties") and node["minProperties"] > 1:
+                self.unenforced(node, "minProperties", ptr, "only 0 or 1 is enforced without 'properties'")
+            if self.has(node, "maxProperties") and node["maxProperties"] > 0:
+                self.unenforced(node, "maxProperties", ptr, "only 0 is enforced without 'properties'")
             extra = node.get("additionalProperties", True)
             if extra is not False:
-                self._sub(extra, ptr, refs, "additionalProperties")
+                self.sub(extra, ptr, refs, "additionalProperties")

@@ -17,7 +17,7 @@ from functools import lru_cache, partial
 from structspec.automaton.nfa import char_ranges
 from structspec.automaton.parse import REPEATS, Stated, group_body, parse, write
 from structspec.automaton.utf8 import Ranges, complement
-from structspec.schema.translate import Items, branch, group, json_string, literal
+from structspec.schema.items import Items, branch, group, json_string, literal
 
 _CHARS = (C.LITERAL, C.NOT_LITERAL, C.ANY, C.IN)
 

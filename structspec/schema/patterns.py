@@ -14,6 +14,7 @@ import unicodedata
 from functools import cache, lru_cache
 
 from structspec.automaton.anchors import full_match, has_anchors, in_context
+from structspec.automaton.nfa import ByteNFA
 from structspec.automaton.parse import maybe_anchored, write
 from structspec.errors import RegexError
 
@@ -40,6 +41,8 @@ def _python_word() -> str:
             else:
                 ranges.append([c, c])
     return "\\w" + "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in ranges)
+
+
 _KEY_CHAR = f"[^{_JSON_UNSAFE}]"
 # A pattern that is one character (class) repeated, as json_safe_pattern leaves it.
 _REPEATED_CLASS = re.compile(r"\((?P<char>\[(?:\\.|[^\]\\])*\]|\\.|[a-zA-Z0-9 ])(?P<times>[+*])\)")
@@ -285,3 +288,14 @@ def _first_chars(pattern: str) -> set[str] | None:
         return {chr(c) for c in range(128) if re.fullmatch(atom, chr(c))}
     except re.error:
         return None
+
+
+@lru_cache(maxsize=1024)
+def unbuildable(pattern: str) -> str | None:
+    """Why the automaton cannot build ``pattern`` (a `RegexError`'s reason), or None if it can. Once per
+    process for each pattern: schemas repeat theirs (one per property of the same kind)."""
+    try:
+        ByteNFA(pattern)
+    except RegexError as e:
+        return e.reason
+    return None

@@ -19,7 +19,7 @@ from structspec.schema.bounds import MAX_FRACTION_DIGITS, MAX_INTEGER_DIGITS, Di
 from structspec.schema.checker import check
 from structspec.schema.constraint import COMPACT, Constraint, Regex
 from structspec.schema.keywords import FORMATS
-from structspec.schema.reach import MAX_RECURSION_DEPTH, unroll
+from structspec.schema.recursion import MAX_RECURSION_DEPTH, unroll
 from structspec.schema.validation import check_json, check_metaschema, too_deep, validator
 
 

@@ -4,7 +4,7 @@ The structure (objects, arrays, alternatives, ``$ref`` targets) is translated he
 node met again is the same sub-list: the automaton hash-conses by structure, so a shared node costs its
 size once where its continuation is the same. k optional properties are k alternatives that share their
 prefixes (``(a,)?(b,)?c``), O(k) items where outlines-core writes O(k²) text. The language is outlines-core's
-translation of `Rewrites.standalone` (the cross-check in tests/schema/test_translate.py). Leaves (strings, numbers,
+translation of `Decisions.standalone` (the cross-check in tests/schema/test_translate.py). Leaves (strings, numbers,
 booleans, null, enums, consts) keep outlines-core's regex text, parsed once per distinct text.
 """
 
@@ -12,26 +12,27 @@ from __future__ import annotations
 
 import json
 import re
-import re._constants as C  # the parser's opcodes
 from functools import lru_cache
-from json.encoder import encode_basestring
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from outlines_core.json_schema import INTEGER, NUMBER, STRING, build_regex_from_schema
 
 from structspec.automaton.parse import parse
 from structspec.errors import RegexError, SchemaError
 from structspec.schema.bounds import Digits
+from structspec.schema.decisions import ANY, Decisions
+from structspec.schema.items import (
+    ASCII,
+    Items,
+    branch,
+    group,
+    json_string,
+    literal,
+    repeat,
+)
 from structspec.schema.keywords import LITERALS, is_annotation
 from structspec.schema.patterns import ecma_classes
 
-if TYPE_CHECKING:
-    from structspec.schema.emit import Rewrites
-
-Items = list  # parsed regex items: (opcode, argument) pairs
-
-# Any JSON value, as outlines-core translates it in a group (its own form for {} binds looser).
-ANY = {"anyOf": [{"type": t} for t in ("boolean", "null", "number", "string", "array", "object")]}
 _LEAF_TYPES = ("string", "number", "integer", "boolean", "null")
 # outlines-core's errors by how their message starts, with the keyword each is about (one that
 # quotes its keyword names it itself). The checker lets none of them through.
@@ -49,49 +50,15 @@ class _Untranslatable(Exception):
     """A node outlines-core would not translate either (keyword, reason): the checker lets none through."""
 
 
-# One item per ASCII character, shared by every literal: a schema's names are thousands of characters, and
-# fewer new objects leave the garbage collector less to scan once a compile ends.
-_ASCII = {chr(c): (C.LITERAL, c) for c in range(128)}
-
-
-def json_string(text: str) -> str:
-    """``text`` as a JSON string, quotes included, as ``json.dumps(text, ensure_ascii=False)`` writes it (its
-    encoder's own function: `json.dumps` with an option builds an encoder per call, and names are many)."""
-    return encode_basestring(text)
-
-
-def literal(text: str) -> Items:
-    """Items matching exactly ``text``."""
-    return [_ASCII[c] if c in _ASCII else (C.LITERAL, ord(c)) for c in text]
-
-
-def group(items: Items) -> tuple:
-    """``items`` as one item: a non-capturing group, or the one item ``items`` holds (a group of one item is that
-    item: it shares the item, which the automaton then measures once, and adds no layer to measure)."""
-    if type(items) is list and len(items) == 1:  # (a `Stated` body stays in its group)
-        return items[0]
-    return C.SUBPATTERN, (None, 0, 0, items)
-
-
-def repeat(low: int, high: int | None, items: Items) -> tuple:
-    """``items`` repeated ``low`` to ``high`` times (None: no limit)."""
-    return C.MAX_REPEAT, (low, C.MAXREPEAT if high is None else high, items)
-
-
-def branch(alternatives: list[Items]) -> tuple:
-    """One of ``alternatives``."""
-    return C.BRANCH, (None, alternatives)
-
-
 class Translator:
-    """Translates the nodes of one checked schema document as ``rewrites`` says; remembers each node's items.
+    """Translates the nodes of one checked schema document as ``decisions`` says; remembers each node's items.
 
-    `items` changes only the memo and the narrowings of ``rewrites`` (digit bounds it applies).
+    `items` changes only the memo and the narrowings of ``decisions`` (digit bounds it applies).
     """
 
-    def __init__(self, rewrites: Rewrites) -> None:
-        self.rewrites = rewrites
-        self.ws = parse(rewrites.whitespace) if rewrites.whitespace else []
+    def __init__(self, decisions: Decisions) -> None:
+        self.decisions = decisions
+        self.ws = parse(decisions.whitespace) if decisions.whitespace else []
         self._memo: dict[int, tuple[Any, Items, bool]] = {}  # id(node) → (node, its items, uses numbers)
         self._holes: dict[str, Items] = {}  # a hole's regex text → its items
         self._any_values: dict[tuple[str, int], tuple[Items, bool]] = {}  # (type, levels below) → its items
@@ -106,15 +73,15 @@ class Translator:
             items, numbers = self._node(node)
         except _Untranslatable as e:
             raise SchemaError(*e.args[:1], pointer, *e.args[1:]) from None
-        if numbers and self.rewrites.digits.bounded:
-            self.rewrites.narrow_digits(pointer, integer=True, fraction=True, exponent=True)
+        if numbers and self.decisions.digits.bounded:
+            self.decisions.narrow_digits(pointer, integer=True, fraction=True, exponent=True)
         if self._nested and not self._nesting_said:  # where it first shows; said once
             self._nesting_said = True
-            self.rewrites.narrow(pointer, f"values no schema describes nest at most {self.rewrites.nesting} levels "
+            self.decisions.narrow(pointer, f"values no schema describes nest at most {self.decisions.nesting} levels "
                                  "of arrays and objects (max_recursion_depth)")
         if self.strings and not self._strings_said:  # likewise
             self._strings_said = True
-            self.rewrites.narrow(pointer, STRINGS)
+            self.decisions.narrow(pointer, STRINGS)
         return items
 
     def text(self, regex: str) -> Items:
@@ -131,21 +98,21 @@ class Translator:
             return found[1], found[2]
         if not isinstance(node, dict):
             raise _Untranslatable("type", f"outlines-core cannot translate {json.dumps(node)[:60]}")
-        replaced = self.rewrites.replaced.get(id(node))
+        replaced = self.decisions.replaced.get(id(node))
         items, numbers = self._node(replaced) if replaced is not None else self._dispatch(self._view(node))
         self._memo[id(node)] = (node, items, numbers)
         return items, numbers
 
     def _view(self, node: dict[str, Any]) -> dict[str, Any]:
-        """``node``'s own keywords as outlines-core gets them (see `Rewrites.normalized`); children stay nodes."""
-        dropped = self.rewrites.dropped_in(node)
+        """``node``'s own keywords as outlines-core gets them (see `Decisions.normalized`); children stay nodes."""
+        dropped = self.decisions.dropped_in(node)
         out = {k: v for k, v in node.items() if k in LITERALS or (k not in dropped and not is_annotation(k))}
         if node.get("type") == "object" and node.get("additionalProperties") is False and "properties" not in node:
             return {"type": "object", "maxProperties": 0}  # outlines-core has no form for "no properties"
         return out or ANY
 
     def _dispatch(self, v: dict[str, Any]) -> tuple[Items, bool]:
-        """outlines-core's dispatch, in its order (a ``$ref`` first: `Rewrites.standalone` inlines it)."""
+        """outlines-core's dispatch, in its order (a ``$ref`` first: `Decisions.standalone` inlines it)."""
         if "$ref" in v and not set(v) & set(LITERALS):
             return self._ref(v)
         if "properties" in v:
@@ -156,7 +123,7 @@ class Translator:
             return self._union([self._node(sub) for sub in v["anyOf" if "anyOf" in v else "oneOf"]])
         if "prefixItems" in v:
             subs = [self._node(sub) for sub in v["prefixItems"]]
-            sep = [*self.ws, _ASCII[","], *self.ws]
+            sep = [*self.ws, ASCII[","], *self.ws]
             inner: Items = []
             for i, (items, _) in enumerate(subs):
                 inner += [*(sep if i else []), group(items)]
@@ -189,13 +156,13 @@ class Translator:
             raise _Untranslatable("$ref", f"recursive reference {ref!r} is not supported")
         self._refs.append(ref)
         try:
-            return self._node(self.rewrites.document.resolve(v))
+            return self._node(self.decisions.document.resolve(v))
         finally:
             self._refs.pop()
 
     def _typed(self, kind: str, v: dict[str, Any]) -> tuple[Items, bool]:
         if kind in _LEAF_TYPES:
-            hole = self.rewrites.holes.get(v.get("pattern")) if kind == "string" else None
+            hole = self.decisions.holes.get(v.get("pattern")) if kind == "string" else None
             if hole is not None:
                 return hole, False
             self.strings = self.strings or kind == "string"
@@ -205,7 +172,7 @@ class Translator:
                     found = self._bare[kind] = self._leaf({"type": kind})
                 return found
             return self._leaf({k: x for k, x in v.items() if k != "type"} | {"type": kind})
-        depth = self.rewrites.nesting - 1  # levels below this container's, for values no schema describes
+        depth = self.decisions.nesting - 1  # levels below this container's, for values no schema describes
         if kind == "array":
             return self._array(v, depth)
         if kind == "object":
@@ -213,7 +180,7 @@ class Translator:
         raise _Untranslatable("type", f"unsupported type {kind!r}")
 
     def _leaf(self, node: dict[str, Any]) -> tuple[Items, bool]:
-        return _leaf_items(json.dumps(node), self.rewrites.whitespace, self.rewrites.digits)
+        return _leaf_items(json.dumps(node), self.decisions.whitespace, self.decisions.digits)
 
     def _any(self, kind: str, depth: int) -> tuple[Items, bool]:
         """A value of type ``kind`` nesting at most ``depth`` levels, as outlines-core writes it for ``{}``."""
@@ -241,7 +208,7 @@ class Translator:
             subs = self._untyped(("boolean", "null", "number", "integer", "string"), depth)
             body, numbers = [branch([items for items, _ in subs])], any(n for _, n in subs)
         low = max((low or 0) - 1, 0)
-        more = repeat(low, None if high is None else high - 1, [_ASCII[","], *self.ws, group(body)])
+        more = repeat(low, None if high is None else high - 1, [ASCII[","], *self.ws, group(body)])
         some = [group(body), more]
         items = [repeat(0, 1, some)] if (_u64(v.get("minItems")) or 0) == 0 else [group(some)]
         return [*literal("["), *self.ws, *items, *self.ws, *literal("]")], numbers
@@ -257,8 +224,8 @@ class Translator:
             value, numbers = [group([branch([items for items, _ in subs])])], any(n for _, n in subs)
         else:
             value, numbers = self._node(extra)
-        member = [*_leaf_text(STRING, self.rewrites.digits)[0], *self.ws, _ASCII[":"], *self.ws, group(value)]
-        more = repeat(0, None, [*self.ws, _ASCII[","], *self.ws, *member])
+        member = [*_leaf_text(STRING, self.decisions.digits)[0], *self.ws, ASCII[":"], *self.ws, group(value)]
+        more = repeat(0, None, [*self.ws, ASCII[","], *self.ws, *member])
         some = [group(member), more]
         items = [repeat(0, 1, some)] if (low or 0) == 0 else [group(some)]
         return [*literal("{"), *self.ws, *items, *self.ws, *literal("}")], numbers
@@ -270,7 +237,7 @@ class Translator:
         values = [self._node(v["properties"][n]) for n in names]
         members = [[*self.ws, *self.member(json_string(n), items)]
                    for n, (items, _) in zip(names, values)]
-        comma = [*self.ws, _ASCII[","]]
+        comma = [*self.ws, ASCII[","]]
         flags = [n in required for n in names]
         body: Items = []
         if any(flags):
@@ -288,12 +255,12 @@ class Translator:
 
     def member(self, name: str, value: Items) -> Items:
         """``name: value`` with the whitespace around the colon (``name`` is JSON text)."""
-        return [*literal(name), *self.ws, _ASCII[":"], *self.ws, group(value)]
+        return [*literal(name), *self.ws, ASCII[":"], *self.ws, group(value)]
 
     def object_items(self, fields: list[tuple[Items, bool]], extra: list[Items]) -> Items:
         """An object of ``fields`` (members' items, required) in order, then any number of members of ``extra``
         (their alternatives), comma-separated: one alternative per last listed member, prefixes shared."""
-        comma = [*self.ws, _ASCII[","], *self.ws]
+        comma = [*self.ws, ASCII[","], *self.ws]
         more = [repeat(0, None, [*comma, branch(extra)])] if extra else []
         last = max((i for i, (_, required) in enumerate(fields) if required), default=-1)  # last required member
         alternatives, prefix = [], []
@@ -348,4 +315,3 @@ def _keyword_of(message: str) -> str:
     if quoted:
         return quoted[1]
     return next((keyword for start, keyword in _OUTLINES_ERRORS if message.startswith(start)), "type")
-

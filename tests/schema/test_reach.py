@@ -20,9 +20,10 @@ from structspec import SchemaError, to_regex
 from structspec.automaton.parse import parse, write
 from structspec.errors import OptionError
 from structspec.schema import constraint_of, validator
-from structspec.schema.checker import UNLISTED, check
+from structspec.schema.checker import check
 from structspec.schema.difference import difference
-from structspec.schema.reach import unroll
+from structspec.schema.objects import UNLISTED
+from structspec.schema.recursion import unroll
 
 PROPS = {"a": {"const": 1}, "b": {"const": True}, "c": {"const": None}, "d": {"const": "x"}}
 

@@ -23,7 +23,7 @@ from structspec.schema.bounds import Digits
 from structspec.schema.checker import check
 from structspec.schema.emit import Rewrites
 from structspec.schema.patterns import ecma_classes
-from structspec.schema.reach import unroll
+from structspec.schema.recursion import unroll
 from structspec.testing import in_layout
 
 DATA = Path(__file__).parent.parent / "data"
