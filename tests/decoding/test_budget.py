@@ -8,7 +8,7 @@ import structspec
 from structspec.result import DraftStats
 from structspec.decoding.budget import (DEFAULT_COST, DraftLength, PassCost, choose_width, curve_path, pass_cost,
                                        store_pass_cost)
-from structspec.testing import save_tiny_model, tiny_lm
+from structspec.testing import FakeLM, save_tiny_model, tiny_lm
 from structspec.tools import pass_cost as pass_cost_tool
 
 
@@ -67,7 +67,9 @@ def test_greedy_rows_draft_shorter_where_a_batch_shares_the_pass() -> None:
 def test_a_stored_curve_sets_draft_lengths_and_never_the_output() -> None:
     lm = tiny_lm("byte_level")
     lm.name = "budget-test"  # a curve of its own, apart from the session's shared tiny models
-    assert pass_cost(lm) == DEFAULT_COST and curve_path(object()) is None
+    nameless = FakeLM()
+    nameless.name = ""
+    assert pass_cost(lm) == DEFAULT_COST and curve_path(nameless) is None  # no name, no curve of its own
     spec = structspec.Regex(r'\{"name": "(ada|bob) (ada|bob) (ada|bob)", "n": [0-9]{1,2}\}')
     prompt = 'Copy: {"name": "ada bob ada", "n": 12} and again {"name": "ada bob ada", "n": 12}'
     runs = {}
