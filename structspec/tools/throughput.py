@@ -52,7 +52,7 @@ import structspec
 from structspec.errors import StructspecError
 from structspec.models.transformers_lm import LM
 from structspec.tools.bench import Divergence, divergence, first_difference
-from structspec.tools.cli import DEFAULT_MAX_NEW_TOKENS
+from structspec.tools.command import DEFAULT_MAX_NEW_TOKENS
 from structspec.tools.harness import PLAIN, Keywords, judge, methods, spread
 from structspec.tools.peers import PassCounter, PeerBatch, outlines_batch, outlines_index, unconstrained_batch
 from structspec.tools.tasks import Task, extraction_prompt, load_tasks
