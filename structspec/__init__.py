@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from structspec.errors import (
     InvalidOutput,
     InvalidSchemaError,
+    MarkerError,
     ModelNotFoundError,
     OptionError,
     PromptError,
@@ -21,6 +22,8 @@ from structspec.errors import (
     SpecError,
     StructspecError,
     TokenBudgetExceeded,
+    ToolError,
+    ToolSchemaError,
     UnspellableError,
     VocabularyMismatchError,
 )
@@ -35,6 +38,9 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from structspec.result import FieldDone, Finished, Result, Stats, StreamEvent, TextChunk
     from structspec.schema import Regex, grammars, to_regex
     from structspec.settings import CompileOptions, GenerateOptions
+    from structspec.schema.reasoning import Reasoning
+    from structspec.schema.structural import Sequence, Special, Tag, Text, Triggered
+    from structspec.schema.toolcalls import CallDone, ToolCall, ToolCalls, ToolCallsValue
 
 _LAZY = {
     "structspec.api": ("clear_cache", "generate", "generate_batch", "generate_result", "iter_batch", "stream"),
@@ -47,6 +53,9 @@ _LAZY = {
     "structspec.result": ("FieldDone", "Finished", "Result", "Stats", "StreamEvent", "TextChunk"),
     "structspec.schema": ("Regex", "to_regex"),
     "structspec.schema.grammars": ("grammars",),  # the module itself
+    "structspec.schema.reasoning": ("Reasoning",),
+    "structspec.schema.structural": ("Sequence", "Special", "Tag", "Text", "Triggered"),
+    "structspec.schema.toolcalls": ("CallDone", "ToolCall", "ToolCalls", "ToolCallsValue"),
 }
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
 
@@ -86,10 +95,11 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "LM", "CompileOptions", "Compiled", "FieldDone", "Finished", "GenerateOptions", "InvalidOutput",
-    "InvalidSchemaError", "ModelNotFoundError", "OptionError", "PromptError", "Regex", "RegexError", "Result",
-    "SchemaError", "SpecError", "Stats", "StreamEvent", "StructspecError", "TextChunk", "TokenBudgetExceeded",
-    "UnspellableError", "VocabularyMismatchError", "__version__", "clear_cache", "compile", "from_transformers",
-    "generate", "generate_batch", "generate_result", "grammars", "iter_batch", "load", "stream", "to_regex",
-    "SelfDraft", "Staged", "TreeDrafter",  # the drafters draft= takes by class
+    "LM", "CallDone", "CompileOptions", "Compiled", "FieldDone", "Finished", "GenerateOptions", "InvalidOutput",
+    "InvalidSchemaError", "MarkerError", "ModelNotFoundError", "OptionError", "PromptError", "Reasoning", "Regex",
+    "RegexError", "Result", "SchemaError", "SelfDraft", "Sequence", "Special", "SpecError", "Staged", "Stats",
+    "StreamEvent", "StructspecError", "Tag", "Text", "TextChunk", "TokenBudgetExceeded", "ToolCall", "ToolCalls",
+    "ToolCallsValue", "ToolError", "ToolSchemaError", "TreeDrafter", "Triggered", "UnspellableError",
+    "VocabularyMismatchError", "__version__", "clear_cache", "compile", "from_transformers", "generate",
+    "generate_batch", "generate_result", "grammars", "iter_batch", "load", "stream", "to_regex",
 ]

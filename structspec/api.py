@@ -105,7 +105,8 @@ def stream(
 
     Takes `generate_result`'s arguments but ``streamer``. The chunks' texts concatenate to ``Result.text``
     (a character split across tokens arrives whole, with the chunk that completes it); the `FieldDone`
-    events, in order, are the first members of the final object. A regex spec yields chunks only, then
+    events, in order, are the first members of the final object; a `ToolCalls` spec yields a `CallDone` per
+    finished call instead. A regex spec yields chunks only, then
     `Finished`. Options, the prompt and the spec are checked (and the spec compiled) in this call; the
     model runs as the events are read.
 

@@ -46,7 +46,7 @@ def decode_rows(
                 raise compiled
             check_prompt(prompt)
             generator = torch.Generator().manual_seed(options.seed + i) if options.seed is not None else None
-            rows.append(RowInput(i, compiled.fsm, prompt_ids_of(lm, prompt), make_row_drafter(options.draft, lm),
+            rows.append(RowInput(i, compiled.fsm, prompt_ids_of(compiled, prompt), make_row_drafter(options.draft, lm),
                                  generator))
         except StructspecError as error:
             yield i, Result(None, "", [], "error", Stats(), error=in_row(error, i))

@@ -25,6 +25,7 @@ from structspec.models.transformers_lm import LM
 from structspec.options import GenerationConfigLike, check_prompt, from_generation_config
 from structspec.result import Finished, Result, StreamEvent
 from structspec.schema import COMPACT, Constraint, constraint_of
+from structspec.schema.agents import agent_constraint, chat_tools, is_agent_spec, symbol_vocab
 from structspec.schema.bounds import MAX_FRACTION_DIGITS, MAX_INTEGER_DIGITS
 from structspec.schema.reach import MAX_RECURSION_DEPTH
 from structspec.settings import CompileOptions, Draft, GenerateOptions, options_in, takes_options
@@ -54,11 +55,19 @@ def compile(  # noqa: A001
     """
     options = options_in(CompileOptions, locals())  # locals(): this call's parameters, by name
     lm = load(model) if isinstance(model, str) else model
+
+    def resolve(inner: Any, whitespace: str | None = None) -> Constraint:
+        return constraint_of(inner, options.whitespace_pattern if whitespace is None else whitespace, options.strict,
+                             options.max_integer_digits, options.max_fraction_digits, options.max_recursion_depth,
+                             options.open_objects)
+
     with gc_paused():  # a compile allocates and frees little: full collections over a loaded model find nothing
-        constraint = constraint_of(spec, options.whitespace_pattern, options.strict, options.max_integer_digits,
-                                   options.max_fraction_digits, options.max_recursion_depth, options.open_objects)
-        fsm = TokenFSM.from_regex(constraint.pattern, lm.vocab, lm.logits_width, options.eos_token_id)
-    return Compiled(constraint, fsm, lm, options)
+        # Agents' specs (tool calls, reasoning, tags) may place special tokens: their FSM reads a vocabulary in
+        # which only those ids spell their symbols.
+        constraint = agent_constraint(spec, lm.vocab, lm.tokenizer, resolve) if is_agent_spec(spec) else resolve(spec)
+        fsm = TokenFSM.from_regex(constraint.pattern, symbol_vocab(constraint, lm.vocab), lm.logits_width,
+                                  options.eos_token_id)
+    return Compiled(constraint, fsm, lm, options, chat_tools(spec))
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,6 +85,7 @@ class Compiled:
     fsm: TokenFSM
     lm: LM = field(repr=False)
     options: CompileOptions
+    tools: list[dict[str, Any]] | None = None  # what a chat prompt's template is given as ``tools=``
 
     @property
     def narrowings(self) -> tuple[str, ...]:
@@ -124,8 +134,8 @@ class Compiled:
         model runs as the events are read."""
         options = self._options(locals())
         check_prompt(prompt)
-        return decode_events(self, prompt_ids_of(self.lm, prompt), options,
-                             fields=self.constraint.json_schema is not None)
+        return decode_events(self, prompt_ids_of(self, prompt), options,
+                             fields=self.constraint.json_schema is not None or self.constraint.events is not None)
 
     @takes_options
     def batch(
@@ -154,7 +164,7 @@ class Compiled:
     def _run(self, prompt: Prompt, options: GenerateOptions, streamer: Streamer | None) -> Result:
         """Decode one output, putting its tokens to ``streamer`` as they are accepted."""
         check_prompt(prompt)
-        prompt_ids = prompt_ids_of(self.lm, prompt)
+        prompt_ids = prompt_ids_of(self, prompt)
         events = decode_events(self, prompt_ids, options, fields=False)
         if streamer is not None:
             events = put_to(events, prompt_ids, streamer)

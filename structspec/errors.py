@@ -136,3 +136,22 @@ class InvalidSchemaError(SchemaError):
     def __init__(self, keyword: str, pointer: str, reason: str) -> None:
         super().__init__(keyword, pointer, reason)
         self.args = (f"invalid JSON Schema: keyword {keyword!r} at {self.pointer}: {reason}",)
+
+
+class ToolError(SpecError, ValueError):
+    """A tool set `ToolCalls` cannot use (a tool without a name, two tools with one name, a ``choice`` that
+    names no tool), raised when the spec is made, before any model call."""
+
+
+class ToolSchemaError(SchemaError):
+    """A tool's parameters schema that does not compile: names the tool, the keyword and its JSON pointer."""
+
+    def __init__(self, tool: str, error: SchemaError) -> None:
+        super().__init__(error.keyword, error.pointer, error.reason)
+        self.tool = tool
+        self.args = (f"tool {tool!r}: {error}",)
+
+
+class MarkerError(SpecError, ValueError):
+    """A marker a structural spec cannot place: a special token the tokenizer does not have, or a text marker
+    its vocabulary cannot spell; raised at compile time, before any model call."""

@@ -17,7 +17,6 @@ from structspec.decoding.loop import decode_steps
 from structspec.decoding.row import Decoded, RowInput
 from structspec.errors import InvalidOutput, PromptError
 from structspec.models.protocol import Prompt
-from structspec.models.transformers_lm import LM
 from structspec.result import FieldDone, Finished, Result, StreamEvent, TextChunk
 
 if TYPE_CHECKING:
@@ -53,7 +52,8 @@ def decode_events(
     member when ``fields``, then `Finished`."""
     lm = compiled.lm
     utf8 = codecs.getincrementaldecoder("utf-8")("replace")  # as `TokenVocab.decode`, but holds split characters
-    members = _Members() if fields else None
+    # (a spec with events of its own, such as a tool call's `CallDone`, reads them itself)
+    members = (compiled.constraint.events or _Members)() if fields else None
     row = RowInput(0, compiled.fsm, prompt_ids, make_drafter(options.draft, lm), None)
     turns = decode_steps(lm, row, options.decode_options())
     while True:
@@ -62,7 +62,7 @@ def decode_events(
         except StopIteration as stop:
             decoded: Decoded = stop.value
             break
-        chunk = TextChunk(utf8.decode(lm.vocab.spell(ids)), ids, sources)
+        chunk = TextChunk(utf8.decode(compiled.fsm.vocab.text_bytes(ids)), ids, sources)
         yield chunk
         if members is not None:
             yield from members.read(chunk.text)
@@ -120,9 +120,12 @@ class _Members:
                 self.depth -= 1
 
 
-def prompt_ids_of(lm: LM, prompt: Prompt) -> list[int]:
-    """The prompt's token ids; `PromptError` if it leaves no room for output in the model's context."""
-    ids = lm.encode_prompt(prompt)
+def prompt_ids_of(compiled: Compiled, prompt: Prompt) -> list[int]:
+    """The prompt's token ids on the compiled spec's model (chat messages get the spec's tools in the chat
+    template); `PromptError` if it leaves no room for output in the model's context."""
+    lm = compiled.lm
+    tools = compiled.tools if isinstance(prompt, list) else None
+    ids = lm.encode_prompt(prompt, tools=tools) if tools else lm.encode_prompt(prompt)
     if lm.max_context is not None and len(ids) >= lm.max_context:
         raise PromptError(
             f"the prompt has {len(ids)} tokens but {lm.name} has {lm.max_context} positions for prompt and "
@@ -136,9 +139,11 @@ def result_of(compiled: Compiled, decoded: Decoded) -> Result:
     `InvalidOutput` where the spec's validator rejects it), and the compile's cost in its stats."""
     decoded.stats.compile_seconds = compiled.fsm.info.seconds
     decoded.stats.compile_source = compiled.fsm.info.source
-    text = compiled.lm.vocab.decode(decoded.token_ids)
+    text = compiled.fsm.vocab.decode(decoded.token_ids)  # (special tokens a spec placed, as their text)
     result = Result(None, text, decoded.token_ids, decoded.stop_reason, decoded.stats, decoded.sources,
                     logprobs=decoded.logprobs)
+    if compiled.constraint.thinking is not None:
+        result.thinking = compiled.constraint.thinking(text)
     if decoded.error is not None:
         decoded.error.attach(result)  # (sets result.error)
     if result.complete:

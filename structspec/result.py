@@ -97,6 +97,7 @@ class Result:
     sources: list[str] = field(default_factory=list)  # per token: "forced", "model" or a drafter's name
     error: Exception | None = None  # the `StructspecError` of stop_reason "invalid" or "error"
     logprobs: list[float] | None = None  # per token, with output_logprobs=True: see `generate_result`
+    thinking: str | None = None  # a `Reasoning` spec's thinking text (the value is the answer's)
 
     @property
     def complete(self) -> bool:

@@ -27,6 +27,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase,
 from structspec.models.invariance import make_batch_invariant
 from structspec.models.protocol import Allowed, LanguageModel, Prompt
 from structspec.models.transformers_lm import LM, from_transformers
+from structspec.vocab import vocab_from_tokenizer
 
 _NAMES = ["Alice", "Bob", "Carol", "Dave", "Eve", "Frank", "Grace", "Heidi", "Ivan", "Judy"]
 _CITIES = ["Paris", "London", "Tokyo", "Berlin", "Oslo", "Lima", "Rome", "Cairo"]
@@ -251,6 +252,76 @@ class CountingLM:
 
     def early_exit(self, layers: int | None = None) -> LanguageModel:
         return self.lm.early_exit(layers)
+
+
+class FakeLM:
+    """A `structspec.models.protocol.LanguageModel` with made-up logits and no network: deterministic, fast, and it counts
+    its forward passes (``passes``) and the tokens fed to each (``fed``), as `CountingLM` does.
+
+    Its cache holds one prefix hash per position fed: position t's hash combines
+    position t − 1's with token t (from ``seed`` at position 0), and seeds the
+    standard normal draw (times 3, as `tiny_llama`'s logits) of the logits that
+    follow it. So every position's logits depend on the whole prefix, prompt
+    included: a cache that keeps a rejected token, or loses an accepted one,
+    changes every later choice. The tokenizer is `byte_level_tokenizer`; the
+    logits are 8 ids wider than its 500 tokens, as `tiny_llama`'s are.
+    """
+
+    # The capabilities the protocol declares: one row per pass (no slot cache, so no token trees and no
+    # batched passes), the prompt prefilled with its last token, no cap on a pass, and every position's logits
+    # its own whatever else a pass feeds (batch-invariant by construction), on the CPU in float32.
+    batchable = False
+    prefills_apart = False
+    max_pass_tokens: int | None = None
+    batch_invariant = True
+    kernels = "torch"
+    device = torch.device("cpu")
+    dtype = torch.float32
+
+    def __init__(self, seed: int = 0, max_context: int | None = 2048, tokenizer: Any = None) -> None:
+        self.tokenizer = tokenizer if tokenizer is not None else byte_level_tokenizer()
+        self.vocab = vocab_from_tokenizer(self.tokenizer)
+        self.logits_width = len(self.tokenizer) // 8 * 8 + 8
+        self.max_context = max_context
+        self.seed = seed
+        self.name = f"fake-lm-{seed}"
+        self.passes = 0
+        self.fed: list[int] = []
+
+    encode_prompt = LM.encode_prompt  # a str as is, chat messages through the template; refusals as `LM`'s
+
+    def new_cache(self) -> list[int]:
+        """An empty cache: the list of prefix hashes, one per position fed."""
+        return []
+
+    def forward(self, token_ids: list[int], cache: list[int], logits_to_keep: int = 1,
+                allowed: Any = None) -> torch.Tensor:
+        """Feed ``token_ids`` after what ``cache`` holds (appends their prefix hashes to it); returns the float32
+        logits of the last ``logits_to_keep`` positions [k, logits_width], restricted by ``allowed`` as
+        `LM.forward` restricts them. Counts one pass."""
+        self.passes += 1
+        self.fed.append(len(token_ids))
+        for token in token_ids:
+            cache.append(hash((cache[-1] if cache else self.seed, token)))  # ints hash alike in every process
+        rows = [torch.randn(self.logits_width, generator=torch.Generator().manual_seed(h)) * 3
+                for h in cache[len(cache) - logits_to_keep:]]
+        return restricted(torch.stack(rows), allowed)
+
+    def forward_slots(self, windows: list[list[int]], positions: list[int] | list[list[int]], attend: torch.Tensor,
+                      cache: Any, rows: list[tuple[int, int]], allowed: Any = None) -> torch.Tensor:
+        """Not available: a `FakeLM` runs one row per pass (``batchable`` is False, so the loop never calls
+        this). Raises NotImplementedError."""
+        raise NotImplementedError("FakeLM runs one row per pass (batchable=False): use tiny_lm for batches")
+
+    @staticmethod
+    def crop(cache: list[int], length: int) -> None:
+        """Drop cached positions from ``length`` on (in place)."""
+        del cache[length:]
+
+    def early_exit(self, layers: int | None = None) -> FakeLM:
+        """A draft model for ``draft=SelfDraft()``: a `FakeLM` with the same tokenizer and seed ``seed + layers``
+        (default 1), so its logits are unrelated to this one's and its drafts mostly rejected."""
+        return FakeLM(self.seed + (layers or 1), self.max_context, self.tokenizer)
 
 
 def restricted(logits: torch.Tensor, allowed: Any) -> torch.Tensor:

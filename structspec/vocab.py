@@ -10,7 +10,8 @@ the output. Two tokenizer families spell tokens differently:
 
 Non-special added tokens are spelled the same way as the rest, from the string
 the decoder receives. Special tokens (BOS, chat markers, EOS) produce no output
-text and get no bytes.
+text and get no bytes, unless a spec places them (`TokenVocab.with_symbols`): then each
+spells a *symbol*, two bytes no UTF-8 text holds, which only that token id spells.
 """
 
 from __future__ import annotations
@@ -24,6 +25,17 @@ from typing import Any
 from structspec.errors import VocabularyMismatchError
 
 _BYTE_FALLBACK = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
+
+SYMBOLS = (0xDE00, 0xDFFF)
+"""The code points a regex names special-token symbols by (lone low surrogates, which no text holds): symbol
+``k`` is ``chr(SYMBOLS[0] + k)``. A character class never includes them, so free text never spells one."""
+_SYMBOL_LEAD = 0xF8  # bytes 0xF8-0xFF begin no UTF-8 character: a symbol's first byte
+
+
+def symbol_bytes(code: int) -> bytes:
+    """The two bytes symbol ``code`` (a code point in `SYMBOLS`) stands for in the byte automaton."""
+    k = code - SYMBOLS[0]
+    return bytes([_SYMBOL_LEAD + (k >> 6), 0x80 + (k & 63)])
 
 
 @lru_cache(maxsize=1)
@@ -56,17 +68,42 @@ class TokenVocab:
     token_bytes: tuple[bytes | None, ...]
     eos_token_id: int
     fingerprint: str
+    shown: tuple[tuple[int, bytes], ...] = ()  # (token id, its text) for the tokens that spell a symbol
 
     def __len__(self) -> int:
         return len(self.token_bytes)
 
     def spell(self, token_ids: list[int]) -> bytes:
-        """The bytes a token sequence adds to the output (special tokens add none)."""
+        """The bytes a token sequence adds to the automaton's input (special tokens add none, symbols theirs)."""
         return b"".join(self.token_bytes[t] or b"" for t in token_ids)
 
+    def text_bytes(self, token_ids: list[int]) -> bytes:
+        """The output text's bytes: as `spell`, with each symbol token written as its own text."""
+        shown = dict(self.shown)
+        return b"".join(shown.get(t) or self.token_bytes[t] or b"" for t in token_ids)
+
     def decode(self, token_ids: list[int]) -> str:
-        """Text of a token sequence (special tokens omitted)."""
-        return self.spell(token_ids).decode("utf-8", "replace")
+        """Text of a token sequence (special tokens omitted, symbol tokens as their text)."""
+        return self.text_bytes(token_ids).decode("utf-8", "replace")
+
+    def with_symbols(self, specials: tuple[tuple[int, str], ...]) -> TokenVocab:
+        """A new vocabulary in which ``specials[k]`` (a token id and its text) spells symbol ``k``
+        (`symbol_bytes`) and shows as its text; tokens holding a byte from 0xF8 up (no UTF-8 text has one, so
+        no regex allowed them before) spell nothing, so only these ids spell a symbol. Kept per tokenizer and
+        tokens: each is a copy of the whole vocabulary. Changes nothing here."""
+        key = (self.fingerprint, specials)
+        if key not in _WITH_SYMBOLS:
+            _WITH_SYMBOLS[key] = self._with_symbols(specials)
+        return _WITH_SYMBOLS[key]
+
+    def _with_symbols(self, specials: tuple[tuple[int, str], ...]) -> TokenVocab:
+        token_bytes = [None if b and max(b) >= _SYMBOL_LEAD else b for b in self.token_bytes]
+        for k, (token_id, _) in enumerate(specials):
+            token_bytes[token_id] = symbol_bytes(SYMBOLS[0] + k)
+        named = repr(specials).encode("utf-8", "surrogatepass")
+        return TokenVocab(tuple(token_bytes), self.eos_token_id,
+                          hashlib.sha256(self.fingerprint.encode() + named).hexdigest()[:32],
+                          tuple((i, text.encode()) for i, text in specials))
 
     @cached_property
     def single_byte_tokens(self) -> dict[int, int]:
@@ -89,6 +126,9 @@ class TokenVocab:
             if b and i != self.eos_token_id:
                 out.setdefault(b, []).append(i)
         return out
+
+
+_WITH_SYMBOLS: dict[tuple[str, tuple[tuple[int, str], ...]], TokenVocab] = {}
 
 
 def is_byte_level(tokenizer: Any) -> bool:

@@ -30,6 +30,25 @@ def _set_cache(value: str | None) -> None:
         os.environ["STRUCTSPEC_CACHE"] = value
 
 
+# The fixtures that load a shipped model: a test that uses one is marked ``real_model`` whether or not it says so.
+REAL_MODEL_FIXTURES = frozenset({"smollm2", "qwen_coder", "gemma3", "real_lm"})
+# Fixtures over 1 s to build (`qwen_lm` reads a 151,665-token vocabulary: 14 to 25 s on 2 cores): a test that uses
+# one is marked ``slow``, since it takes that long alone.
+SLOW_FIXTURES = frozenset({"qwen_lm"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``real_model`` every collected test that uses a shipped model's fixture, and ``slow`` one that uses a
+    fixture slow to build."""
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if REAL_MODEL_FIXTURES & fixtures:
+            item.add_marker(pytest.mark.real_model)
+        if SLOW_FIXTURES & fixtures:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Point STRUCTSPEC_CACHE at a session temp dir so tests never touch the developer's cache."""
@@ -68,7 +87,7 @@ def _load_shipped(name: str, isolated_cache: str) -> structspec.LM:
     _set_cache(_USER_CACHE)
     try:
         # float32, whatever the CPU: the oracle and batch tests' near-tie bounds are float32's; bfloat16 (the
-        # default on AVX-512 BF16 CPUs) is tested on tiny models in tests/test_kernels.py
+        # default on AVX-512 BF16 CPUs) is tested on tiny models in tests/models/test_kernels.py
         return structspec.load(name, dtype="float32")
     except ModelNotFoundError as e:
         pytest.skip(f"{name} is not available: {e}")

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 from structspec.automaton.parse import REPEATS, TOO_DEEP, ParsedRegex, Stated, group_body, parse, unsupported
 from structspec.automaton.utf8 import Ranges, byte_automaton, byte_sequences, category, complement, normalize
 from structspec.errors import RegexError
+from structspec.vocab import SYMBOLS
 
 
 MAX_STATES = 1_000_000
@@ -171,11 +172,11 @@ class ByteNFA:
             keys: list = []
             key_of, item_facts, size, empty, nullable = keys.append, self._item_facts, 0, False, True
             for item in items:  # (every item of every distinct sequence passes here: the loop is kept lean)
-                if item[0] is _LITERAL:  # (the common case, inline: only a lone surrogate is empty)
+                if item[0] is _LITERAL:  # (the common case, inline: only a lone surrogate, not a symbol, is empty)
                     key_of(item)
                     size += 1
                     nullable = False
-                    if 0xD800 <= item[1] <= 0xDFFF:
+                    if 0xD800 <= item[1] < SYMBOLS[0]:
                         empty = True
                     continue
                 found = item_facts.get(id(item))  # (an item shared by many sequences: measured once)
@@ -374,8 +375,8 @@ class ByteNFA:
 
 def char_ranges(op: C._NamedIntConstant, arg: object) -> Ranges:
     """The code points one parsed character item matches."""
-    if op is C.LITERAL:
-        return normalize(((arg, arg),))  # (a lone surrogate: none, it has no UTF-8 encoding)
+    if op is C.LITERAL:  # (a lone surrogate: none, it has no UTF-8 encoding; a symbol's: that symbol)
+        return ((arg, arg),) if SYMBOLS[0] <= arg <= SYMBOLS[1] else normalize(((arg, arg),))
     if op is C.NOT_LITERAL:
         return complement(((arg, arg),))
     if op is C.ANY:  # like Rust's regex (and Python's), '.' is any character but \n

@@ -2,7 +2,8 @@
 
 A byte automaton matches a character class by the byte sequences of its UTF-8
 encodings. Ranges here are tuples of inclusive ``(lo, hi)`` code points; the
-surrogates are never in them (they have no UTF-8 encoding, so nothing matches them).
+surrogates are never in them (they have no UTF-8 encoding, so nothing matches them), except that a literal
+low surrogate in `structspec.vocab.SYMBOLS` matches its special-token symbol's two bytes (`symbol_bytes`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import re._constants as C  # the parser's names for \d, \s, \w
 import unicodedata
 from functools import cache
+
+from structspec.vocab import SYMBOLS, symbol_bytes
 
 Ranges = tuple[tuple[int, int], ...]
 
@@ -26,6 +29,9 @@ def _utf8_sequences(lo: int, hi: int) -> list[list[tuple[int, int]]]:
     out, todo = [], [(lo, hi)]
     while todo:
         lo, hi = todo.pop()
+        if SYMBOLS[0] <= lo <= SYMBOLS[1]:  # (one symbol: `char_ranges` makes such a range of a literal alone)
+            out.append([(b, b) for b in symbol_bytes(lo)])
+            continue
         bound = next((b for b in (0x7F, 0x7FF, 0xFFFF) if lo <= b < hi), None)
         if bound is not None:
             todo += [(lo, bound), (bound + 1, hi)]

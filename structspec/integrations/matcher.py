@@ -63,7 +63,8 @@ from structspec.decoding.fastforward import Forcer
 from structspec.errors import OptionError
 from structspec.models.transformers_lm import LM
 from structspec.options import as_int
-from structspec.schema import COMPACT
+from structspec.schema import COMPACT, constraint_of
+from structspec.schema.agents import agent_constraint, is_agent_spec, symbol_vocab
 from structspec.vocab import vocab_from_tokenizer
 
 # The state after EOS: the output is finished (DFA states are ≥ 0).
@@ -89,8 +90,13 @@ def token_fsm(
             "Hugging Face tokenizer (a model alone has no tokenizer; structspec.from_transformers(model, "
             "tokenizer) wraps both)"
         )
+    vocab = vocab_from_tokenizer(model_or_tokenizer)
+    if is_agent_spec(spec):  # tool calls, reasoning, tags: may place the tokenizer's special tokens
+        constraint = agent_constraint(spec, vocab, model_or_tokenizer,
+                                      lambda inner, ws=None: constraint_of(inner, ws or whitespace_pattern, strict))
+        return TokenFSM.from_regex(constraint.pattern, symbol_vocab(constraint, vocab), logits_width)
     regex = structspec.to_regex(spec, whitespace_pattern, strict)
-    return TokenFSM.from_regex(regex, vocab_from_tokenizer(model_or_tokenizer), logits_width)
+    return TokenFSM.from_regex(regex, vocab, logits_width)
 
 
 def eos_only_row(fsm: TokenFSM) -> torch.Tensor:

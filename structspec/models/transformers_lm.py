@@ -58,8 +58,9 @@ class LM:
         """The model's weights' dtype."""
         return self.model.dtype
 
-    def encode_prompt(self, prompt: Prompt) -> list[int]:
-        """Token ids of a prompt: a string as is, or chat messages through the chat template."""
+    def encode_prompt(self, prompt: Prompt, tools: list[dict[str, Any]] | None = None) -> list[int]:
+        """Token ids of a prompt: a string as is, or chat messages through the chat template (given ``tools``,
+        OpenAI-style function dicts, where there are any)."""
         texts = [prompt] if isinstance(prompt, str) else [m.get("content") for m in prompt if isinstance(m, dict)]
         for text in texts:
             if isinstance(text, str) and not text.isascii():
@@ -78,7 +79,8 @@ class LM:
             raise PromptError("a prompt is a non-empty str or a non-empty list of {'role', 'content'} dicts")
         if not getattr(self.tokenizer, "chat_template", None):
             raise PromptError(f"{self.name}'s tokenizer has no chat template; pass the prompt as a str")
-        text = self.tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+        text = self.tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True,
+                                                  **({"tools": tools} if tools else {}))
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def new_cache(self) -> Any:

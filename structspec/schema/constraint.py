@@ -29,13 +29,19 @@ class Constraint:
     ``pattern`` is what the automaton is built from: the regex text, or for a JSON Schema its parsed items
     (`ParsedRegex`), whose text `regex` writes on first read. ``narrowings`` lists where the regex admits less
     than the schema, one ``"pointer: what"`` each (digit bounds on unbounded numbers, bounds and lengths
-    capped for automaton size).
+    capped for automaton size). ``special_tokens`` are the (id, text) of the special tokens a structural spec
+    places: the regex names the ``k``-th by the symbol ``chr(structspec.vocab.SYMBOLS[0] + k)``. ``thinking``
+    reads a `Reasoning` spec's thinking back from the output text (None for other specs); ``events`` makes a
+    stream's reader of the spec's own events (`ToolCalls`: a `CallDone` per finished call).
     """
 
     pattern: str | ParsedRegex
     parse: Callable[[str], Any]
     json_schema: dict[str, Any] | None  # None for a plain regex
     narrowings: tuple[str, ...] = ()
+    special_tokens: tuple[tuple[int, str], ...] = ()
+    thinking: Callable[[str], str] | None = None
+    events: Callable[[], Any] | None = None
 
     @property
     def regex(self) -> str:

@@ -1,4 +1,5 @@
-"""Command line: ``structspec demo``, ``extract``, ``compare``, ``bench``, ``throughput`` and ``pass-cost``.
+"""Command line: ``structspec demo``, ``extract``, ``compare``, ``bench``, ``toolbench``, ``throughput`` and
+``pass-cost``.
 
 Parsing imports neither torch nor transformers: a command's options are added only when that command is on the
 command line (their defaults and choices live in modules that import torch), and what runs a model is imported
@@ -173,6 +174,18 @@ def _run_bench(args: argparse.Namespace) -> int:
     return bench.main(args)
 
 
+def _toolbench_arguments(p: argparse.ArgumentParser) -> None:
+    from structspec.tools import toolbench
+
+    toolbench.add_arguments(p)
+
+
+def _run_toolbench(args: argparse.Namespace) -> int:
+    from structspec.tools import toolbench
+
+    return toolbench.main(args)
+
+
 def _run_throughput(args: argparse.Namespace) -> int:
     from structspec.tools import throughput
 
@@ -203,6 +216,8 @@ COMMANDS = {
                        "chart, HTML report", _compare_arguments, _run_compare),
     "bench": Command("structspec against outlines and transformers on the example tasks: speed, passes, compile",
                      _bench_arguments, _run_bench),
+    "toolbench": Command("tool calls on a chat model: structspec's modes against transformers' greedy and prompt "
+                         "lookup", _toolbench_arguments, _run_toolbench),
     "throughput": Command("batched records/s against outlines' and transformers' batched generation",
                           _throughput_arguments, _run_throughput),
     "pass-cost": Command("seconds per batched verify pass against rows and tokens fed",

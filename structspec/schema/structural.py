@@ -1,0 +1,226 @@
+"""Composable specs for agents' outputs: free text, tags, sequences and triggered tags, compiled into one regex.
+
+Regular languages are closed under concatenation, union and star, so "free text without ``</think>``, then
+``</think>``, then a JSON Schema" is one regex, and one `TokenFSM`. A marker is text or a special token
+(`Special`): a special token is written in the regex as a *symbol* (`structspec.vocab.SYMBOLS`), which only
+that token id spells (`TokenVocab.with_symbols`), so special tokens appear only where a spec places them,
+never inside free text or JSON. Modelled on XGrammar-2's structural tags::
+
+    spec = Sequence(Tag("<think>", Text(), "</think>"), Invoice)      # think, then a JSON value
+    spec = Triggered((Tag(Special("<tool_call>"), Call, Special("</tool_call>")),))  # text with calls in it
+
+A structural spec's value is its text; `ToolCalls` and `Reasoning` parse theirs into calls and answers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from structspec.errors import MarkerError, OptionError
+from structspec.schema.constraint import Constraint, Regex
+from structspec.schema.stops import avoiding, until
+from structspec.vocab import SYMBOLS, TokenVocab
+
+_ANY = r"[\s\S]"
+
+
+@dataclass(frozen=True)
+class Special:
+    """A special token as a marker, by id or by its text in the tokenizer (``Special("<tool_call>")``, id
+    151657 in Qwen2.5's). It is one symbol that only this token spells."""
+
+    token: int | str
+
+
+Marker = str | Special
+
+
+@dataclass(frozen=True)
+class Text:
+    """Free text. ``stop``: the text ends with the first of these strings or special tokens (written last, part
+    of the text); None: it runs to the end of the output. ``max_chars`` bounds its length in characters (the
+    stop aside); with text stops, the bounded text leaves out their first characters (a narrowing that keeps
+    the language regular and small). ``avoid`` are strings the text never holds (a later marker's text)."""
+
+    stop: tuple[Marker, ...] | None = None
+    max_chars: int | None = None
+    avoid: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.stop is not None and not self.stop:
+            raise OptionError("Text(stop=()) names no stop: pass at least one stop string or Special token, or "
+                              "stop=None for text that runs to the end of the output")
+        if any(isinstance(s, str) and not s for s in (*(self.stop or ()), *self.avoid)):
+            raise OptionError("a stop or avoided string is empty: every text would hold it; remove it")
+        if self.max_chars is not None and (isinstance(self.max_chars, bool) or not isinstance(self.max_chars, int)
+                                           or self.max_chars < 0):
+            raise OptionError(f"max_chars must be an int >= 0 or None, got {self.max_chars!r}")
+
+
+@dataclass(frozen=True)
+class Tag:
+    """``begin``, then ``content`` (any spec: a JSON Schema, a model, a `Regex`, another structural spec), then
+    ``end``; each marker is text or a `Special` token."""
+
+    begin: Marker
+    content: Any
+    end: Marker
+
+
+@dataclass(frozen=True, init=False)
+class Sequence:
+    """Its parts one after another: ``Sequence(Tag("<think>", Text(), "</think>"), Answer)``."""
+
+    parts: tuple[Any, ...]
+
+    def __init__(self, *parts: Any) -> None:
+        if not parts:
+            raise OptionError("Sequence() has no parts: pass at least one spec")
+        object.__setattr__(self, "parts", parts)
+
+
+@dataclass(frozen=True)
+class Triggered:
+    """Free text in which writing a tag's ``begin`` marker (its trigger) commits to that tag: its content and
+    end must follow, then free text again. ``at_least`` / ``at_most`` count the tags; the free text never holds
+    a text trigger except as a tag's start."""
+
+    tags: tuple[Tag, ...]
+    at_least: int = 0
+    at_most: int | None = None
+    text: bool = True  # False: only tags, ``separator`` between them (and optionally after the last), no free text
+    separator: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.tags:
+            raise OptionError("Triggered(tags=()) has no tags: pass at least one Tag")
+        if self.at_most is not None and self.at_most < max(self.at_least, 1):
+            raise OptionError(f"at_most={self.at_most} is below at_least={self.at_least} (or 1): raise at_most")
+
+
+STRUCTURAL = (Text, Tag, Sequence, Triggered)
+
+
+@dataclass
+class Writer:
+    """Writes a structural spec as regex text for one tokenizer; collects the special tokens it places.
+
+    ``token_ids`` maps token texts to ids (read once, when a `Special` names a text); ``inner`` resolves any
+    other spec to its `Constraint`. Changes only its own list of special tokens.
+    """
+
+    vocab: TokenVocab
+    token_ids: Callable[[], Mapping[str, int]]
+    inner: Callable[[Any], Constraint]
+    texts: Callable[[int], str]
+    specials: list[tuple[int, str]] = field(default_factory=list)
+    _names: Mapping[str, int] | None = None
+
+    def special(self, marker: Special) -> str:
+        """The symbol of ``marker``'s token; `MarkerError` if the tokenizer has no such token."""
+        if isinstance(marker.token, str):
+            if self._names is None:
+                self._names = self.token_ids()
+            if marker.token not in self._names:
+                raise MarkerError(f"the tokenizer has no token {marker.token!r}: name a special token it has (by "
+                                  "its text or id), or use the marker as text (a str)")
+            token = (self._names[marker.token], marker.token)
+        else:
+            if isinstance(marker.token, bool) or not isinstance(marker.token, int) or not (
+                    0 <= marker.token < len(self.vocab)):
+                raise MarkerError(f"Special({marker.token!r}) is no token id of this tokenizer (0 to "
+                                  f"{len(self.vocab) - 1}): pass one of its ids, or its text")
+            token = (marker.token, self.texts(marker.token))
+        if token[0] == self.vocab.eos_token_id:
+            raise MarkerError(f"Special({marker.token!r}) is the end token, which only ends the output: "
+                              "use another special token as a marker")
+        if token not in self.specials:
+            if len(self.specials) > SYMBOLS[1] - SYMBOLS[0]:
+                raise MarkerError("a spec places more than 512 distinct special tokens: use fewer")
+            self.specials.append(token)
+        return f"\\u{SYMBOLS[0] + self.specials.index(token):04x}"
+
+    def marker(self, marker: Marker) -> str:
+        """The regex of a marker; `MarkerError` for text the vocabulary cannot spell."""
+        if isinstance(marker, Special):
+            return self.special(marker)
+        if not isinstance(marker, str) or not marker:
+            raise OptionError(f"a marker is a non-empty str or a Special token, got {marker!r}")
+        if not spellable(marker.encode(), self.vocab):
+            raise MarkerError(f"the vocabulary cannot spell the marker {marker!r}: use text its tokens spell, "
+                              "or a Special token")
+        return re.escape(marker)
+
+    def write(self, spec: Any) -> str:
+        """The regex text of ``spec`` (a structural spec, or any spec ``inner`` resolves)."""
+        if isinstance(spec, Text):
+            return self.text(spec)
+        if isinstance(spec, Tag):
+            return f"{self.marker(spec.begin)}(?:{self.write(spec.content)}){self.marker(spec.end)}"
+        if isinstance(spec, Sequence):
+            return "".join(f"(?:{self.write(part)})" for part in spec.parts)
+        if isinstance(spec, Triggered):
+            return self.triggered(spec)
+        return self.inner(spec).regex
+
+    def text(self, spec: Text) -> str:
+        words = tuple(s for s in spec.stop or () if isinstance(s, str))
+        tokens = [self.special(s) for s in spec.stop or () if isinstance(s, Special)]
+        for word in words:
+            self.marker(word)  # spellable
+        avoid = tuple(dict.fromkeys((*words, *spec.avoid)))
+        if spec.max_chars is None:
+            ends = [until(words, spec.avoid)] if words else []
+            free = avoiding(avoid)
+        else:  # a bounded count over one character: the avoided words' first characters are left out
+            first = "".join(sorted({w[0] for w in avoid}))
+            free = f"{f'[^{re.escape(first)}]' if first else _ANY}{{0,{spec.max_chars}}}"
+            ends = [f"(?:{free})(?:{'|'.join(map(re.escape, words))})"] if words else []
+        if spec.stop is None:
+            return free
+        if tokens:
+            ends.append(f"(?:{free})(?:{'|'.join(tokens)})")
+        return "|".join(f"(?:{e})" for e in ends)
+
+    def marker_text(self, marker: Marker) -> str:
+        """The text a marker shows in the output (a special token's own text)."""
+        return marker if isinstance(marker, str) else self.specials[int(self.special(marker)[2:], 16) - SYMBOLS[0]][1]
+
+    def triggered(self, spec: Triggered) -> str:
+        # The free text holds no tag's begin marker as text (a special one's text too: the output then splits
+        # at markers without doubt).
+        begins = tuple(dict.fromkeys(self.marker_text(t.begin) for t in spec.tags))
+        tags = "|".join(f"(?:{self.write(t)})" for t in spec.tags)
+        free = avoiding(begins) if spec.text else ""
+        between = free if spec.text else re.escape(spec.separator)
+        # without text, a separator may still follow the last tag (models end their calls on "\n")
+        tail = free if spec.text else f"(?:{between})?" if spec.separator else ""
+        high = "" if spec.at_most is None else spec.at_most - 1
+        body = f"(?:{tags})(?:(?:{between})(?:{tags})){{{max(spec.at_least - 1, 0)},{high}}}(?:{tail})"
+        return f"(?:{free})(?:{body})" + ("" if spec.at_least else "?")
+
+
+def spellable(text: bytes, vocab: TokenVocab) -> bool:
+    """Whether some sequence of the vocabulary's text tokens spells exactly ``text``. Changes nothing."""
+    ids = vocab.ids_by_bytes
+    longest = max(map(len, ids), default=0)
+    reach = [True] + [False] * len(text)
+    for i in range(len(text)):
+        if reach[i]:
+            for j in range(i + 1, min(len(text), i + longest) + 1):
+                if text[i:j] in ids:
+                    reach[j] = True
+    return reach[-1]
+
+
+def structural_constraint(spec: Any, writer: Writer) -> Constraint:
+    """A structural spec's `Constraint`: its regex, its special tokens, and its text as its value."""
+    regex = writer.write(spec)
+    return Constraint(regex, lambda text: text, None, (), tuple(writer.specials))
+
+
+__all__ = ["STRUCTURAL", "Marker", "Regex", "Sequence", "Special", "Tag", "Text", "Triggered", "Writer",
+           "spellable", "structural_constraint"]

@@ -1,0 +1,192 @@
+"""`structspec toolbench`: tool calls on a chat model, structspec's modes against transformers' own decoding.
+
+Each conversation (a line of ``examples/toolcalls.jsonl``: tools, the user's message, ``choice``, ``parallel``
+and the expected calls, arguments copied from the message) is decoded by every mode with the tools in the chat
+template. transformers' rows are unconstrained: their tool-call text is parsed as Qwen's template writes it
+(``<tool_call>{json}</tool_call>``). The report reads the results' own stats: seconds per call, target passes
+per output token, the forced share, drafted acceptance, the valid-call rate and exact-argument accuracy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+import structspec
+from structspec.models.transformers_lm import LM
+from structspec.tools.peers import PeerRun, hf_prompt_lookup, unconstrained_greedy
+
+DATA = Path(__file__).resolve().parents[2] / "examples" / "toolcalls.jsonl"
+
+STRUCTSPEC_MODES: dict[str, dict[str, Any]] = {
+    "plain masked": {"fast_forward": "off", "draft": None},
+    "fast-forward": {"fast_forward": "exact", "draft": None},
+    "+ prompt lookup": {"fast_forward": "exact", "draft": "prompt_lookup"},
+    "+ lookahead": {"fast_forward": "exact", "draft": "lookahead"},
+}
+PEERS = {"transformers greedy": unconstrained_greedy, "transformers prompt lookup": hf_prompt_lookup}
+BATCH = "batch 8 (+ prompt lookup)"
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """One benchmark conversation: its tools, messages, ``choice``, ``parallel`` and the expected calls."""
+
+    id: str
+    tools: list[dict[str, Any]]
+    messages: list[dict[str, str]]
+    choice: str
+    parallel: bool
+    expected: list[dict[str, Any]]
+
+    def spec(self) -> structspec.ToolCalls:
+        return structspec.ToolCalls(self.tools, choice=self.choice, parallel=self.parallel)
+
+
+def load_conversations(path: Path = DATA, limit: int | None = None) -> list[Conversation]:
+    """The conversations of a JSONL file, the first ``limit`` of them. Reads the file, changes nothing."""
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [Conversation(**line) for line in lines[:limit]]
+
+
+@dataclass
+class Tally:
+    """One mode's totals over the conversations."""
+
+    seconds: float = 0.0
+    calls_expected: int = 0
+    output_tokens: int = 0
+    passes: int = 0
+    forced: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    valid_turns: int = 0
+    exact_calls: int = 0
+    turns: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def row(self) -> list[str]:
+        per = lambda a, b: f"{a / b:.3f}" if b else "–"  # noqa: E731
+        return [per(self.seconds, self.calls_expected), per(self.passes, self.output_tokens),
+                per(self.forced, self.output_tokens), per(self.accepted, self.drafted),
+                per(self.valid_turns, self.turns), per(self.exact_calls, self.calls_expected)]
+
+
+def parse_text_calls(text: str, tools: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """The calls in unconstrained output (``<tool_call>{json}</tool_call>``), or None where one does not parse,
+    names no tool, or its arguments fail the tool's schema."""
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+    calls = []
+    for body in re.findall(r"<tool_call>(.*?)</tool_call>", text, re.DOTALL):
+        try:
+            call = json.loads(body)
+            jsonschema.validate(call["arguments"], schemas[call["name"]])
+        except (ValueError, KeyError, TypeError, jsonschema.ValidationError):
+            return None
+        calls.append({"name": call["name"], "arguments": call["arguments"]})
+    return calls
+
+
+def value_calls(value: Any) -> list[dict[str, Any]]:
+    """A `ToolCallsValue`'s calls as plain dicts."""
+    return [{"name": c.name, "arguments": c.arguments.model_dump() if hasattr(c.arguments, "model_dump")
+             else c.arguments} for c in value.calls]
+
+
+def score(tally: Tally, conversation: Conversation, calls: list[dict[str, Any]] | None) -> None:
+    """Count one turn into ``tally``: valid when its calls parse and validate and there are as many as expected;
+    a call is exact when name and arguments equal the expected ones (numbers compared as numbers)."""
+    tally.turns += 1
+    tally.calls_expected += len(conversation.expected)
+    if calls is None or len(calls) != len(conversation.expected):
+        return
+    tally.valid_turns += 1
+    tally.exact_calls += sum(_same(a, b) for a, b in zip(calls, conversation.expected))
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return a["name"] == b["name"] and json.loads(json.dumps(a["arguments"])) == b["arguments"]
+
+
+def add_result(tally: Tally, conversation: Conversation, r: structspec.Result, seconds: float) -> None:
+    """Count a structspec result: its own stats, and its calls when it completed."""
+    tally.seconds += seconds
+    tally.output_tokens += r.stats.output_tokens
+    tally.passes += r.stats.target_forward_passes
+    tally.forced += r.stats.forced_tokens
+    tally.drafted += sum(d.drafted for name, d in r.stats.drafts.items() if name != "forced")
+    tally.accepted += sum(d.accepted for name, d in r.stats.drafts.items() if name != "forced")
+    score(tally, conversation, value_calls(r.value) if r.complete and r.value is not None else None)
+
+
+def add_peer(tally: Tally, conversation: Conversation, run: PeerRun) -> None:
+    tally.seconds += run.seconds
+    tally.output_tokens += run.output_tokens
+    tally.passes += run.forward_passes
+    score(tally, conversation, parse_text_calls(run.text, conversation.tools))
+
+
+def run(lm: LM, conversations: list[Conversation], max_new_tokens: int, batch_size: int) -> dict[str, Tally]:
+    """Every mode over ``conversations`` (greedy); the tallies by mode. Runs the model; changes nothing else."""
+    tallies = {name: Tally() for name in [*PEERS, *STRUCTSPEC_MODES, BATCH]}
+    for conversation in conversations:
+        spec = conversation.spec()
+        prompt_ids = lm.encode_prompt(conversation.messages, tools=spec.chat_tools())
+        for name, peer in PEERS.items():
+            add_peer(tallies[name], conversation, peer(lm, prompt_ids, max_new_tokens))
+        for name, options in STRUCTSPEC_MODES.items():
+            start = time.perf_counter()
+            r = structspec.generate_result(lm, spec, conversation.messages, max_new_tokens=max_new_tokens, **options)
+            add_result(tallies[name], conversation, r, time.perf_counter() - start)
+    specs = [c.spec() for c in conversations]
+    start = time.perf_counter()
+    results = structspec.generate_batch(lm, specs, [c.messages for c in conversations], batch_size=batch_size,
+                                        max_new_tokens=max_new_tokens)
+    seconds = (time.perf_counter() - start) / max(len(conversations), 1)
+    for conversation, r in zip(conversations, results):
+        add_result(tallies[BATCH], conversation, r, seconds)
+    return tallies
+
+
+HEADER = ["mode", "s / call", "passes / output token", "forced share", "drafted acceptance", "valid calls",
+          "exact arguments"]
+
+
+def markdown(tallies: dict[str, Tally]) -> str:
+    """The report as a Markdown table (the docs page's)."""
+    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    lines += ["| " + " | ".join([name, *t.row()]) + " |" for name, t in tallies.items()]
+    return "\n".join(lines)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("Tool calls on a chat model (also python -m structspec.tools.toolbench): transformers' greedy "
+                     "and prompt lookup against structspec's modes and a batch, on examples/toolcalls.jsonl.")
+    p.add_argument("--model", default="qwen2.5-coder-0.5b", help="a shipped model's name or a local directory")
+    p.add_argument("--data", type=Path, default=DATA, help="conversations, one JSON object a line")
+    p.add_argument("--limit", type=int, default=None, help="only the first N conversations (a smoke run)")
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=8)
+
+
+def main(args: argparse.Namespace) -> int:
+    lm = structspec.load(args.model)
+    conversations = load_conversations(args.data, args.limit)
+    tallies = run(lm, conversations, args.max_new_tokens, args.batch_size)
+    print(f"{lm.name}, {len(conversations)} conversations, "
+          f"{sum(len(c.expected) for c in conversations)} expected calls, greedy\n")
+    print(markdown(tallies))
+    return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    raise SystemExit(main(parser.parse_args()))

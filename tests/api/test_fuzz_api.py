@@ -1,0 +1,240 @@
+"""Fuzzing the option surface and the engine API: random option dicts, random `Matcher` call sequences and
+random chat-message shapes end in a valid result or a `StructspecError`, never another exception or a hang.
+
+Each case has an oracle written here, apart from the code it checks: an option dict is valid exactly when
+`valid_option` takes every value (then a `Result`, else an error); a `Matcher` follows `Reference`, which
+keeps the accepted ids and answers with Python's ``re`` on their text; a prompt is valid exactly when
+`valid_prompt` says so. Runs derandomized, under `test_fuzz.outcome`'s time limit: 750 cases in all.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tests.schema.test_fuzz import FUZZ, outcome
+
+import structspec
+from structspec import Regex, Result
+from structspec.automaton import apply_token_bitmask_inplace
+from structspec.errors import OptionError, PromptError, StructspecError
+from structspec.integrations.matcher import Matcher
+
+SPEC = Regex(r"[ab]{1,4}c?")  # short outputs whatever the options: every case decodes a few tokens at most
+FULL = re.compile(rb"[ab]{1,4}c?")
+PREFIX = re.compile(rb"([ab]{1,4}c?)?")  # the prefixes of SPEC's strings
+OK_STOPS = ("eos", "fsm_complete", "max_new_tokens")
+
+NOT_STR = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(),
+                    st.lists(st.integers(-3, 3), max_size=2))
+JUNK = st.one_of(NOT_STR, st.text(max_size=3))
+VALUES: dict[str, st.SearchStrategy[Any]] = {
+    "max_new_tokens": st.one_of(st.integers(1, 6), st.sampled_from([10**18, np.int64(3)]), JUNK),
+    "do_sample": st.one_of(st.sampled_from([True, False, None]), JUNK),
+    "temperature": st.one_of(st.floats(1e-5, 50), st.sampled_from([1, 0, -1.0, 1e-6, 5e-324]), JUNK),
+    "top_k": st.one_of(st.integers(1, 600), st.sampled_from([None, 2**70]), JUNK),
+    "top_p": st.one_of(st.floats(1e-9, 1.0), st.sampled_from([None, 1, 0, 1.0000001]), JUNK),
+    "seed": st.one_of(st.integers(-(2**63), 2**63 - 1), JUNK),
+    "eos_token_id": st.one_of(st.sampled_from([None, 0, [0], (0,), np.int64(0), 5, [0, None], -1]), JUNK),
+    "strict": st.one_of(st.booleans(), JUNK),
+    "output_logprobs": st.one_of(st.booleans(), JUNK),
+    "whitespace_pattern": st.one_of(st.just(r"[ ]?"), NOT_STR),
+    "fast_forward": st.one_of(st.sampled_from(["off", "exact", "canonical"]), JUNK),
+    "draft": st.one_of(st.sampled_from([None, "prompt_lookup", "tree", "lookahead", "self", "auto", "lookhead", "x"]), JUNK),
+    "max_recursion_depth": st.one_of(st.integers(1, 5), JUNK),
+    "open_objects": st.one_of(st.sampled_from([True, False, None]), JUNK),
+}
+
+
+def _is_int(value: Any, low: float, high: float = math.inf) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and low <= value <= high
+
+
+def _is_number(value: Any, low: float, high: float = math.inf) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and low <= value <= high)
+
+
+def valid_option(name: str, value: Any) -> bool:
+    """Whether ``value`` is one ``name`` takes, as the docs state it."""
+    if name == "max_new_tokens":
+        return _is_int(value, 1)
+    if name == "temperature":
+        return _is_number(value, 1e-5)
+    if name in ("top_k", "top_p", "seed") and value is None:
+        return True
+    if name == "top_k":
+        return _is_int(value, 1)
+    if name == "top_p":
+        return _is_number(value, 0, 1) and value > 0
+    if name == "seed":
+        return _is_int(value, -(2**63), 2**63 - 1)
+    if name == "eos_token_id":  # byte_lm's EOS is id 0, and ids 1 and 2 are its other special tokens
+        ids = value if isinstance(value, (list, tuple)) else [value]
+        return value is None or bool(ids) and all(_is_int(i, 0, 2) for i in ids)
+    if name in ("do_sample", "open_objects"):
+        return value is None or isinstance(value, bool)
+    if name in ("strict", "output_logprobs"):
+        return isinstance(value, bool)
+    if name == "whitespace_pattern":
+        return isinstance(value, str)
+    if name == "fast_forward":
+        return value in ("off", "exact") and isinstance(value, str)
+    if name == "draft":
+        return value is None or value in ("prompt_lookup", "lookahead", "auto") and isinstance(value, str)
+    return _is_int(value, 1)  # max_recursion_depth
+
+
+@pytest.mark.slow
+@settings(FUZZ, max_examples=250)
+@given(st.fixed_dictionaries({}, optional=VALUES))
+def test_random_options_give_a_result_or_an_error(byte_lm: structspec.LM, options: dict[str, Any]) -> None:
+    # (a small budget unless drawn: the default 512 costs the budget's planning time, not coverage)
+    found = outcome(lambda: structspec.generate_result(byte_lm, SPEC, "ab", **{"max_new_tokens": 6, **options}))
+    if all(valid_option(name, value) for name, value in options.items()):
+        assert isinstance(found, Result), found
+        assert found.stop_reason in OK_STOPS and PREFIX.fullmatch(found.text.encode())
+        assert found.stop_reason == "max_new_tokens" or FULL.fullmatch(found.text.encode())
+    else:
+        assert isinstance(found, StructspecError), (options, found)
+
+
+class Reference:
+    """What a `Matcher` over `SPEC` must answer, kept as the list of accepted ids and read with ``re``."""
+
+    def __init__(self, lm: structspec.LM) -> None:
+        self.lm, self.ids = lm, []
+        self.eos, self.width = lm.vocab.eos_token_id, lm.logits_width
+
+    def text(self, ids: list[int]) -> bytes:
+        return b"".join(self.lm.vocab.token_bytes[i] for i in ids if i != self.eos)
+
+    def accepted(self, ids: list[int]) -> int:
+        """How many leading ``ids`` may follow the accepted ones."""
+        count, ended = 0, self.eos in self.ids
+        for i in ids:
+            text = self.text(self.ids + ids[:count])
+            if ended:
+                break
+            if i == self.eos:
+                if not FULL.fullmatch(text):
+                    break
+                ended = True
+            elif i >= len(self.lm.vocab) or self.lm.vocab.token_bytes[i] is None:
+                break
+            elif not PREFIX.fullmatch(text + self.lm.vocab.token_bytes[i]):
+                break
+            count += 1
+        return count
+
+    def allowed(self) -> list[int]:
+        """The ids a filled mask row allows: EOS alone once ended."""
+        if self.eos in self.ids:
+            return [self.eos]
+        key = self.text(self.ids)
+        if key not in _ALLOWED:  # (every id is tried: the same few texts recur across cases)
+            _ALLOWED[key] = [t for t in range(self.width) if self.accepted([t]) == 1]
+        return _ALLOWED[key]
+
+
+_ALLOWED: dict[bytes, list[int]] = {}  # `Reference.allowed` by the accepted text: what is allowed depends on it alone
+
+
+def _is_id(value: Any, width: int) -> bool:
+    return _is_int(value, 0, width - 1)
+
+
+TOKENS = st.sampled_from([67, 68, 69, 269, 0, 1, 2, 70, 501, -1, 504, 1.5, True, None])  # a, b, c, ac, EOS, ...
+CALLS = st.one_of(
+    st.tuples(st.just("accept"), st.lists(TOKENS, max_size=4)),
+    st.tuples(st.just("validate"), st.lists(TOKENS, max_size=4)),
+    st.tuples(st.just("rollback"), st.sampled_from([0, 1, 2, 3, 7, -1, 1.5, True])),
+    st.tuples(st.just("fill"), st.sampled_from([0, 1, 2, -1, 0.0])),
+    st.tuples(st.just("reset"), st.none()),
+)
+
+
+@pytest.mark.slow
+@settings(FUZZ, max_examples=300)
+@given(st.lists(CALLS, max_size=12))
+def test_random_matcher_calls_follow_the_reference(byte_lm: structspec.LM, calls: list[tuple[str, Any]]) -> None:
+    matcher, ref = Matcher(structspec.compile(SPEC, byte_lm)), Reference(byte_lm)
+    fsm = matcher.fsm
+    bitmask = fsm.allocate_token_bitmask(2)
+    for name, arg in calls:
+        if name in ("accept", "validate"):
+            found = outcome(lambda: getattr(matcher, f"{name}_tokens")(arg))
+            if not all(_is_id(t, ref.width) for t in arg):
+                assert isinstance(found, OptionError), found
+                continue
+            n = ref.accepted(arg)
+            if name == "validate":
+                assert found == n
+            else:
+                assert found == (n == len(arg))
+                if found:
+                    ref.ids += arg
+        elif name == "rollback":
+            found = outcome(lambda: matcher.rollback(arg))
+            if _is_int(arg, 0, len(ref.ids)):
+                assert found is None
+                ref.ids = ref.ids[: len(ref.ids) - arg]
+            else:
+                assert isinstance(found, OptionError), found
+        elif name == "fill":
+            found = outcome(lambda: matcher.fill_next_token_bitmask(bitmask, arg))
+            if _is_int(arg, 0, 1):
+                logits = torch.zeros(byte_lm.logits_width)
+                apply_token_bitmask_inplace(logits, bitmask[arg])
+                assert torch.isfinite(logits).nonzero().flatten().tolist() == ref.allowed()
+            else:
+                assert isinstance(found, OptionError), found
+        else:
+            matcher.reset()
+            ref.ids = []
+        # the state is the FSM's walk over the accepted ids from the initial state
+        ended = ref.eos in ref.ids
+        assert matcher.is_terminated() == ended
+        if not ended:
+            walked = fsm.walk(fsm.initial_state, ref.ids)
+            assert len(walked) == len(ref.ids) and matcher.state == (walked[-1] if walked else fsm.initial_state)
+            assert matcher.is_complete() == (ref.allowed() == [ref.eos])
+
+
+TEXT = st.text(max_size=8)
+FIELD = st.one_of(TEXT, TEXT, JUNK)
+MESSAGE = st.one_of(st.fixed_dictionaries({}, optional={"role": FIELD, "content": FIELD, "name": FIELD}),
+                    st.fixed_dictionaries({"role": st.sampled_from(["user", "system"]), "content": TEXT}), JUNK)
+PROMPTS = st.one_of(TEXT, st.lists(MESSAGE, max_size=3), MESSAGE, st.tuples(MESSAGE), JUNK)
+
+
+def valid_prompt(prompt: Any) -> bool:
+    """A non-empty str, or a non-empty list of dicts whose role and content are str."""
+    if isinstance(prompt, str):
+        return bool(prompt)
+    return isinstance(prompt, list) and bool(prompt) and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt)
+
+
+@pytest.mark.slow
+@settings(FUZZ, max_examples=200)
+@given(PROMPTS)
+def test_random_chat_shapes_give_a_result_or_a_prompt_error(byte_lm: structspec.LM, prompt: Any) -> None:
+    found = outcome(lambda: structspec.generate_result(byte_lm, SPEC, prompt, max_new_tokens=2))
+    if valid_prompt(prompt):
+        assert isinstance(found, Result) and found.stop_reason in OK_STOPS, found
+    else:
+        assert isinstance(found, PromptError), (prompt, found)
+
+
+@pytest.mark.parametrize("prompt", [None, 3, [{"role": "user", "content": 4}]])
+def test_a_bad_prompt_in_a_batch_fails_that_row_alone(byte_lm: structspec.LM, prompt: Any) -> None:
+    results = structspec.generate_batch(byte_lm, SPEC, [prompt, "ab"], max_new_tokens=3)
+    assert results[0].stop_reason == "error" and str(results[0].error).startswith("row 0: ")
+    assert results[1].stop_reason in OK_STOPS

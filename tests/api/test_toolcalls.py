@@ -1,0 +1,220 @@
+"""`ToolCalls`: the turn's language per choice, validated calls, tools given to the chat template, bad tool sets
+before any model call, every accelerated and batched mode token-identical to plain masked decoding, and
+sampling that keeps the constrained distribution."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Literal
+
+import pytest
+import torch
+from pydantic import BaseModel
+
+import structspec
+from structspec import SchemaError, ToolCall, ToolCalls, ToolCallsValue, ToolError, ToolSchemaError
+
+TOOL_CALL, END_CALL = 151657, 151658
+
+
+class GetWeather(BaseModel):
+    """The weather in a city now."""
+
+    city: str
+    unit: Literal["C", "F"] = "C"
+
+
+def send_email(to: str, subject: str) -> None:
+    """Send an email."""
+
+
+SEARCH = {"type": "function", "function": {"name": "search", "description": "Search the web.", "parameters": {
+    "type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}
+CALL = '\n{"name": "GetWeather", "arguments": {"city": "Paris", "unit": "C"}}\n'
+SEARCH_CALL = '\n{"name": "search", "arguments": {"query": "x"}}\n'
+
+
+def accepts(compiled: structspec.Compiled, pieces: list[str | int]) -> bool:
+    fsm, state = compiled.fsm, compiled.fsm.initial_state
+    for piece in pieces:
+        state = fsm.next_state(state, piece) if isinstance(piece, int) else fsm.index.dfa.step(state, piece.encode())
+        if not state:
+            return False
+    return fsm.is_final(state)
+
+
+@pytest.mark.parametrize("choice, parallel, table", [
+    ("auto", False, [(["Sure."], True), ([TOOL_CALL, CALL, END_CALL], True), (["Let me look.", TOOL_CALL, CALL, END_CALL], True),
+                     ([TOOL_CALL, CALL, END_CALL, "\n", TOOL_CALL, SEARCH_CALL, END_CALL], False),
+                     ([TOOL_CALL, CALL.replace("Paris", "Par\\nis"), END_CALL], True),
+                     ([TOOL_CALL, CALL.replace('"C"', '"K"'), END_CALL], False),
+                     ([TOOL_CALL, CALL.replace("GetWeather", "GetTime"), END_CALL], False),
+                     (["<tool_call>", CALL, "</tool_call>"], False), (["say <tool_call> here"], False)]),
+    ("required", True, [(["Sure."], False), ([TOOL_CALL, CALL, END_CALL], True), (["Hi", TOOL_CALL, CALL, END_CALL], False),
+                        ([TOOL_CALL, CALL, END_CALL, "\n", TOOL_CALL, SEARCH_CALL, END_CALL], True)]),
+    ("none", False, [(["Sure."], True), ([TOOL_CALL, CALL, END_CALL], False), (["Sure. <tool_call>"], False)]),
+    ("search", True, [([TOOL_CALL, SEARCH_CALL, END_CALL], True), ([TOOL_CALL, CALL, END_CALL], False),
+                      (["Hi", TOOL_CALL, SEARCH_CALL, END_CALL], False),
+                      ([TOOL_CALL, SEARCH_CALL, END_CALL, "\n", TOOL_CALL, SEARCH_CALL, END_CALL], False)]),
+])
+def test_the_turns_language_per_choice(qwen_lm, choice, parallel, table) -> None:
+    compiled = structspec.compile(ToolCalls([GetWeather, send_email, SEARCH], choice=choice, parallel=parallel), qwen_lm)
+    for pieces, expected in table:
+        assert accepts(compiled, pieces) == expected, pieces
+
+
+def test_the_value_is_the_text_and_the_validated_calls(qwen_lm) -> None:
+    compiled = structspec.compile(ToolCalls([GetWeather, send_email, SEARCH], parallel=True), qwen_lm)
+    text = ("Checking.<tool_call>" + CALL + "</tool_call>\n<tool_call>"
+            + '\n{"name": "send_email", "arguments": {"to": "a@b.c", "subject": "Hi"}}\n</tool_call>')
+    value = compiled.constraint.parse(text)
+    assert value.text == "Checking."
+    assert value.calls[0] == ToolCall("GetWeather", GetWeather(city="Paris", unit="C"))
+    assert value.calls[1].name == "send_email" and value.calls[1].arguments.to == "a@b.c"
+    assert type(value.calls[1].arguments).__name__ == "send_email"  # the function's parameters as a model
+
+
+def test_a_forced_call_is_generated_with_its_skeleton_forced(qwen_lm) -> None:
+    def set_alarm(hour: Literal[6, 7, 8], repeat: bool) -> None: ...
+
+    result = structspec.generate_result(qwen_lm, ToolCalls([set_alarm, SEARCH], choice="set_alarm"),
+                                        "Wake me at 7 every day.", max_new_tokens=60)
+    assert result.complete, result.text
+    assert isinstance(result.value, ToolCallsValue) and result.value.text == ""
+    (call,) = result.value.calls
+    assert call.name == "set_alarm" and call.arguments.hour in (6, 7, 8)
+    assert result.token_ids[0] == TOOL_CALL and result.token_ids[-1] == END_CALL
+    assert result.text.startswith('<tool_call>\n{"name": "set_alarm", "arguments": ')
+    assert result.sources[0] == "forced" and result.stats.forced_tokens >= 8  # marker, skeleton, keys
+
+
+def test_the_chat_template_gets_the_tools(qwen_lm, monkeypatch) -> None:
+    template = ("{% for t in tools %}[{{ t.function.name }}: {{ t.function.description }}]{% endfor %}"
+                "{% for m in messages %}{{ m.content }}{% endfor %}")
+    monkeypatch.setattr(qwen_lm.tokenizer, "chat_template", template, raising=False)
+    spec = ToolCalls([GetWeather, send_email], choice="none")
+    result = structspec.generate_result(qwen_lm, spec, [{"role": "user", "content": "Hi"}], max_new_tokens=2,
+                                        draft=None)
+    shown = qwen_lm.tokenizer.decode(qwen_lm.encode_prompt([{"role": "user", "content": "Hi"}],
+                                                           tools=spec.chat_tools()))
+    assert shown == "[GetWeather: The weather in a city now.][send_email: Send an email.]Hi"
+    # the same ids fed the model: a prompt without tools is shorter
+    assert result.stats.prompt_tokens == len(qwen_lm.encode_prompt([{"role": "user", "content": "Hi"}],
+                                                                   tools=spec.chat_tools()))
+
+
+@pytest.mark.parametrize("make, error, words", [
+    (lambda: ToolCalls([GetWeather, GetWeather]), ToolError, "two tools are named 'GetWeather'"),
+    (lambda: ToolCalls([GetWeather], choice="get_time"), ToolError, "choice='get_time' names no tool"),
+    (lambda: ToolCalls([]), ToolError, "non-empty list"),
+    (lambda: ToolCalls([{"type": "function", "function": {"parameters": {}}}]), ToolError, "tools[0] has no name"),
+    (lambda: ToolCalls([lambda city: None]), ToolError, "no type annotation"),
+    (lambda: ToolCalls([42]), ToolError, "tools[0] is a int"),
+])
+def test_bad_tool_sets_fail_when_made(make, error, words) -> None:
+    with pytest.raises(error, match=re.escape(words)):
+        make()
+
+
+def test_a_tool_schema_that_does_not_compile_names_the_tool_and_pointer(qwen_lm) -> None:
+    bad = {"name": "lookup", "parameters": {"type": "object", "properties": {
+        "code": {"type": "string", "pattern": "(?<=a)b"}}}}
+    with pytest.raises(ToolSchemaError, match=r"tool 'lookup': .*'pattern' at /properties/code") as info:
+        structspec.compile(ToolCalls([GetWeather, bad]), qwen_lm)
+    assert isinstance(info.value, SchemaError) and info.value.tool == "lookup"
+
+
+PROMPT = ('User: weather in Paris, in C? Earlier: {"name": "GetWeather", "arguments": {"city": "Paris", '
+          '"unit": "C"}} and {"name": "search", "arguments": {"query": "Paris weather"}}\nAssistant:')
+
+
+@pytest.mark.parametrize("mode", [dict(fast_forward="exact", draft=None), dict(fast_forward="exact"),
+                                  dict(draft="lookahead"), dict(draft="tree")])
+@pytest.mark.parametrize("choice", ["GetWeather", "required", "auto"])
+def test_accelerated_modes_are_token_identical_to_plain_masked_decoding(qwen_lm, choice, mode) -> None:
+    spec = ToolCalls([GetWeather, SEARCH], choice=choice)
+    plain = structspec.generate_result(qwen_lm, spec, PROMPT, fast_forward="off", draft=None, max_new_tokens=40)
+    fast = structspec.generate_result(qwen_lm, spec, PROMPT, max_new_tokens=40, **mode)
+    assert fast.token_ids == plain.token_ids and fast.stop_reason == plain.stop_reason
+    assert fast.stats.target_forward_passes <= plain.stats.target_forward_passes
+
+
+def test_batches_with_a_tool_set_per_row_match_each_row_alone(qwen_lm) -> None:
+    specs = [ToolCalls([GetWeather, SEARCH], choice="GetWeather"), ToolCalls([send_email], choice="required"),
+             ToolCalls([SEARCH], choice="auto"), structspec.Reasoning(ToolCalls([GetWeather], choice="GetWeather"),
+                                                                       max_thinking_chars=8)]
+    prompts = [PROMPT, "Mail bob@x.org about lunch.", "Find cats.", "Think, then call."]
+    alone = [structspec.generate_result(qwen_lm, s, p, fast_forward="off", draft=None, max_new_tokens=40)
+             for s, p in zip(specs, prompts)]
+    batched = structspec.generate_batch(qwen_lm, specs, prompts, batch_size=3, max_new_tokens=40)
+    assert [r.token_ids for r in batched] == [r.token_ids for r in alone]
+    assert [r.value for r in batched] == [r.value for r in alone]
+
+
+def test_sampling_a_small_tool_call_spec_keeps_the_distribution(byte_lm) -> None:
+    """Accelerated sampling (fast-forward, prompt lookup) against plain masked sampling, each on its own seeds:
+    a two-sample chi-square over the calls' arguments. (The exact distribution of a call over every spelling of
+    its skeleton is too large a token tree to enumerate.)"""
+    def pick(colour: Literal["red", "tan", "ash"], size: Literal["S", "L"]) -> None: ...
+
+    spec = ToolCalls([pick], choice="pick", markers="text", whitespace_pattern="")
+    prompt = 'pick {"colour":"red","size":"L"}:'
+
+    def counts(seeds: range, **mode: object) -> Counter[tuple[str, str]]:
+        out: Counter[tuple[str, str]] = Counter()
+        for seed in seeds:
+            r = structspec.generate_result(byte_lm, spec, prompt, temperature=1.5, seed=seed, max_new_tokens=120, **mode)
+            (call,) = r.value.calls
+            out[call.arguments.colour, call.arguments.size] += 1
+        return out
+
+    fast = counts(range(150))
+    plain = counts(range(1000, 1150), fast_forward="off", draft=None)
+    assert len(fast | plain) >= 4  # the sample spreads over the arguments
+    assert two_sample_pvalue(fast, plain) > 0.001
+
+
+def two_sample_pvalue(a: Counter, b: Counter) -> float:
+    """Pearson's chi-square p-value that ``a`` and ``b`` are drawn from one distribution (a 2 × k table)."""
+    na, nb = sum(a.values()), sum(b.values())
+    pooled = {k: (a[k] + b[k]) / (na + nb) for k in a | b}
+    stat = 0.0
+    for counts, n in ((a, na), (b, nb)):
+        stat += sum((counts[k] - n * p) ** 2 / (n * p) for k, p in pooled.items())
+    dof = len(pooled) - 1
+    return float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64),
+                                         torch.tensor(stat / 2, dtype=torch.float64)))
+
+
+def test_the_matcher_and_the_logits_processor_take_tool_calls(qwen_lm) -> None:
+    from structspec.integrations.matcher import Matcher
+    from structspec.integrations.transformers import LogitsProcessor
+
+    spec = ToolCalls([GetWeather, SEARCH], choice="search")
+    matcher = Matcher(spec, qwen_lm.tokenizer, logits_width=qwen_lm.logits_width)  # the tokenizer alone
+    assert matcher.forced_tokens()[0] == TOOL_CALL
+    call = [TOOL_CALL, *qwen_lm.tokenizer.encode(SEARCH_CALL, add_special_tokens=False), END_CALL]
+    assert matcher.accept_tokens(call) and matcher.accept_tokens([qwen_lm.vocab.eos_token_id])
+    matcher.reset()
+    assert not matcher.accept_tokens([qwen_lm.vocab.ids_by_bytes[b"<"]])  # the marker's text is not the marker
+
+    prompt = qwen_lm.encode_prompt(PROMPT)
+    processor = LogitsProcessor(spec, qwen_lm)
+    out = qwen_lm.model.generate(torch.tensor([prompt]), max_new_tokens=40, do_sample=False,
+                                 logits_processor=[processor], pad_token_id=qwen_lm.vocab.eos_token_id)
+    ours = structspec.generate_result(qwen_lm, spec, PROMPT, fast_forward="off", draft=None, max_new_tokens=40)
+    assert out[0, len(prompt):].tolist()[: len(ours.token_ids)] == ours.token_ids
+
+
+def test_stream_events_end_with_the_calls(qwen_lm) -> None:
+    def set_alarm(hour: Literal[6, 7, 8], repeat: bool) -> None: ...
+
+    events = list(structspec.stream(qwen_lm, ToolCalls([set_alarm, SEARCH], choice="set_alarm"), PROMPT,
+                                    max_new_tokens=60))
+    result = events[-1].result
+    chunks = [e.text for e in events if isinstance(e, structspec.TextChunk)]
+    assert "".join(chunks) == result.text and result.text.startswith("<tool_call>")
+    assert result.value.calls[0].name == "set_alarm"
+    (done,) = [e for e in events if isinstance(e, structspec.CallDone)]
+    assert done.call == result.value.calls[0] and done.text_so_far == result.text

@@ -1,0 +1,59 @@
+"""The built wheel holds what an installed structspec needs: every module, the grammar files, the license, its
+name on the package index and the `structspec` command. (Installing it in a fresh venv and running the CLI is
+the slower CI step `.ci/wheel-check`.)"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from email.parser import Parser
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow  # the module builds the wheel first: 17 s on 2 cores
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
+    out, source = tmp_path_factory.mktemp("wheel"), tmp_path_factory.mktemp("source")
+    # Built from a copy of what the sdist holds: setuptools writes build/ beside the sources, and two test
+    # workers building in the clone at once would share it.
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, source / name)
+    for name in ("structspec", "grammars"):
+        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    # No build isolation: the venv's setuptools (a dev requirement) builds it, with no index to reach.
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out),
+                    str(source)], check=True, capture_output=True)
+    (path,) = out.glob("*.whl")
+    return zipfile.ZipFile(path)
+
+
+def _dist_info(wheel: zipfile.ZipFile, name: str) -> str:
+    (member,) = [n for n in wheel.namelist() if n.endswith(f".dist-info/{name}")]
+    return wheel.read(member).decode()
+
+
+def test_named_for_the_index_with_its_extras(wheel: zipfile.ZipFile) -> None:
+    assert Path(wheel.filename).name.startswith("structspec_lm-")
+    metadata = Parser().parsestr(_dist_info(wheel, "METADATA"))
+    assert metadata["Name"] == "structspec-lm"
+    assert metadata["License-Expression"] == "MIT"
+    assert {"ray", "docs", "dev"} <= set(metadata.get_all("Provides-Extra"))
+
+
+def test_ships_every_module_and_grammar_file(wheel: zipfile.ZipFile) -> None:
+    names = set(wheel.namelist())
+    modules = {str(p.relative_to(ROOT)) for p in (ROOT / "structspec").rglob("*.py")}
+    grammars = {f"structspec/grammar_data/{p.name}" for p in (ROOT / "grammars").glob("*.toml")}
+    assert grammars, "no grammar files found in grammars/"
+    assert not (modules | grammars | {"structspec/py.typed"}) - names
+
+
+def test_license_and_command(wheel: zipfile.ZipFile) -> None:
+    assert "Copyright (c) 2026 the structspec authors" in _dist_info(wheel, "licenses/LICENSE")
+    assert "structspec = structspec.tools.cli:main" in _dist_info(wheel, "entry_points.txt")

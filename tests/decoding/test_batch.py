@@ -1,0 +1,358 @@
+"""Batched decoding: every row equals the same row decoded alone; errors stay in their row."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Annotated, Literal
+
+import pytest
+import torch
+from pydantic import BaseModel, Field
+
+import structspec
+from structspec import Regex
+from structspec.decoding import batch, loop
+from structspec.decoding.batch import shared_prefix
+from structspec.decoding.budget import DEFAULT_COST, PassCost
+from structspec.decoding.factory import SelfDraft
+from structspec.decoding.row import DecodeOptions, RowDecode, RowInput
+from structspec.decoding.tree import TreeDrafter
+from structspec.models.slot_cache import SlotCache
+from structspec.testing import chi_square_pvalue, exact_output_distribution, tiny_lm
+from structspec.decoding.sampling import SamplingConfig
+
+from tests.conftest import DEVICE
+
+
+class Order(BaseModel):
+    customer: Annotated[str, Field(pattern=r"[A-Z][a-z]{1,8}")]
+    city: Literal["Paris", "London", "Tokyo", "Berlin"]
+    items: Annotated[int, Field(json_schema_extra={"maxDigits": 2})]
+    paid: bool
+
+
+# mixed specs and prompt lengths: rows finish at different times and are refilled
+SPECS = [Order, Regex(r"(red|green|blue) (small|large) [a-z]{2,6}"), Order,
+         {"type": "array", "items": {"enum": ["Oslo", "Lima"]}, "maxItems": 3}, Regex(r"[a-z]{3,30}"), Order,
+         Regex(r"(yes|no)"), Order]
+PROMPTS = ["Alice from Paris ordered 12 items, paid: true. Alice lives in Paris.", "Bob",
+           "Carol from London ordered 3 items and has not paid. " * 4, "x y z", "Dave, Tokyo", "Eve paid.",
+           "Is it?", "Frank from Berlin, 7 items, paid: false. Frank lives in Berlin."]
+MODES = {"off": {"fast_forward": "off"}, "exact": {}, "prompt_lookup": {"draft": "prompt_lookup"},
+         "self": {"draft": SelfDraft()}, "auto": {"draft": "auto"}}
+
+
+def alone(lm, specs, prompts, **options) -> list[structspec.Result]:
+    return [structspec.generate_result(lm, s, p, max_new_tokens=40, **options) for s, p in zip(specs, prompts)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
+def test_every_row_equals_the_row_decoded_alone(kind: str, mode: str, request) -> None:
+    lm = request.getfixturevalue(kind)
+    single = alone(lm, SPECS, PROMPTS, **MODES[mode])
+    for batch_size in (1, 3, 8):
+        batch = structspec.generate_batch(lm, SPECS, PROMPTS, batch_size=batch_size, max_new_tokens=40, **MODES[mode])
+        assert [r.token_ids for r in batch] == [r.token_ids for r in single], batch_size
+        assert [r.stop_reason for r in batch] == [r.stop_reason for r in single]
+        assert [r.value for r in batch] == [r.value for r in single]
+        # the same passes choose the same tokens; only the prefill is a pass of its own
+        assert [r.stats.target_forward_passes for r in batch] == [r.stats.target_forward_passes for r in single]
+    assert {r.stop_reason for r in single} >= {"fsm_complete", "max_new_tokens"}  # rows end at different times
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sampled", [False, True])
+def test_a_draft_model_drafts_for_all_rows_in_batched_passes(byte_lm, sampled: bool) -> None:
+    draft = tiny_lm("byte_level", seed=7, device=DEVICE)  # another random model: many rejected drafts
+    passes = []
+    forward_slots = draft.forward_slots
+    draft.forward_slots = lambda *a, **k: (passes.append(len(a[0])), forward_slots(*a, **k))[1]
+    options = {"temperature": 1.3} if sampled else {}
+    single = [structspec.generate_result(byte_lm, s, p, max_new_tokens=40, draft=draft, **options,
+                                         **({"seed": 5 + i} if sampled else {}))
+              for i, (s, p) in enumerate(zip(SPECS, PROMPTS))]
+    batch = structspec.generate_batch(byte_lm, SPECS, PROMPTS, batch_size=4, max_new_tokens=40, draft=draft,
+                                      **options, **({"seed": 5} if sampled else {}))
+    assert [r.token_ids for r in batch] == [r.token_ids for r in single]
+    drafted = sum(r.stats.drafts["draft_model"].drafted for r in batch)
+    assert drafted > sum(r.stats.drafts["draft_model"].accepted for r in batch) > 0
+    assert passes and max(passes) == 4  # one draft pass serves every row of the batch
+    assert len(passes) < sum(r.stats.drafts["draft_model"].draft_passes for r in batch)
+
+
+@pytest.mark.slow
+def test_holes_from_rejected_drafts_are_compacted(byte_lm, monkeypatch) -> None:
+    compactions = []
+    original = SlotCache.compact
+
+    def compact(self: SlotCache) -> bool:
+        compactions.append(original(self))
+        return compactions[-1]
+
+    monkeypatch.setattr(SlotCache, "compact", compact)
+    monkeypatch.setattr(SlotCache, "slack", 0)  # compact as soon as holes outnumber kept slots
+    draft = tiny_lm("byte_level", seed=7, device=DEVICE)
+    single = alone(byte_lm, SPECS, PROMPTS, draft=draft)
+    batch = structspec.generate_batch(byte_lm, SPECS, PROMPTS, batch_size=4, max_new_tokens=40, draft=draft)
+    assert sum(compactions) >= 2  # compacted more than once, between refills too
+    assert [r.token_ids for r in batch] == [r.token_ids for r in single]
+
+
+@pytest.mark.slow
+def test_iter_batch_yields_each_row_once_as_it_finishes(byte_lm) -> None:
+    seen = [i for i, _ in structspec.iter_batch(byte_lm, SPECS, PROMPTS, batch_size=3, max_new_tokens=40)]
+    assert sorted(seen) == list(range(len(PROMPTS)))
+    assert seen != list(range(len(PROMPTS)))  # short rows come back before long ones
+
+
+@pytest.mark.slow
+def test_the_shared_prompt_prefix_is_prefilled_once(byte_lm) -> None:
+    instruction = "Extract the order as JSON. Use the customer's first name and the city they live in. Text: "
+    prompts = [instruction + p for p in PROMPTS[:4]]
+    batch = structspec.generate_batch(byte_lm, Order, prompts, batch_size=2, max_new_tokens=40)
+    assert [r.token_ids for r in batch] == [r.token_ids for r in alone(byte_lm, [Order] * 4, prompts)]
+    reused = [r.stats.prefix_tokens_reused for r in batch]
+    assert len(set(reused)) == 1 and reused[0] >= len(byte_lm.encode_prompt(instruction)) - 2
+
+
+def test_shared_prefix_leaves_every_prompt_its_last_token() -> None:
+    assert shared_prefix([[1, 2, 3], [1, 2, 3, 4]]) == [1, 2]
+    assert shared_prefix([[1, 2, 3], [1, 5, 3]]) == [1]
+    assert shared_prefix([[7], [7, 8]]) == []
+
+
+def test_slots_mask_kept_slots_causal_windows_and_padding() -> None:
+    slots = SlotCache(None, 2)  # the hole table alone: nothing here touches the KV
+    slots.place(0, 2)  # row 0 holds 2 prompt slots, row 1 none
+    mask = slots.window_mask([2, 1])  # [rows, W=2, 2 + 2]
+    assert mask[0].tolist() == [[True, True, True, False], [True, True, True, True]]
+    assert mask[1].tolist() == [[False, False, True, False], [False, False, False, True]]  # padding sees itself
+    slots.keep([1, 1], 2)
+    assert slots.valid.tolist() == [[True, True, True, False], [False, False, True, False]]
+
+
+def test_compaction_moves_kept_slots_to_the_front() -> None:
+    slot = torch.arange(200.0).expand(2, 3, 200)[..., None]  # [rows, heads, slots, d]: each slot holds its index
+    layer = SimpleNamespace(is_initialized=True, keys=slot.clone(), values=-slot)  # a transformers cache layer
+    slots = SlotCache(SimpleNamespace(layers=[layer]), 2)
+    slots.valid = torch.zeros(2, 200, dtype=torch.bool)
+    slots.valid[0, [3, 50, 199]] = True
+    slots.valid[1, [7]] = True
+    assert slots.compact()
+    assert slots.valid.tolist() == [[True, True, True], [True, False, False]]
+    # kept slots first, in order, in every head; the rest of a row points at holes
+    assert layer.keys[:, :, :, 0].tolist() == [[[3, 50, 199]] * 3, [[7, 0, 1]] * 3]
+    assert torch.equal(layer.values, -layer.keys)
+    assert not slots.compact()  # nothing left to gather
+
+
+def test_a_slot_cache_copies_prefilled_rows_in_and_selects_rows(byte_lm) -> None:
+    ids = byte_lm.encode_prompt("Alice is 31 years old and lives in Paris.")
+    source = byte_lm.new_cache()
+    byte_lm.forward(ids, source)
+    slots = SlotCache(byte_lm.new_cache(), 2)
+    slots.place(1, 3, source)
+    slots.place(0, 5, source)  # longer: every row widens, row 1 with holes
+    assert slots.valid.tolist() == [[True] * 5, [True] * 3 + [False] * 2]
+    for layer, origin in zip(slots.kv.layers, source.layers):
+        assert layer.keys.shape[2] == 5
+        assert torch.equal(layer.keys[0], origin.keys[0, :, :5])
+        assert torch.equal(layer.values[0], origin.values[0, :, :5])
+        assert torch.equal(layer.keys[1, :, :3], origin.keys[0, :, :3]) and not layer.keys[1, :, 3:].any()
+    slots.select([1])
+    assert slots.valid.tolist() == [[True] * 3 + [False] * 2]
+    for layer, origin in zip(slots.kv.layers, source.layers):  # row 1 is now row 0, keys and values
+        assert len(layer.keys) == len(layer.values) == 1
+        assert torch.equal(layer.values[0, :, :3], origin.values[0, :, :3])
+        assert torch.equal(layer.keys[0, :, :3], origin.keys[0, :, :3]) and not layer.keys[0, :, 3:].any()
+
+
+@pytest.mark.slow
+def test_sampled_rows_keep_the_distribution_and_do_not_depend_on_the_batch(byte_lm) -> None:
+    spec, prompt, temperature = Regex(r"(ab|b|ba|a){1,3}"), "pick:", 1.5
+    fsm = structspec.compile(spec, byte_lm).fsm
+    exact = exact_output_distribution(byte_lm, fsm, byte_lm.encode_prompt(prompt), SamplingConfig(True, temperature))
+    n = 400
+    batch = structspec.generate_batch(byte_lm, spec, [prompt] * n, batch_size=8, temperature=temperature, seed=0,
+                                      draft="prompt_lookup")
+    counts: dict[tuple[int, ...], int] = {}
+    for r in batch:
+        counts[tuple(r.token_ids)] = counts.get(tuple(r.token_ids), 0) + 1
+    assert chi_square_pvalue(counts, exact) > 0.001
+    # row i samples with seed + i: the same draws at another batch size and alone
+    again = structspec.generate_batch(byte_lm, spec, [prompt] * 12, batch_size=5, temperature=temperature, seed=0)
+    assert [r.token_ids for r in again] == [r.token_ids for r in batch[:12]]
+    assert [structspec.generate_result(byte_lm, spec, prompt, temperature=temperature, seed=i).token_ids
+            for i in range(4)] == [r.token_ids for r in batch[:4]]
+
+
+@pytest.mark.slow
+def test_bad_rows_are_results_and_other_rows_are_unaffected(byte_lm) -> None:
+    long_prompt = "word " * (byte_lm.max_context + 10)
+    prompts = [PROMPTS[0], "", long_prompt, PROMPTS[1]]
+    specs = [Order, Order, Order, Regex("(ab")]
+    results = structspec.generate_batch(byte_lm, specs, prompts, batch_size=4, max_new_tokens=40)
+    assert results[0].token_ids == alone(byte_lm, [Order], PROMPTS[:1])[0].token_ids
+    for i, kind, words in [(1, structspec.PromptError, "empty"), (2, structspec.PromptError, "shorten the prompt"),
+                           (3, structspec.RegexError, "(ab")]:
+        assert results[i].stop_reason == "error" and results[i].value is None
+        assert isinstance(results[i].error, kind) and words in str(results[i].error)
+        assert f"row {i}" in str(results[i].error)
+
+
+def test_batch_arguments_are_checked_before_any_pass(byte_lm) -> None:
+    with pytest.raises(structspec.OptionError, match="2 specs for 3 prompts"):
+        structspec.generate_batch(byte_lm, [Order, Order], PROMPTS[:3])
+    with pytest.raises(structspec.OptionError, match="batch_size"):
+        structspec.generate_batch(byte_lm, Order, PROMPTS[:3], batch_size=0)
+    with pytest.raises(structspec.OptionError, match="list of prompts"):
+        structspec.generate_batch(byte_lm, Order, "one prompt")
+
+
+@pytest.mark.slow
+def test_a_full_context_stops_the_row_with_its_partial_text() -> None:
+    lm = tiny_lm("byte_level", device=DEVICE)
+    prompt, room = PROMPTS[2], 9
+    lm.max_context = len(lm.encode_prompt(prompt)) + room  # the model's positions, as its config would say
+    spec = Regex(r"[a-z]{40}")
+    single = structspec.generate_result(lm, spec, prompt, max_new_tokens=40)
+    batch = structspec.generate_batch(lm, [spec, spec], [prompt, "Bob"], batch_size=2, max_new_tokens=40)
+    assert single.stop_reason == batch[0].stop_reason == "max_context" and single.value is None
+    assert len(single.token_ids) == room + 1  # every position used, and the last choice kept
+    assert batch[0].token_ids == single.token_ids
+    assert batch[1].stop_reason != "max_context"
+    with pytest.raises(structspec.PromptError, match=f"{lm.max_context} positions"):
+        structspec.generate_result(lm, spec, prompt * 2)
+
+
+@pytest.mark.real_model
+def test_smollm2_batched_rows_equal_single_rows(smollm2) -> None:
+    # `load` makes the model batch-invariant: a batched row is its row alone bit for bit, not up to near-ties
+    from structspec.tools.tasks import extraction_prompt, load_tasks
+
+    assert smollm2.batch_invariant
+    tasks = list({t.schema_name: t for t in load_tasks()}.values())[:6]  # one task per schema
+    specs = [t.schema for t in tasks]
+    prompts = [extraction_prompt(t.text, t.schema) for t in tasks]
+    options = {"max_new_tokens": 120, "draft": "prompt_lookup"}
+    single = [structspec.generate_result(smollm2, s, p, **options) for s, p in zip(specs, prompts)]
+    batch = structspec.generate_batch(smollm2, specs, prompts, batch_size=6, **options)
+    assert [r.token_ids for r in batch] == [r.token_ids for r in single]
+
+
+@pytest.mark.slow
+def test_batch_size_one_and_sliding_window_models_run_the_single_row_loop() -> None:
+    lm = tiny_lm("byte_level", device=DEVICE)
+    lm.batchable = False  # as a model with sliding-window layers (Gemma 3) says
+    lm.forward_slots = None  # the slot path must not run
+    batch = structspec.generate_batch(lm, SPECS[:3], PROMPTS[:3], batch_size=3, max_new_tokens=40)
+    assert [r.token_ids for r in batch] == [r.token_ids for r in alone(lm, SPECS[:3], PROMPTS[:3])]
+    assert [r.stats.prefill_passes for r in batch] == [0, 0, 0]
+
+
+# One pass's width for the batch as a whole (`choose_width`, `RowDecode.fit`). STEEP: a padded position costs
+# more than a one-token pass, so every pass is one token wide; STORED: Qwen2.5-Coder-0.5B's measured 8-row
+# curve on a CPU (README), here at every batch size, so widths vary with what the rows bring.
+STEEP = PassCost.linear(1.5)
+STORED = PassCost({1: ((1, 1.46), (2, 3.04), (3, 2.46), (4, 3.64), (8, 4.67), (12, 6.58), (16, 7.9))})
+# long forced runs (fast-forwarded into pending, then fed in chunks) beside rows with choices
+SHIPMENT = Regex(r'\{"customer_name": "[A-Z][a-z]{1,8}", "destination_city": "(Paris|London|Tokyo)", '
+                 r'"number_of_items": [0-9]{1,2}, "shipping_is_paid": (true|false)\}')
+FORCED_SPECS = [SHIPMENT, SPECS[1], SHIPMENT, SPECS[3], Order, SHIPMENT, SPECS[4], SHIPMENT]
+FORCED_PROMPTS = [f'Copy: {{"customer_name": "{name}", "destination_city": "{city}", "number_of_items": {n}, '
+                  f'"shipping_is_paid": true}} and {name} again.' if i % 2 == 0 else PROMPTS[i]
+                  for i, (name, city, n) in enumerate(zip(["Ada", "Bo", "Cy", "Di", "Ed", "Flo", "Gus", "Hal"],
+                                                          ["Paris", "Tokyo", "London", "Paris"] * 2, range(3, 90, 11)))]
+
+
+def spy_fits(monkeypatch) -> tuple[list[tuple[int, int]], list[int]]:
+    """(window length, width) of every `RowDecode.fit`, and the pending tokens before every chunk accepted."""
+    fits, chunks = [], []
+    fit, accept_chunk = RowDecode.fit, RowDecode.accept_chunk
+    monkeypatch.setattr(RowDecode, "fit", lambda self, width: (
+        fits.append((len(self.pending) + len(self.candidate.tokens), width)), fit(self, width))[1])
+    monkeypatch.setattr(RowDecode, "accept_chunk", lambda self: (chunks.append(len(self.pending)), accept_chunk(self))[1])
+    return fits, chunks
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("draft", ["prompt_lookup", TreeDrafter(), "lookahead", SelfDraft(), None], ids=str)
+@pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
+def test_windows_fit_to_the_batch_width_keep_plain_masked_tokens(kind: str, draft: object, request,
+                                                                 monkeypatch) -> None:
+    lm = request.getfixturevalue(kind)
+    plain = alone(lm, FORCED_SPECS, FORCED_PROMPTS, fast_forward="off", draft=None)
+    assert sum(r.stats.forced_tokens for r in alone(lm, FORCED_SPECS, FORCED_PROMPTS, draft=None)) > 40
+    for curve in (STEEP, STORED):
+        monkeypatch.setattr(batch, "pass_cost", lambda lm, curve=curve: curve)
+        fits, chunks = spy_fits(monkeypatch)
+        got = structspec.generate_batch(lm, FORCED_SPECS, FORCED_PROMPTS, batch_size=4, max_new_tokens=40, draft=draft)
+        assert [r.token_ids for r in got] == [r.token_ids for r in plain]
+        assert [r.stop_reason for r in got] == [r.stop_reason for r in plain]
+        # every pass caches at least one token per row: never more passes than one token per pass
+        for r, p in zip(got, plain):
+            assert r.stats.target_forward_passes <= p.stats.target_forward_passes
+        assert all(width >= 1 for _, width in fits) and any(length > width for length, width in fits)
+        fed = [n for r in got for n in r.stats.tokens_fed]
+        if curve is STEEP:  # one token per row per pass: plain masked decoding's passes, forced runs included
+            assert set(fed) == {1}
+            assert all(width == 1 for _, width in fits)
+            # forced runs went in over several passes (a SentencePiece vocabulary spells a literal in many
+            # ways, bytes too, so it forces single tokens only; the rest of its forced text is spliced)
+            assert max(chunks) > (2 if kind == "byte_lm" else 1)
+        else:
+            assert max(fed) > 1  # where rows bring forced text or drafts together, a wider pass pays
+    monkeypatch.setattr(batch, "pass_cost", lambda lm: DEFAULT_COST)  # no curve: every window whole, as before
+    fits, chunks = spy_fits(monkeypatch)
+    whole = structspec.generate_batch(lm, FORCED_SPECS, FORCED_PROMPTS, batch_size=4, max_new_tokens=40, draft=draft)
+    assert [r.token_ids for r in whole] == [r.token_ids for r in plain]
+    assert not chunks and all(length <= width for length, width in fits)
+    assert max(n for r in whole for n in r.stats.tokens_fed) > 5
+
+
+def test_a_chunk_feeds_pending_tokens_with_no_logits(byte_lm) -> None:
+    fsm = structspec.compile(SHIPMENT, byte_lm).fsm
+    prompt = byte_lm.encode_prompt("Ship the order now, please:")
+    row = RowDecode.start(RowInput(0, fsm, prompt, None, None), DecodeOptions(), byte_lm, DEFAULT_COST)  # all pending
+    window = row.prepare()
+    assert len(prompt) > 4 and row.candidate.sources == ["forced"] * (len(window) - len(prompt)) != []
+    assert row.window_gains() == [float(w) for w in range(1, len(window) + 1)]  # pending and forced text: certain
+    assert row.fit(3) == prompt[:3]
+    assert row.mask_states() == [] and row.window_parents() == [-1, 0, 1] and row.window_positions() == [0, 1, 2]
+    assert row.accept_chunk() == [0, 1, 2]
+    assert row.cached == 3 and row.pending == prompt[3:] and row.chunk == 0 and row.out == []
+    assert row.prepare() == window[3:]  # the rest of the prompt, then the same candidate
+    assert row.fit(len(prompt) - 1) == window[3 : len(prompt) + 2]  # the candidate cut to its first two nodes
+    assert row.mask_states() == [row.state] + row.candidate.states and len(row.candidate.tokens) == 2
+    assert row.window_positions() == list(range(3, len(prompt) + 2))
+
+
+@pytest.mark.slow
+def test_sampled_rows_are_never_cut_so_their_samples_do_not_depend_on_the_batch(byte_lm, monkeypatch) -> None:
+    # alone a drafted token is nearly free, in a batch a padded one costs a whole pass: were a sampled row's
+    # draft (drawn with its generator) cut to the batch's width, its next draws would differ
+    curve = PassCost({1: ((1, 1.0), (16, 1.1)), 2: ((1, 2.0), (2, 4.0))})
+    for module in (batch, loop):
+        monkeypatch.setattr(module, "pass_cost", lambda lm: curve)
+    draft = tiny_lm("byte_level", seed=7, device=DEVICE)
+    options = {"temperature": 1.3, "max_new_tokens": 40, "draft": draft}
+    single = [structspec.generate_result(byte_lm, s, p, seed=5 + i, **options)
+              for i, (s, p) in enumerate(zip(FORCED_SPECS, FORCED_PROMPTS))]
+    got = structspec.generate_batch(byte_lm, FORCED_SPECS, FORCED_PROMPTS, batch_size=4, seed=5, **options)
+    assert [r.token_ids for r in got] == [r.token_ids for r in single]
+    assert max(n for r in got for n in r.stats.tokens_fed) > 3  # long drafts, fed whole
+
+
+def test_batched_self_draft_rows_count_the_draft_passes_they_asked_for(byte_lm) -> None:
+    # a batched row's self-draft waits on one shared draft pass per round (a DraftRequest, not a replay): each
+    # row drafts what it drafts alone and counts one draft pass per drafted token, as alone
+    prompts = ["Alice from Paris ordered 12 items.", "Bob from London, 3 items", "Carol, Paris, 7 items"]
+    alone = [structspec.generate_result(byte_lm, Order, p, max_new_tokens=40, draft=SelfDraft()) for p in prompts]
+    batched = structspec.generate_batch(byte_lm, Order, prompts, batch_size=3, max_new_tokens=40, draft=SelfDraft())
+    for a, b in zip(alone, batched):
+        assert b.token_ids == a.token_ids
+        mine, theirs = b.stats.drafts["self_draft"], a.stats.drafts["self_draft"]
+        assert (mine.drafted, mine.accepted, mine.draft_passes) == (theirs.drafted, theirs.accepted, theirs.draft_passes)
+        assert mine.draft_passes >= mine.drafted > 0

@@ -1,0 +1,161 @@
+"""Draft lengths by cost: the pass-cost curve, per-position acceptance, and what a stored curve changes."""
+
+from __future__ import annotations
+
+import pytest
+
+import structspec
+from structspec.result import DraftStats
+from structspec.decoding.budget import (DEFAULT_COST, DraftLength, PassCost, choose_width, curve_path, pass_cost,
+                                       store_pass_cost)
+from structspec.testing import save_tiny_model, tiny_lm
+from structspec.tools import pass_cost as pass_cost_tool
+
+
+def test_a_curve_interpolates_between_its_points_and_extends_its_last_slope() -> None:
+    cost = PassCost({1: ((1, 1.0), (4, 1.6), (8, 2.0)), 8: ((1, 2.0), (4, 4.0))})
+    assert cost(1) == 1.0
+    assert cost(2) == pytest.approx(1.2)
+    assert cost(6) == pytest.approx(1.8)
+    assert cost(12) == pytest.approx(2.4)  # 0.1 per token past 8
+    assert PassCost.linear(0.5)(5) == pytest.approx(3.0)
+    # a row's share of a batched pass: the whole pass linear in the rows between measured batch sizes
+    assert cost(4, rows=8) == pytest.approx(0.5)
+    assert cost(4, rows=12) == pytest.approx(0.5)  # past the largest measured size, its share
+    assert cost(4, rows=5) == pytest.approx((1.6 + (4.0 - 1.6) * 4 / 7) / 5)  # not the 1-row curve
+    assert PassCost.linear(0.5)(5, rows=8) == pytest.approx(3.0)  # no batch curve: alone
+
+
+def test_acceptance_counts_each_position_verified_after_accepted_ones() -> None:
+    lengths = DraftLength(DEFAULT_COST)
+    lengths.record(drafted=5, accepted=2)  # tokens 0 and 1 kept, token 2 rejected, 3 and 4 never judged
+    lengths.record(drafted=2, accepted=2)
+    assert lengths.tried == [2, 2, 1]
+    assert lengths.kept == [2, 2, 0]
+    assert lengths.hazard(2) < lengths.hazard(0)
+    assert lengths.hazard(7) == pytest.approx(2 / 3)  # never tried: the prior
+
+
+def test_drafts_grow_where_tokens_are_cheap_and_shrink_where_drafts_fail() -> None:
+    flat, steep = PassCost.linear(0.001), PassCost.linear(0.5)
+    good, bad = DraftLength(flat), DraftLength(steep)
+    for _ in range(20):
+        good.record(10, 10)
+        bad.record(10, 0)
+    assert good.choose(fed=1, cap=10) == 10
+    assert bad.choose(fed=1, cap=10) == 0
+    assert DraftLength(flat).choose(fed=1, cap=3) == 3  # the cap wins
+    # the same history drafts shorter when a fed token costs more
+    middling = [DraftLength(PassCost.linear(c)) for c in (0.01, 0.15, 0.4)]
+    for lengths in middling:
+        for accepted in (0, 2, 3, 5, 1):
+            lengths.record(8, accepted)
+    chosen = [lengths.choose(fed=1, cap=16) for lengths in middling]
+    assert chosen == sorted(chosen, reverse=True) and chosen[0] > chosen[-1]
+
+
+def test_greedy_rows_draft_shorter_where_a_batch_shares_the_pass() -> None:
+    # this CPU's curves (Qwen2.5-Coder-0.5B): alone, 8 tokens cost two one-token passes; in 8 rows, six
+    cost = PassCost({1: ((1, 1.0), (4, 2.1), (8, 2.0), (16, 2.9)), 8: ((1, 2.0), (2, 2.6), (4, 4.5), (8, 6.0))})
+    lengths = DraftLength(cost)
+    for accepted in (0, 1, 2, 2, 3, 2, 4, 1, 7, 2):
+        lengths.record(9, accepted)
+    assert lengths.choose(fed=1, cap=15, rows=8) < lengths.choose(fed=1, cap=15, rows=1)
+
+
+@pytest.mark.slow
+def test_a_stored_curve_sets_draft_lengths_and_never_the_output() -> None:
+    lm = tiny_lm("byte_level")
+    lm.name = "budget-test"  # a curve of its own, apart from the session's shared tiny models
+    assert pass_cost(lm) == DEFAULT_COST and curve_path(object()) is None
+    spec = structspec.Regex(r'\{"name": "(ada|bob) (ada|bob) (ada|bob)", "n": [0-9]{1,2}\}')
+    prompt = 'Copy: {"name": "ada bob ada", "n": 12} and again {"name": "ada bob ada", "n": 12}'
+    runs = {}
+    for label, seconds in (("steep", {(1, 1): 1.0, (1, 2): 3.0}), ("flat", {(1, 1): 1.0, (1, 16): 1.0})):
+        store_pass_cost(lm, seconds)
+        assert pass_cost(lm)(2) == pytest.approx(seconds.get((1, 2), 1.0))
+        runs[label] = structspec.generate_result(lm, spec, prompt, draft="prompt_lookup", max_new_tokens=40)
+    assert runs["steep"].token_ids == runs["flat"].token_ids
+    lookup = {label: r.stats.drafts.get("prompt_lookup", DraftStats()) for label, r in runs.items()}
+    # a token that costs two one-token passes is worth drafting only beside the prompt's many tokens: in the
+    # first pass, and in no later one
+    assert lookup["steep"].verify_passes <= 1 < lookup["flat"].verify_passes
+    assert lookup["steep"].drafted < lookup["flat"].drafted
+
+
+@pytest.mark.slow
+def test_pass_cost_store_writes_the_curve_decoding_reads(tmp_path) -> None:
+    model_dir = save_tiny_model(tmp_path / "tiny")
+    assert pass_cost_tool.main(["--model", str(model_dir), "--store", "--repeats", "1", "--context", "8",
+                                "--batch-sizes", "2"]) == 0
+    stored = pass_cost(structspec.load(str(model_dir), device="cpu"))
+    assert sorted(stored.curves) == [1, 2]
+    assert [n for n, _ in stored.curves[2]] == list(pass_cost_tool.STORED_WINDOWS)
+    assert stored(1) == 1.0
+
+
+def test_a_stored_point_never_costs_more_than_a_wider_pass() -> None:
+    lm = tiny_lm("byte_level")
+    lm.name = "budget-outlier-test"
+    # a stall measured the 2-token pass at twice the 4-token one: stored capped by the wider pass
+    store_pass_cost(lm, {(1, 1): 1.0, (1, 2): 3.0, (1, 4): 1.5, (1, 8): 2.0, (2, 1): 2.5, (2, 2): 2.2})
+    stored = pass_cost(lm)
+    assert stored.curves[1] == ((1, 1.0), (2, 1.5), (4, 1.5), (8, 2.0))
+    assert stored.curves[2] == ((1, 2.2), (2, 2.2))
+    assert [stored(n) for n in (1, 2, 3, 4, 8)] == sorted(stored(n) for n in (1, 2, 3, 4, 8))
+    # a one-token pass measured slower than a two-token one: capped, and the unit with it
+    store_pass_cost(lm, {(1, 1): 1.2, (1, 2): 1.0, (1, 4): 1.5})
+    assert pass_cost(lm).curves[1] == ((1, 1.0), (2, 1.0), (4, 1.5))
+
+
+@pytest.mark.slow
+def test_with_batch_curves_greedy_rows_keep_their_tokens_and_sampled_rows_their_samples() -> None:
+    lm = tiny_lm("byte_level")
+    lm.name = "budget-batch-test"
+    # alone a fed token is nearly free; in a batch of 2 or more it costs a whole pass
+    store_pass_cost(lm, {(1, 1): 1.0, (1, 16): 1.1, (2, 1): 2.0, (2, 2): 4.0})
+    spec = structspec.Regex(r'\{"name": "(ada|bob) (ada|bob) (ada|bob)", "n": [0-9]{1,2}\}')
+    prompts = [f'Copy {i}: {{"name": "ada bob ada", "n": 12}} {{"name": "ada bob ada", "n": 1{i}}}' for i in range(3)]
+    alone = [structspec.generate_result(lm, spec, p, max_new_tokens=40) for p in prompts]
+    batched = structspec.generate_batch(lm, spec, prompts, batch_size=3, max_new_tokens=40)
+    assert [r.token_ids for r in batched] == [r.token_ids for r in alone]
+    drafted = [sum(d.drafted for name, d in r.stats.drafts.items() if name != "forced") for r in (alone + batched)]
+    assert sum(drafted[3:]) < sum(drafted[:3])  # batched greedy rows draft less where tokens cost more
+    sampled = {"temperature": 1.0, "seed": 5, "max_new_tokens": 40}
+    batch = structspec.generate_batch(lm, spec, prompts, batch_size=3, **sampled)
+    for i, prompt in enumerate(prompts):
+        one = structspec.generate_result(lm, spec, prompt, **{**sampled, "seed": 5 + i})
+        assert one.token_ids == batch[i].token_ids  # sampled rows draft as if alone: the same draws
+
+
+# Qwen2.5-Coder-0.5B on this CPU, 8 rows: a pass 2 wide costs twice one 1 wide, 8 wide only three times
+EIGHT_ROWS = PassCost({8: ((1, 1.46), (2, 3.04), (4, 3.64), (8, 4.67), (12, 6.58), (16, 7.9))})
+
+
+def test_a_batch_width_counts_every_rows_padding() -> None:
+    forced_run = [float(w) for w in range(1, 11)]  # a 10-token forced run: every token fed is output
+    draft = [1.0, 1.3, 1.5, 1.6]  # one pending token, then drafts that often fail
+    lone = [1.0]
+    gains = [forced_run, draft] + [lone] * 6
+    assert choose_width(gains, EIGHT_ROWS) == 1  # one long window would make all eight rows pay for it
+    assert choose_width(gains, DEFAULT_COST) == 10  # no curve: the widest window, nothing cut
+    assert choose_width(gains, PassCost.linear(0.001)) == 10
+    # a sampled row's whole window is a floor; padding the pass pays for anyway is filled
+    assert choose_width([draft] + [lone] * 7, EIGHT_ROWS) == 1
+    assert choose_width([draft] + [lone] * 7, EIGHT_ROWS, floor=4) == 4
+    assert choose_width(gains, EIGHT_ROWS, floor=4) == 8
+    # where most rows bring forced text, a wider pass pays, and the rows short of it pad
+    assert choose_width([forced_run] * 6 + [draft, lone], EIGHT_ROWS) == 10
+    assert choose_width([forced_run[:4]] * 6 + [draft, lone], EIGHT_ROWS) == 4
+
+
+def test_expected_kept_tokens_of_a_cut_chain_or_tree() -> None:
+    lengths = DraftLength(DEFAULT_COST)  # every position at the prior: kept with 2/3
+    p = 2 / 3
+    # a chain: forced text (kept), then two drafted tokens
+    assert lengths.expected_kept([-1, 0, 1], [False, True, True]) == pytest.approx([1, 1 + p, 1 + p + p * p])
+    # a tree: two drafted roots, the second with a child; its first nodes' best path
+    assert lengths.expected_kept([-1, -1, 1], [True, True, True]) == pytest.approx([p, p, p + p * p])
+    for _ in range(10):
+        lengths.record(drafted=3, accepted=0)  # the first drafted token never kept
+    assert lengths.expected_kept([-1, 0], [True, True])[-1] < 0.3

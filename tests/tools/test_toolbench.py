@@ -1,0 +1,42 @@
+"""The tool-call benchmark's data set and scoring (the benchmark itself runs on the real model, by hand)."""
+
+from __future__ import annotations
+
+import structspec
+from structspec.tools.toolbench import Tally, load_conversations, parse_text_calls, score, value_calls
+
+
+def test_the_conversations_are_the_benchmark_the_issue_asks_for() -> None:
+    conversations = load_conversations()
+    assert len(conversations) >= 24
+    assert all(2 <= len(c.tools) <= 4 for c in conversations)
+    assert sum(len(c.expected) == 2 for c in conversations) >= 4  # some with two calls
+    assert sum(c.choice not in ("auto", "required", "none") for c in conversations) >= 4  # some forced
+    for c in conversations:
+        c.spec()  # a valid ToolCalls: tools, choice
+        for call in c.expected:
+            for value in call["arguments"].values():  # every argument copied from the user's message
+                assert str(value) in c.messages[-1]["content"], (c.id, value)
+
+
+TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {
+    "type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}}}]
+
+
+def test_unconstrained_text_is_parsed_as_the_template_writes_calls() -> None:
+    assert parse_text_calls('ok <tool_call>\n{"name": "f", "arguments": {"n": 2}}\n</tool_call>', TOOLS) == [
+        {"name": "f", "arguments": {"n": 2}}]
+    assert parse_text_calls('<tool_call>{"name": "f", "arguments": {"n": "2"}}</tool_call>', TOOLS) is None
+    assert parse_text_calls('<tool_call>{"name": "g", "arguments": {}}</tool_call>', TOOLS) is None
+    assert parse_text_calls("no call", TOOLS) == []
+
+
+def test_scoring_counts_valid_turns_and_exact_calls() -> None:
+    (conversation,) = [c for c in load_conversations() if len(c.expected) == 2][:1]
+    tally = Tally()
+    score(tally, conversation, conversation.expected)
+    score(tally, conversation, [conversation.expected[0], {**conversation.expected[1], "arguments": {}}])
+    score(tally, conversation, None)
+    assert (tally.turns, tally.valid_turns, tally.exact_calls, tally.calls_expected) == (3, 2, 3, 6)
+    value = structspec.ToolCallsValue("", [structspec.ToolCall("f", {"n": 1})])
+    assert value_calls(value) == [{"name": "f", "arguments": {"n": 1}}]
