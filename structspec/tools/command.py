@@ -2,7 +2,7 @@
 loading the model they name, and running a command with its errors mapped to exit codes.
 
 The commands import this module, never `structspec.tools.cli`: the CLI imports the commands (inside the
-functions that parse or run one), so nothing here imports torch or transformers.
+functions that parse or run one), so importing this module loads neither torch nor transformers.
 """
 
 from __future__ import annotations
