@@ -39,9 +39,9 @@ from rich.table import Table
 
 from structspec.jobs.errors import JobConfigError
 from structspec.models.transformers_lm import LM
+from structspec.tools.command import load_model
 from structspec.tools.explain import html_page, legend_html, tokens_html, token_views
 from structspec.tools.harness import Method, Run, Summary, batched, methods, run_tasks, spread, summarize
-from structspec.tools.cli import load_model
 from structspec.tools.peers import PeerRun, unconstrained_greedy
 from structspec.tools.tasks import Task, load_tasks, tasks_from_input
 

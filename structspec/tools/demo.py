@@ -6,13 +6,14 @@ past the number (``'+234 801 555 0199, '``). A model that small shows the mechan
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, Field
 
 import structspec
-from structspec.tools.cli import DEFAULT_MAX_NEW_TOKENS
+from structspec.tools.command import DEFAULT_MAX_NEW_TOKENS, load_model
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -57,3 +58,16 @@ def demo(lm: LM, console: Console, explain: bool = True, html: str | None = None
         console.print(f"token view written to {html}")
     console.print(f"\n{DEMO_NOTE}", style="dim", highlight=False)
     return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """``structspec demo``: load the model (a status line unless ``--quiet``), then `demo`."""
+    from rich.console import Console
+
+    console = Console()
+    if args.quiet:
+        lm = load_model(args)
+    else:
+        with console.status(f"loading {args.model} (the first run converts its GGUF, ~20 s)"):
+            lm = load_model(args)
+    return demo(lm, console, args.explain, args.html)

@@ -25,7 +25,8 @@ from structspec.jobs.errors import JobConfigError  # noqa: E402
 from structspec.jobs.prompts import default_template  # noqa: E402
 from structspec.jobs.runner import JobOptions  # noqa: E402
 from structspec.testing import save_tiny_model  # noqa: E402
-from structspec.tools.cli import EXIT_CONFIG, EXIT_OK, main  # noqa: E402
+from structspec.tools.cli import main  # noqa: E402
+from structspec.tools.command import EXIT_CONFIG, EXIT_OK  # noqa: E402
 
 N_RECORDS = 40  # five actor calls of 8 rows: a kill after the first lines lands mid-job
 KILL_AFTER = 3  # lines written when the driver kills itself

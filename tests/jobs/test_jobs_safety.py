@@ -22,7 +22,8 @@ from structspec.jobs.prompts import default_template
 from structspec.jobs.records import InputRecord, read_inputs
 from structspec.jobs.runner import JobOptions, run_job
 from structspec.testing import save_tiny_model
-from structspec.tools.cli import EXIT_CONFIG, main
+from structspec.tools.cli import main
+from structspec.tools.command import EXIT_CONFIG
 
 OPTIONS = JobOptions(default_template(SCHEMA), {"max_new_tokens": 30}, batch_size=4)
 

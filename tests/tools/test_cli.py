@@ -18,7 +18,8 @@ import torch
 from rich.console import Console
 
 import structspec
-from structspec.tools.cli import EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, main
+from structspec.tools.cli import main
+from structspec.tools.command import EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK
 from structspec.tools.demo import DEMO_DOCUMENT, demo
 from structspec.jobs.runner import load_model
 from structspec.testing import save_tiny_model

@@ -12,7 +12,8 @@ import pytest
 
 import structspec
 from structspec.tools import compare, tasks
-from structspec.tools.cli import COMMANDS, DEFAULT_MAX_NEW_TOKENS, EXIT_CONFIG, EXIT_OK, main, parser
+from structspec.tools.cli import COMMANDS, main, parser
+from structspec.tools.command import DEFAULT_MAX_NEW_TOKENS, EXIT_CONFIG, EXIT_OK
 from structspec.jobs.errors import JobConfigError
 
 # Runs the CLI on argv in a fresh interpreter and reports which heavy modules the run imported (on stderr).

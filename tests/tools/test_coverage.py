@@ -13,7 +13,9 @@ from structspec import SchemaError
 from structspec.automaton.dfa import DEAD, LazyDFA
 from structspec.automaton.nfa import ByteNFA
 from structspec.testing import in_layout
-from structspec.tools.coverage import OrderSearch, _OutOfBudget, spread, summarize
+from structspec.tools.coverage import spread
+from structspec.tools.coverage_report import summarize
+from structspec.tools.coverage_worker import OrderSearch, _OutOfBudget
 from structspec.schema import constraint_of, validator
 
 ROWS = [json.loads(line) for line in (Path(__file__).parent.parent / "data" / "jsonschemabench_sample.jsonl").open()]

@@ -12,7 +12,7 @@ import structspec
 from structspec.models.device import native_bf16
 from structspec.tools import throughput
 from structspec.tools.harness import PLAIN, methods
-from structspec.tools.throughput import Output, identity
+from structspec.tools.throughput_report import Output, identity
 
 
 @pytest.fixture(scope="module")

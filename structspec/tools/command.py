@@ -1,0 +1,101 @@
+"""What every ``structspec`` command shares: exit codes, help formatting, the model and token-budget options,
+loading the model they name, and running a command with its errors mapped to exit codes.
+
+The commands import this module, never `structspec.tools.cli`: the CLI imports the commands (inside the
+functions that parse or run one), so importing this module loads neither torch nor transformers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import structspec
+from structspec.jobs.errors import JobConfigError
+
+if TYPE_CHECKING:
+    from structspec.models.transformers_lm import LM
+
+EXIT_OK, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 2, 130
+EXIT_CODES = f"""exit codes:
+  {EXIT_OK}    done (also when some records failed: they are in the output with their reason)
+  1    an unexpected error (a bug: please report it with the traceback)
+  {EXIT_CONFIG}    configuration error (bad option, schema, model or drafter name, unreadable input); nothing ran
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C); rerun the same command to resume"""
+
+DEFAULT_MAX_NEW_TOKENS = 256  # one token budget for every command, the demo's too
+
+
+class Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Help with each option's default, where it has one and its help does not already say it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, False) or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def positive(text: str) -> int:
+    """An int ≥ 1 (argparse's ``type``: a bad value exits 2 with the option's name before anything runs)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be ≥ 1, got {value}")
+    return value
+
+
+def model_options(parser: argparse.ArgumentParser) -> None:
+    """Add the options of every command that loads a model (passed to `structspec.load`) to ``parser``."""
+    from structspec.models.invariance import KERNELS
+    from structspec.models.shipped import DEFAULT_MODEL, SHIPPED
+
+    parser.add_argument("--model", default=DEFAULT_MODEL,
+                        help=f"a shipped model ({', '.join(SHIPPED)}), a local Hugging Face model directory, or a "
+                             "hub id in the local Hugging Face cache")
+    parser.add_argument("--device", default="auto", help="auto (CUDA when available, else the CPU), cpu, cuda or cuda:N")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
+                        help="the model's weights and activations (default: bfloat16 on CUDA and on CPUs with "
+                             "AVX-512 BF16 or AMX, else float32)")
+    parser.add_argument("--kernels", choices=KERNELS, default="auto",
+                        help="auto: a float32 CPU model's linear layers prepacked for oneDNN; torch: torch's own")
+    parser.add_argument("--threads", type=positive, metavar="N",
+                        help="torch CPU threads (default: torch's count, capped at the CPUs this process may use; "
+                             "1 on a machine shared with other jobs)")
+
+
+def budget(parser: argparse.ArgumentParser) -> None:
+    """Add ``--max-new-tokens`` to ``parser``."""
+    parser.add_argument("--max-new-tokens", type=positive, default=DEFAULT_MAX_NEW_TOKENS, metavar="N",
+                        help="output tokens per record before it stops as out of budget")
+
+
+def load_model(args: argparse.Namespace, name: str | None = None) -> LM:
+    """`structspec.load` of ``name`` (default ``--model``) with the command's device, dtype, kernels, threads and
+    verbosity; a bad name or option is a `JobConfigError` naming the option."""
+    name = name or args.model
+    try:
+        return structspec.load(name, args.device, args.dtype, args.kernels, threads=args.threads,
+                               verbose=args.verbose)
+    except structspec.StructspecError as e:
+        option = "--model" if name == args.model else "--draft-model"
+        raise JobConfigError(f"{option} {name}: {e}") from None
+
+
+def run_command(name: str, run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """``run(args)`` for ``structspec NAME``; its exit code, or `EXIT_CONFIG` after printing a `JobConfigError`,
+    or `EXIT_INTERRUPTED` after Ctrl-C."""
+    try:
+        return run(args)
+    except JobConfigError as e:
+        from rich.console import Console
+
+        Console(stderr=True).print(f"structspec {name}: {e}", highlight=False, markup=False, soft_wrap=True)
+        return EXIT_CONFIG
+    except KeyboardInterrupt:
+        resume = "; rerun the same command to resume" if name == "extract" else ""
+        print(f"structspec {name}: interrupted{resume}", file=sys.stderr)
+        return EXIT_INTERRUPTED

@@ -1,0 +1,85 @@
+"""``structspec extract``: the CLI's wiring of an extraction job (`structspec.jobs`), here or on Ray, with a
+progress bar and a summary on stderr."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+import structspec
+from structspec.jobs.errors import JobConfigError
+from structspec.jobs.manifest import check_output
+from structspec.jobs.output import JobSummary
+from structspec.jobs.prompts import default_template, read_template
+from structspec.jobs.records import read_inputs
+from structspec.jobs.runner import JobOptions, run_job
+from structspec.tools.command import EXIT_OK, load_model
+from structspec.tools.tasks import load_spec
+
+
+def check_spec(spec: Any, option: str) -> None:
+    """Raise `JobConfigError` when ``spec`` is not a usable spec: checked as `structspec.compile` checks it, but
+    without a tokenizer, so before any model loads. Changes nothing."""
+    try:
+        structspec.to_regex(spec)
+    except structspec.StructspecError as e:
+        raise JobConfigError(f"{option}: {e}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    """``structspec extract``: run an extraction job (see `structspec.jobs`), here or on Ray (``--ray``), with a
+    progress bar and a summary on stderr. The spec, input and options are checked before the model loads."""
+    err = Console(stderr=True)
+    ray_options = {"--actors": args.actors, "--num-cpus": args.num_cpus, "--num-gpus": args.num_gpus}
+    if args.ray is None and any(value is not None for value in ray_options.values()):
+        raise JobConfigError(f"{', '.join(k for k, v in ray_options.items() if v is not None)} need --ray; "
+                             "add --ray local or --ray ADDRESS")
+    spec = load_spec(args.schema)
+    check_spec(spec, f"--schema {args.schema}")
+    records = read_inputs(args.input, args.text_field, args.id_field)
+    check_output(args.output, args.input)
+    template = read_template(args.prompt_template) if args.prompt_template else default_template(spec)
+    generate: dict[str, Any] = {"max_new_tokens": args.max_new_tokens, "fast_forward": args.fast_forward}
+    generate |= {k: v for k, v in [("temperature", args.temperature), ("top_k", args.top_k), ("top_p", args.top_p),
+                                   ("seed", args.seed)] if v is not None}
+
+    progress = Progress(TextColumn("extract"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rates]}"),
+                        TimeElapsedColumn(), console=err, disable=args.quiet)
+    task = progress.add_task("extract", total=len(records), rates="")
+
+    def show(s: JobSummary) -> None:
+        rates = (f"{s.written / s.seconds:.3g} rec/s · {s.output_tokens / s.seconds:.3g} tok/s · "
+                 f"{s.no_pass_tokens / max(s.output_tokens, 1):.0%} tokens without a pass")
+        progress.update(task, completed=s.skipped + s.written, rates=rates)
+
+    if args.ray is None:
+        lm = load_model(args)
+        generate["draft"] = None if args.draft == "none" else args.draft
+        if args.draft_model:
+            generate["draft"] = load_model(args, args.draft_model)
+        with progress:
+            summary = run_job(lm, spec, records, args.output, JobOptions(template, generate, args.batch_size), show,
+                              retry_errors=args.retry_errors)
+    else:
+        try:
+            from structspec.jobs import ray as ray_jobs  # an optional extra: imported only when asked for
+        except ImportError as e:
+            raise JobConfigError(str(e)) from None
+        actors, num_cpus = args.actors or 1, args.num_cpus or 1
+        # each actor loads the model itself: the names travel, a local directory as an absolute path
+        model, draft = (str(Path(name).resolve()) if Path(name).exists() else name
+                        for name in (args.model, args.draft_model or args.draft))
+        options = JobOptions(template, generate | {"draft": draft}, args.batch_size)
+        with ray_jobs.connect(args.ray, local_cpus=math.ceil(actors * num_cpus)) as where:
+            if not args.quiet:
+                err.print(f"running on {where}", highlight=False, soft_wrap=True)
+            with progress:
+                summary = ray_jobs.run_job(model, spec, records, args.output, options, show, args.retry_errors, actors,
+                                           num_cpus, args.num_gpus or 0, args.device, args.dtype)
+    err.print(summary.describe() + f" → {args.output}", highlight=False, soft_wrap=True)
+    return EXIT_OK
