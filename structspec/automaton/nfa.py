@@ -10,8 +10,9 @@ from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
+from structspec.automaton.chars import Unsupported, char_ranges
 from structspec.automaton.parse import REPEATS, TOO_DEEP, ParsedRegex, Stated, group_body, parse, unsupported
-from structspec.automaton.utf8 import Ranges, byte_automaton, byte_sequences, category, complement, normalize
+from structspec.automaton.utf8 import Ranges, byte_automaton, byte_sequences
 from structspec.errors import RegexError
 from structspec.vocab import SYMBOLS
 
@@ -43,10 +44,6 @@ def gc_paused() -> Iterator[None]:
     finally:
         if collecting:
             gc.enable()
-
-
-class _Unsupported(Exception):
-    pass
 
 
 class _Facts(NamedTuple):
@@ -121,11 +118,11 @@ class ByteNFA:
         with gc_paused():
             try:
                 if self._measure(tree).empty:
-                    raise _Unsupported("it matches no string (an empty class like [^\\s\\S], or a part that "
+                    raise Unsupported("it matches no string (an empty class like [^\\s\\S], or a part that "
                                        "can never be completed)")
                 start = self._new()
                 end = self._sequence(tree, start)
-            except _Unsupported as e:
+            except Unsupported as e:
                 raise RegexError(regex, str(e)) from None
             except RecursionError:  # measuring and building recurse once per level of nesting
                 raise RegexError(self._name, TOO_DEEP) from None
@@ -159,13 +156,13 @@ class ByteNFA:
 
     def _new(self) -> int:
         if len(self.edges) >= MAX_STATES:
-            raise _Unsupported(f"it needs more than {MAX_STATES:,} automaton states; lower its repetition counts")
+            raise Unsupported(f"it needs more than {MAX_STATES:,} automaton states; lower its repetition counts")
         self.edges.append([])
         self.eps.append([])
         return len(self.edges) - 1
 
     def _measure(self, items: list) -> _Facts:
-        """The `_Facts` of the parsed sequence ``items`` (memoized by identity); `_Unsupported` if it holds what
+        """The `_Facts` of the parsed sequence ``items`` (memoized by identity); `Unsupported` if it holds what
         the automaton cannot build."""
         facts = self._facts.get(id(items))
         if facts is None:
@@ -199,7 +196,7 @@ class ByteNFA:
             return (op, tuple(arg) if op is C.IN else arg), 1, empty, False
         if op is C.SUBPATTERN:
             if arg[1] or arg[2]:
-                raise _Unsupported("inline flags such as (?i) are not supported")
+                raise Unsupported("inline flags such as (?i) are not supported")
             if type(arg[3]) is Stated:  # read when built, not now
                 return (op, "stated", arg[3].key), arg[3].size, False, arg[3].nullable
             facts = self._measure(arg[3])
@@ -214,11 +211,11 @@ class ByteNFA:
             copies = max(low if high is C.MAXREPEAT else high, 1)
             if facts.nullable and not facts.empty and copies * facts.size > MAX_STATES:
                 # copied, never counted (a count could pass without reading a byte): refused before any build
-                raise _Unsupported(f"its repetitions need about {copies * facts.size:,} automaton states, more "
+                raise Unsupported(f"its repetitions need about {copies * facts.size:,} automaton states, more "
                                    f"than {MAX_STATES:,}; lower their counts")
             return ((op, low, high, facts.key), 1 + copies * facts.size, low > 0 and facts.empty,
                     low == 0 or facts.nullable)
-        raise _Unsupported(unsupported(op))
+        raise Unsupported(unsupported(op))
 
     def _sequence(self, items: list, state: int) -> int:
         """Build ``items`` (which match some string) from ``state``; the state they end in."""
@@ -254,7 +251,7 @@ class ByteNFA:
                     start = self._new()
                     span = self._spans[fragment] = (start, self._item(op, arg, start) if op is not None
                                                     else self._sequence(arg, start))
-                except _Unsupported as e:  # past MAX_STATES, found as a walk reaches the part that needs them
+                except Unsupported as e:  # past MAX_STATES, found as a walk reaches the part that needs them
                     raise RegexError(self._name, str(e)) from None
                 except RecursionError:  # (a walk's own frames sit below this build's)
                     raise RegexError(self._name, TOO_DEEP) from None
@@ -371,50 +368,3 @@ class ByteNFA:
             state, stack = self._positions[position]
             found = self._moves[position] = [(lo, hi, self._position(to, stack)) for lo, hi, to in self.edges[state]]
         return found
-
-
-def char_ranges(op: C._NamedIntConstant, arg: object) -> Ranges:
-    """The code points one parsed character item matches."""
-    if op is C.LITERAL:  # (a lone surrogate: none, it has no UTF-8 encoding; a symbol's: that symbol)
-        return ((arg, arg),) if SYMBOLS[0] <= arg <= SYMBOLS[1] else normalize(((arg, arg),))
-    if op is C.NOT_LITERAL:
-        return complement(((arg, arg),))
-    if op is C.ANY:  # like Rust's regex (and Python's), '.' is any character but \n
-        return complement(((10, 10),))
-    ranges, negate = [], False
-    for item_op, item in arg:
-        if item_op is C.NEGATE:
-            negate = True
-        elif item_op is C.LITERAL:
-            ranges.append((item, item))
-        elif item_op is C.RANGE:
-            ranges.append(item)
-        elif item_op is C.CATEGORY:
-            ranges += category(item)
-        else:
-            raise _Unsupported(f"character class item {item_op} is not supported")
-    return complement(tuple(ranges)) if negate else normalize(tuple(ranges))
-
-
-def characters(regex: str) -> Ranges:
-    """The code points that some string of ``regex`` may hold (each character item's, over the whole regex; a
-    part that matches no string still counts); `RegexError` if it is invalid."""
-    found: list[tuple[int, int]] = []
-
-    def walk(items: list) -> None:
-        for op, arg in items:
-            if op in (C.LITERAL, C.NOT_LITERAL, C.ANY, C.IN):
-                try:
-                    found.extend(char_ranges(op, arg))
-                except _Unsupported as e:
-                    raise RegexError(regex, str(e)) from None
-            elif op is C.SUBPATTERN:
-                walk(group_body(arg[3]))
-            elif op is C.BRANCH:
-                for alternative in arg[1]:
-                    walk(alternative)
-            elif op in REPEATS:
-                walk(arg[2])
-
-    walk(parse(regex))
-    return normalize(tuple(found))

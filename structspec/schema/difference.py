@@ -14,7 +14,7 @@ import re._constants as C  # the parser's opcodes
 from collections.abc import Iterable
 from functools import lru_cache, partial
 
-from structspec.automaton.nfa import char_ranges
+from structspec.automaton.chars import char_ranges
 from structspec.automaton.parse import REPEATS, Stated, group_body, parse, write
 from structspec.automaton.utf8 import Ranges, complement
 from structspec.schema.items import Items, branch, group, json_string, literal

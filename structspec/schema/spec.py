@@ -12,7 +12,8 @@ from typing import Any, get_origin
 
 import pydantic
 
-from structspec.automaton.nfa import characters, gc_paused
+from structspec.automaton.chars import characters
+from structspec.automaton.nfa import gc_paused
 from structspec.automaton.utf8 import normalize
 from structspec.errors import OptionError, RegexError, SpecError
 from structspec.schema.bounds import MAX_FRACTION_DIGITS, MAX_INTEGER_DIGITS, Digits
