@@ -180,7 +180,7 @@ def main(args: argparse.Namespace) -> int:
     lm = structspec.load(args.model)
     conversations = load_conversations(args.data, args.limit)
     tallies = run(lm, conversations, args.max_new_tokens, args.batch_size)
-    print(f"{lm.name}, {len(conversations)} conversations, "
+    print(f"{lm.name} ({str(lm.dtype).removeprefix('torch.')} on {lm.device}), {len(conversations)} conversations, "
           f"{sum(len(c.expected) for c in conversations)} expected calls, greedy\n")
     print(markdown(tallies))
     return 0
