@@ -11,19 +11,11 @@ from pydantic import BaseModel
 
 import structspec
 from structspec import OptionError, Reasoning, Regex, Special
+from tests.api.test_toolcalls import accepts
 
 
 class Answer(BaseModel):
     verdict: Literal["yes", "no"]
-
-
-def accepts(compiled: structspec.Compiled, pieces: list[str | int]) -> bool:
-    fsm, state = compiled.fsm, compiled.fsm.initial_state
-    for piece in pieces:
-        state = fsm.next_state(state, piece) if isinstance(piece, int) else fsm.index.dfa.step(state, piece.encode())
-        if not state:
-            return False
-    return fsm.is_final(state)
 
 
 @pytest.mark.parametrize("spec, table", [
