@@ -152,6 +152,7 @@ def test_batches_with_a_tool_set_per_row_match_each_row_alone(qwen_lm) -> None:
     assert [r.value for r in batched] == [r.value for r in alone]
 
 
+@pytest.mark.slow  # a statistical test: 35 s alone on this 2-core machine
 def test_sampling_a_small_tool_call_spec_keeps_the_distribution(byte_lm) -> None:
     """Accelerated sampling (fast-forward, prompt lookup) against plain masked sampling, each on its own seeds:
     a two-sample chi-square over the calls' arguments. (The exact distribution of a call over every spelling of
