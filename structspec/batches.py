@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from structspec.decoding.batch import decode_batch, shared_prefix
+from structspec.decoding.batch import decode_batch, spec_prefixes
 from structspec.decoding.factory import check_row_draft, make_row_drafter
 from structspec.decoding.row import RowInput
 from structspec.errors import OptionError, StructspecError
@@ -37,8 +37,8 @@ def decode_rows(
     batch_size: int,
 ) -> Iterator[tuple[int, Result]]:
     """Yield ``(index, Result)`` as each row finishes, prompt ``i`` decoded under ``specs[i]`` (an error there
-    is that row's `Result`). A finished row's place is refilled with the next prompt; the prompts' shared token
-    prefix is prefilled once. Row ``i`` samples from its own generator seeded with ``seed + i``."""
+    is that row's `Result`). A finished row's place is refilled with the next prompt; the shared token prefix of
+    each spec's prompts is prefilled once where the model allows (`decode_batch`). Row ``i`` samples from its own generator seeded with ``seed + i``."""
     rows: list[RowInput] = []
     for i, (compiled, prompt) in enumerate(zip(specs, prompts)):
         try:
@@ -50,8 +50,8 @@ def decode_rows(
                                  generator))
         except StructspecError as error:
             yield i, Result(None, "", [], "error", Stats(), error=in_row(error, i))
-    prefix = shared_prefix([row.prompt_ids for row in rows])
-    for i, decoded in decode_batch(lm, iter(rows), options.decode_options(), batch_size, prefix):
+    prefixes = spec_prefixes(rows)
+    for i, decoded in decode_batch(lm, iter(rows), options.decode_options(), batch_size, prefixes):
         result = result_of(specs[i], decoded)  # type: ignore[arg-type]
         if decoded.error is not None:
             in_row(decoded.error, i)

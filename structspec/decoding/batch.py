@@ -33,11 +33,11 @@ change the order of float sums.
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Iterator
 
-from structspec.decoding.budget import choose_width, pass_cost
+from structspec.decoding.budget import choose_widths, pass_cost
+from structspec.decoding.calibrate import packed_cost
 from structspec.decoding.candidate import DraftRequest
 from structspec.decoding.draft_batch import DraftBatch
 from structspec.decoding.draft_model import ModelDrafter
@@ -45,7 +45,7 @@ from structspec.decoding.drafter import Drafter
 from structspec.decoding.loop import decode, slot_pass
 from structspec.decoding.row import Decoded, DecodeOptions, RowDecode, RowInput
 from structspec.models.protocol import LanguageModel
-from structspec.models.slot_cache import SlotCache
+from structspec.models.packed_slots import PackedSlots
 
 def shared_prefix(prompts: list[list[int]]) -> list[int]:
     """The longest token prefix all ``prompts`` share, short of each prompt's last token (which every row
@@ -59,14 +59,25 @@ def shared_prefix(prompts: list[list[int]]) -> list[int]:
     return first[: max(n, 0)]
 
 
+def spec_prefixes(rows: list[RowInput]) -> dict[int, list[int]]:
+    """Per FSM (by ``id``) that two or more of ``rows`` decode under: the longest token prefix of their prompts
+    (`shared_prefix`). Changes nothing."""
+    prompts: dict[int, list[list[int]]] = {}
+    for row in rows:
+        prompts.setdefault(id(row.fsm), []).append(row.prompt_ids)
+    return {fsm: prefix for fsm, group in prompts.items() if len(group) > 1 and (prefix := shared_prefix(group))}
+
+
 def decode_batch(
     lm: LanguageModel, rows: Iterator[RowInput], options: DecodeOptions, batch_size: int,
-    prefix: list[int] | None = None,
+    prefixes: dict[int, list[int]] | None = None,
 ) -> Iterator[tuple[int, Decoded]]:
     """Decode ``rows`` ``batch_size`` at a time; yields ``(index, Decoded)`` as each row stops.
 
-    ``prefix`` (token ids every prompt starts with) is prefilled once and its KV
-    copied into every row's prefill. At ``batch_size=1``, and for models with
+    ``prefixes``: per FSM (by ``id``), token ids every prompt of that spec starts
+    with; where rows may prefill apart from the row alone (the model is not
+    batch-invariant) each is prefilled once, its KV held in shared slots that
+    every row of that spec attends to. At ``batch_size=1``, and for models with
     sliding-window layers (`LM.batchable` is False), rows run one at a time
     through the single-row loop.
     """
@@ -74,28 +85,38 @@ def decode_batch(
         for item in rows:
             yield item.index, decode(lm, item, options)
         return
-    prefix_cache = None
-    if prefix and not lm.batch_invariant:  # invariant rows prefill as they do alone: whole
-        prefix_cache = lm.new_cache()
-        lm.forward(prefix, prefix_cache)
     queue = iter(rows)
     first = [item for _, item in zip(range(batch_size), queue)]
     index = [item.index for item in first]
-    slots = SlotCache(lm.new_cache(), len(first))
-    cost = pass_cost(lm)
+    slots = PackedSlots(lm.new_cache(), len(first))
+    cost, packed = pass_cost(lm), packed_cost(lm)
+    shared: dict[int, int] = {}  # per FSM id: its prefix's handle in the slots (`PackedSlots.place_shared`)
 
     drafts: dict[int, DraftBatch] = {}  # by draft LM: one batched draft cache each
 
     def prefill(slot: int, item: RowInput) -> RowDecode:
-        """A new row in ``slot``: its prompt but the last token in the slot's KV (one prefill pass)."""
+        """A new row in ``slot``. Its prompt but the last token goes in by one of three ways: fed in chunks by the
+        decode passes (chunked prefill: where that computes it as the row alone does, or the model promises no
+        more than rounding); its spec's shared prefix slots and then chunks (a prefix of that spec, on a model that
+        is not batch-invariant); or, on a batch-invariant model, a prefill pass of its own, whole, as alone."""
         t0 = time.perf_counter()
         row = RowDecode.start(item, options, lm, cost)
-        ids, reused = item.prompt_ids, len(prefix or []) if prefix_cache is not None else 0
-        own = copy.deepcopy(prefix_cache) if prefix_cache is not None else lm.new_cache()
-        if len(ids) - 1 > reused:
-            lm.forward(ids[reused:-1], own)
-        slots.place(slot, len(ids) - 1, own)
-        row.prefilled(len(ids) - 1 - reused, time.perf_counter() - t0, reused)
+        ids = item.prompt_ids
+        prefix = (prefixes or {}).get(id(item.fsm), []) if not lm.batch_invariant else []
+        if prefix and id(item.fsm) not in shared:  # the spec's first row: its prefix prefilled once, then shared
+            kv = lm.new_cache()
+            lm.forward(prefix, kv)
+            shared[id(item.fsm)] = slots.place_shared(kv, len(prefix))
+        if prefix:
+            slots.place(slot, 0, shared=shared[id(item.fsm)])
+            row.prefilled(0, time.perf_counter() - t0, len(prefix))
+        elif not lm.batch_invariant or (lm.max_pass_tokens or 0) >= len(ids) - 1:
+            slots.place(slot, 0)  # the decode passes feed the whole prompt
+        else:
+            own = lm.new_cache()
+            lm.forward(ids[:-1], own)
+            slots.place(slot, len(ids) - 1, own)
+            row.prefilled(len(ids) - 1, time.perf_counter() - t0)
         if drafter := _batchable_drafter(item.drafter):
             batch = drafts.setdefault(id(drafter.lm), DraftBatch(drafter.lm, len(first)))
             batch.reset(slot)
@@ -110,7 +131,7 @@ def decode_batch(
         while todo:  # each round drafts one more token for rows waiting on a batched draft pass
             retry = []
             for slot in todo:
-                window = live[slot].prepare(len(live))
+                window = live[slot].prepare()
                 if isinstance(window, DraftRequest):  # drafts on once the draft pass below ran
                     retry.append(slot)
                     continue
@@ -138,11 +159,24 @@ def decode_batch(
             windows = {new: windows[old] for new, old in enumerate(keep)}
         if not live:
             break
-        floor = max((len(windows[s]) for s, row in enumerate(live) if row.options.sampling.do_sample), default=1)
-        width = choose_width([row.window_gains() for row in live], cost, floor)
-        if (cap := lm.max_pass_tokens) is not None:  # the pass feeds every row's window
-            width = max(min(width, cap // len(live)), floor)
-        slot_pass(lm, slots, [(row, row.fit(width)) for row in live])
+        floors = _floors(live, [len(windows[s]) for s in range(len(live))], lm.max_pass_tokens)
+        widths = choose_widths([row.window_gains() for row in live], packed, floors, lm.max_pass_tokens)
+        slot_pass(lm, slots, [(row, row.fit(width)) for row, width in zip(live, widths)])
+
+
+def _floors(live: list[RowDecode], lengths: list[int], cap: int | None) -> list[int]:
+    """The tokens each row is fed at least: a sampled row its whole window (its draft was drawn with its
+    generator), a greedy row its pending tokens (output or prompt already: fed now or later, they cost the same),
+    cut longest first to fit ``cap`` in all, one token each at least. Changes nothing."""
+    floors = [n if row.options.sampling.do_sample else max(len(row.pending), 1) for row, n in zip(live, lengths)]
+    excess = sum(floors) - cap if cap is not None else 0
+    for b in sorted(range(len(live)), key=lambda b: -floors[b]):
+        if excess <= 0:
+            break
+        if not live[b].options.sampling.do_sample:
+            cut = min(excess, floors[b] - 1)
+            floors[b], excess = floors[b] - cut, excess - cut
+    return floors
 
 
 def _batchable_drafter(drafter: Drafter | None) -> ModelDrafter | None:

@@ -12,21 +12,18 @@ drafter's own lengths); `DraftLength` learns, per row, how often the i-th drafte
 accepted once the ones before it were, and drafts the length with the most
 expected output tokens per unit of the row's share of the pass.
 
-A batched pass is as wide as its longest window, and a padded position costs
-as much as a fed one. `choose_width` picks one width per pass for the batch as
-a whole: the tokens every row is expected to add to its cache (a greedy row's
-window cut to the width, `structspec.decoding.row.RowDecode.fit`) per unit of
-the whole pass's cost. Without a stored curve that is the widest window, as if
-no row were cut. Greedy rows still draft for the batch they share (`choose`
-with its row count), not as if alone: longer drafts would give the width more
-to fill padding with, but on SmolLM2's extraction tasks that saved under 1% of
-pass cost, and a model drafter would spend draft passes on tokens then cut.
+A batched pass packs every row's window into one sequence
+(`structspec.models.packed_slots`), so it costs what the tokens fed cost, not
+rows × the longest window. `choose_widths` cuts each greedy row's window (`structspec.decoding.row.RowDecode.fit`)
+to the length whose expected kept tokens — drafted ones and the forced text a finished value lets the candidate
+splice in after them — pay for what they add to the pass, on the packed curve (`packed_cost`): the cost of a pass
+against the tokens it feeds, measured for the model, dtype and device on its first batch (a few seconds, once;
+`calibrate`) and stored beside the padded curves. Where drafted tokens cost more than they keep, every row is fed
+one token: plain masked decoding's pass, the crossover where drafting turns itself off.
 
-No clock is read while decoding, and the choice depends only on the row's own
-history, the stored curve and, for greedy rows, how many rows share the pass.
-A sampled row always chooses as if alone and is never cut, so a seed
-reproduces its sample in any batch and at every run; a greedy row's output
-never depends on its drafts.
+No clock is read while decoding, and a sampled row's draft depends only on its own history and the stored curve:
+it always chooses as if alone and is never cut, so a seed reproduces its sample in any batch and at every run. A
+greedy row's output never depends on its drafts, so cutting it by a measured curve changes passes, not tokens.
 """
 
 from __future__ import annotations
@@ -86,45 +83,63 @@ class PassCost:
 DEFAULT_COST = PassCost.linear(0.0)
 
 
-def choose_width(gains: list[list[float]], cost: PassCost, floor: int = 1) -> int:
-    """The width ``W ≥ floor`` of one pass over ``len(gains)`` rows with the most expected tokens added to the
-    rows' caches per unit of the whole pass's cost (``cost(W, rows) × rows``: padding costs what a token
-    does). ``gains[b][w − 1]``: row ``b``'s expected tokens when fed its window's first ``w`` tokens; past its
-    window, its whole window's. Ties go to the wider, so a flat curve (`DEFAULT_COST`) picks the widest window
-    and cuts no row. Changes nothing."""
-    rows, widest = len(gains), max(len(g) for g in gains)
-    best, best_value = widest, 0.0
-    for width in range(floor, widest + 1):
-        value = sum(g[min(width, len(g)) - 1] for g in gains) / (cost(width, rows) * rows)
-        if value >= best_value:
-            best, best_value = width, value
-    return best
+def choose_widths(gains: list[list[float]], cost: PassCost, floors: list[int], cap: int | None = None) -> list[int]:
+    """Each row's tokens fed in one packed pass: from ``floors[b]`` up, the extension with the most expected tokens
+    per fed token first, taken while the pass's expected tokens per unit of its cost (``cost(total tokens)``, a
+    packed curve: `packed_cost`) do not fall, ``cap`` tokens in all at most. ``gains[b][w − 1]``: row ``b``'s
+    expected tokens when fed its window's first ``w`` tokens. Ties go to the wider, so a flat curve
+    (`DEFAULT_COST`) feeds every window whole. Changes nothing."""
+    widths = list(floors)
+    total, got = sum(widths), sum(g[w - 1] for g, w in zip(gains, widths))
+
+    def best(b: int) -> tuple[float, int]:
+        """Row ``b``'s best extension from its width under the cap: (expected tokens per fed token, tokens)."""
+        g, w = gains[b], widths[b]
+        most = len(g) - w if cap is None else min(len(g) - w, cap - total)
+        return max((((g[w + e - 1] - g[w - 1]) / e, e) for e in range(1, most + 1)), default=(-1.0, 0))
+
+    offers = [best(b) for b in range(len(gains))]
+    while True:
+        b = max(range(len(offers)), key=lambda i: offers[i][0])
+        rate, extra = offers[b]
+        if extra == 0:
+            return widths
+        if cap is not None and total + extra > cap:  # offered before other rows took the room: offer again
+            offers[b] = best(b)
+            continue
+        if (got + rate * extra) * cost(total) < got * cost(total + extra):
+            return widths
+        widths[b], total, got = widths[b] + extra, total + extra, got + rate * extra
+        offers[b] = best(b)
 
 
-def curve_path(lm: LanguageModel) -> Path | None:
-    """Where ``lm``'s stored curve lives (``$STRUCTSPEC_CACHE/pass-cost``, by name, dtype, device type and
-    kernels); None for a model without a name. Changes nothing."""
+def curve_path(lm: LanguageModel, packed: bool = False) -> Path | None:
+    """Where ``lm``'s stored curves live (``$STRUCTSPEC_CACHE/pass-cost``, by name, dtype, device type and
+    kernels; ``packed``: the packed curve's own file); None for a model without a name. Changes nothing."""
     name, device, dtype = lm.name, lm.device, lm.dtype
     if not name:
         return None
-    packed = "-onednn" if lm.kernels == "onednn" else ""  # another curve entirely
-    key = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{name}-{str(dtype).removeprefix('torch.')}-{device.type}{packed}")
+    kernels = "-onednn" if lm.kernels == "onednn" else ""  # another curve entirely
+    tail = f"{kernels}-packed" if packed else kernels
+    key = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{name}-{str(dtype).removeprefix('torch.')}-{device.type}{tail}")
     return cache_dir("pass-cost") / f"{key}.json"
 
 
-def pass_cost(lm: LanguageModel) -> PassCost:
-    """``lm``'s stored curves, else `DEFAULT_COST`. Reads the cache; changes nothing."""
-    path = curve_path(lm)
+def pass_cost(lm: LanguageModel, packed: bool = False) -> PassCost:
+    """``lm``'s stored curves (``packed``: its packed curve, a one-row curve over the tokens a packed pass feeds in
+    all), else `DEFAULT_COST`. Reads the cache; changes nothing."""
+    path = curve_path(lm, packed)
     if path is not None and path.exists():
         stored = json.loads(path.read_text())["curves"]
         return PassCost({int(rows): tuple((int(n), float(c)) for n, c in pts) for rows, pts in stored.items()})
     return DEFAULT_COST
 
 
-def store_pass_cost(lm: LanguageModel, seconds: dict[tuple[int, int], float]) -> Path:
+def store_pass_cost(lm: LanguageModel, seconds: dict[tuple[int, int], float], packed: bool = False) -> Path:
     """Store ``lm``'s curves from measured ``seconds`` per pass by (rows, tokens fed per row); must include
-    one row's one-token pass. Later decoding with the model drafts by them. Writes the cache."""
-    path = curve_path(lm)
+    one row's one-token pass (``packed``: the packed curve, rows 1, tokens fed in all). Later decoding with the
+    model drafts by them. Writes the cache."""
+    path = curve_path(lm, packed)
     if path is None or (1, 1) not in seconds:
         raise ValueError("curves are stored for a named model on a device, and need one row's one-token pass")
     capped: dict[tuple[int, int], float] = {}

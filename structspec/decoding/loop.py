@@ -20,7 +20,7 @@ from structspec.decoding.drafter import TreeDrafting
 from structspec.decoding.row import Decoded, DecodeOptions, RowDecode, RowInput
 from structspec.decoding.verify import mask_full_rows, restrict
 from structspec.models.protocol import LanguageModel
-from structspec.models.slot_cache import SlotCache
+from structspec.models.packed_slots import PackedSlots
 
 Emitted = tuple[list[int], list[str]]
 """The output tokens one turn added (forced, accepted drafts and the target's own) and their sources."""
@@ -41,7 +41,7 @@ def decode_steps(lm: LanguageModel, item: RowInput, options: DecodeOptions) -> G
     trees = isinstance(item.drafter, TreeDrafting) and lm.batchable
     row = RowDecode.start(item, options, lm, pass_cost(lm))
     cache = lm.new_cache()
-    slots = SlotCache(cache, 1) if trees else None
+    slots = PackedSlots(cache, 1) if trees else None
     if lm.prefills_apart and len(item.prompt_ids) > 1:
         _prefill_apart(lm, cache, slots, row)
     if slots is not None:
@@ -63,7 +63,7 @@ def decode_steps(lm: LanguageModel, item: RowInput, options: DecodeOptions) -> G
     return row.decoded()
 
 
-def _prefill_apart(lm: LanguageModel, cache: object, slots: SlotCache | None, row: RowDecode) -> None:
+def _prefill_apart(lm: LanguageModel, cache: object, slots: PackedSlots | None, row: RowDecode) -> None:
     """Feed ``row``'s prompt but its last token in a pass of its own (changes the cache, the slots and the row),
     as a batched row's is: the forced text and drafts that follow then go through attention by row, as plain
     decoding's one-token steps do, instead of inside the prompt's pass (`LM.prefills_apart`)."""
@@ -71,7 +71,7 @@ def _prefill_apart(lm: LanguageModel, cache: object, slots: SlotCache | None, ro
     ids = row.pending
     lm.forward(ids[:-1], cache)
     if slots is not None:
-        slots.place(0, len(ids) - 1)
+        slots.place(0, len(ids) - 1)  # what the pass just appended
     row.prefilled(len(ids) - 1, time.perf_counter() - t0)
 
 
@@ -98,26 +98,30 @@ def _crop_step(lm: LanguageModel, row: RowDecode, cache: object) -> Callable[[li
     return step
 
 
-def _slot_step(lm: LanguageModel, row: RowDecode, slots: SlotCache) -> Callable[[list[int]], None]:
+def _slot_step(lm: LanguageModel, row: RowDecode, slots: PackedSlots) -> Callable[[list[int]], None]:
     """One turn of ``row`` on the slot path, as a batch of one."""
     return lambda window: slot_pass(lm, slots, [(row, window)])
 
 
-def slot_pass(lm: LanguageModel, slots: SlotCache, fed: list[tuple[RowDecode, list[int]]]) -> None:
+def slot_pass(lm: LanguageModel, slots: PackedSlots, fed: list[tuple[RowDecode, list[int]]]) -> None:
     """One target pass over every row's window (``fed``: each row and its window of pending tokens and
-    candidate, a chain or a tree; or a chunk of pending tokens alone, `RowDecode.fit`) appended to ``slots``'
-    cache, then mask, verify and accept per row. Rejected tokens become holes in ``slots``, gathered away when
-    they pile up. Changes the rows and the slot cache."""
+    candidate, a chain or a tree; or a chunk of pending tokens alone, `RowDecode.fit`), packed into one sequence
+    appended to ``slots``' cache, then mask, verify and accept per row. Rejected tokens become holes in ``slots``,
+    gathered away when they pile up. Changes the rows and the slot cache."""
     t0 = time.perf_counter()
     live, windows = [row for row, _ in fed], [window for _, window in fed]
+    widths = [len(window) for window in windows]
     masks = [row.mask_states() for row in live]  # per row, a state per logits row (a chunk: none)
-    wanted = [(b, j) for b, (window, states) in enumerate(zip(windows, masks))  # candidate and bonus positions
-              for j in range(len(window) - len(states), len(window))]
+    starts = [sum(widths[:b]) for b in range(len(live))]
+    wanted = [(0, start + j) for start, width, states in zip(starts, widths, masks)  # candidate and bonus positions
+              for j in range(width - len(states), width)]
     rows = [(row.item.fsm, state) for row, states in zip(live, masks) for state in states]
     allowed = restrict(rows, lm.logits_width)
-    attend = slots.window_mask([len(w) for w in windows], [row.window_parents() for row in live])
+    attend = slots.window_mask(widths, [row.window_parents() for row in live])
+    positions = [p for row in live for p in row.window_positions()]
     t1 = time.perf_counter()
-    logits = lm.forward_slots(windows, [row.window_positions() for row in live], attend, slots.kv, wanted, allowed)
+    logits = lm.forward_slots([[t for window in windows for t in window]], [positions], attend, slots.kv, wanted,
+                              allowed)
     t2 = time.perf_counter()
     mask_full_rows(logits, rows, allowed)
     sampled = any(row.options.sampling.do_sample for row in live)
@@ -137,7 +141,7 @@ def slot_pass(lm: LanguageModel, slots: SlotCache, fed: list[tuple[RowDecode, li
         path, token = row.verify(logits[r : r + n], choices[r : r + n] if choices is not None else None)
         kept.append(row.accept(path, token, row.path_logprobs(logits[r : r + n], path, token)))
         r += n
-    slots.keep(kept, max(len(w) for w in windows))
+    slots.keep(kept, widths)
     slots.compact()
 
 

@@ -6,7 +6,7 @@ import pytest
 
 import structspec
 from structspec.result import DraftStats
-from structspec.decoding.budget import (DEFAULT_COST, DraftLength, PassCost, choose_width, curve_path, pass_cost,
+from structspec.decoding.budget import (DEFAULT_COST, DraftLength, PassCost, choose_widths, curve_path, pass_cost,
                                        store_pass_cost)
 from structspec.testing import FakeLM, save_tiny_model, tiny_lm
 from structspec.tools import pass_cost as pass_cost_tool
@@ -116,6 +116,7 @@ def test_with_batch_curves_greedy_rows_keep_their_tokens_and_sampled_rows_their_
     lm.name = "budget-batch-test"
     # alone a fed token is nearly free; in a batch of 2 or more it costs a whole pass
     store_pass_cost(lm, {(1, 1): 1.0, (1, 16): 1.1, (2, 1): 2.0, (2, 2): 4.0})
+    store_pass_cost(lm, {(1, 1): 1.0, (1, 3): 1.5, (1, 4): 4.0}, packed=True)  # a batch's 4th token costs a pass
     spec = structspec.Regex(r'\{"name": "(ada|bob) (ada|bob) (ada|bob)", "n": [0-9]{1,2}\}')
     prompts = [f'Copy {i}: {{"name": "ada bob ada", "n": 12}} {{"name": "ada bob ada", "n": 1{i}}}' for i in range(3)]
     alone = [structspec.generate_result(lm, spec, p, max_new_tokens=40) for p in prompts]
@@ -130,25 +131,29 @@ def test_with_batch_curves_greedy_rows_keep_their_tokens_and_sampled_rows_their_
         assert one.token_ids == batch[i].token_ids  # sampled rows draft as if alone: the same draws
 
 
-# Qwen2.5-Coder-0.5B on this CPU, 8 rows: a pass 2 wide costs twice one 1 wide, 8 wide only three times
-EIGHT_ROWS = PassCost({8: ((1, 1.46), (2, 3.04), (4, 3.64), (8, 4.67), (12, 6.58), (16, 7.9))})
+# a packed pass against the tokens it feeds in all: the fixed part dominates up to 8 tokens, then each costs more
+PACKED = PassCost({1: ((1, 1.0), (8, 1.4), (16, 2.0), (32, 3.4), (64, 6.2))})
 
 
-def test_a_batch_width_counts_every_rows_padding() -> None:
+def test_packed_widths_feed_each_row_what_pays_for_its_tokens() -> None:
     forced_run = [float(w) for w in range(1, 11)]  # a 10-token forced run: every token fed is output
     draft = [1.0, 1.3, 1.5, 1.6]  # one pending token, then drafts that often fail
+    good = [1.0, 1.9, 2.7, 3.4]  # drafts that usually hold
     lone = [1.0]
-    gains = [forced_run, draft] + [lone] * 6
-    assert choose_width(gains, EIGHT_ROWS) == 1  # one long window would make all eight rows pay for it
-    assert choose_width(gains, DEFAULT_COST) == 10  # no curve: the widest window, nothing cut
-    assert choose_width(gains, PassCost.linear(0.001)) == 10
-    # a sampled row's whole window is a floor; padding the pass pays for anyway is filled
-    assert choose_width([draft] + [lone] * 7, EIGHT_ROWS) == 1
-    assert choose_width([draft] + [lone] * 7, EIGHT_ROWS, floor=4) == 4
-    assert choose_width(gains, EIGHT_ROWS, floor=4) == 8
-    # where most rows bring forced text, a wider pass pays, and the rows short of it pad
-    assert choose_width([forced_run] * 6 + [draft, lone], EIGHT_ROWS) == 10
-    assert choose_width([forced_run[:4]] * 6 + [draft, lone], EIGHT_ROWS) == 4
+    # eight rows: 8 tokens cost 1.4; the forced run's tokens each keep one and pay; the failing draft's do not
+    assert choose_widths([forced_run, draft] + [lone] * 6, PACKED, [1] * 8) == [10, 1] + [1] * 6
+    assert choose_widths([forced_run, draft, good] + [lone] * 5, PACKED, [1] * 8) == [10, 1, 3] + [1] * 5  # 4th: 0.7
+    # no curve: every window whole, nothing cut
+    assert choose_widths([forced_run, draft] + [lone] * 6, DEFAULT_COST, [1] * 8) == [10, 4] + [1] * 6
+    # 32 rows: a token costs 0.82 of a row's share of the pass, so failing drafts stop paying (plain decoding's
+    # pass) and good ones pay for their first token (kept with 0.9), not their second (0.8)
+    assert choose_widths([draft] * 32, PACKED, [1] * 32) == [1] * 32
+    assert choose_widths([good] * 32, PACKED, [1] * 32) == [2] * 32
+    assert choose_widths([good] * 2, PACKED, [1] * 2) == [4, 4]
+    # a floor (a sampled row's whole window) is kept; the cap bounds the tokens in all
+    assert choose_widths([draft, lone], PACKED, [4, 1]) == [4, 1]
+    assert choose_widths([forced_run] * 3, DEFAULT_COST, [1] * 3, cap=12) == [10, 1, 1]
+    assert sum(choose_widths([forced_run] * 8, DEFAULT_COST, [1] * 8, cap=20)) == 20
 
 
 def test_expected_kept_tokens_of_a_cut_chain_or_tree() -> None:

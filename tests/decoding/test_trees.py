@@ -12,7 +12,9 @@ from pydantic import BaseModel
 
 import structspec
 from structspec import Regex
-from structspec.decoding.batch import decode_batch, shared_prefix
+from structspec.decoding import batch
+from structspec.decoding.batch import decode_batch, spec_prefixes
+from structspec.decoding.budget import DEFAULT_COST
 from structspec.decoding.candidate import Candidate
 from structspec.decoding.factory import make_drafter, make_row_drafter
 from structspec.decoding.row import DecodeOptions, RowDecode, RowInput
@@ -77,8 +79,10 @@ def test_tree_logprobs_equal_plain_logprobs(byte_lm: structspec.LM) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
-def test_batched_tree_rows_equal_plain_and_the_row_alone(kind: str, request: pytest.FixtureRequest) -> None:
+def test_batched_tree_rows_equal_plain_and_the_row_alone(kind: str, request: pytest.FixtureRequest,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     lm = request.getfixturevalue(kind)
+    monkeypatch.setattr(batch, "packed_cost", lambda lm: DEFAULT_COST)  # every window whole, as alone
     specs, prompts = [spec for spec, _ in CASES] * 2, [prompt for _, prompt in CASES] * 2
     base = [plain(lm, spec, prompt) for spec, prompt in zip(specs, prompts)]
     alone = [tree(lm, spec, prompt) for spec, prompt in zip(specs, prompts)]
@@ -86,7 +90,7 @@ def test_batched_tree_rows_equal_plain_and_the_row_alone(kind: str, request: pyt
     for batch_size in (1, 3, 5):
         rows = [RowInput(i, structspec.compile(spec, lm).fsm, p, TreeDrafter(), None)
                 for i, (spec, p) in enumerate(zip(specs, ids))]
-        out = dict(decode_batch(lm, iter(rows), DecodeOptions(N), batch_size, shared_prefix(ids)))
+        out = dict(decode_batch(lm, iter(rows), DecodeOptions(N), batch_size, spec_prefixes(rows)))
         assert [out[i].token_ids for i in range(len(rows))] == [r.token_ids for r in base], batch_size
         assert [out[i].stop_reason for i in range(len(rows))] == [r.stop_reason for r in base]
         # the same trees in any batch: the same passes choose the same tokens

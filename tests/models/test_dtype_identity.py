@@ -168,3 +168,31 @@ def test_a_smollm2_verify_pass_is_its_one_token_steps_bit_for_bit(dtype: str) ->
         windows = [ids[n + i:][:window] for i in range(0, 16, window)]
         passes = torch.cat([lm.forward(w, cache, logits_to_keep=len(w)) for w in windows])
         assert torch.equal(passes, steps), window
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("draft", [None, "prompt_lookup", "lookahead"], ids=str)
+def test_ragged_windows_and_chunked_prefill_keep_every_row_the_row_alone(invariant_lm, alone, draft,
+                                                                          monkeypatch) -> None:
+    """Packed passes feed each row only its own tokens (no padding); prompts of up to `max_pass_tokens` are fed
+    in chunks by the decode passes, longer ones in a prefill of their own, as alone; the tokens are the row
+    alone's whatever the packed curve cuts."""
+    from structspec.decoding import batch as batch_module
+    from structspec.decoding.budget import DEFAULT_COST, PassCost
+
+    lm = invariant_lm
+    packed: list[int] = []  # tokens each batched pass fed, in all
+    forward_slots = lm.forward_slots
+    monkeypatch.setattr(lm, "forward_slots", lambda windows, *a, **k: (packed.append(sum(map(len, windows))),
+                                                                       forward_slots(windows, *a, **k))[1])
+    short = [len(lm.encode_prompt(p)) - 1 <= lm.max_pass_tokens for p in PROMPTS]
+    assert any(short) and not all(short)
+    for curve in (DEFAULT_COST, PassCost.linear(1.5), PassCost({1: ((1, 1.0), (8, 1.4), (16, 2.0), (64, 6.2))})):
+        monkeypatch.setattr(batch_module, "packed_cost", lambda lm, curve=curve: curve)
+        packed.clear()
+        batch = structspec.generate_batch(lm, SPECS, PROMPTS, batch_size=3, max_new_tokens=40, draft=draft)
+        assert [r.token_ids for r in batch] == [r.token_ids for r in alone], curve
+        # every token a pass fed belongs to a row: no padding (a row's `tokens_fed` counts its share of a pass)
+        assert sum(packed) == sum(sum(r.stats.tokens_fed) for r in batch)
+        assert max(packed) <= lm.max_pass_tokens
+        assert [r.stats.prefill_passes for r in batch] == [0 if s else 1 for s in short]  # chunked where short

@@ -1,0 +1,69 @@
+"""The packed pass-cost curve, measured on a model's first batch: what batched drafting weighs its tokens by.
+
+A batch's rows draft only where the tokens they add to a packed pass
+(`structspec.models.packed_slots`) are expected to keep more than they cost
+(`structspec.decoding.budget.choose_widths`). What a token costs depends on the
+model, dtype, device and kernels, so the first batched decode with a named model
+measures it: passes of 1 to 64 tokens after 256 kept slots, as the batch loop
+runs them (`LanguageModel.forward_slots` over a packed window), a few seconds
+once, stored under ``$STRUCTSPEC_CACHE/pass-cost`` for every later run.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from structspec.decoding.budget import DEFAULT_COST, PassCost, curve_path, pass_cost, store_pass_cost
+from structspec.models.packed_slots import PackedSlots
+from structspec.models.protocol import LanguageModel
+
+TOKENS = (1, 2, 4, 8, 16, 32, 64)  # tokens a packed pass feeds in all
+CONTEXT = 256  # kept slots the measured passes attend to
+REPEATS = 3  # timed passes per point (the median is stored), after one untimed
+
+
+def packed_cost(lm: LanguageModel) -> PassCost:
+    """``lm``'s packed curve: stored, else measured now (`measure`) and stored; `DEFAULT_COST` for a model
+    without a name or that cannot batch. May run passes on ``lm`` (a fresh cache of their own) and write the
+    cache; changes nothing else."""
+    path = curve_path(lm, packed=True)
+    if path is None or not lm.batchable:
+        return DEFAULT_COST
+    if not path.exists():
+        store_pass_cost(lm, measure(lm), packed=True)
+    return pass_cost(lm, packed=True)
+
+
+@torch.no_grad()
+def measure(lm: LanguageModel) -> dict[tuple[int, int], float]:
+    """Median seconds of a packed pass feeding each of `TOKENS` (up to ``lm.max_pass_tokens``) after `CONTEXT`
+    kept slots, keyed ``(1, tokens)``, logits read for every fed token's row as a verify pass reads them. Runs
+    passes on a fresh cache; changes nothing else."""
+    cap = lm.max_pass_tokens
+    sizes = [n for n in TOKENS if cap is None or n <= cap]
+    generator = torch.Generator().manual_seed(0)
+    vocab = min(len(lm.vocab), lm.logits_width)
+
+    def ids(n: int) -> list[int]:
+        return torch.randint(3, vocab, (n,), generator=generator).tolist()
+
+    slots = PackedSlots(lm.new_cache(), 1)
+    lm.forward(ids(CONTEXT), slots.kv)
+    slots.place(0, CONTEXT)
+    seconds: dict[tuple[int, int], float] = {}
+    for n in sizes:
+        times = []
+        for repeat in range(REPEATS + 1):
+            attend = slots.window_mask([n], [list(range(-1, n - 1))])
+            t0 = time.perf_counter()
+            logits = lm.forward_slots([ids(n)], [[CONTEXT + j for j in range(n)]], attend, slots.kv,
+                                      [(0, j) for j in range(n)])
+            logits.argmax(-1).tolist()  # the pass's read-back: on a GPU, the wait for it
+            if repeat:
+                times.append(time.perf_counter() - t0)
+            slots.keep([0], [n])  # holes: every pass attends to the same context
+        seconds[1, n] = statistics.median(times)
+    return seconds
