@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import torch
 
-from structspec.automaton.fsm import TokenFSM, apply_token_bitmask_inplace
+from structspec.automaton.fsm import TokenFSM
+from structspec.decoding.masks import MaskFill
 from structspec.decoding.sampling import SamplingConfig, probabilities, sample
 from structspec.models.protocol import Allowed
 
@@ -46,22 +47,9 @@ def restrict(rows: list[tuple[TokenFSM, int]], width: int) -> Allowed:
 
 def mask_full_rows(logits: torch.Tensor, rows: list[tuple[TokenFSM, int]], allowed: Allowed) -> None:
     """Mask the rows of ``logits`` that ``allowed`` left full with one packed bitmask, applied in one
-    operation (restricted rows hold allowed ids only already). Changes ``logits``."""
-    full = [i for i, ids in enumerate(allowed) if ids is None]
-    if not full:
-        return
-    bitmask = rows[0][0].allocate_token_bitmask(len(full))
-    for r, i in enumerate(full):
-        fsm, state = rows[i]
-        # the index's row as is: the decode's own bitmask and states need none of the entry point's argument checks
-        bitmask[r].copy_(torch.from_numpy(fsm.index.packed_mask(state)))
-    bitmask = bitmask.to(logits.device, non_blocking=True)
-    if len(full) == len(logits):
-        apply_token_bitmask_inplace(logits, bitmask)
-    else:
-        masked = logits[full]
-        apply_token_bitmask_inplace(masked, bitmask)
-        logits[full] = masked
+    operation (restricted rows hold allowed ids only already), filled now on the calling thread
+    (`MaskFill.start` fills it while the model runs). Changes ``logits``."""
+    MaskFill(rows, allowed).apply(logits)
 
 
 def verify_greedy(logits: torch.Tensor, candidate: list[int]) -> tuple[int, int]:
