@@ -1,18 +1,21 @@
 """Throughput benchmark: records per second of batched structspec against outlines' and transformers' batched
-generation, one run, one machine, one model in one dtype.
+generation, one run, one machine, one model, in one dtype or several in turn.
 
-    python -m structspec.tools.throughput [--model qwen2.5-coder-0.5b] [--records 16] [--batch-sizes 1,8,16]
-        [--peer-batch-size 8] [--max-new-tokens 256] [--threads N] [--device auto] [--dtype float32] [--json PATH]
+    python -m structspec.tools.throughput [--model qwen2.5-coder-0.5b] [--records 16] [--b1-records N]
+        [--batch-sizes 1,8,16] [--peer-batch-sizes 8,32] [--max-new-tokens 256] [--threads N] [--device auto]
+        [--dtypes float32,bfloat16] [--json PATH]
     python -m structspec.tools.throughput --bf16-agreement [same options]
 
-Rows: structspec's three greedy modes (`harness.methods`: plain masked, exact
-fast-forward, exact + prompt lookup) at each batch size: B = 1 is
-`structspec.generate_result` one record at a time, B > 1 is
-`structspec.generate_batch` with one spec per record (schemas mixed in a batch,
-rows refilled as others finish); then, at ``--peer-batch-size``, outlines'
-processor in ``model.generate`` with one batch per schema (outlines takes one
-regex per batch), outlines' processors one per row in mixed batches, and
-transformers' unconstrained ``generate``, all left-padded.
+Rows: structspec's four greedy modes (`modes`: plain masked, exact fast-forward,
++ prompt lookup, + lookahead; the one that decodes as `generate_batch`'s defaults
+marked "(default)", or else a "default" row) at each batch size: B = 1 is
+`structspec.generate_result` one record at a time (on the first ``--b1-records``
+records), B > 1 is `structspec.generate_batch` with one spec per record (schemas
+mixed in a batch, rows refilled as others finish); then, at each
+``--peer-batch-sizes``, outlines' processor in ``model.generate`` with one batch
+per schema (outlines takes one regex per batch), outlines' processors one per row
+in mixed batches, and transformers' unconstrained ``generate``, all left-padded.
+Each ``--dtypes`` entry loads the model again and runs every row in it.
 
 Throughput is wall-clock time around each row's calls: a batch's records share
 their passes, so no per-record time adds up to what a user waits for. Compiling
@@ -21,8 +24,11 @@ built once). Passes per output token count, per record, the passes that chose
 its tokens (structspec's `Stats.target_forward_passes`, the peers' tokens plus
 EOS); model calls are forward calls of the model body, each over a whole batch.
 Every structspec row is checked token for token against plain masked decoding at
-B = 1 (greedy: batch shapes change float sums, so a divergence can only come
-from a near-tie).
+B = 1, on the records that ran at B = 1 (greedy: batch shapes change float sums,
+so a divergence can only come from a near-tie). Ratios: each row's records/s over
+its own method's at B = 1, over plain masked decoding's at the same B and over the
+fastest outlines row's; its output tokens/s over transformers unconstrained at its
+fastest B.
 
 ``--bf16-agreement`` instead decodes each record alone with plain masked decoding
 in float32, then batched with exact fast-forward and prompt lookup in bfloat16,
@@ -33,6 +39,7 @@ masked-logit margin where each first diverges.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import time
@@ -46,15 +53,20 @@ from rich.console import Console
 from rich.table import Table
 
 import structspec
-from structspec.errors import StructspecError
+from structspec.errors import OptionError, StructspecError
+from structspec.models.device import resolve_device
 from structspec.models.transformers_lm import LM
+from structspec.settings import GenerateOptions
 from structspec.tools.bench import Divergence, divergence
 from structspec.tools.command import DEFAULT_MAX_NEW_TOKENS
-from structspec.tools.harness import Keywords, judge, methods, spread
+from structspec.tools.harness import PLAIN, Keywords, judge, methods, spread
 from structspec.tools.peak_memory import PeakMemory
 from structspec.tools.peers import PassCounter, PeerBatch, outlines_batch, outlines_index, unconstrained_batch
 from structspec.tools.tasks import Task, extraction_prompt, load_tasks
 from structspec.tools.throughput_report import (
+    DEFAULT,
+    LOOKAHEAD,
+    LOOKUP,
     OUTLINES,
     OUTLINES_MIXED,
     UNCONSTRAINED,
@@ -66,8 +78,30 @@ from structspec.tools.throughput_report import (
 )
 
 DEFAULT_MODEL = "qwen2.5-coder-0.5b"
+MODES = (PLAIN, "fast-forward", LOOKUP, LOOKAHEAD)  # of `harness.methods(trees=True)`: all but the tree
 
 Decode = Callable[[], list[Output]]  # decodes every record, outputs in task order, unjudged
+
+
+def modes(defaults: GenerateOptions | None = None) -> tuple[dict[str, Keywords], str]:
+    """structspec's rows (`MODES`, in order) and the name of the one that decodes as ``defaults`` do (by default
+    `GenerateOptions`' defaults, which are `generate_batch`'s); where none does, a `DEFAULT` row with no
+    keywords is added and named."""
+    rows = {label: keywords for label, keywords in methods(trees=True).items() if label in MODES}
+    defaults = defaults or GenerateOptions()
+    same = [label for label, keywords in rows.items() if GenerateOptions(**keywords) == defaults]
+    return (rows, same[0]) if same else (rows | {DEFAULT: {}}, DEFAULT)
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """What a run measures besides the model: structspec's batch sizes (B = 1 runs whatever they say), the
+    peers', the token budget, and how many records B = 1 decodes (None: all)."""
+
+    batch_sizes: tuple[int, ...]
+    peer_batch_sizes: tuple[int, ...]
+    max_new_tokens: int
+    b1_records: int | None = None
 
 
 def measure(lm: LM, tasks: list[Task], method: str, batch_size: int, decode: Decode) -> Measured:
@@ -126,14 +160,15 @@ def by_schema(tasks: list[Task], size: int) -> list[list[int]]:
     return [batch for group in groups.values() for batch in _chunks(group, size)]
 
 
-def benchmark(lm: LM, tasks: list[Task], batch_sizes: list[int], peer_batch_size: int, max_new_tokens: int,
-              console: Console | None = None) -> Report:
-    """Every structspec mode at every batch size (B = 1 always: it is the reference), then the peers.
+def benchmark(lm: LM, tasks: list[Task], matrix: Matrix, console: Console | None = None) -> Report:
+    """Every structspec mode at every batch size (B = 1 always: it is the reference), then the peers at each of
+    theirs.
 
     Compiles every schema and builds outlines' Indexes first, and warms up every
     decoding path, so no row pays a first-call cost.
     """
     console = console or Console(quiet=True)
+    rows, default = modes()
     prompt_ids = [lm.encode_prompt(extraction_prompt(t.text, t.schema)) for t in tasks]
     schemas = {t.schema_name: t.schema for t in tasks}
     indexes = {}
@@ -142,36 +177,48 @@ def benchmark(lm: LM, tasks: list[Task], batch_sizes: list[int], peer_batch_size
         indexes[name] = outlines_index(lm, structspec.to_regex(schema))
     # first calls pay one-off costs (outlines' first processor call alone takes seconds)
     prompts = [extraction_prompt(t.text, t.schema) for t in tasks[:2]]
-    structspec.generate_result(lm, tasks[0].schema, prompts[0], max_new_tokens=4)
-    structspec.generate_batch(lm, [t.schema for t in tasks[:2]], prompts, batch_size=2, max_new_tokens=4)
+    for keywords in rows.values():
+        structspec.generate_result(lm, tasks[0].schema, prompts[0], max_new_tokens=4, **keywords)
+        structspec.generate_batch(lm, [t.schema for t in tasks[:2]], prompts, batch_size=2, max_new_tokens=4,
+                                  **keywords)
     outlines_batch(lm, [indexes[t.schema_name] for t in tasks[:2]], prompt_ids[:2], 4)
     unconstrained_batch(lm, prompt_ids[:2], 4)
 
-    memory = PeakMemory(lm.device).how
-    report = Report(lm.name, str(lm.device), str(lm.model.dtype).removeprefix("torch."), torch.get_num_threads(),
-                    max_new_tokens, memory)
+    report = Report(lm.name, str(lm.device), _name(lm.model.dtype), _name(resolve_device(str(lm.device))[1]),
+                    torch.get_num_threads(), matrix.max_new_tokens, len(tasks), default, PeakMemory(lm.device).how)
 
-    def add(method: str, batch_size: int, decode: Decode) -> None:
-        report.rows.append(row := measure(lm, tasks, method, batch_size, decode))
-        console.print(f"{method}, B={batch_size}: {row.seconds:.1f} s, {row.records_per_second:.3f} records/s",
-                      highlight=False)
+    def add(method: str, batch_size: int, decode: Decode, decoded: list[Task]) -> None:
+        report.rows.append(row := measure(lm, decoded, method, batch_size, decode))
+        console.print(f"{report.dtype}, {method}, B={batch_size}: {row.seconds:.1f} s, "
+                      f"{row.records_per_second:.3f} records/s", highlight=False)
 
-    for b in sorted({1, *batch_sizes}):
-        for method, keywords in methods().items():
-            add(method, b, decode_structspec(lm, tasks, keywords, b, max_new_tokens))
+    for b in sorted({1, *matrix.batch_sizes}):
+        decoded = tasks[:matrix.b1_records] if b == 1 else tasks
+        for method, keywords in rows.items():
+            add(method, b, decode_structspec(lm, decoded, keywords, b, matrix.max_new_tokens), decoded)
 
     def outlines(batch: list[int]) -> PeerBatch:
         return outlines_batch(lm, [indexes[tasks[i].schema_name] for i in batch], [prompt_ids[i] for i in batch],
-                              max_new_tokens)
+                              matrix.max_new_tokens)
 
     def unconstrained(batch: list[int]) -> PeerBatch:
-        return unconstrained_batch(lm, [prompt_ids[i] for i in batch], max_new_tokens)
+        return unconstrained_batch(lm, [prompt_ids[i] for i in batch], matrix.max_new_tokens)
 
-    in_order = _chunks(list(range(len(tasks))), peer_batch_size)
-    add(OUTLINES, peer_batch_size, decode_peer(tasks, by_schema(tasks, peer_batch_size), outlines))
-    add(OUTLINES_MIXED, peer_batch_size, decode_peer(tasks, in_order, outlines))
-    add(UNCONSTRAINED, peer_batch_size, decode_peer(tasks, in_order, unconstrained))
+    per_schema_runs: list[list[list[int]]] = []
+    for b in matrix.peer_batch_sizes:
+        in_order, per_schema = _chunks(list(range(len(tasks))), b), by_schema(tasks, b)
+        if per_schema in per_schema_runs:  # B above the largest schema's records: the same batches again
+            console.print(f"{OUTLINES}, B={b}: the same batches as a smaller B, not run again", highlight=False)
+        else:
+            per_schema_runs.append(per_schema)
+            add(OUTLINES, b, decode_peer(tasks, per_schema, outlines), tasks)
+        add(OUTLINES_MIXED, b, decode_peer(tasks, in_order, outlines), tasks)
+        add(UNCONSTRAINED, b, decode_peer(tasks, in_order, unconstrained), tasks)
     return report
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 @dataclass(frozen=True)
@@ -222,21 +269,54 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The benchmark's options on ``parser`` (for ``python -m structspec.tools.throughput`` and a CLI subcommand)."""
     parser.add_argument("--model", default=DEFAULT_MODEL, help="a shipped model name or a local HF model directory")
     parser.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda or cuda:N")
-    parser.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: bfloat16 on CUDA and "
-                                                      "on CPUs with AVX-512 BF16 or AMX, else float32); every row "
-                                                      "runs in it")
+    parser.add_argument("--dtypes", "--dtype", dest="dtypes", default=None,
+                        help="comma-separated dtypes among float32, bfloat16, float16: the model loads in each in "
+                             "turn and every row runs in it (default: structspec.load's, bfloat16 on CUDA and on "
+                             "CPUs with AVX-512 BF16 or AMX, else float32)")
     parser.add_argument("--kernels", default="auto", help="auto, onednn or torch (see structspec.load)")
     parser.add_argument("--records", type=int, default=16, help="records of examples/tasks.jsonl, schemas in turn")
+    parser.add_argument("--b1-records", type=int, default=None, metavar="N",
+                        help="B=1 rows decode only the first N records (default: all); identity is checked on them")
     parser.add_argument("--batch-sizes", default="1,8,16",
                         help="comma-separated batch sizes for structspec's rows (B=1 always runs: the reference)")
-    parser.add_argument("--peer-batch-size", type=int, default=8, help="batch size of the outlines and "
-                                                                       "transformers rows")
+    parser.add_argument("--peer-batch-sizes", "--peer-batch-size", dest="peer_batch_sizes", default="8",
+                        help="comma-separated batch sizes of the outlines and transformers rows")
     parser.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (torch.set_num_threads)")
-    parser.add_argument("--json", metavar="PATH", help="also write the raw numbers as JSON")
+    parser.add_argument("--json", metavar="PATH", help="also write the raw numbers as JSON (with several --dtypes: "
+                                                       "{\"reports\": [one per dtype]})")
     parser.add_argument("--bf16-agreement", action="store_true",
                         help="instead: float32 single-row plain masked against bfloat16 batched exact + prompt "
                              "lookup (B = the largest --batch-sizes), token identity and margins at divergences")
+
+
+def _sizes(option: str, text: str) -> tuple[int, ...]:
+    """``text``, a comma-separated list of batch sizes, sorted without repeats; `OptionError` naming ``option``."""
+    parts = [part.strip() for part in text.split(",")]
+    if not all(part.isdigit() and int(part) >= 1 for part in parts):
+        raise OptionError(f"batch sizes must be whole numbers ≥ 1 separated by commas, got {option} {text}")
+    return tuple(sorted({int(part) for part in parts}))
+
+
+def matrix_of(args: argparse.Namespace) -> Matrix:
+    """The `Matrix` the options ask for; `OptionError` for a bad batch size or ``--b1-records``."""
+    if args.b1_records is not None and args.b1_records < 1:
+        raise OptionError(f"--b1-records must be ≥ 1, got {args.b1_records}; leave it out for every record")
+    return Matrix(_sizes("--batch-sizes", args.batch_sizes), _sizes("--peer-batch-sizes", args.peer_batch_sizes),
+                  args.max_new_tokens, args.b1_records)
+
+
+def dtypes_of(args: argparse.Namespace) -> list[str | None]:
+    """The dtypes ``--dtypes`` names, in order ([None]: structspec.load's default); `OptionError` for one that
+    structspec.load does not take, a repeat, or a device it does not know."""
+    if args.dtypes is None:
+        return [None]
+    names: list[str | None] = [name.strip() for name in args.dtypes.split(",")]
+    for name in names:
+        resolve_device(args.device, name)
+    if len(set(names)) < len(names):
+        raise OptionError(f"--dtypes names a dtype twice: {args.dtypes}")
+    return names
 
 
 def run(args: argparse.Namespace) -> int:
@@ -244,26 +324,26 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     err = Console(stderr=True)
-    batch_sizes = [int(b) for b in args.batch_sizes.split(",") if b.strip().isdigit()]
-    if len(batch_sizes) != len(args.batch_sizes.split(",")) or min(batch_sizes + [args.peer_batch_size]) < 1:
-        err.print(f"throughput: batch sizes must be whole numbers ≥ 1, got --batch-sizes {args.batch_sizes} and "
-                  f"--peer-batch-size {args.peer_batch_size}", highlight=False, markup=False)
-        return 2
-    console = Console() if Console().is_terminal else Console(width=200)
-    tasks = spread(load_tasks(), args.records)
+    console = Console() if Console().is_terminal else Console(width=220)
     try:
+        matrix, dtypes = matrix_of(args), dtypes_of(args)  # checked before any model loads
+        tasks = spread(load_tasks(), args.records)
         if args.bf16_agreement:
             full = structspec.load(args.model, args.device, "float32", kernels=args.kernels)
             half = structspec.load(args.model, args.device, "bfloat16")
-            result = agreement(full, half, tasks, max(batch_sizes), args.max_new_tokens)
+            result = agreement(full, half, tasks, max(matrix.batch_sizes), args.max_new_tokens)
             print_agreement(console, result)
             raw: dict[str, Any] = asdict(result)
         else:
-            lm = structspec.load(args.model, args.device, args.dtype, kernels=args.kernels)
-            report = benchmark(lm, tasks, batch_sizes, args.peer_batch_size, args.max_new_tokens, console)
-            print_report(console, report)
-            raw = report_json(report)
-    except StructspecError as e:  # an unknown model, device or dtype
+            reports = []
+            for dtype in dtypes:
+                lm = structspec.load(args.model, args.device, dtype, kernels=args.kernels)
+                reports.append(report := benchmark(lm, tasks, matrix, console))
+                print_report(console, report)
+                del lm  # freed before the next dtype's copy loads
+                gc.collect()
+            raw = report_json(reports[0]) if len(reports) == 1 else {"reports": [report_json(r) for r in reports]}
+    except StructspecError as e:  # an unknown model, device or dtype, a bad batch size
         err.print(f"throughput: {e}", highlight=False, markup=False)
         return 2
     if args.json:
