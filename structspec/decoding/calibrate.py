@@ -4,9 +4,11 @@ A batch's rows draft only where the tokens they add to a packed pass
 (`structspec.models.packed_slots`) are expected to keep more than they cost
 (`structspec.decoding.budget.choose_widths`). What a token costs depends on the
 model, dtype, device and kernels, so the first batched decode with a named model
-measures it: passes of 1 to 64 tokens after 256 kept slots, as the batch loop
-runs them (`LanguageModel.forward_slots` over a packed window), a few seconds
-once, stored under ``$STRUCTSPEC_CACHE/pass-cost`` for every later run.
+measures it: passes of 1 to 64 tokens spread over `ROWS` rows of 256 kept slots
+each, as the batch loop runs them (`LanguageModel.forward_slots` over a packed
+window: each query attends to its own row's slots, gathered where attention runs
+by row), a few seconds once, stored under ``$STRUCTSPEC_CACHE/pass-cost`` for
+every later run.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from structspec.models.packed_slots import PackedSlots
 from structspec.models.protocol import LanguageModel
 
 TOKENS = (1, 2, 4, 8, 16, 32, 64)  # tokens a packed pass feeds in all
-CONTEXT = 256  # kept slots the measured passes attend to
+CONTEXT = 256  # kept slots of each row the measured passes attend to
+ROWS = 8  # rows the measured passes spread their tokens over (the first row alone in a one-token pass)
 REPEATS = 3  # timed passes per point (the median is stored), after one untimed
 
 
@@ -39,9 +42,9 @@ def packed_cost(lm: LanguageModel) -> PassCost:
 
 @torch.no_grad()
 def measure(lm: LanguageModel) -> dict[tuple[int, int], float]:
-    """Median seconds of a packed pass feeding each of `TOKENS` (up to ``lm.max_pass_tokens``) after `CONTEXT`
-    kept slots, keyed ``(1, tokens)``, logits read for every fed token's row as a verify pass reads them. Runs
-    passes on a fresh cache; changes nothing else."""
+    """Median seconds of a packed pass feeding each of `TOKENS` (up to ``lm.max_pass_tokens``), round-robin over
+    `ROWS` rows of `CONTEXT` kept slots, keyed ``(1, tokens)``, logits read for every fed token's row as a verify
+    pass reads them. Runs passes on fresh caches; changes nothing else."""
     cap = lm.max_pass_tokens
     sizes = [n for n in TOKENS if cap is None or n <= cap]
     generator = torch.Generator().manual_seed(0)
@@ -50,20 +53,24 @@ def measure(lm: LanguageModel) -> dict[tuple[int, int], float]:
     def ids(n: int) -> list[int]:
         return torch.randint(3, vocab, (n,), generator=generator).tolist()
 
-    slots = PackedSlots(lm.new_cache(), 1)
-    lm.forward(ids(CONTEXT), slots.kv)
-    slots.place(0, CONTEXT)
+    prompt = lm.new_cache()
+    lm.forward(ids(CONTEXT), prompt)
+    slots = PackedSlots(lm.new_cache(), ROWS)
+    for row in range(ROWS):
+        slots.place(row, CONTEXT, prompt)
     seconds: dict[tuple[int, int], float] = {}
     for n in sizes:
+        widths = [n // ROWS + (row < n % ROWS) for row in range(ROWS)]
+        parents = [list(range(-1, w - 1)) for w in widths]
+        positions = [[CONTEXT + j for j in range(w)] for w in widths]
         times = []
         for repeat in range(REPEATS + 1):
-            attend = slots.window_mask([n], [list(range(-1, n - 1))])
+            attend = slots.window_mask(widths, parents)
             t0 = time.perf_counter()
-            logits = lm.forward_slots([ids(n)], [[CONTEXT + j for j in range(n)]], attend, slots.kv,
-                                      [(0, j) for j in range(n)])
+            logits = lm.forward_slots([ids(n)], [sum(positions, [])], attend, slots.kv, [(0, j) for j in range(n)])
             logits.argmax(-1).tolist()  # the pass's read-back: on a GPU, the wait for it
             if repeat:
                 times.append(time.perf_counter() - t0)
-            slots.keep([0], [n])  # holes: every pass attends to the same context
+            slots.keep([0] * ROWS, widths)  # holes: every pass attends to the same slots
         seconds[1, n] = statistics.median(times)
     return seconds

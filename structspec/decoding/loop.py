@@ -18,7 +18,8 @@ import torch
 from structspec.decoding.budget import pass_cost
 from structspec.decoding.drafter import TreeDrafting
 from structspec.decoding.row import Decoded, DecodeOptions, RowDecode, RowInput
-from structspec.decoding.verify import mask_full_rows, restrict
+from structspec.decoding.masks import MaskFill
+from structspec.decoding.verify import restrict
 from structspec.models.protocol import LanguageModel
 from structspec.models.packed_slots import PackedSlots
 
@@ -83,10 +84,11 @@ def _crop_step(lm: LanguageModel, row: RowDecode, cache: object) -> Callable[[li
         t0 = time.perf_counter()
         rows = [(fsm, state) for state in row.mask_states()]  # the bonus row too
         allowed = restrict(rows, lm.logits_width)
+        fill = MaskFill.start(rows, allowed, lm.device)  # fills while the model runs where that pays
         t1 = time.perf_counter()
         logits = lm.forward(window, cache, len(row.candidate.tokens) + 1, allowed)
         t2 = time.perf_counter()
-        mask_full_rows(logits, rows, allowed)
+        fill.apply(logits)
         if sampling.do_sample:
             logits = logits.cpu()  # draws use the CPU generator, so a seed gives the same sample on any device
         path, token = row.verify(logits)
@@ -119,11 +121,12 @@ def slot_pass(lm: LanguageModel, slots: PackedSlots, fed: list[tuple[RowDecode, 
     allowed = restrict(rows, lm.logits_width)
     attend = slots.window_mask(widths, [row.window_parents() for row in live])
     positions = [p for row in live for p in row.window_positions()]
+    fill = MaskFill.start(rows, allowed, lm.device)  # fills while the model runs where that pays
     t1 = time.perf_counter()
     logits = lm.forward_slots([[t for window in windows for t in window]], [positions], attend, slots.kv, wanted,
                               allowed)
     t2 = time.perf_counter()
-    mask_full_rows(logits, rows, allowed)
+    fill.apply(logits)
     sampled = any(row.options.sampling.do_sample for row in live)
     if sampled:
         logits = logits.cpu()  # each row draws from its own CPU generator, so samples do not depend on the device

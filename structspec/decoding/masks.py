@@ -4,9 +4,8 @@ A pass's rows are known before it runs, so their masks need not wait for its
 logits: `MaskFill.start` packs them on a worker thread (on CUDA into pinned
 memory, copied to the device on a side stream) during the forward pass, and
 `MaskFill.apply` masks the logits when they come back. Passes with fewer than
-`THREAD_ROWS` full rows are filled by `apply` itself, after the forward, as
-`structspec.decoding.verify.mask_full_rows` fills them: there the handoff costs
-more than the fill, and on CUDA the fill still runs while the device computes
+`THREAD_ROWS` full rows are filled by `apply` itself, after the forward: there
+the handoff costs more than the fill, and on CUDA the fill still runs while the device computes
 the kernels the forward queued.
 
 Typical use, around one pass::

@@ -27,7 +27,6 @@ from __future__ import annotations
 import torch
 
 from structspec.automaton.fsm import TokenFSM
-from structspec.decoding.masks import MaskFill
 from structspec.decoding.sampling import SamplingConfig, probabilities, sample
 from structspec.models.protocol import Allowed
 
@@ -43,13 +42,6 @@ def restrict(rows: list[tuple[TokenFSM, int]], width: int) -> Allowed:
         ids = fsm.allowed_token_ids(state)
         out.append(torch.tensor(ids, dtype=torch.long) if len(ids) < FEW * width else None)
     return out
-
-
-def mask_full_rows(logits: torch.Tensor, rows: list[tuple[TokenFSM, int]], allowed: Allowed) -> None:
-    """Mask the rows of ``logits`` that ``allowed`` left full with one packed bitmask, applied in one
-    operation (restricted rows hold allowed ids only already), filled now on the calling thread
-    (`MaskFill.start` fills it while the model runs). Changes ``logits``."""
-    MaskFill(rows, allowed).apply(logits)
 
 
 def verify_greedy(logits: torch.Tensor, candidate: list[int]) -> tuple[int, int]:

@@ -1,5 +1,5 @@
 """`MaskFill`: the masks of a pass's full rows filled on the worker thread while the model runs mask the logits
-exactly as `mask_full_rows` does after it, pass after pass, and a fill that fails fails the pass's `apply`."""
+exactly as a fill after it does, pass after pass, and a fill that fails fails the pass's `apply`."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 from structspec.automaton.fsm import TokenFSM
 from structspec.decoding import masks
 from structspec.decoding.masks import MaskFill
-from structspec.decoding.verify import mask_full_rows, restrict
+from structspec.decoding.verify import restrict
 from structspec.models.protocol import Allowed
 from structspec.testing import FakeLM
 
@@ -83,7 +83,7 @@ class _Index:
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("thread_rows", [1, masks.THREAD_ROWS])  # every pass on the worker; the shipped threshold
-def test_overlapped_masks_equal_mask_full_rows_bit_for_bit(walks: Rows, lm: FakeLM, device: str, thread_rows: int,
+def test_overlapped_masks_equal_masks_filled_after_the_pass_bit_for_bit(walks: Rows, lm: FakeLM, device: str, thread_rows: int,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(masks, "THREAD_ROWS", thread_rows)
     sizes = [1, 2, 7, 8, 9, 33, 64, 3, 64, 1]
@@ -93,7 +93,7 @@ def test_overlapped_masks_equal_mask_full_rows_bit_for_bit(walks: Rows, lm: Fake
         ours, theirs = logits.clone(), logits.clone()
         fill = MaskFill.start(rows, allowed, torch.device(device))
         fill.apply(ours)
-        mask_full_rows(theirs, rows, allowed)
+        MaskFill(rows, allowed).apply(theirs)  # filled on this thread, after the forward
         assert torch.equal(ours, theirs)
         assert torch.equal(ours.cpu(), expected(logits.cpu(), rows, allowed))
         mixed += any(ids is None for ids in allowed) and any(ids is not None for ids in allowed)

@@ -175,11 +175,13 @@ def test_a_smollm2_verify_pass_is_its_one_token_steps_bit_for_bit(dtype: str) ->
 def test_ragged_windows_and_chunked_prefill_keep_every_row_the_row_alone(invariant_lm, alone, draft,
                                                                           monkeypatch) -> None:
     """Packed passes feed each row only its own tokens (no padding); prompts of up to `max_pass_tokens` are fed
-    in chunks by the decode passes, longer ones in a prefill of their own, as alone; the tokens are the row
-    alone's whatever the packed curve cuts."""
+    in chunks by the decode passes, longer ones in a prefill of their own, as alone; every pass's masks filled on
+    the worker thread while the model runs; the tokens are the row alone's whatever the packed curve cuts."""
     from structspec.decoding import batch as batch_module
+    from structspec.decoding import masks
     from structspec.decoding.budget import DEFAULT_COST, PassCost
 
+    monkeypatch.setattr(masks, "THREAD_ROWS", 1)  # every pass's masks overlap its forward
     lm = invariant_lm
     packed: list[int] = []  # tokens each batched pass fed, in all
     forward_slots = lm.forward_slots
