@@ -1,34 +1,39 @@
-"""Decoding many rows per target pass, with continuous batching.
+"""Decoding many rows per target pass, with continuous batching and ragged windows.
 
 Each row is a `RowDecode` (plain values: FSM state, output, its own forcer,
 drafter and generator). A turn:
 
-1. every row `prepare`s its window (pending tokens, forced text, draft); a row
-   that stopped leaves and its slot is refilled with the next prompt, prefilled
-   on its own (from the KV of the prompts' shared prefix) and written into the
-   slot, so a job never waits for its slowest document;
-2. one width for the pass (`structspec.decoding.budget.choose_width`): padding
-   costs what a token does, so the greedy rows' windows are cut to the width
-   with the most expected tokens per unit of pass cost (`RowDecode.fit`: a
-   shorter candidate, or a chunk of a long forced run with no logits); sampled
-   rows are fed whole. Without a stored curve: the widest window, nothing cut;
-3. one target pass over all windows (`structspec.decoding.loop.slot_pass`),
-   right-padded to the longest, with explicit positions and a 4-D mask over
-   cache slots (`structspec.models.slot_cache`); a greedy row with a tree drafter
-   feeds a token tree, its siblings at one position;
-   logits only for each row's candidate and bonus positions, and of those only
-   the allowed ids' where the FSM allows few (`structspec.decoding.verify.restrict`);
-4. one packed bitmask for the full logits rows, applied in one operation;
-   greedy rows read one argmax per logits row, sampled rows verify on the CPU
-   with their own generator;
+1. every row `prepare`s its window (pending tokens, forced text, draft, drafted
+   as if the row were alone); a row that stopped leaves and its slot is refilled
+   with the next prompt (`decode_batch`'s ``prefill``: chunked into the decode
+   passes, or from its spec's shared prefix, or in a prefill pass of its own), so
+   a job never waits for its slowest document;
+2. each row's tokens in the pass (`structspec.decoding.budget.choose_widths`):
+   its pending tokens at least (a sampled row its whole window), then the
+   drafted and spliced tokens whose expected kept tokens pay for what they add
+   to the pass on the model's packed pass-cost curve
+   (`structspec.decoding.calibrate.packed_cost`); a greedy row's window is cut to
+   them (`RowDecode.fit`); the model's `max_pass_tokens` bounds the pass;
+3. one target pass over all windows packed into one sequence
+   (`structspec.decoding.loop.slot_pass`): explicit positions, a block-diagonal
+   mask over the shared slot cache (`structspec.models.packed_slots`), no
+   padding; a greedy row with a tree drafter feeds a token tree, its siblings at
+   one position; logits only for each row's candidate and bonus positions, and of
+   those only the allowed ids' where the FSM allows few
+   (`structspec.decoding.verify.restrict`);
+4. one packed bitmask for the full logits rows, filled while the model runs
+   where that pays (`structspec.decoding.masks.MaskFill`), applied in one
+   operation; greedy rows read one argmax per logits row, sampled rows verify on
+   the CPU with their own generator;
 5. each row `accept`s; its rejected slots (a chain's tail, a tree's other
    branches) become holes.
 
 A row's tokens equal the row decoded alone (`structspec.decoding.loop`) bit for
 bit where the model is batch-invariant (`LM.batch_invariant`: every pass gives
-a row the logits it gets alone; its prompt is then prefilled whole, as alone,
-not from the shared prefix); elsewhere up to float rounding, as batch shapes
-change the order of float sums.
+a row the logits it gets alone; its prompt is then prefilled as alone: in the
+decode passes where it fits `max_pass_tokens`, whose passes compute it as the
+row alone's prefill pass does, else whole in a pass of its own); elsewhere up to
+float rounding, as batch shapes change the order of float sums.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ One sequence (`decode_steps`) runs one target pass per turn over a KV cache
 cropped back over rejected drafts. A row that drafts token trees
 (`structspec.decoding.drafter.TreeDrafting`) takes the slot path instead, as every
 row of a batch does (`slot_pass`): explicit positions, a mask over cache slots,
-and holes where the rejected branches were (`structspec.models.slot_cache`).
+and holes where the rejected branches were (`structspec.models.packed_slots`).
 """
 
 from __future__ import annotations

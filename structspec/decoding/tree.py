@@ -19,7 +19,7 @@ share a token (a trie). At most ``max_nodes`` nodes go beyond the main branch,
 fewer when the cost model would feed fewer drafted tokens (on a CPU a tree
 costs its node count). The target's masked argmax at every node picks the
 path (`structspec.decoding.verify.accept_tree`); the other branches' KV
-becomes holes (`structspec.models.slot_cache`).
+becomes holes (`structspec.models.packed_slots`).
 
 Trees are for greedy rows. A sampled row gets the main branch as a chain
 (through `Drafter.next`): multi-draft speculative sampling that keeps the

@@ -153,8 +153,17 @@ def attention_by_row(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     out_dtype, query, key, value = query.dtype, query.float(), key.float(), value.float()
     out = []
     for b, seen in enumerate(_seen(mask, query.shape[0], q, t)):
-        rows = [sdpa(query[b:b + 1, :, i:i + 1], key[b:b + 1, :, keys], value[b:b + 1, :, keys], scale=scale,
-                     enable_gqa=gqa) for i, keys in enumerate(seen)]
+        gathered: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # per key group: its keys and values, gathered once
+        rows = []
+        for i, keys in enumerate(seen):
+            if isinstance(keys, slice):
+                k, v = key[b:b + 1, :, keys], value[b:b + 1, :, keys]
+            else:  # (a group's indices, how many of them): a prefix of keys gathered once for the whole group
+                group, n = keys
+                if id(group) not in gathered:
+                    gathered[id(group)] = key[b:b + 1, :, group], value[b:b + 1, :, group]
+                k, v = (x[:, :, :n] for x in gathered[id(group)])
+            rows.append(sdpa(query[b:b + 1, :, i:i + 1], k, v, scale=scale, enable_gqa=gqa))
         out.append(rows[0] if q == 1 else torch.cat(rows, dim=2))
     return (out[0] if len(out) == 1 else torch.cat(out)).to(out_dtype)
 
@@ -165,8 +174,11 @@ _LAST_SEEN: list[tuple[Any, Any]] = [(None, None)]
 
 def _seen(mask: torch.Tensor | None, batch: int, q: int, t: int) -> list[list[Any]]:
     """Per sequence and query row, the keys it sees (``mask`` [batch or 1, 1, q or 1, t], boolean or additive, or
-    None for causal): a slice where they are a prefix, else their indices. Remembers the last mask's answer, so
-    each pass reads its mask once, not once per layer (holds a reference to that mask, nothing else)."""
+    None for causal): a slice where they are a prefix of the cache, else ``(group, n)``: the first ``n`` of a
+    group's key indices, where a group is the keys of a run of query rows each seeing the keys of the one before
+    and keys after those (a chain's tokens in a row of a packed batch), gathered once per pass and layer.
+    Remembers the last mask's answer, so each pass reads its mask once, not once per layer (holds a reference to
+    that mask, nothing else)."""
     if mask is None:  # causal over the last q positions
         return [[slice(0, t - q + i + 1) for i in range(q)]] * batch
     last, answer = _LAST_SEEN[0]
@@ -175,11 +187,22 @@ def _seen(mask: torch.Tensor | None, batch: int, q: int, t: int) -> list[list[An
     visible = (mask[:, 0] if mask.dtype == torch.bool else mask[:, 0] == 0).expand(batch, q, t)
     counts = visible.sum(-1)
     prefix = (visible == (torch.arange(t, device=visible.device) < counts[..., None])).all(-1)
-    # one read-back for the whole mask; only rows with holes (a tree's nodes, a batch row's rejected drafts and
-    # padding) look up their keys
-    seen = [[slice(0, n) if whole else visible[b, i].nonzero().squeeze(-1)
-             for i, (n, whole) in enumerate(zip(row_counts, row_prefix))]
-            for b, (row_counts, row_prefix) in enumerate(zip(counts.tolist(), prefix.tolist()))]
+    # one read-back for the whole mask; only rows with holes (a tree's nodes, a batch row's rejected drafts, other
+    # rows' slots) look up their keys
+    seen = []
+    for b, (row_counts, row_prefix) in enumerate(zip(counts.tolist(), prefix.tolist())):
+        keys: list[Any] = [None] * q
+        group = None  # the indices of the run the query after this one belongs to
+        for i in reversed(range(q)):  # a run's last query sees all its keys: its indices are the group's
+            if row_prefix[i]:
+                keys[i], group = slice(0, row_counts[i]), None
+                continue
+            mine = visible[b, i].nonzero().squeeze(-1)
+            n = len(mine)
+            if group is None or n > len(group) or not torch.equal(group[:n], mine):
+                group = mine
+            keys[i] = (group, n)
+        seen.append(keys)
     _LAST_SEEN[0] = (mask, seen)
     return seen
 

@@ -55,7 +55,7 @@ class LanguageModel(Protocol):
 
     @property
     def batchable(self) -> bool:
-        """Whether rows can share passes through a `SlotCache` (`forward_slots`); False with sliding-window
+        """Whether rows can share passes over one slot cache (`forward_slots`); False with sliding-window
         layers, which then decode one row at a time."""
         ...
 
@@ -78,7 +78,7 @@ class LanguageModel(Protocol):
     def encode_prompt(self, prompt: Prompt, tools: list[dict[str, Any]] | None = None) -> list[int]: ...
 
     def new_cache(self) -> Any:
-        """An empty KV cache for `forward`, or for a `SlotCache` to own."""
+        """An empty KV cache for `forward`, or for a `PackedSlots` or `SlotCache` to own."""
         ...
 
     def forward(
@@ -92,7 +92,7 @@ class LanguageModel(Protocol):
         self, windows: list[list[int]], positions: list[int] | list[list[int]], attend: torch.Tensor, cache: Any,
         rows: list[tuple[int, int]], allowed: Allowed | None = None,
     ) -> torch.Tensor:
-        """One pass over a batch of windows appended to a `SlotCache`'s ``cache`` (changes it), each query seeing
+        """One pass over a batch of windows appended to a slot cache's ``cache`` (changes it), each query seeing
         the slots ``attend`` allows; float32 logits of the (row, window index) pairs ``rows``."""
         ...
 

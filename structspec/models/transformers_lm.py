@@ -1,5 +1,5 @@
 """`LM`, the transformers adapter: a Hugging Face causal LM and its tokenizer as a `LanguageModel`, run with an
-explicit KV cache; its forward passes (one row, or a batch over a `SlotCache`), and model surgery (early exit).
+explicit KV cache; its forward passes (one row, or a batch over a slot cache), and model surgery (early exit).
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ class LM:
 
     @cached_property
     def batchable(self) -> bool:
-        """Whether rows can share passes through a `SlotCache` (holes in the KV cache): not with sliding-window layers
+        """Whether rows can share passes over one slot cache (holes in the KV cache): not with sliding-window layers
         (Gemma 3), whose window counts slots, not a row's kept positions."""
         types = getattr(self.model.config, "layer_types", None) or []
         return not any("sliding" in t for t in types)
@@ -179,7 +179,8 @@ class LM:
         self, windows: list[list[int]], positions: list[int] | list[list[int]], attend: torch.Tensor, cache: Any,
         rows: list[tuple[int, int]], allowed: Allowed | None = None,
     ) -> torch.Tensor:
-        """One pass over a batch of windows appended to ``cache``, a `SlotCache`'s ``kv`` (changes the cache).
+        """One pass over a batch of windows appended to ``cache``, a slot cache's ``kv`` (changes the cache): a
+        `SlotCache`'s rows of padded windows, or a `PackedSlots`' one packed window (``windows`` of one).
 
         ``windows[b]`` is right-padded to the longest; its token ``j`` sits at
         position ``positions[b] + j``, or at ``positions[b][j]`` when a list

@@ -245,3 +245,27 @@ def test_load_packs_float32_cpu_models_and_names_the_curve(smollm2: structspec.L
     assert not packable(torch.device("cpu"), torch.float16)  # auto leaves a float16 model to torch
     # bfloat16 is packed where the CPU multiplies it natively; elsewhere oneDNN would emulate it, slower
     assert packable(torch.device("cpu"), torch.bfloat16) == native_bf16()
+
+
+def test_a_packed_batchs_chains_gather_their_keys_once_and_attend_as_alone(monkeypatch) -> None:
+    from structspec.models import invariance
+    from structspec.models.packed_slots import PackedSlots
+
+    generator = torch.Generator().manual_seed(1)
+    # two rows packed in one sequence: row 0 kept slots 0-29, row 1 slots 30-59; each feeds a chain of 3 (60-65)
+    query, key, value = (torch.randn(1, h, n, 16, generator=generator).to(torch.bfloat16)
+                         for h, n in ((4, 6), (2, 66), (2, 66)))
+    slots = PackedSlots(None, 2)
+    slots.place(0, 30)
+    slots.place(1, 30)
+    mask = slots.window_mask([3, 3], [[-1, 0, 1], [-1, 0, 1]])[:, None]
+    seen = invariance._seen(mask, 1, 6, 66)[0]
+    groups = {id(k[0]) for k in seen}
+    assert len(groups) == 2 and [k[1] for k in seen] == [31, 32, 33, 31, 32, 33]  # one gather per row's chain
+    both = attention_by_row(query, key, value, mask, None)
+    for row, own in ((0, torch.arange(30)), (1, torch.arange(30, 60))):
+        window = torch.arange(60 + 3 * row, 63 + 3 * row)
+        keys = torch.cat([own, window])
+        alone = torch.cat([attention_by_row(query[:, :, 3 * row + i:3 * row + i + 1], key[:, :, keys[:31 + i]],
+                                            value[:, :, keys[:31 + i]], None, None) for i in range(3)], dim=2)
+        assert torch.equal(both[:, :, 3 * row:3 * row + 3], alone)
