@@ -170,15 +170,15 @@ class DraftLength:
     tried: list[int] = field(default_factory=list)
     kept: list[int] = field(default_factory=list)
 
-    def choose(self, fed: int, cap: int, rows: int = 1) -> int:
-        """The draft length in ``[0, cap]`` maximizing (1 + expected accepted) / the row's share of a pass of
-        ``rows`` rows, where ``fed`` tokens go into the pass besides the draft. Changes nothing."""
-        best, best_value = 0, 1.0 / self.cost(fed, rows)
+    def choose(self, fed: int, cap: int) -> int:
+        """The draft length in ``[0, cap]`` maximizing (1 + expected accepted) / the cost of a one-row pass
+        where ``fed`` tokens go in besides the draft. Changes nothing."""
+        best, best_value = 0, 1.0 / self.cost(fed)
         expected, survive = 0.0, 1.0
         for k in range(1, cap + 1):
             survive *= self.hazard(k - 1)
             expected += survive
-            value = (1.0 + expected) / self.cost(fed + k, rows)
+            value = (1.0 + expected) / self.cost(fed + k)
             if value > best_value:
                 best, best_value = k, value
         return best

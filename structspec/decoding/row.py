@@ -16,7 +16,7 @@ its KV cache and the masks. Each turn:
    the driver drops the rejected rest from its cache.
 
 A batch driver may `fit` a greedy row's window to the width its pass takes
-(`structspec.decoding.budget.choose_width`): the candidate cut to its first
+(`structspec.decoding.budget.choose_widths`): the candidate cut to its first
 nodes, or, where the pending tokens alone are longer (a long forced run), a
 chunk of them fed with no logits and nothing to verify (`accept_chunk`).
 Pending tokens are output already and greedy output never depends on drafts,
@@ -148,15 +148,15 @@ class RowDecode:
     def state(self) -> int:
         return self.states[-1] if self.states else self.item.fsm.initial_state
 
-    def prepare(self, rows: int = 1) -> list[int] | DraftRequest | None:
+    def prepare(self) -> list[int] | DraftRequest | None:
         """Fast-forward and draft; the window to feed next (pending + candidate), None once stopped, or the
         `DraftRequest` of a drafter waiting on a batched draft pass (call again once it ran: the chain goes on
-        from there). ``rows``: how many rows share the pass (sets the draft length of a greedy row). Changes
-        the row and its drafter."""
+        from there). The draft is as long as it pays for a row alone; a batch then feeds it as far as it pays
+        there (`fit`). Changes the row and its drafter."""
         if self.stop is not None:
             return None
         if self.chain is None:
-            turn = self._turn(rows)
+            turn = self._turn()
             if turn is None:
                 return None
             if self.trees and isinstance(self.item.drafter, TreeDrafting) and not self.options.sampling.do_sample:
@@ -169,7 +169,7 @@ class RowDecode:
             self.candidate, self.chain = self.chain.candidate, None
         return self.pending + self.candidate.tokens
 
-    def _turn(self, rows: int) -> Turn | None:
+    def _turn(self) -> Turn | None:
         """Fast-forward the forced tokens, then stop the row (None) or say what its next candidate may be."""
         t0 = time.perf_counter()
         forced = self.forcer.force(self.state) if self.forcer else None
@@ -200,8 +200,7 @@ class RowDecode:
             if room < 0:  # the pending tokens do not fit: the context is full
                 return self._finish("max_context")
             limit = min(limit, room)
-        shared = 1 if self.options.sampling.do_sample else rows  # a sampled row drafts alike in any batch
-        drafted = self.lengths.choose(len(self.pending), limit, shared) if self.lengths else 0
+        drafted = self.lengths.choose(len(self.pending), limit) if self.lengths else 0
         item = self.item
         context = item.prompt_ids + self.out
         return Turn(item.fsm, self.forcer, self.options.sampling, item.generator, context, self.state, limit, drafted)

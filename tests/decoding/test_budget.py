@@ -54,15 +54,6 @@ def test_drafts_grow_where_tokens_are_cheap_and_shrink_where_drafts_fail() -> No
     assert chosen == sorted(chosen, reverse=True) and chosen[0] > chosen[-1]
 
 
-def test_greedy_rows_draft_shorter_where_a_batch_shares_the_pass() -> None:
-    # this CPU's curves (Qwen2.5-Coder-0.5B): alone, 8 tokens cost two one-token passes; in 8 rows, six
-    cost = PassCost({1: ((1, 1.0), (4, 2.1), (8, 2.0), (16, 2.9)), 8: ((1, 2.0), (2, 2.6), (4, 4.5), (8, 6.0))})
-    lengths = DraftLength(cost)
-    for accepted in (0, 1, 2, 2, 3, 2, 4, 1, 7, 2):
-        lengths.record(9, accepted)
-    assert lengths.choose(fed=1, cap=15, rows=8) < lengths.choose(fed=1, cap=15, rows=1)
-
-
 @pytest.mark.slow
 def test_a_stored_curve_sets_draft_lengths_and_never_the_output() -> None:
     lm = tiny_lm("byte_level")
