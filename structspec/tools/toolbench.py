@@ -174,10 +174,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=int, default=None, help="only the first N conversations (a smoke run)")
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda or cuda:N")
+    p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: structspec.load's for the "
+                                                 "device)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's, capped at the "
+                                                             "CPUs this process may use)")
 
 
 def main(args: argparse.Namespace) -> int:
-    lm = structspec.load(args.model)
+    """Run every mode over the conversations ``args`` names on the model it names (loaded on its device, dtype
+    and threads) and print the Markdown table."""
+    lm = structspec.load(args.model, args.device, args.dtype, threads=args.threads)
     conversations = load_conversations(args.data, args.limit)
     tallies = run(lm, conversations, args.max_new_tokens, args.batch_size)
     print(f"{lm.name} ({str(lm.dtype).removeprefix('torch.')} on {lm.device}), {len(conversations)} conversations, "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import structspec
 from structspec.tools.toolbench import Tally, load_conversations, parse_text_calls, score, value_calls
 
@@ -40,3 +42,23 @@ def test_scoring_counts_valid_turns_and_exact_calls() -> None:
     assert (tally.turns, tally.valid_turns, tally.exact_calls, tally.calls_expected) == (3, 2, 3, 6)
     value = structspec.ToolCallsValue("", [structspec.ToolCall("f", {"n": 1})])
     assert value_calls(value) == [{"name": "f", "arguments": {"n": 1}}]
+
+
+def test_the_command_loads_the_model_on_the_device_dtype_and_threads_it_names(monkeypatch) -> None:
+    import argparse
+
+    from structspec.tools import toolbench
+
+    asked = []
+
+    def load(*args, **kwargs):
+        asked.append((args, kwargs))
+        raise structspec.ModelNotFoundError("stop here")
+
+    monkeypatch.setattr(structspec, "load", load)
+    parser = argparse.ArgumentParser()
+    toolbench.add_arguments(parser)
+    args = parser.parse_args(["--model", "m", "--device", "cpu", "--dtype", "bfloat16", "--threads", "3"])
+    with pytest.raises(structspec.ModelNotFoundError, match="stop here"):
+        toolbench.main(args)
+    assert asked == [(("m", "cpu", "bfloat16"), {"threads": 3})]
