@@ -19,7 +19,7 @@ to the length whose expected kept tokens — drafted ones and the forced text a 
 splice in after them — pay for what they add to the pass, on the packed curve (`packed_cost`): the cost of a pass
 against the tokens it feeds, measured for the model, dtype and device on its first batch (a few seconds, once;
 `calibrate`) and stored beside the padded curves. Where drafted tokens cost more than they keep, every row is fed
-one token: plain masked decoding's pass, the crossover where drafting turns itself off.
+its pending tokens only: plain masked decoding's pass, the crossover where drafting turns itself off.
 
 No clock is read while decoding, and a sampled row's draft depends only on its own history and the stored curve:
 it always chooses as if alone and is never cut, so a seed reproduces its sample in any batch and at every run. A

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Generator
+from itertools import accumulate
 from dataclasses import replace
 
 import torch
@@ -114,7 +115,7 @@ def slot_pass(lm: LanguageModel, slots: PackedSlots, fed: list[tuple[RowDecode, 
     live, windows = [row for row, _ in fed], [window for _, window in fed]
     widths = [len(window) for window in windows]
     masks = [row.mask_states() for row in live]  # per row, a state per logits row (a chunk: none)
-    starts = [sum(widths[:b]) for b in range(len(live))]
+    starts = [0, *accumulate(widths)][:-1]  # each row's first token in the packed window
     wanted = [(0, start + j) for start, width, states in zip(starts, widths, masks)  # candidate and bonus positions
               for j in range(width - len(states), width)]
     rows = [(row.item.fsm, state) for row, states in zip(live, masks) for state in states]

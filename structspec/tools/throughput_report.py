@@ -77,7 +77,6 @@ class Measured:
         return sum(o.finished for o in self.outputs)
 
 
-
 @dataclass(frozen=True)
 class Identity:
     """How many records a method decoded token-identical to the reference, and where the others first differ."""
