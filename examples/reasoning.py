@@ -1,6 +1,6 @@
 """Reasoning, then an answer in a schema, on the shipped Qwen2.5-Coder-0.5B-Instruct: the model thinks in free
-text for at most 300 characters; once the budget is spent, ``</think>`` is the only way on and fast-forward
-writes it without a model call; then the answer must match ``Verdict``.
+text for at most 64 tokens; once the budget is spent, ``</think>`` (or the rest of it) is the only way on and
+fast-forward writes it without a model call; then the answer must match ``Verdict``.
 
     python examples/reasoning.py
 """
@@ -28,10 +28,10 @@ def main() -> None:
     prompt = [{"role": "system", "content": "Think step by step inside <think>...</think>, then answer as JSON "
                                             '{"answer": "yes" or "no", "confidence": 0-100}.'},
               {"role": "user", "content": QUESTION}]
-    spec = structspec.Reasoning(Verdict, begin="<think>\n", max_thinking_chars=300)
+    spec = structspec.Reasoning(Verdict, begin="<think>\n", max_thinking_tokens=64)
     result = structspec.generate_result(lm, spec, prompt, max_new_tokens=200)
     forced = sum(s == "forced" for s in result.sources)
-    print(f"thinking ({len(result.thinking or '')} characters):\n{result.thinking}\n")
+    print(f"thinking ({len(lm.tokenizer.encode(result.thinking or ''))} tokens):\n{result.thinking}\n")
     print(f"answer: {result.value!r}")
     print(f"{result.stats.output_tokens} output tokens, {forced} forced, "
           f"{result.stats.target_forward_passes} forward passes, stop: {result.stop_reason}")

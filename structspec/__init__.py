@@ -35,12 +35,13 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from structspec.models.transformers_lm import LM, from_transformers
     from structspec.decoding.factory import SelfDraft, Staged
     from structspec.decoding.tree import TreeDrafter
-    from structspec.result import FieldDone, Finished, Result, Stats, StreamEvent, TextChunk
+    from structspec.result import (CallDone, FieldDone, Finished, Result, Stats, StreamEvent, TextChunk, ToolCall,
+                                   ToolCallsValue)
     from structspec.schema import Regex, grammars, to_regex
     from structspec.settings import CompileOptions, GenerateOptions
     from structspec.schema.reasoning import Reasoning
     from structspec.schema.structural import Sequence, Special, Tag, Text, Triggered
-    from structspec.schema.toolcalls import CallDone, ToolCall, ToolCalls, ToolCallsValue
+    from structspec.schema.toolcalls import ToolCalls
 
 _LAZY = {
     "structspec.api": ("clear_cache", "generate", "generate_batch", "generate_result", "iter_batch", "stream"),
@@ -50,12 +51,13 @@ _LAZY = {
     "structspec.models.transformers_lm": ("LM", "from_transformers"),
     "structspec.decoding.factory": ("SelfDraft", "Staged"),
     "structspec.decoding.tree": ("TreeDrafter",),
-    "structspec.result": ("FieldDone", "Finished", "Result", "Stats", "StreamEvent", "TextChunk"),
+    "structspec.result": ("CallDone", "FieldDone", "Finished", "Result", "Stats", "StreamEvent", "TextChunk", "ToolCall",
+                          "ToolCallsValue"),
     "structspec.schema": ("Regex", "to_regex"),
     "structspec.schema.grammars": ("grammars",),  # the module itself
     "structspec.schema.reasoning": ("Reasoning",),
     "structspec.schema.structural": ("Sequence", "Special", "Tag", "Text", "Triggered"),
-    "structspec.schema.toolcalls": ("CallDone", "ToolCall", "ToolCalls", "ToolCallsValue"),
+    "structspec.schema.toolcalls": ("ToolCalls",),
 }
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
 

@@ -25,7 +25,7 @@ from structspec.models.transformers_lm import LM
 from structspec.options import GenerationConfigLike, check_prompt, from_generation_config
 from structspec.result import Finished, Result, StreamEvent
 from structspec.schema import COMPACT, Constraint, constraint_of
-from structspec.schema.agents import agent_constraint, chat_tools, is_agent_spec, symbol_vocab
+from structspec.schema.agents import agent_constraint, chat_tools, constraint_fsm, is_agent_spec
 from structspec.schema.bounds import MAX_FRACTION_DIGITS, MAX_INTEGER_DIGITS
 from structspec.schema.recursion import MAX_RECURSION_DEPTH
 from structspec.settings import CompileOptions, Draft, GenerateOptions, options_in, takes_options
@@ -65,8 +65,7 @@ def compile(  # noqa: A001
         # Agents' specs (tool calls, reasoning, tags) may place special tokens: their FSM reads a vocabulary in
         # which only those ids spell their symbols.
         constraint = agent_constraint(spec, lm.vocab, lm.tokenizer, resolve) if is_agent_spec(spec) else resolve(spec)
-        fsm = TokenFSM.from_regex(constraint.pattern, symbol_vocab(constraint, lm.vocab), lm.logits_width,
-                                  options.eos_token_id)
+        fsm = constraint_fsm(constraint, lm.vocab, lm.logits_width, options.eos_token_id)
     return Compiled(constraint, fsm, lm, options, chat_tools(spec))
 
 

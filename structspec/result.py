@@ -137,11 +137,37 @@ class FieldDone:
 
 
 @dataclass(frozen=True)
+class ToolCall:
+    """A finished call: the tool's name and its arguments, validated (a Pydantic instance where the tool was a
+    model or a function, a dict for a JSON Schema tool)."""
+
+    name: str
+    arguments: Any
+
+
+@dataclass(frozen=True)
+class ToolCallsValue:
+    """`ToolCalls`' value: the free text before the calls and the calls, in order."""
+
+    text: str
+    calls: list[ToolCall] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CallDone:
+    """A stream event of a `ToolCalls` spec: a tool call whose end marker was just written, its arguments
+    validated, and the output text up to that marker."""
+
+    call: ToolCall
+    text_so_far: str
+
+
+@dataclass(frozen=True)
 class Finished:
     """The last event of a stream, whatever the stop reason."""
 
     result: Result
 
 
-StreamEvent = Union[TextChunk, FieldDone, Finished]
+StreamEvent = Union[TextChunk, FieldDone, CallDone, Finished]
 """What `structspec.stream` yields: chunks and field events as they happen, then one `Finished`."""

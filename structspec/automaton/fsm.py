@@ -186,6 +186,15 @@ class TokenFSM:
         """
         return len(self.allowed_token_ids(state)) == len(self.eos_token_ids) and self.is_final(state)
 
+    def knows(self, state: int) -> bool:
+        """Whether ``state`` is one this FSM has reached (by `initial_state`, `next_state` or `walk`)."""
+        return 0 <= state < len(self.index.dfa)
+
+    def packed_mask(self, state: int) -> np.ndarray:
+        """The allowed ids of ``state`` as ceil(logits_width / 32) int32 words (bit j of word i ⇔ token 32*i+j),
+        computed once per state and cached: do not modify it (callers copy it into their bitmask)."""
+        return self.index.packed_mask(state)
+
     def next_state(self, state: int, token_id: int) -> int | None:
         """The state after ``token_id``, or None if the token is not allowed (an EOS id leads to no state).
 
@@ -261,10 +270,10 @@ class TokenFSM:
         """
         index = self.check_token_bitmask(bitmask, row)
         number = as_int(state)
-        if number is None or not 0 <= number < len(self.index.dfa):
-            raise OptionError(f"state {state!r} is not a state of this FSM (it has reached {len(self.index.dfa)}): "
+        if number is None or not self.knows(number):
+            raise OptionError(f"state {state!r} is not a state this FSM has reached: "
                               "pass initial_state or a state next_state / walk returned")
-        bitmask[index].copy_(torch.from_numpy(self.index.packed_mask(number)))
+        bitmask[index].copy_(torch.from_numpy(self.packed_mask(number)))
 
     def mask_logits_inplace(self, logits: torch.Tensor, states: list[int]) -> None:
         """Set disallowed logits to -inf; row ``i`` of ``logits`` [rows, width] is masked by ``states[i]``.

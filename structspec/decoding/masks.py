@@ -98,7 +98,7 @@ def _fill(rows: list[tuple[TokenFSM, int]], full: list[int], device: torch.devic
     for r, i in enumerate(full):
         fsm, state = rows[i]
         # the index's row as is: the decode's own states need none of `fill_next_token_bitmask`'s argument checks
-        packed[r] = fsm.index.packed_mask(state)
+        packed[r] = fsm.packed_mask(state)
     if not cuda:
         return bitmask, None
     if device not in _side_streams:

@@ -64,7 +64,7 @@ from structspec.errors import OptionError
 from structspec.models.transformers_lm import LM
 from structspec.options import as_int
 from structspec.schema import COMPACT, constraint_of
-from structspec.schema.agents import agent_constraint, is_agent_spec, symbol_vocab
+from structspec.schema.agents import agent_constraint, constraint_fsm, is_agent_spec
 from structspec.vocab import vocab_from_tokenizer
 
 # The state after EOS: the output is finished (DFA states are ≥ 0).
@@ -94,7 +94,7 @@ def token_fsm(
     if is_agent_spec(spec):  # tool calls, reasoning, tags: may place the tokenizer's special tokens
         constraint = agent_constraint(spec, vocab, model_or_tokenizer,
                                       lambda inner, ws=None: constraint_of(inner, ws or whitespace_pattern, strict))
-        return TokenFSM.from_regex(constraint.pattern, symbol_vocab(constraint, vocab), logits_width)
+        return constraint_fsm(constraint, vocab, logits_width)
     regex = structspec.to_regex(spec, whitespace_pattern, strict)
     return TokenFSM.from_regex(regex, vocab, logits_width)
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from structspec.automaton.budget import BudgetedFSM
+from structspec.automaton.fsm import TokenFSM
 from structspec.schema.constraint import Constraint
 from structspec.schema.reasoning import Reasoning, reasoning_constraint
 from structspec.schema.structural import STRUCTURAL, Writer, structural_constraint
@@ -45,6 +47,14 @@ def symbol_vocab(constraint: Constraint, vocab: TokenVocab) -> TokenVocab:
     """The vocabulary ``constraint``'s FSM reads: ``vocab``, with its special tokens spelling their symbols where
     it places any (`TokenVocab.with_symbols`). Changes nothing."""
     return vocab.with_symbols(constraint.special_tokens) if constraint.special_tokens else vocab
+
+
+def constraint_fsm(constraint: Constraint, vocab: TokenVocab, logits_width: int | None = None,
+                   eos_token_ids: int | list[int] | None = None) -> TokenFSM:
+    """The token FSM of ``constraint`` over ``vocab`` (its special tokens spelling their symbols), held to its
+    token budget where it has one (`BudgetedFSM`); compiled or read from the cache (`TokenFSM.from_regex`)."""
+    fsm = TokenFSM.from_regex(constraint.pattern, symbol_vocab(constraint, vocab), logits_width, eos_token_ids)
+    return BudgetedFSM.over(fsm, constraint.budget) if constraint.budget is not None else fsm
 
 
 def chat_tools(spec: Any) -> list[dict[str, Any]] | None:

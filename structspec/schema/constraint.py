@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from structspec.automaton.budget import TokenBudget
 from structspec.automaton.parse import ParsedRegex
 
 COMPACT = ""
@@ -32,7 +33,8 @@ class Constraint:
     capped for automaton size). ``special_tokens`` are the (id, text) of the special tokens a structural spec
     places: the regex names the ``k``-th by the symbol ``chr(structspec.vocab.SYMBOLS[0] + k)``. ``thinking``
     reads a `Reasoning` spec's thinking back from the output text (None for other specs); ``events`` makes a
-    stream's reader of the spec's own events (`ToolCalls`: a `CallDone` per finished call).
+    stream's reader of the spec's own events (`ToolCalls`: a `CallDone` per finished call); ``budget`` bounds
+    the free text that opens the output in tokens (`Text.max_tokens`, `Reasoning.max_thinking_tokens`).
     """
 
     pattern: str | ParsedRegex
@@ -42,6 +44,7 @@ class Constraint:
     special_tokens: tuple[tuple[int, str], ...] = ()
     thinking: Callable[[str], str] | None = None
     events: Callable[[], Any] | None = None
+    budget: TokenBudget | None = None
 
     @property
     def regex(self) -> str:

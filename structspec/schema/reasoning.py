@@ -1,9 +1,9 @@
 """`Reasoning`: think first, then answer in a spec — free thinking up to an end marker, then the spec's value.
 
-A thinking budget (``max_thinking_chars``) bounds the thinking in characters: once it is spent, the end marker
-is the only way on, so fast-forward writes it without a model call (vLLM's "thinking budget", counted in
-characters so that the language stays regular and the mask stays the token FSM's own). ``Result.value`` is the
-answer's value; ``Result.thinking`` keeps the thinking text.
+A thinking budget bounds the thinking in tokens (``max_thinking_tokens``, vLLM's "thinking budget") or in
+characters (``max_thinking_chars``): once it is spent, the end marker is the only way on, so fast-forward
+writes it without a model call where it is one token. ``Result.value`` is the answer's value;
+``Result.thinking`` keeps the thinking text.
 """
 
 from __future__ import annotations
@@ -23,14 +23,16 @@ class Reasoning:
 
     ``begin``: a marker the output opens with (None where the prompt already opened the thinking, or the model
     writes none); ``end``: the marker that closes the thinking (text or a `Special` token; ``"</think>"`` by
-    default); ``max_thinking_chars``: the thinking budget in characters, after which ``end`` is forced (None:
-    no budget; with a text ``end`` a budgeted thinking holds no ``end``'s first character, a narrowing);
+    default); ``max_thinking_tokens``: the thinking budget in tokens (``begin`` aside), after which ``end`` is
+    forced — the rest of it where the thinking already wrote its first part (None: no budget);
+    ``max_thinking_chars``: a budget in characters (with a text ``end`` a thinking so bounded holds no
+    ``end``'s first character, a narrowing);
     ``separator``: a regex of what may stand between ``end`` and the answer (default: up to two spaces or
     newlines; bounded, so a model cannot write whitespace until its budget runs out).
 
     Typical use::
 
-        spec = structspec.Reasoning(Answer, begin="<think>\\n", max_thinking_chars=400)
+        spec = structspec.Reasoning(Answer, begin="<think>\\n", max_thinking_tokens=128)
         result = structspec.generate_result(lm, spec, prompt)
         print(result.thinking, result.value)
     """
@@ -40,20 +42,30 @@ class Reasoning:
     end: Marker = "</think>"
     max_thinking_chars: int | None = None
     separator: str = r"[ \n]{0,2}"
+    max_thinking_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        Text(stop=(self.end,), max_chars=self.max_thinking_chars)  # checks the marker and budget now
+        self.thinking()  # checks the marker and budgets now
         if isinstance(self.spec, Reasoning):
             raise OptionError("Reasoning(Reasoning(...)): think once, then answer; pass the answer's spec")
         if not isinstance(self.separator, str):
             raise OptionError(f"separator must be a regex str, got {self.separator!r}")
+
+    def thinking(self) -> Text:
+        """The thinking as a `Text`: up to ``end``, within the budgets."""
+        try:
+            return Text(stop=(self.end,), max_chars=self.max_thinking_chars, max_tokens=self.max_thinking_tokens)
+        except OptionError as error:  # name Reasoning's own keywords
+            raise OptionError(str(error).replace("max_chars", "max_thinking_chars").replace(
+                "max_tokens", "max_thinking_tokens")) from None
 
 
 def reasoning_constraint(spec: Reasoning, writer: Writer, answer: Constraint) -> Constraint:
     """``spec``'s `Constraint`, ``answer`` being its inner spec's: thinking, the end marker, the separator and
     the answer's regex; its value is the answer's, and ``thinking`` reads the thinking text back."""
     opening = writer.marker(spec.begin) if spec.begin is not None else ""
-    thinking = writer.write(Text(stop=(spec.end,), max_chars=spec.max_thinking_chars))
+    thinking = writer.write(spec.thinking())
+    budget = writer.budget(spec.thinking(), writer.marker_bytes(spec.begin) if spec.begin is not None else b"")
     regex = f"{opening}(?:{thinking})(?:{spec.separator})(?:{answer.regex})"
     begin = writer.marker_text(spec.begin) if spec.begin is not None else ""
     end = writer.marker_text(spec.end)
@@ -68,5 +80,8 @@ def reasoning_constraint(spec: Reasoning, writer: Writer, answer: Constraint) ->
         gap = separator.match(rest)
         return thought, rest[gap.end() if gap else 0:]
 
+    if answer.budget is not None:
+        raise OptionError("Reasoning's answer has a token budget (Text(max_tokens=...)): only the output's opening "
+                          "text can have one; bound the thinking with max_thinking_tokens, the answer with max_chars")
     return Constraint(regex, lambda text: answer.parse(split(text)[1]), None, answer.narrowings,
-                      tuple(writer.specials), thinking=lambda text: split(text)[0])
+                      tuple(writer.specials), thinking=lambda text: split(text)[0], budget=budget)

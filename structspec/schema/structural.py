@@ -19,10 +19,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from structspec.automaton.budget import TokenBudget
 from structspec.errors import MarkerError, OptionError
 from structspec.schema.constraint import Constraint, Regex
 from structspec.schema.stops import avoiding, until
-from structspec.vocab import SYMBOLS, TokenVocab
+from structspec.vocab import SYMBOLS, TokenVocab, symbol_bytes
 
 _ANY = r"[\s\S]"
 
@@ -41,13 +42,17 @@ Marker = str | Special
 @dataclass(frozen=True)
 class Text:
     """Free text. ``stop``: the text ends with the first of these strings or special tokens (written last, part
-    of the text); None: it runs to the end of the output. ``max_chars`` bounds its length in characters (the
-    stop aside); with text stops, the bounded text leaves out their first characters (a narrowing that keeps
-    the language regular and small). ``avoid`` are strings the text never holds (a later marker's text)."""
+    of the text); None: it runs to the end of the output (or of the `Tag` it is in). ``max_tokens`` bounds it
+    in tokens: once that many are written, only a stop may follow (the rest of one partly written, or a stop
+    token), or the end of the output; a text with it must open the output (the spec itself, a `Sequence`'s
+    first part, or a `Tag`'s content there). ``max_chars`` bounds its length in characters (the stop aside);
+    with text stops, the bounded text leaves out their first characters (a narrowing that keeps the language
+    regular and small). ``avoid`` are strings the text never holds (a later marker's text)."""
 
     stop: tuple[Marker, ...] | None = None
     max_chars: int | None = None
     avoid: tuple[str, ...] = ()
+    max_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.stop is not None and not self.stop:
@@ -55,9 +60,10 @@ class Text:
                               "stop=None for text that runs to the end of the output")
         if any(isinstance(s, str) and not s for s in (*(self.stop or ()), *self.avoid)):
             raise OptionError("a stop or avoided string is empty: every text would hold it; remove it")
-        if self.max_chars is not None and (isinstance(self.max_chars, bool) or not isinstance(self.max_chars, int)
-                                           or self.max_chars < 0):
-            raise OptionError(f"max_chars must be an int >= 0 or None, got {self.max_chars!r}")
+        for name in ("max_chars", "max_tokens"):
+            bound = getattr(self, name)
+            if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int) or bound < 0):
+                raise OptionError(f"{name} must be an int >= 0 or None, got {bound!r}")
 
 
 @dataclass(frozen=True)
@@ -185,6 +191,29 @@ class Writer:
             ends.append(f"(?:{free})(?:{'|'.join(tokens)})")
         return "|".join(f"(?:{e})" for e in ends)
 
+    def marker_bytes(self, marker: Marker) -> bytes:
+        """The bytes a marker spells in the FSM's vocabulary (a special token's are its symbol's)."""
+        return symbol_bytes(int(self.special(marker)[2:], 16)) if isinstance(marker, Special) else marker.encode()
+
+    def budget(self, spec: Any, opening: bytes = b"", end: Marker | None = None) -> TokenBudget | None:
+        """The token budget of the `Text` with ``max_tokens`` that opens ``spec`` (after ``opening``; ``end``
+        closes a stopless text: its `Tag`'s end), or None; `OptionError` for a budgeted text anywhere else."""
+        if isinstance(spec, Text) and spec.max_tokens is not None:
+            stops = spec.stop if spec.stop is not None else (end,) if end is not None else ()
+            return TokenBudget(spec.max_tokens, opening, tuple(dict.fromkeys(map(self.marker_bytes, stops))))
+        if isinstance(spec, Tag):
+            return self.budget(spec.content, opening + self.marker_bytes(spec.begin), spec.end)
+        if isinstance(spec, Sequence):
+            first = spec.parts[0]
+            if len(spec.parts) > 1 and isinstance(first, Text) and first.max_tokens is not None and not first.stop:
+                raise OptionError("a Text with max_tokens and no stop opens a Sequence with more parts: give it a "
+                                  "stop, so that the budget knows what to force once it is spent")
+            for part in spec.parts[1:]:
+                unbudgeted(part)
+            return self.budget(first, opening, end)
+        unbudgeted(spec)
+        return None
+
     def marker_text(self, marker: Marker) -> str:
         """The text a marker shows in the output (a special token's own text)."""
         return marker if isinstance(marker, str) else self.specials[int(self.special(marker)[2:], 16) - SYMBOLS[0]][1]
@@ -216,11 +245,23 @@ def spellable(text: bytes, vocab: TokenVocab) -> bool:
     return reach[-1]
 
 
+def unbudgeted(spec: Any) -> None:
+    """`OptionError` if a `Text` inside ``spec`` has ``max_tokens``: there it would not open the output."""
+    if isinstance(spec, Text) and spec.max_tokens is not None:
+        raise OptionError(f"Text(max_tokens={spec.max_tokens}) does not open the output: a token budget counts "
+                          "from the output's start (the spec itself, a Sequence's first part, or a Tag's content "
+                          "there); bound this text with max_chars instead")
+    for inner in (spec.content,) if isinstance(spec, Tag) else spec.parts if isinstance(spec, Sequence) else (
+            spec.tags if isinstance(spec, Triggered) else ()):
+        unbudgeted(inner)
+
+
 def structural_constraint(spec: Any, writer: Writer) -> Constraint:
-    """A structural spec's `Constraint`: its regex, its special tokens, and its text as its value."""
+    """A structural spec's `Constraint`: its regex, its special tokens, its token budget, and its text as its
+    value."""
     regex = writer.write(spec)
-    return Constraint(regex, lambda text: text, None, (), tuple(writer.specials))
+    return Constraint(regex, lambda text: text, None, (), tuple(writer.specials), budget=writer.budget(spec))
 
 
 __all__ = ["STRUCTURAL", "Marker", "Regex", "Sequence", "Special", "Tag", "Text", "Triggered", "Writer",
-           "spellable", "structural_constraint"]
+           "spellable", "structural_constraint", "unbudgeted"]

@@ -20,12 +20,13 @@ import inspect
 import json
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import pydantic
 
 from structspec.errors import SchemaError, ToolError, ToolSchemaError
+from structspec.result import CallDone, ToolCall, ToolCallsValue
 from structspec.schema.constraint import Constraint
 from structspec.schema.structural import Special, Tag, Text, Triggered, Writer
 
@@ -46,23 +47,6 @@ class Tool:
         """The tool as an OpenAI-style function dict, as chat templates take ``tools=``."""
         return {"type": "function", "function": {"name": self.name, "description": self.description,
                                                  "parameters": self.parameters}}
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    """A finished call: the tool's name and its arguments, validated (a Pydantic instance where the tool was a
-    model or a function, a dict for a JSON Schema tool)."""
-
-    name: str
-    arguments: Any
-
-
-@dataclass(frozen=True)
-class ToolCallsValue:
-    """`ToolCalls`' value: the free text before the calls and the calls, in order."""
-
-    text: str
-    calls: list[ToolCall] = field(default_factory=list)
 
 
 def tool_of(tool: Any, where: int) -> Tool:
@@ -202,15 +186,6 @@ def parse_turn(text: str, markers: tuple[str, str], parsers: dict[str, Callable[
         call = json.loads(segment.split(end)[0])
         calls.append(ToolCall(call["name"], parsers[call["name"]](json.dumps(call["arguments"]))))
     return ToolCallsValue(head, calls)
-
-
-@dataclass(frozen=True)
-class CallDone:
-    """A stream event: a tool call whose end marker was just written, its arguments validated, and the output
-    text up to that marker."""
-
-    call: ToolCall
-    text_so_far: str
 
 
 class CallReader:

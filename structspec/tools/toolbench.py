@@ -13,7 +13,7 @@ import argparse
 import json
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,13 +70,14 @@ class Tally:
     valid_turns: int = 0
     exact_calls: int = 0
     turns: int = 0
-    notes: list[str] = field(default_factory=list)
+    identical: int | None = None  # turns token-identical to plain masked decoding's (None: not compared)
 
     def row(self) -> list[str]:
         per = lambda a, b: f"{a / b:.3f}" if b else "–"  # noqa: E731
         return [per(self.seconds, self.calls_expected), per(self.passes, self.output_tokens),
                 per(self.forced, self.output_tokens), per(self.accepted, self.drafted),
-                per(self.valid_turns, self.turns), per(self.exact_calls, self.calls_expected)]
+                per(self.valid_turns, self.turns), per(self.exact_calls, self.calls_expected),
+                "–" if self.identical is None else f"{self.identical}/{self.turns}"]
 
 
 def parse_text_calls(text: str, tools: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
@@ -115,8 +116,11 @@ def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return a["name"] == b["name"] and json.loads(json.dumps(a["arguments"])) == b["arguments"]
 
 
-def add_result(tally: Tally, conversation: Conversation, r: structspec.Result, seconds: float) -> None:
-    """Count a structspec result: its own stats, and its calls when it completed."""
+def add_result(tally: Tally, conversation: Conversation, r: structspec.Result, seconds: float,
+               plain: list[int]) -> None:
+    """Count a structspec result: its own stats, its calls when it completed, and whether its tokens are
+    ``plain`` (plain masked decoding's)."""
+    tally.identical = (tally.identical or 0) + (r.token_ids == plain)
     tally.seconds += seconds
     tally.output_tokens += r.stats.output_tokens
     tally.passes += r.stats.target_forward_passes
@@ -136,27 +140,29 @@ def add_peer(tally: Tally, conversation: Conversation, run: PeerRun) -> None:
 def run(lm: LM, conversations: list[Conversation], max_new_tokens: int, batch_size: int) -> dict[str, Tally]:
     """Every mode over ``conversations`` (greedy); the tallies by mode. Runs the model; changes nothing else."""
     tallies = {name: Tally() for name in [*PEERS, *STRUCTSPEC_MODES, BATCH]}
+    plain: dict[str, list[int]] = {}
     for conversation in conversations:
         spec = conversation.spec()
         prompt_ids = lm.encode_prompt(conversation.messages, tools=spec.chat_tools())
         for name, peer in PEERS.items():
             add_peer(tallies[name], conversation, peer(lm, prompt_ids, max_new_tokens))
-        for name, options in STRUCTSPEC_MODES.items():
+        for name, options in STRUCTSPEC_MODES.items():  # plain masked first: the others are compared with it
             start = time.perf_counter()
             r = structspec.generate_result(lm, spec, conversation.messages, max_new_tokens=max_new_tokens, **options)
-            add_result(tallies[name], conversation, r, time.perf_counter() - start)
+            plain.setdefault(conversation.id, r.token_ids)
+            add_result(tallies[name], conversation, r, time.perf_counter() - start, plain[conversation.id])
     specs = [c.spec() for c in conversations]
     start = time.perf_counter()
     results = structspec.generate_batch(lm, specs, [c.messages for c in conversations], batch_size=batch_size,
                                         max_new_tokens=max_new_tokens)
     seconds = (time.perf_counter() - start) / max(len(conversations), 1)
     for conversation, r in zip(conversations, results):
-        add_result(tallies[BATCH], conversation, r, seconds)
+        add_result(tallies[BATCH], conversation, r, seconds, plain[conversation.id])
     return tallies
 
 
 HEADER = ["mode", "s / call", "passes / output token", "forced share", "drafted acceptance", "valid calls",
-          "exact arguments"]
+          "exact arguments", "= plain masked"]
 
 
 def markdown(tallies: dict[str, Tally]) -> str:

@@ -71,5 +71,5 @@ def test_accelerated_modes_are_token_identical(byte_lm, mode) -> None:
 def test_bad_reasoning_specs() -> None:
     with pytest.raises(OptionError, match=re.escape("Reasoning(Reasoning(...))")):
         Reasoning(Reasoning(Answer))
-    with pytest.raises(OptionError, match="max_chars must be an int >= 0"):
+    with pytest.raises(OptionError, match="max_thinking_chars must be an int >= 0"):
         Reasoning(Answer, max_thinking_chars=-1)

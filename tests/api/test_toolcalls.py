@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Literal
+from typing import Literal, get_args
 
 import pytest
 import torch
@@ -219,3 +219,4 @@ def test_stream_events_end_with_the_calls(qwen_lm) -> None:
     assert result.value.calls[0].name == "set_alarm"
     (done,) = [e for e in events if isinstance(e, structspec.CallDone)]
     assert done.call == result.value.calls[0] and done.text_so_far == result.text
+    assert all(isinstance(e, get_args(structspec.StreamEvent)) for e in events)  # the union names them all

@@ -62,3 +62,34 @@ def test_the_command_loads_the_model_on_the_device_dtype_and_threads_it_names(mo
     with pytest.raises(structspec.ModelNotFoundError, match="stop here"):
         toolbench.main(args)
     assert asked == [(("m", "cpu", "bfloat16"), {"threads": 3})]
+
+
+# A chat template of Qwen's shape (tools in the system turn), for the tiny model with Qwen2.5's tokenizer.
+TEMPLATE = ("{%- if tools %}<|im_start|>system\n# Tools\n<tools>{% for tool in tools %}\n{{ tool | tojson }}"
+            "{% endfor %}\n</tools><|im_end|>\n{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}\n"
+            "{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def test_the_benchmark_runs_every_mode_end_to_end(qwen_lm, monkeypatch) -> None:
+    from structspec.tools import toolbench
+
+    monkeypatch.setattr(qwen_lm.tokenizer, "chat_template", TEMPLATE, raising=False)
+    conversations = [c for c in load_conversations() if len(c.expected) == 2][:1] + [
+        c for c in load_conversations() if c.choice not in ("auto", "required", "none")][:2]
+    tallies = toolbench.run(qwen_lm, conversations, max_new_tokens=48, batch_size=2)
+    assert list(tallies) == [*toolbench.PEERS, *toolbench.STRUCTSPEC_MODES, toolbench.BATCH]
+    for name, tally in tallies.items():
+        assert tally.turns == len(conversations) and tally.output_tokens > 0 and tally.seconds > 0
+        assert tally.passes >= 1 and tally.calls_expected == 4
+        if name in toolbench.PEERS:
+            assert tally.identical is None and tally.forced == 0
+        else:  # lossless: every mode's turns are plain masked decoding's, tokens and calls
+            assert tally.identical == len(conversations), name
+            assert tally.valid_turns == tallies["plain masked"].valid_turns
+            assert (tally.forced > 0) == (name != "plain masked"), name
+    # a forced choice writes its call's skeleton without the model: fewer passes than tokens
+    assert tallies["fast-forward"].passes < tallies["fast-forward"].output_tokens
+    assert tallies["plain masked"].passes >= tallies["plain masked"].output_tokens
+    table = toolbench.markdown(tallies).splitlines()
+    assert table[0].startswith("| mode | s / call") and len(table) == 2 + len(tallies)
+    assert table[-1].endswith(f"| {len(conversations)}/{len(conversations)} |")
