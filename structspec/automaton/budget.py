@@ -13,11 +13,14 @@ forced special marker is then the state's only token, so fast-forward writes it 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from structspec.automaton.fsm import TokenFSM
+from structspec.automaton.index import pack
 
 
 @dataclass(frozen=True)
@@ -114,28 +117,30 @@ class BudgetedFSM(TokenFSM):
         spent = self._spent_key(state)
         if spent is None:
             return super().allowed_token_ids(self._keys[state][0])
-        found = self._spent.get(spent)
-        if found is None:
-            with self._lock:
-                going_on = self._going_on(spent[1])
-                if _mid_character(super().next_bytes(spent[0])):
-                    going_on = np.union1d(going_on, self._ending_ids(b""))
-                found = self._spent[spent] = np.intersect1d(super().allowed_token_ids(spent[0]), going_on)
-                found.setflags(write=False)
-        return found
+        return self._cached(self._spent, spent, self._spent_ids)
 
     def packed_mask(self, state: int) -> np.ndarray:
         spent = self._spent_key(state)
         if spent is None:
             return super().packed_mask(self._keys[state][0])
-        found = self._packed.get(spent)
+        return self._cached(self._packed, spent, lambda key: pack(self._cached(self._spent, key, self._spent_ids),
+                                                                   self.logits_width))
+
+    def _cached(self, cache: dict[Any, np.ndarray], key: Any, compute: Callable[[Any], np.ndarray]) -> np.ndarray:
+        found = cache.get(key)
         if found is None:
             with self._lock:
-                bits = np.zeros(32 * -(-self.logits_width // 32), dtype=bool)
-                ids = self.allowed_token_ids(state)
-                bits[ids[ids < self.logits_width]] = True
-                found = self._packed[spent] = np.packbits(bits, bitorder="little").view("<i4")
+                found = cache.setdefault(key, compute(key))
         return found
+
+    def _spent_ids(self, spent: tuple[int, tuple[int, ...]]) -> np.ndarray:
+        """The ids a spent budget allows in regex state ``spent[0]`` with the end markers matched to ``spent[1]``."""
+        going_on = self._going_on(spent[1])
+        if _mid_character(super().next_bytes(spent[0])):
+            going_on = np.union1d(going_on, self._ending_ids(b""))
+        ids = np.intersect1d(super().allowed_token_ids(spent[0]), going_on)
+        ids.setflags(write=False)
+        return ids
 
     def _going_on(self, partial: tuple[int, ...]) -> np.ndarray:
         """Ids that go on spelling an end marker from ``partial`` (each marker's matched length): a token that

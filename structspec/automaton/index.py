@@ -49,6 +49,15 @@ _FEW_FIRST_BYTES = 16
 _VOCAB_BYTES: dict[str, _VocabBytes] = {}
 
 
+def pack(ids: np.ndarray, logits_width: int) -> np.ndarray:
+    """Token ``ids`` as ceil(logits_width / 32) int32 words: bit j of word i ⇔ token 32*i+j (ids at or past the
+    width left out)."""
+    bits = np.zeros(32 * -(-logits_width // 32), dtype=bool)
+    bits[ids[ids < logits_width]] = True
+    # little bit order, little-endian words: bit j of word i is bits[32*i + j]
+    return np.packbits(bits, bitorder="little").view("<i4")
+
+
 class TokenIndex:
     """A `LazyDFA` over one vocabulary, logits width and set of end tokens: per-state allowed token ids and
     packed masks. ``eos_token_ids`` are special tokens (no bytes) or the tokenizer's EOS, so no walk meets them.
@@ -107,11 +116,7 @@ class TokenIndex:
         return ids
 
     def _compute_packed(self, state: int) -> np.ndarray:
-        bits = np.zeros(32 * -(-self.logits_width // 32), dtype=bool)
-        ids = self.allowed_token_ids(state)
-        bits[ids[ids < self.logits_width]] = True
-        # little bit order, little-endian words: bit j of word i is bits[32*i + j]
-        return np.packbits(bits, bitorder="little").view("<i4")
+        return pack(self.allowed_token_ids(state), self.logits_width)
 
     def _walk_vocabulary(self, state: int) -> np.ndarray:
         """Ids of the tokens (EOS aside) whose bytes stay alive from ``state``, sorted, as int32."""
