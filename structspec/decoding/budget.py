@@ -6,18 +6,17 @@ close to nothing up to hundreds of tokens, so long drafts are free; on a CPU a
 fed token costs a sizeable share of a pass, and a 10-token draft of which two
 are kept makes a pass slower than it saves. In a batch the fixed part is shared
 and the tokens of every row add up, so a row's drafts should be shorter still.
-`PassCost` is that curve, per batch size, measured once per model, dtype and
-device by ``structspec pass-cost --store`` (free tokens until then: the
-drafter's own lengths); `DraftLength` learns, per row, how often the i-th drafted token is
-accepted once the ones before it were, and drafts the length with the most
-expected output tokens per unit of the row's share of the pass.
+`PassCost` is that curve. `DraftLength` learns, per row, how often the i-th drafted token is accepted once
+the ones before it were; with padded curves stored by ``structspec pass-cost --store`` (opt-in) it asks the
+drafter for the length with the most expected output tokens per unit of the row's share of the pass.
 
-A batched pass packs every row's window into one sequence
+A pass packs every row's window into one sequence
 (`structspec.models.packed_slots`), so it costs what the tokens fed cost, not
-rows × the longest window. `choose_widths` cuts each greedy row's window (`structspec.decoding.row.RowDecode.fit`)
+rows × the longest window; a row alone is a batch of one. `choose_widths` cuts each greedy row's window
+(`structspec.decoding.row.RowDecode.fit`)
 to the length whose expected kept tokens — drafted ones and the forced text a finished value lets the candidate
 splice in after them — pay for what they add to the pass, on the packed curve (`packed_cost`): the cost of a pass
-against the tokens it feeds, measured for the model, dtype and device on its first batch (a few seconds, once;
+against the tokens it feeds, measured for the model, dtype and device on its first decode (seconds, once;
 `calibrate`) and stored beside the padded curves. Where drafted tokens cost more than they keep, every row is fed
 its pending tokens only: plain masked decoding's pass, the crossover where drafting turns itself off.
 
@@ -77,9 +76,8 @@ class PassCost:
         return pts[0][1]  # a single point: flat
 
 
-# Until a curve is stored, a fed token costs nothing: drafts are as long as the drafter makes them. Measured
-# on this CPU at B = 1 (README), the stored curves drafted shorter and lost time on both shipped models: the
-# choice does not yet count the forced text a finished draft lets the candidate splice in after it.
+# Where no curve is stored (or measured: a nameless model), a fed token costs nothing: drafts are as long as the
+# drafter makes them, and a pass feeds them whole.
 DEFAULT_COST = PassCost.linear(0.0)
 
 
@@ -115,10 +113,11 @@ def choose_widths(gains: list[list[float]], cost: PassCost, floors: list[int], c
 
 def curve_path(lm: LanguageModel, packed: bool = False) -> Path | None:
     """Where ``lm``'s stored curves live (``$STRUCTSPEC_CACHE/pass-cost``, by name, dtype, device type and
-    kernels; ``packed``: the packed curve's own file); None for a model without a name. Changes nothing."""
+    kernels; ``packed``: the packed curve's own file); None for a model without a name, or whose name is only its
+    class's (built in memory: two such models of one class would share a curve). Changes nothing."""
     name, device, dtype = lm.name, lm.device, lm.dtype
-    if not name:
-        return None
+    if not name or name == type(getattr(lm, "model", None)).__name__:
+        return None  # a model built in memory is named by its class, which names no weights: no curve of its own
     kernels = "-onednn" if lm.kernels == "onednn" else ""  # another curve entirely
     tail = f"{kernels}-packed" if packed else kernels
     key = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{name}-{str(dtype).removeprefix('torch.')}-{device.type}{tail}")

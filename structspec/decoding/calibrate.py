@@ -1,9 +1,9 @@
-"""The packed pass-cost curve, measured on a model's first batch: what batched drafting weighs its tokens by.
+"""The packed pass-cost curve, measured on a model's first decode: what drafting weighs its fed tokens by.
 
 A batch's rows draft only where the tokens they add to a packed pass
 (`structspec.models.packed_slots`) are expected to keep more than they cost
 (`structspec.decoding.budget.choose_widths`). What a token costs depends on the
-model, dtype, device and kernels, so the first batched decode with a named model
+model, dtype, device and kernels, so the first decode with a named model (one row or a batch)
 measures it: passes of 1 to 64 tokens spread over `ROWS` rows of 256 kept slots
 each, as the batch loop runs them (`LanguageModel.forward_slots` over a packed
 window: each query attends to its own row's slots, gathered where attention runs

@@ -16,7 +16,8 @@ from dataclasses import replace
 
 import torch
 
-from structspec.decoding.budget import pass_cost
+from structspec.decoding.budget import choose_widths, pass_cost
+from structspec.decoding.calibrate import packed_cost
 from structspec.decoding.drafter import TreeDrafting
 from structspec.decoding.row import Decoded, DecodeOptions, RowDecode, RowInput
 from structspec.decoding.masks import MaskFill
@@ -36,7 +37,9 @@ def decode_steps(lm: LanguageModel, item: RowInput, options: DecodeOptions) -> G
     returns the `Decoded` (stop reason "error" with its `UnspellableError` where the output reached a state the
     vocabulary cannot spell on from). Each step runs at most one target pass. Samples with the item's
     generator, else one seeded with ``options.seed``. A tree drafter on a model that batches (`LM.batchable`)
-    runs on the slot path, where token trees are verified; elsewhere it drafts chains.
+    runs on the slot path, where token trees are verified; elsewhere it drafts chains. A greedy row is fed what
+    pays, as a batch of one (`choose_widths` on the packed pass-cost curve, measured on a named model's first
+    decode and stored: `structspec.decoding.calibrate.packed_cost`).
     """
     if item.generator is None and options.seed is not None:
         item = replace(item, generator=torch.Generator().manual_seed(options.seed))
@@ -51,11 +54,13 @@ def decode_steps(lm: LanguageModel, item: RowInput, options: DecodeOptions) -> G
     else:
         step = _crop_step(lm, row, cache)
     told = 0  # output tokens already yielded
-    cap = lm.max_pass_tokens  # (a sampled row's draft is not cut: drawn with its generator)
+    cap = lm.max_pass_tokens
+    packed = packed_cost(lm)  # measured on the model's first decode, then stored
     while (window := row.prepare()) is not None:
         assert isinstance(window, list), "a row alone drafts from a cache of its own: it never waits on a batch"
-        if cap is not None and len(window) > cap and len(row.pending) < cap and not options.sampling.do_sample:
-            window = row.fit(cap)
+        if not options.sampling.do_sample:  # a batch of one: fed what pays (a sampled draft was drawn: kept whole)
+            limit = cap if cap is not None and len(row.pending) < cap else None
+            window = row.fit(choose_widths([row.window_gains()], packed, [len(row.pending)], limit)[0])
         step(window)
         if len(row.out) > told:
             yield row.out[told:], row.sources[told:]

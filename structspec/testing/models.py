@@ -90,6 +90,7 @@ class CountingLM:
         self.device, self.dtype, self.kernels = lm.device, lm.dtype, lm.kernels
         self.batchable, self.batch_invariant = lm.batchable, lm.batch_invariant
         self.prefills_apart, self.max_pass_tokens = lm.prefills_apart, lm.max_pass_tokens
+        self.model = getattr(lm, "model", None)  # the network: a name that is only its class names no weights
 
     def forward(
         self, token_ids: list[int], cache: Any, logits_to_keep: int = 1, allowed: Allowed | None = None

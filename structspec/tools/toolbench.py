@@ -20,6 +20,7 @@ from typing import Any
 import jsonschema
 
 import structspec
+from structspec.decoding.calibrate import packed_cost
 from structspec.models.transformers_lm import LM
 from structspec.tools.peers import PeerRun, hf_prompt_lookup, unconstrained_greedy
 
@@ -138,7 +139,17 @@ def add_peer(tally: Tally, conversation: Conversation, run: PeerRun) -> None:
 
 
 def run(lm: LM, conversations: list[Conversation], max_new_tokens: int, batch_size: int) -> dict[str, Tally]:
-    """Every mode over ``conversations`` (greedy); the tallies by mode. Runs the model; changes nothing else."""
+    """Every mode over ``conversations`` (greedy), after a warm-up of each (first calls' one-off costs, and the
+    pass-cost curve a named model's first decode measures); the tallies by mode. Runs the model; changes nothing
+    else but the curve's cache."""
+    packed_cost(lm)
+    warm = conversations[0]
+    for peer in PEERS.values():
+        peer(lm, lm.encode_prompt(warm.messages, tools=warm.spec().chat_tools()), 2)
+    for options in STRUCTSPEC_MODES.values():
+        structspec.generate_result(lm, warm.spec(), warm.messages, max_new_tokens=2, **options)
+    structspec.generate_batch(lm, [c.spec() for c in conversations[:2]], [c.messages for c in conversations[:2]],
+                              batch_size=2, max_new_tokens=2)
     tallies = {name: Tally() for name in [*PEERS, *STRUCTSPEC_MODES, BATCH]}
     plain: dict[str, list[int]] = {}
     for conversation in conversations:

@@ -157,3 +157,25 @@ def test_expected_kept_tokens_of_a_cut_chain_or_tree() -> None:
     for _ in range(10):
         lengths.record(drafted=3, accepted=0)  # the first drafted token never kept
     assert lengths.expected_kept([-1, 0], [True, True])[-1] < 0.3
+
+
+@pytest.mark.parametrize("draft", ["prompt_lookup", "lookahead"])
+def test_a_row_alone_is_fed_what_pays_on_the_packed_curve(byte_lm, monkeypatch, draft) -> None:
+    from structspec.decoding import loop
+
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "tags": {"type": "array", "items": {
+        "type": "string"}}}, "required": ["name", "tags"]}
+    prompt = 'Copy: {"name":"abc def ghi","tags":["x","yy","zzz"]} {"name":"abc def ghi","tags":["x","yy"]}'
+    plain = structspec.generate_result(byte_lm, schema, prompt, fast_forward="off", draft=None, max_new_tokens=60)
+
+    def run(cost: PassCost, **kw) -> structspec.Result:
+        monkeypatch.setattr(loop, "packed_cost", lambda lm: cost)
+        return structspec.generate_result(byte_lm, schema, prompt, draft=draft, max_new_tokens=60, **kw)
+
+    flat, steep = run(DEFAULT_COST), run(PassCost.linear(0.6))
+    assert flat.token_ids == steep.token_ids == plain.token_ids  # greedy: passes change, never tokens
+    assert sum(steep.stats.tokens_fed) < sum(flat.stats.tokens_fed)  # failing drafts not fed
+    assert max(steep.stats.tokens_fed) < max(flat.stats.tokens_fed)
+    sampled = [run(cost, do_sample=True, seed=3) for cost in (DEFAULT_COST, PassCost.linear(0.6))]
+    assert sampled[0].token_ids == sampled[1].token_ids  # a sampled row's draft is never cut: the same sample
+    assert sampled[0].stats.tokens_fed == sampled[1].stats.tokens_fed
