@@ -151,3 +151,22 @@ def test_the_matcher_and_the_logits_processor_keep_the_budget(byte_lm) -> None:
     allowed = torch.isfinite(logits[0]).nonzero().flatten().tolist()
     assert allowed and all(b"</think>ok".startswith(byte_lm.vocab.token_bytes[t]) or
                            byte_lm.vocab.token_bytes[t].startswith(b"</think>") for t in allowed)
+
+
+def test_a_thinking_budget_before_tool_calls(qwen_lm) -> None:
+    def get_weather(city: str) -> str:
+        """The weather in a city now."""
+
+    spec = Reasoning(structspec.ToolCalls([get_weather], choice="required"), begin="<think>",
+                     max_thinking_tokens=4)
+    plain = structspec.generate_result(qwen_lm, spec, "Weather in Paris?", fast_forward="off", draft=None,
+                                       max_new_tokens=80)
+    assert plain.complete and [c.name for c in plain.value.calls] == ["get_weather"]
+    thought = qwen_lm.tokenizer.encode(plain.thinking, add_special_tokens=False)
+    assert len(thought) <= 4 + 3  # re-encoded: the budget, and a character's rest at most
+    for mode in (dict(), dict(draft="lookahead")):
+        assert structspec.generate_result(qwen_lm, spec, "Weather in Paris?", max_new_tokens=80,
+                                          **mode).token_ids == plain.token_ids
+    (batched, _) = structspec.generate_batch(qwen_lm, [spec, structspec.ToolCalls([get_weather])],
+                                             ["Weather in Paris?", "Hi"], max_new_tokens=80)
+    assert batched.token_ids == plain.token_ids
