@@ -14,7 +14,7 @@ from typing import Any
 
 from structspec.errors import OptionError
 from structspec.schema.constraint import Constraint
-from structspec.schema.structural import Marker, Text, Writer
+from structspec.schema.structural import Marker, Text, Writer, unbudgeted
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,7 @@ class Reasoning:
 
     def __post_init__(self) -> None:
         self.thinking()  # checks the marker and budgets now
+        unbudgeted(self.spec)  # the answer does not open the output
         if isinstance(self.spec, Reasoning):
             raise OptionError("Reasoning(Reasoning(...)): think once, then answer; pass the answer's spec")
         if not isinstance(self.separator, str):
@@ -80,8 +81,5 @@ def reasoning_constraint(spec: Reasoning, writer: Writer, answer: Constraint) ->
         gap = separator.match(rest)
         return thought, rest[gap.end() if gap else 0:]
 
-    if answer.budget is not None:
-        raise OptionError("Reasoning's answer has a token budget (Text(max_tokens=...)): only the output's opening "
-                          "text can have one; bound the thinking with max_thinking_tokens, the answer with max_chars")
     return Constraint(regex, lambda text: answer.parse(split(text)[1]), None, answer.narrowings,
                       tuple(writer.specials), thinking=lambda text: split(text)[0], budget=budget)

@@ -85,6 +85,12 @@ class Sequence:
     def __init__(self, *parts: Any) -> None:
         if not parts:
             raise OptionError("Sequence() has no parts: pass at least one spec")
+        first = parts[0]
+        if len(parts) > 1 and isinstance(first, Text) and first.max_tokens is not None and not first.stop:
+            raise OptionError("a Text with max_tokens and no stop opens a Sequence with more parts: give it a "
+                              "stop, so that the budget knows what to force once it is spent")
+        for part in parts[1:]:
+            unbudgeted(part)
         object.__setattr__(self, "parts", parts)
 
 
@@ -105,6 +111,8 @@ class Triggered:
             raise OptionError("Triggered(tags=()) has no tags: pass at least one Tag")
         if self.at_most is not None and self.at_most < max(self.at_least, 1):
             raise OptionError(f"at_most={self.at_most} is below at_least={self.at_least} (or 1): raise at_most")
+        for tag in self.tags:
+            unbudgeted(tag)
 
 
 STRUCTURAL = (Text, Tag, Sequence, Triggered)
@@ -197,21 +205,15 @@ class Writer:
 
     def budget(self, spec: Any, opening: bytes = b"", end: Marker | None = None) -> TokenBudget | None:
         """The token budget of the `Text` with ``max_tokens`` that opens ``spec`` (after ``opening``; ``end``
-        closes a stopless text: its `Tag`'s end), or None; `OptionError` for a budgeted text anywhere else."""
+        closes a stopless text: its `Tag`'s end), or None. A budgeted text anywhere else was refused when the spec
+        holding it was made (`unbudgeted`)."""
         if isinstance(spec, Text) and spec.max_tokens is not None:
             stops = spec.stop if spec.stop is not None else (end,) if end is not None else ()
             return TokenBudget(spec.max_tokens, opening, tuple(dict.fromkeys(map(self.marker_bytes, stops))))
         if isinstance(spec, Tag):
             return self.budget(spec.content, opening + self.marker_bytes(spec.begin), spec.end)
-        if isinstance(spec, Sequence):
-            first = spec.parts[0]
-            if len(spec.parts) > 1 and isinstance(first, Text) and first.max_tokens is not None and not first.stop:
-                raise OptionError("a Text with max_tokens and no stop opens a Sequence with more parts: give it a "
-                                  "stop, so that the budget knows what to force once it is spent")
-            for part in spec.parts[1:]:
-                unbudgeted(part)
-            return self.budget(first, opening, end)
-        unbudgeted(spec)
+        if isinstance(spec, Sequence):  # (its later parts hold no budget: checked when it was made)
+            return self.budget(spec.parts[0], opening, end)
         return None
 
     def marker_text(self, marker: Marker) -> str:

@@ -12,7 +12,7 @@ import torch
 from pydantic import BaseModel
 
 import structspec
-from structspec import OptionError, Reasoning, Regex, Sequence, Special, Tag, Text
+from structspec import OptionError, Reasoning, Regex, Sequence, Special, Tag, Text, Triggered
 from structspec.automaton.fsm import TokenFSM, apply_token_bitmask_inplace
 from structspec.decoding.fastforward import Forcer
 from structspec.integrations.matcher import Matcher
@@ -99,17 +99,20 @@ def test_a_special_marker_is_forced_once_the_budget_is_spent(qwen_lm) -> None:
     assert walk(fsm, [TOOL_CALL, b"hello", b" world", b"!"]) is None
 
 
-def test_budgeted_text_anywhere_but_the_opening_is_refused(byte_lm) -> None:
+def test_budgeted_text_anywhere_but_the_opening_is_refused_before_any_model() -> None:
     with pytest.raises(OptionError, match="max_tokens must be an int >= 0"):
         Text(max_tokens=-1)
     with pytest.raises(OptionError, match="max_thinking_tokens must be an int >= 0"):
         Reasoning(Answer, max_thinking_tokens=True)
-    with pytest.raises(OptionError, match=re.escape("Text(max_tokens=2) does not open the output")):
-        structspec.compile(Sequence(Regex("x"), Text(stop=("!",), max_tokens=2)), byte_lm)
+    budgeted = Text(stop=("!",), max_tokens=2)
+    for build in (lambda: Sequence(Regex("x"), budgeted), lambda: Sequence(Regex("x"), Tag("<", budgeted, ">")),
+                  lambda: Triggered((Tag("<a>", budgeted, "</a>"),)), lambda: Reasoning(budgeted),
+                  lambda: Reasoning(Sequence(budgeted, Regex("x")))):
+        with pytest.raises(OptionError, match=re.escape("Text(max_tokens=2) does not open the output")):
+            build()
     with pytest.raises(OptionError, match="no stop opens a Sequence with more parts"):
-        structspec.compile(Sequence(Text(max_tokens=2), Regex("x")), byte_lm)
-    with pytest.raises(OptionError, match="Reasoning's answer has a token budget"):
-        structspec.compile(Reasoning(Text(stop=("!",), max_tokens=2)), byte_lm)
+        Sequence(Text(max_tokens=2), Regex("x"))
+    Sequence(Tag("<a>", Text(max_tokens=2), "</a>"), Regex("x"))  # a Tag's content that opens the output: fine
 
 
 PROMPTS = ['Reply {"verdict":"yes"} after thinking.', "Is 7 prime? Think first.", "Think, then answer no."]
