@@ -13,14 +13,13 @@ forced special marker is then the state's only token, so fast-forward writes it 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+import weakref
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from structspec.automaton.fsm import TokenFSM
-from structspec.automaton.index import pack
+from structspec.automaton.index import TokenIndex, cached, pack
 
 
 @dataclass(frozen=True)
@@ -35,6 +34,26 @@ class TokenBudget:
 
 
 _OPENING, _INSIDE, _PAST = 0, 1, 2
+
+
+@dataclass(eq=False)
+class _Learned:
+    """What walks of a `BudgetedFSM` have built: its states (``keys`` by id, ``ids`` by key), steps, spent
+    states' allowed ids and masks, and the ids going on from each end marker's rest. Grows under ``lock``."""
+
+    tables: list[list[dict[int, int]]]  # KMP's automaton of each end marker
+    keys: list[tuple[int, int, int, tuple[int, ...]]] = field(default_factory=list)
+    ids: dict[tuple[int, int, int, tuple[int, ...]], int] = field(default_factory=dict)
+    steps: dict[tuple[int, int], int | None] = field(default_factory=dict)
+    spent: dict[tuple[int, tuple[int, ...]], np.ndarray] = field(default_factory=dict)
+    packed: dict[tuple[int, tuple[int, ...]], np.ndarray] = field(default_factory=dict)
+    ending: dict[bytes, np.ndarray] = field(default_factory=dict)
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+
+# Per token index (kept while the index is: the compile cache's bound holds for these too) and budget.
+_LEARNED: weakref.WeakKeyDictionary[TokenIndex, dict[TokenBudget, _Learned]] = weakref.WeakKeyDictionary()
+_LEARNED_LOCK = threading.Lock()
 
 
 def _partial_matches(marker: bytes) -> list[dict[int, int]]:
@@ -61,31 +80,38 @@ class BudgetedFSM(TokenFSM):
     walk first reaches it, under a lock (the table grows, the language does not)."""
 
     budget: TokenBudget
-    _tables: list[list[dict[int, int]]] = field(init=False, repr=False)
-    _keys: list[tuple[int, int, int, tuple[int, ...]]] = field(default_factory=list, repr=False)
-    _ids: dict[tuple[int, int, int, tuple[int, ...]], int] = field(default_factory=dict, repr=False)
-    _steps: dict[tuple[int, int], int | None] = field(default_factory=dict, repr=False)
-    _spent: dict[tuple[int, tuple[int, ...]], np.ndarray] = field(default_factory=dict, repr=False)
-    _packed: dict[tuple[int, tuple[int, ...]], np.ndarray] = field(default_factory=dict, repr=False)
-    _ending: dict[bytes, np.ndarray] = field(default_factory=dict, repr=False)
-    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    _learned: _Learned = field(init=False, repr=False)
 
     @classmethod
     def over(cls, fsm: TokenFSM, budget: TokenBudget) -> BudgetedFSM:
-        """``fsm`` held to ``budget`` (a new object: ``fsm`` is not changed)."""
+        """``fsm`` held to ``budget`` (a new object: ``fsm`` is not changed). What decoding reaches in it is kept
+        per index and budget, as the index keeps its own masks, so a later compile of the spec starts warm."""
         return cls(fsm.pattern, fsm.index, fsm.info, budget)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_tables", [_partial_matches(m) for m in self.budget.ends])  # (frozen)
+        with _LEARNED_LOCK:
+            learned = _LEARNED.setdefault(self.index, {}).get(self.budget)
+            if learned is None:
+                learned = _LEARNED[self.index][self.budget] = _Learned(
+                    [_partial_matches(m) for m in self.budget.ends])
+        object.__setattr__(self, "_learned", learned)  # (frozen)
         start = (_OPENING, 0, ()) if self.budget.opening else (_INSIDE, 0, (0,) * len(self.budget.ends))
         self._id(super().initial_state, *start)
 
+    @property
+    def _keys(self) -> list[tuple[int, int, int, tuple[int, ...]]]:
+        return self._learned.keys
+
+    @property
+    def _lock(self) -> threading.RLock:
+        return self._learned.lock
+
     def _id(self, state: int, phase: int, count: int, partial: tuple[int, ...]) -> int:
-        key = (state, phase, count, partial)
-        found = self._ids.get(key)
+        key, ids = (state, phase, count, partial), self._learned.ids
+        found = ids.get(key)
         if found is None:
             with self._lock:
-                found = self._ids.setdefault(key, len(self._keys))
+                found = ids.setdefault(key, len(self._keys))
                 if found == len(self._keys):
                     self._keys.append(key)
         return found
@@ -117,21 +143,15 @@ class BudgetedFSM(TokenFSM):
         spent = self._spent_key(state)
         if spent is None:
             return super().allowed_token_ids(self._keys[state][0])
-        return self._cached(self._spent, spent, self._spent_ids)
+        return cached(self._learned.spent, spent, self._spent_ids, self._lock)
 
     def packed_mask(self, state: int) -> np.ndarray:
         spent = self._spent_key(state)
         if spent is None:
             return super().packed_mask(self._keys[state][0])
-        return self._cached(self._packed, spent, lambda key: pack(self._cached(self._spent, key, self._spent_ids),
-                                                                   self.logits_width))
-
-    def _cached(self, cache: dict[Any, np.ndarray], key: Any, compute: Callable[[Any], np.ndarray]) -> np.ndarray:
-        found = cache.get(key)
-        if found is None:
-            with self._lock:
-                found = cache.setdefault(key, compute(key))
-        return found
+        learned = self._learned
+        return cached(learned.packed, spent, lambda key: pack(cached(learned.spent, key, self._spent_ids, self._lock),
+                                                               self.logits_width), self._lock)
 
     def _spent_ids(self, spent: tuple[int, tuple[int, ...]]) -> np.ndarray:
         """The ids a spent budget allows in regex state ``spent[0]`` with the end markers matched to ``spent[1]``."""
@@ -153,23 +173,24 @@ class BudgetedFSM(TokenFSM):
 
     def _ending_ids(self, rest: bytes) -> np.ndarray:
         """Ids spelling a prefix of ``rest`` or ``rest`` and more; for b"", those of continuation bytes alone."""
-        if rest not in self._ending:
+        ending = self._learned.ending
+        if rest not in ending:
             ids = [i for i, b in enumerate(self.vocab.token_bytes) if b and (
                 rest.startswith(b) or b.startswith(rest) if rest else all(0x80 <= c < 0xC0 for c in b))]
-            self._ending[rest] = np.array(ids, dtype=np.int32)
-        return self._ending[rest]
+            ending[rest] = np.array(ids, dtype=np.int32)
+        return ending[rest]
 
     def next_state(self, state: int, token_id: int) -> int | None:
-        key = (state, token_id)
-        if key in self._steps:
-            return self._steps[key]
+        key, steps = (state, token_id), self._learned.steps
+        if key in steps:
+            return steps[key]
         inner, phase, count, partial = self._keys[state]
         after = super().next_state(inner, token_id)
         if after is not None and self._spent_key(state) is not None and token_id not in self.allowed_token_ids(state):
             after = None
         if after is not None:
             after = self._id(after, *self._advance(phase, count, partial, self.vocab.token_bytes[token_id]))
-        self._steps[key] = after
+        steps[key] = after
         return after
 
     def _advance(self, phase: int, count: int, partial: tuple[int, ...], data: bytes) -> tuple[int, int,
@@ -186,7 +207,7 @@ class BudgetedFSM(TokenFSM):
             return _PAST, 0, ()
         matched = list(partial)
         for byte in data:
-            for i, table in enumerate(self._tables):
+            for i, table in enumerate(self._learned.tables):
                 matched[i] = table[matched[i]].get(byte, 0)
                 if matched[i] == len(table):
                     return _PAST, 0, ()

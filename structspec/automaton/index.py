@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -56,6 +57,19 @@ def pack(ids: np.ndarray, logits_width: int) -> np.ndarray:
     bits[ids[ids < logits_width]] = True
     # little bit order, little-endian words: bit j of word i is bits[32*i + j]
     return np.packbits(bits, bitorder="little").view("<i4")
+
+
+def cached(cache: dict[Any, np.ndarray], key: Any, compute: Callable[[Any], np.ndarray],
+           lock: threading.RLock) -> np.ndarray:
+    """``cache[key]``, computed (under ``lock``, reentrant: a computation may read the cache) when first asked;
+    threads sharing the cache get what one thread would."""
+    found = cache.get(key)
+    if found is None:
+        with lock:  # re-read under the lock: another thread may have computed it meanwhile
+            found = cache.get(key)
+            if found is None:
+                found = cache[key] = compute(key)
+    return found
 
 
 class TokenIndex:
@@ -98,13 +112,7 @@ class TokenIndex:
         return self._cached(self._packed, state, self._compute_packed)
 
     def _cached(self, cache: dict[int, np.ndarray], state: int, compute: Callable[[int], np.ndarray]) -> np.ndarray:
-        found = cache.get(state)
-        if found is None:
-            with self._lock:  # re-read under the lock: another thread may have computed it meanwhile
-                found = cache.get(state)
-                if found is None:
-                    found = cache[state] = compute(state)
-        return found
+        return cached(cache, state, compute, self._lock)
 
     def _compute_allowed(self, state: int) -> np.ndarray:
         ids = self._walk_vocabulary(state)

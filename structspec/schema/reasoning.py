@@ -65,8 +65,9 @@ def reasoning_constraint(spec: Reasoning, writer: Writer, answer: Constraint) ->
     """``spec``'s `Constraint`, ``answer`` being its inner spec's: thinking, the end marker, the separator and
     the answer's regex; its value is the answer's, and ``thinking`` reads the thinking text back."""
     opening = writer.marker(spec.begin) if spec.begin is not None else ""
-    thinking = writer.write(spec.thinking())
-    budget = writer.budget(spec.thinking(), writer.marker_bytes(spec.begin) if spec.begin is not None else b"")
+    thought = spec.thinking()
+    thinking = writer.write(thought)
+    budget = writer.budget(thought, writer.marker_bytes(spec.begin) if spec.begin is not None else b"")
     regex = f"{opening}(?:{thinking})(?:{spec.separator})(?:{answer.regex})"
     begin = writer.marker_text(spec.begin) if spec.begin is not None else ""
     end = writer.marker_text(spec.end)

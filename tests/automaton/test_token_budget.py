@@ -70,6 +70,18 @@ def test_the_count_starts_after_the_begin_marker(byte_lm) -> None:
         b"</think>"[:n] for n in range(1, 9)} | {b"</think>ok"}
 
 
+def test_a_later_compile_keeps_the_states_and_masks_decoding_reached(byte_lm) -> None:
+    spec = Reasoning(Regex("ok"), separator="", max_thinking_tokens=2)
+    first = structspec.compile(spec, byte_lm).fsm
+    spent = walk(first, one_byte_each("ab"))
+    allowed = first.allowed_token_ids(spent)
+    again = structspec.compile(spec, byte_lm).fsm
+    assert again is not first and again.knows(spent)  # numbered already: no walk of its own needed
+    assert again.allowed_token_ids(spent) is allowed  # the spent state's ids, computed once
+    other = structspec.compile(Reasoning(Regex("ok"), separator="", max_thinking_tokens=13), byte_lm).fsm
+    assert spent > other.initial_state and not other.knows(spent)  # another budget: states of its own
+
+
 def test_a_spent_budget_without_a_stop_allows_only_the_end(byte_lm) -> None:
     fsm = structspec.compile(Text(max_tokens=2), byte_lm).fsm
     spent = walk(fsm, [b"on", b"c"])
