@@ -118,7 +118,8 @@ def curve_path(lm: LanguageModel, packed: bool = False) -> Path | None:
     name, device, dtype = lm.name, lm.device, lm.dtype
     if not name or name == type(getattr(lm, "model", None)).__name__:
         return None  # a model built in memory is named by its class, which names no weights: no curve of its own
-    kernels = "-onednn" if lm.kernels == "onednn" else ""  # another curve entirely
+    # another curve entirely; "2": oneDNN's layers take a pass in one call, not in calls of 16 rows
+    kernels = "-onednn2" if lm.kernels == "onednn" else ""
     tail = f"{kernels}-packed" if packed else kernels
     key = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{name}-{str(dtype).removeprefix('torch.')}-{device.type}{tail}")
     return cache_dir("pass-cost") / f"{key}.json"

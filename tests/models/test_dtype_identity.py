@@ -83,7 +83,7 @@ def test_a_torch_kernel_row_linear_gives_every_row_its_alone_result(dtype: torch
         layer.invariance = "one"  # as `pack_linears` feeds torch's kernel
         x = _wide(40, inner, seed=inner).to(dtype)
         alone = torch.cat([layer(x[i:i + 1]) for i in range(40)])
-        for rows in (2, 8, 17, 40):  # past the 16 rows `invariant_by` measures, too
+        for rows in (2, 8, 17, 40):  # past a small call's 16 rows, too
             assert torch.equal(layer(x[:rows]), alone[:rows]), (inner, outer, layer.invariance, rows)
 
 
