@@ -6,7 +6,7 @@ from __future__ import annotations
 import codecs
 import json
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import jsonschema
 import pydantic
@@ -16,8 +16,9 @@ from structspec.decoding.factory import make_drafter
 from structspec.decoding.loop import decode_steps
 from structspec.decoding.row import Decoded, RowInput
 from structspec.errors import InvalidOutput, PromptError
-from structspec.models.protocol import Prompt
+from structspec.models.protocol import LanguageModel, Prompt
 from structspec.result import FieldDone, Finished, Result, StreamEvent, TextChunk
+from structspec.schema.toolcalls import showing_tools
 
 if TYPE_CHECKING:
     from structspec.compiled import Compiled
@@ -120,12 +121,25 @@ class _Members:
                 self.depth -= 1
 
 
+def chat_prompt_ids(lm: LanguageModel, prompt: Prompt, tools: list[dict[str, Any]] | None) -> list[int]:
+    """The prompt's token ids on ``lm``; chat messages get ``tools`` (OpenAI-style dicts) through the chat
+    template, or, where the template ignores ``tools=`` (renders the same ids without them), in the system
+    message (`showing_tools`): a model never gets a tool spec without seeing its tools. Changes nothing."""
+    if not tools or not isinstance(prompt, list):
+        return lm.encode_prompt(prompt)
+    ids = lm.encode_prompt(prompt, tools=tools)
+    try:
+        bare = lm.encode_prompt(prompt)
+    except Exception:  # a template that reads `tools` unguarded fails without them: it shows them
+        return ids
+    return lm.encode_prompt(showing_tools(prompt, tools)) if ids == bare else ids
+
+
 def prompt_ids_of(compiled: Compiled, prompt: Prompt) -> list[int]:
-    """The prompt's token ids on the compiled spec's model (chat messages get the spec's tools in the chat
-    template); `PromptError` if it leaves no room for output in the model's context."""
+    """The prompt's token ids on the compiled spec's model (chat messages get the spec's tools:
+    `chat_prompt_ids`); `PromptError` if it leaves no room for output in the model's context."""
     lm = compiled.lm
-    tools = compiled.tools if isinstance(prompt, list) else None
-    ids = lm.encode_prompt(prompt, tools=tools) if tools else lm.encode_prompt(prompt)
+    ids = chat_prompt_ids(lm, prompt, compiled.tools)
     if lm.max_context is not None and len(ids) >= lm.max_context:
         raise PromptError(
             f"the prompt has {len(ids)} tokens but {lm.name} has {lm.max_context} positions for prompt and "

@@ -131,6 +131,24 @@ class ToolCalls:
 BEGIN, END = "<tool_call>", "</tool_call>"
 
 
+def tools_instruction(tools: list[dict[str, Any]]) -> str:
+    """System text that shows a model ``tools`` (OpenAI-style dicts) and the call format the grammar writes,
+    for a chat template that ignores ``tools=`` (`showing_tools`)."""
+    listed = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
+    return (f"You may call these tools, given as JSON function signatures:\n<tools>\n{listed}\n</tools>\n\n"
+            "To call one, write its name and arguments as a JSON object between the markers:\n"
+            f'{BEGIN}\n{{"name": <the tool\'s name>, "arguments": <an object of its arguments>}}\n{END}')
+
+
+def showing_tools(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with `tools_instruction` at the end of their system message, or in a system message of its
+    own before them. Returns new messages; changes nothing."""
+    shown = tools_instruction(tools)
+    if messages and messages[0].get("role") == "system" and isinstance(messages[0].get("content"), str):
+        return [{**messages[0], "content": f"{messages[0]['content']}\n\n{shown}"}, *messages[1:]]
+    return [{"role": "system", "content": shown}, *messages]
+
+
 def toolcalls_constraint(spec: ToolCalls, writer: Writer, arguments: Callable[[Any, str], Constraint],
                          has_token: Callable[[str], bool]) -> Constraint:
     """``spec``'s `Constraint`: the turn's regex and the parser of its `ToolCallsValue`. ``arguments`` resolves

@@ -106,8 +106,8 @@ class CountingLM:
     ) -> torch.Tensor:
         return self.lm.forward_slots(windows, positions, attend, cache, rows, allowed)
 
-    def encode_prompt(self, prompt: Prompt) -> list[int]:
-        return self.lm.encode_prompt(prompt)
+    def encode_prompt(self, prompt: Prompt, tools: list[dict[str, Any]] | None = None) -> list[int]:
+        return self.lm.encode_prompt(prompt, tools)
 
     def new_cache(self) -> Any:
         return self.lm.new_cache()

@@ -21,6 +21,7 @@ import jsonschema
 
 import structspec
 from structspec.decoding.calibrate import packed_cost
+from structspec.events import chat_prompt_ids
 from structspec.models.transformers_lm import LM
 from structspec.tools.peers import PeerRun, hf_prompt_lookup, unconstrained_greedy
 
@@ -145,7 +146,7 @@ def run(lm: LM, conversations: list[Conversation], max_new_tokens: int, batch_si
     packed_cost(lm)
     warm = conversations[0]
     for peer in PEERS.values():
-        peer(lm, lm.encode_prompt(warm.messages, tools=warm.spec().chat_tools()), 2)
+        peer(lm, chat_prompt_ids(lm, warm.messages, warm.spec().chat_tools()), 2)
     for options in STRUCTSPEC_MODES.values():
         structspec.generate_result(lm, warm.spec(), warm.messages, max_new_tokens=2, **options)
     structspec.generate_batch(lm, [c.spec() for c in conversations[:2]], [c.messages for c in conversations[:2]],
@@ -154,7 +155,7 @@ def run(lm: LM, conversations: list[Conversation], max_new_tokens: int, batch_si
     plain: dict[str, list[int]] = {}
     for conversation in conversations:
         spec = conversation.spec()
-        prompt_ids = lm.encode_prompt(conversation.messages, tools=spec.chat_tools())
+        prompt_ids = chat_prompt_ids(lm, conversation.messages, spec.chat_tools())
         for name, peer in PEERS.items():
             add_peer(tallies[name], conversation, peer(lm, prompt_ids, max_new_tokens))
         for name, options in STRUCTSPEC_MODES.items():  # plain masked first: the others are compared with it

@@ -4,6 +4,7 @@ sampling that keeps the constrained distribution."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from typing import Literal, get_args
@@ -14,6 +15,7 @@ from pydantic import BaseModel
 
 import structspec
 from structspec import SchemaError, ToolCall, ToolCalls, ToolCallsValue, ToolError, ToolSchemaError
+from structspec.events import chat_prompt_ids
 
 TOOL_CALL, END_CALL = 151657, 151658
 
@@ -102,6 +104,26 @@ def test_the_chat_template_gets_the_tools(qwen_lm, monkeypatch) -> None:
     # the same ids fed the model: a prompt without tools is shorter
     assert result.stats.prompt_tokens == len(qwen_lm.encode_prompt([{"role": "user", "content": "Hi"}],
                                                                    tools=spec.chat_tools()))
+
+
+@pytest.mark.parametrize("messages", [
+    [{"role": "user", "content": "Hi"}],
+    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+])
+def test_a_template_that_ignores_tools_gets_them_in_the_system_message(qwen_lm, monkeypatch, messages) -> None:
+    # SmolLM2's shipped template renders the messages alone: the model would never see the tools
+    template = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+    monkeypatch.setattr(qwen_lm.tokenizer, "chat_template", template, raising=False)
+    spec = ToolCalls([GetWeather, SEARCH])
+    result = structspec.generate_result(qwen_lm, spec, messages, max_new_tokens=2, draft=None)
+    ids = chat_prompt_ids(qwen_lm, messages, spec.chat_tools())
+    shown = qwen_lm.tokenizer.decode(ids)
+    assert result.stats.prompt_tokens == len(ids)
+    assert shown.count("<system>") == 1 and shown.index("<system>") == 0  # one system message, first
+    assert shown.startswith("<system>Be brief.\n\nYou may call") == (messages[0]["role"] == "system")
+    listed = shown.split("<tools>\n")[1].split("\n</tools>")[0].splitlines()
+    assert [json.loads(line) for line in listed] == spec.chat_tools()
+    assert shown.endswith("<user>Hi") and "<tool_call>" in shown
 
 
 @pytest.mark.parametrize("make, error, words", [
@@ -220,3 +242,12 @@ def test_stream_events_end_with_the_calls(qwen_lm) -> None:
     (done,) = [e for e in events if isinstance(e, structspec.CallDone)]
     assert done.call == result.value.calls[0] and done.text_so_far == result.text
     assert all(isinstance(e, get_args(structspec.StreamEvent)) for e in events)  # the union names them all
+
+
+@pytest.mark.real_model
+def test_the_shipped_smollm2_template_gets_the_tools_in_its_system_message(smollm2) -> None:
+    messages = [{"role": "user", "content": "Weather in Paris?"}]
+    tools = ToolCalls([GetWeather]).chat_tools()
+    shown = smollm2.tokenizer.decode(chat_prompt_ids(smollm2, messages, tools))
+    assert shown.startswith("<|im_start|>system\nYou may call these tools") and '"name": "GetWeather"' in shown
+    assert shown.count("<|im_start|>system") == 1  # in place of the template's default system message
