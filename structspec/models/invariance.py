@@ -19,12 +19,12 @@ own linear changes a row's sums with the row count (float32 and bfloat16), oneDN
 multiplies one row by a long inner dimension with another kernel than two or more,
 and attention over k queries, or over a slot cache with holes and padding, sums in
 another order than one query over exactly its keys. So every linear layer becomes
-a `RowLinear` that feeds its kernel rows in the chunks `invariant_by` measured
+a `RowLinear` that feeds its kernel rows in the chunks `measure_invariance` found
 invariant for its weight shape (any count up to 64, so a pass is one call, else up
-to 16; a lone row padded to two; or one row per call), and `attention_by_row` runs one query row per call over exactly
-the keys it sees, gathered, as the one-token step does: a pass then equals its
-steps, and a batch row its row alone, bit for bit, in every dtype. A prompt's
-prefill (more than `WHOLE_ROWS` rows) runs whole: every decode path prefills a
+to 16; a lone row padded to two; or one row per call), and `attention_by_row` runs
+one query row per call over exactly the keys it sees, gathered, as the one-token
+step does: a pass then equals its steps, and a batch row its row alone, bit for
+bit, in every dtype. A prompt's prefill (more than `WHOLE_ROWS` rows) runs whole: every decode path prefills a
 prompt the same way. The measurement holds for the thread count it ran under.
 """
 
@@ -74,7 +74,8 @@ class RowLinear(torch.nn.Module):
             if len(flat) > WHOLE_ROWS:
                 return self._product(x)
             size = 1 if self.invariance == "one" else self.most
-            out = torch.cat([self._chunk(flat[i:i + size]) for i in range(0, len(flat), size)])
+            chunks = [self._chunk(flat[i:i + size]) for i in range(0, len(flat), size)]
+            out = chunks[0] if len(chunks) == 1 else torch.cat(chunks)  # one call (a pass, mostly): no copy
             return out.reshape(*x.shape[:-1], self.out_features)
 
     def _chunk(self, rows: torch.Tensor) -> torch.Tensor:
