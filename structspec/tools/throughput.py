@@ -28,7 +28,8 @@ B = 1, on the records that ran at B = 1 (greedy: batch shapes change float sums,
 so a divergence can only come from a near-tie). Ratios: each row's records/s over
 its own method's at B = 1, over plain masked decoding's at the same B and over the
 fastest outlines row's; its output tokens/s over transformers unconstrained at its
-fastest B.
+fastest B. Under the table, the prefill floor: every record's prompt prefilled once,
+alone (`structspec.tools.prefill`), the part of each record no method decodes away.
 
 ``--bf16-agreement`` instead decodes each record alone with plain masked decoding
 in float32, then batched with exact fast-forward and prompt lookup in bfloat16,
@@ -62,6 +63,7 @@ from structspec.tools.command import DEFAULT_MAX_NEW_TOKENS
 from structspec.tools.harness import PLAIN, Keywords, judge, methods, spread
 from structspec.tools.peak_memory import PeakMemory
 from structspec.tools.peers import PassCounter, PeerBatch, outlines_batch, outlines_index, unconstrained_batch
+from structspec.tools.prefill import prefill_seconds
 from structspec.tools.tasks import Task, extraction_prompt, load_tasks
 from structspec.tools.throughput_report import (
     DEFAULT,
@@ -185,7 +187,8 @@ def benchmark(lm: LM, tasks: list[Task], matrix: Matrix, console: Console | None
     unconstrained_batch(lm, prompt_ids[:2], 4)
 
     report = Report(lm.name, str(lm.device), _name(lm.model.dtype), _name(resolve_device(str(lm.device))[1]),
-                    torch.get_num_threads(), matrix.max_new_tokens, len(tasks), default, PeakMemory(lm.device).how)
+                    torch.get_num_threads(), matrix.max_new_tokens, len(tasks), default, PeakMemory(lm.device).how,
+                    prefill_seconds=prefill_seconds(lm, prompt_ids))
 
     def add(method: str, batch_size: int, decode: Decode, decoded: list[Task]) -> None:
         report.rows.append(row := measure(lm, decoded, method, batch_size, decode))

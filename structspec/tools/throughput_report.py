@@ -124,6 +124,7 @@ class Report:
     default_method: str  # the method that decodes with generate_batch's defaults
     memory: str  # how peak memory was measured
     rows: list[Measured] = field(default_factory=list)
+    prefill_seconds: float = 0.0  # every record's prompt prefilled once, alone (`prefill_seconds`): all methods pay it
 
     def row(self, method: str, batch_size: int | None = None) -> Measured | None:
         """The row of ``method`` at ``batch_size`` (at any batch size: the first); None if it did not run."""
@@ -231,6 +232,11 @@ def print_report(console: Console, report: Report) -> None:
         f"{os.getloadavg()[0]:.2f}.",
         highlight=False,
     )
+    if report.prefill_seconds:
+        console.print(
+            f"Prefill alone: {report.prefill_seconds / report.records:.3f} s a record (each prompt but its last token "
+            "in one pass, timed once per record; every method pays it, batched or not): were decoding free, "
+            f"{report.records / report.prefill_seconds:.3f} records/s.", highlight=False)
 
 
 def report_json(report: Report) -> dict[str, Any]:

@@ -4,7 +4,9 @@ Each conversation (a line of ``examples/toolcalls.jsonl``: tools, the user's mes
 and the expected calls, arguments copied from the message) is decoded by every mode with the tools in the chat
 template. transformers' rows are unconstrained: their tool-call text is parsed as Qwen's template writes it
 (``<tool_call>{json}</tool_call>``). The report reads the results' own stats: seconds per call, target passes
-per output token, the forced share, drafted acceptance, the valid-call rate and exact-argument accuracy.
+per output token, the forced share, drafted acceptance, the valid-call rate and exact-argument accuracy; and
+seconds per call after the prompt's prefill, which every mode pays alike (`prefill_seconds`, timed once per
+conversation).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from structspec.decoding.calibrate import packed_cost
 from structspec.events import chat_prompt_ids
 from structspec.models.transformers_lm import LM
 from structspec.tools.peers import PeerRun, hf_prompt_lookup, unconstrained_greedy
+from structspec.tools.prefill import prefill_seconds
 
 DATA = Path(__file__).resolve().parents[2] / "examples" / "toolcalls.jsonl"
 
@@ -63,6 +66,7 @@ class Tally:
     """One mode's totals over the conversations."""
 
     seconds: float = 0.0
+    prefill_seconds: float = 0.0  # of ``seconds``: the prompts' prefill alone, the same in every mode
     calls_expected: int = 0
     output_tokens: int = 0
     passes: int = 0
@@ -76,7 +80,8 @@ class Tally:
 
     def row(self) -> list[str]:
         per = lambda a, b: f"{a / b:.3f}" if b else "–"  # noqa: E731
-        return [per(self.seconds, self.calls_expected), per(self.passes, self.output_tokens),
+        return [per(self.seconds, self.calls_expected), per(self.seconds - self.prefill_seconds, self.calls_expected),
+                per(self.passes, self.output_tokens),
                 per(self.forced, self.output_tokens), per(self.accepted, self.drafted),
                 per(self.valid_turns, self.turns), per(self.exact_calls, self.calls_expected),
                 "–" if self.identical is None else f"{self.identical}/{self.turns}"]
@@ -156,6 +161,9 @@ def run(lm: LM, conversations: list[Conversation], max_new_tokens: int, batch_si
     for conversation in conversations:
         spec = conversation.spec()
         prompt_ids = chat_prompt_ids(lm, conversation.messages, spec.chat_tools())
+        prefill = prefill_seconds(lm, [prompt_ids])
+        for tally in tallies.values():
+            tally.prefill_seconds += prefill
         for name, peer in PEERS.items():
             add_peer(tallies[name], conversation, peer(lm, prompt_ids, max_new_tokens))
         for name, options in STRUCTSPEC_MODES.items():  # plain masked first: the others are compared with it
@@ -173,14 +181,17 @@ def run(lm: LM, conversations: list[Conversation], max_new_tokens: int, batch_si
     return tallies
 
 
-HEADER = ["mode", "s / call", "passes / output token", "forced share", "drafted acceptance", "valid calls",
+HEADER = ["mode", "s / call", "s / call after prefill", "passes / output token", "forced share", "drafted acceptance", "valid calls",
           "exact arguments", "= plain masked"]
 
 
 def markdown(tallies: dict[str, Tally]) -> str:
-    """The report as a Markdown table (the docs page's)."""
+    """The report as a Markdown table (the docs page's), then the prefill every mode pays."""
     lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     lines += ["| " + " | ".join([name, *t.row()]) + " |" for name, t in tallies.items()]
+    any_tally = next(iter(tallies.values()), Tally())
+    lines += ["", f"Prefill alone (each prompt but its last token in one pass, timed once per conversation; every "
+                  f"mode pays it): {any_tally.prefill_seconds / max(any_tally.calls_expected, 1):.3f} s / call."]
     return "\n".join(lines)
 
 

@@ -83,6 +83,8 @@ def test_every_row_runs_b1_on_fewer_records_and_peers_at_each_batch_size(
     assert raw["default_method"] == LOOKUP and "+ prompt lookup (default)" in printed
     assert raw["dtype"] == raw["default_dtype"] == DEFAULT_DTYPE and f"resolved to {DEFAULT_DTYPE}" in printed
     assert raw["max_new_tokens"] == 12 and raw["memory"] and raw["records"] == 4
+    assert raw["prefill_seconds"] > 0  # every record's prompt prefilled once, alone
+    assert f"Prefill alone: {raw['prefill_seconds'] / 4:.3f} s a record" in " ".join(printed.split())
     task_ids = [o["task_id"] for o in rows[(PLAIN, 2)]["outputs"]]
     for key, row in rows.items():
         assert row["model_calls"] > 0 and row["seconds"] > 0 and row["peak_memory_mib"] > 0, key

@@ -90,6 +90,13 @@ def test_the_benchmark_runs_every_mode_end_to_end(qwen_lm, monkeypatch) -> None:
     # a forced choice writes its call's skeleton without the model: fewer passes than tokens
     assert tallies["fast-forward"].passes < tallies["fast-forward"].output_tokens
     assert tallies["plain masked"].passes >= tallies["plain masked"].output_tokens
+    # one prefill per conversation, timed apart, counted alike in every mode and taken off its seconds per call
+    prefill = tallies["plain masked"].prefill_seconds
+    assert prefill > 0 and all(t.prefill_seconds == prefill for t in tallies.values())
     table = toolbench.markdown(tallies).splitlines()
-    assert table[0].startswith("| mode | s / call") and len(table) == 2 + len(tallies)
-    assert table[-1].endswith(f"| {len(conversations)}/{len(conversations)} |")
+    assert table[0].startswith("| mode | s / call | s / call after prefill |") and len(table) == 2 + len(tallies) + 2
+    assert table[1 + len(tallies)].endswith(f"| {len(conversations)}/{len(conversations)} |")
+    for line, tally in zip(table[2:], tallies.values()):
+        cells = line.split(" | ")
+        assert cells[2] == f"{(tally.seconds - prefill) / tally.calls_expected:.3f}"
+    assert table[-1].startswith("Prefill alone") and f"{prefill / 4:.3f} s / call" in table[-1]
