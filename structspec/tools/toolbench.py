@@ -181,8 +181,8 @@ def run(lm: LM, conversations: list[Conversation], max_new_tokens: int, batch_si
     return tallies
 
 
-HEADER = ["mode", "s / call", "s / call after prefill", "passes / output token", "forced share", "drafted acceptance", "valid calls",
-          "exact arguments", "= plain masked"]
+HEADER = ["mode", "s / call", "s / call after prefill", "passes / output token", "forced share",
+          "drafted acceptance", "valid calls", "exact arguments", "= plain masked"]
 
 
 def markdown(tallies: dict[str, Tally]) -> str:
