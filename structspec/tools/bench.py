@@ -39,6 +39,7 @@ from structspec.tools.peers import (
     hf_prompt_lookup,
     outlines_backend,
     outlines_greedy,
+    require_outlines,
     unconstrained_greedy,
 )
 from structspec.tools.tasks import Task, extraction_prompt, load_tasks
@@ -273,6 +274,7 @@ def main(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     console = Console() if Console().is_terminal else Console(width=160)
+    require_outlines("structspec bench")  # before the model loads
     # before moving the cache: the converted model stays
     lm = load_model(args.model, args.device, args.dtype, args.kernels)
     draft_model = load_model(args.draft_model, args.device, args.dtype, args.kernels) if args.draft_model else None

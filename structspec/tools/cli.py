@@ -106,9 +106,9 @@ def _compare_arguments(p: argparse.ArgumentParser) -> None:
     from structspec.tools import compare
 
     p.description = compare.__doc__.split("\n\n")[0]
-    p.add_argument("--tasks", default="examples/tasks.jsonl",
-                   help="JSONL of {id, schema, text, expected}, the schema named in --schemas")
-    p.add_argument("--schemas", default="examples/schemas.py", help="a Python file with a SCHEMAS dict")
+    p.add_argument("--tasks", help="JSONL of {id, schema, text, expected}, the schema named in --schemas "
+                                   "(default: the shipped example tasks, examples/tasks.jsonl in a clone)")
+    p.add_argument("--schemas", help="a Python file with a SCHEMAS dict (default: the shipped examples/schemas.py)")
     p.add_argument("--schema", help="instead of --tasks: one Pydantic model for every --input record, as "
                                     "extract names it (package.module:Model or path/to/file.py:Model)")
     p.add_argument("--input", help="with --schema: the documents, as extract reads them (JSONL, CSV, a folder of "

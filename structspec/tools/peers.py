@@ -11,6 +11,7 @@ left-pad their prompts, as outlines and transformers do for a list of prompts.
 
 from __future__ import annotations
 
+import importlib.util
 import time
 import weakref
 from dataclasses import dataclass
@@ -18,7 +19,10 @@ from typing import Any
 
 import torch
 
+from structspec.jobs.errors import JobConfigError
 from structspec.models.transformers_lm import LM
+
+OUTLINES_REQUIREMENT = "outlines>=1.2,<2"  # as pyproject's dev extra pins it
 
 
 @dataclass(frozen=True)
@@ -56,14 +60,24 @@ class PeerBatch:
 _BACKENDS: weakref.WeakKeyDictionary[LM, Any] = weakref.WeakKeyDictionary()
 
 
+def require_outlines(benchmark: str) -> None:
+    """Raise `JobConfigError` naming the install when the outlines package, a peer in ``benchmark``, is not
+    importable (structspec itself does not need it). Changes nothing."""
+    if importlib.util.find_spec("outlines") is None:
+        raise JobConfigError(f"{benchmark} compares with the outlines package, which is not installed; "
+                             f"pip install '{OUTLINES_REQUIREMENT}' (the dev extra has it)")
+
+
 def outlines_backend(lm: LM) -> Any:
-    """outlines' `OutlinesCoreBackend` for ``lm`` (its vocabulary is built once per LM).
+    """outlines' `OutlinesCoreBackend` for ``lm`` (its vocabulary is built once per LM); `JobConfigError` when
+    outlines is not installed.
 
     Note: ``outlines.from_transformers`` sets the tokenizer's ``padding_side`` to
     "left" and fills in ``pad_token_id`` when missing.
     """
     backend = _BACKENDS.get(lm)
     if backend is None:
+        require_outlines("this benchmark")
         import outlines
         from outlines.backends.outlines_core import OutlinesCoreBackend
 

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from structspec.jobs import spec as job_spec
 from structspec.jobs.errors import JobConfigError
 from structspec.jobs.records import read_inputs
 
-_REPO_ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE_DATA = "structspec.example_data"  # the clone's examples/, shipped inside the wheel under this name
 
 
 @dataclass(frozen=True)
@@ -35,12 +36,10 @@ class Task:
     expected: dict[str, Any] | None
 
 
-def _resolve(path: str | Path) -> Path:
-    """``path`` as given if it exists from the cwd, else relative to the repo root."""
-    p = Path(path)
-    if p.is_absolute() or p.exists():
-        return p
-    return _REPO_ROOT / p
+def example_file(name: str) -> Path:
+    """The path of the shipped example file ``name`` (``examples/NAME`` in a clone, inside the installed package
+    otherwise), whatever the working directory. Reads nothing."""
+    return Path(str(files(EXAMPLE_DATA).joinpath(name)))  # a real file: the package is installed unzipped
 
 
 @contextmanager
@@ -66,10 +65,10 @@ def load_spec(arg: str) -> Any:
         return job_spec.load_spec(arg)
 
 
-def load_schemas(path: str | Path = "examples/schemas.py") -> dict[str, type[BaseModel]]:
-    """The ``SCHEMAS`` dict of a Python file, imported by path with the modules beside it importable
-    (`JobConfigError` when it cannot be)."""
-    file = _resolve(path)
+def load_schemas(path: str | Path | None = None) -> dict[str, type[BaseModel]]:
+    """The ``SCHEMAS`` dict of a Python file (None: the shipped ``examples/schemas.py``), imported by path with
+    the modules beside it importable (`JobConfigError` when it cannot be)."""
+    file = example_file("schemas.py") if path is None else Path(path)
     with importable_beside(file):
         module = job_spec.import_file(file)
     if not isinstance(getattr(module, "SCHEMAS", None), dict):
@@ -77,11 +76,13 @@ def load_schemas(path: str | Path = "examples/schemas.py") -> dict[str, type[Bas
     return module.SCHEMAS
 
 
-def load_tasks(path: str | Path = "examples/tasks.jsonl", schemas: str | Path = "examples/schemas.py") -> list[Task]:
-    """Read a JSONL file of ``{"id", "schema", "text", "expected"}`` records."""
+def load_tasks(path: str | Path | None = None, schemas: str | Path | None = None) -> list[Task]:
+    """Read a JSONL file of ``{"id", "schema", "text", "expected"}`` records, each schema named in the
+    ``SCHEMAS`` of ``schemas`` (None: the shipped ``examples/tasks.jsonl`` and ``examples/schemas.py``)."""
     by_name = load_schemas(schemas)
+    file = example_file("tasks.jsonl") if path is None else Path(path)
     tasks = []
-    for line in _resolve(path).read_text(encoding="utf-8").splitlines():
+    for line in file.read_text(encoding="utf-8").splitlines():
         if not line.strip():
             continue
         record = json.loads(line)

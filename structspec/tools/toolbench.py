@@ -27,8 +27,9 @@ from structspec.events import chat_prompt_ids
 from structspec.models.transformers_lm import LM
 from structspec.tools.peers import PeerRun, hf_prompt_lookup, unconstrained_greedy
 from structspec.tools.prefill import prefill_seconds
+from structspec.tools.tasks import example_file
 
-DATA = Path(__file__).resolve().parents[2] / "examples" / "toolcalls.jsonl"
+DATA = example_file("toolcalls.jsonl")  # examples/ in a clone, shipped in the wheel
 
 STRUCTSPEC_MODES: dict[str, dict[str, Any]] = {
     "plain masked": {"fast_forward": "off", "draft": None},

@@ -1,6 +1,6 @@
-"""The built wheel holds what an installed structspec needs: every module, the grammar files, the license, its
-name on the package index and the `structspec` command. (Installing it in a fresh venv and running the CLI is
-the slower CI step `.ci/wheel-check`.)"""
+"""The built wheel holds what an installed structspec needs: every module, the grammar files, the example data
+the CLI's commands default to, the license, its name on the package index and the `structspec` command.
+(Installing it in a fresh venv and running every command is the slower CI step `.ci/wheel-check`.)"""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     # workers building in the clone at once would share it.
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, source / name)
-    for name in ("structspec", "grammars"):
+    for name in ("structspec", "grammars", "examples"):
         shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
     # No build isolation: the venv's setuptools (a dev requirement) builds it, with no index to reach.
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out),
@@ -52,6 +52,29 @@ def test_ships_every_module_and_grammar_file(wheel: zipfile.ZipFile) -> None:
     grammars = {f"structspec/grammar_data/{p.name}" for p in (ROOT / "grammars").glob("*.toml")}
     assert grammars, "no grammar files found in grammars/"
     assert not (modules | grammars | {"structspec/py.typed"}) - names
+
+
+def test_ships_the_example_data_the_commands_default_to(wheel: zipfile.ZipFile) -> None:
+    data = {"tasks.jsonl", "schemas.py", "toolcalls.jsonl", "invoices.jsonl", "invoice.schema.json",
+            "invoice_prompt.txt"}
+    assert not {f"structspec/example_data/{name}" for name in data} - set(wheel.namelist())
+
+
+def test_the_default_tasks_and_conversations_load_from_the_installed_wheel(wheel: zipfile.ZipFile,
+                                                                           tmp_path: Path) -> None:
+    site, cwd = tmp_path / "site", tmp_path / "elsewhere"
+    cwd.mkdir()
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(site),
+                    wheel.filename], check=True, capture_output=True)
+    # The installed copy first on the path, run from a folder with no examples/ in it: nothing of the clone.
+    code = ("import sys; sys.path.insert(0, sys.argv[1])\n"
+            "from structspec.tools import tasks, toolbench, cli, compare\n"
+            "assert tasks.__file__.startswith(sys.argv[1]), tasks.__file__\n"
+            "print(len(tasks.load_tasks()), len(toolbench.load_conversations()),"
+            " len(compare.load_compare_tasks(cli.parser('compare').parse_args(['compare']))))")
+    out = subprocess.run([sys.executable, "-c", code, str(site)], cwd=cwd, check=True, capture_output=True, text=True)
+    shipped = len((ROOT / "examples" / "toolcalls.jsonl").read_text().splitlines())
+    assert out.stdout.split() == ["36", str(shipped), "36"]
 
 
 def test_license_and_command(wheel: zipfile.ZipFile) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import sys
 from pathlib import Path
 from typing import Literal
 
@@ -23,8 +24,17 @@ def test_tasks_load_with_unique_ids_and_known_schemas():
 
 
 def test_tasks_load_from_any_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)  # the default paths fall back to the repository's examples/
+    monkeypatch.chdir(tmp_path)  # the defaults are the package's example data, not paths from the cwd
     assert len(load_tasks()) == 36
+
+
+def test_a_tasks_path_is_read_from_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.jsonl").write_text('{"id": "c1", "schema": "contact", "text": "Ann, ann@x.org"}\n')
+    (task,) = load_tasks("mine.jsonl")  # the shipped schemas by default
+    assert (task.id, task.schema_name, task.expected) == ("c1", "contact", None)
+    with pytest.raises(FileNotFoundError):
+        load_tasks("examples/tasks.jsonl")  # a relative path is the cwd's, not the clone's
 
 
 def test_a_schemas_file_that_cannot_be_imported_is_a_configuration_error(tmp_path: Path) -> None:
@@ -186,3 +196,15 @@ def test_batched_peers_left_pad_and_decode_each_row_as_it_decodes_alone(byte_lm:
         assert batch.forward_passes == max(passes)  # a batch runs until its last row stops
         assert passes == [len(ids) + eos for ids, eos in zip(batch.token_ids, batch.chose_eos)]
     assert all(mixed.chose_eos) and mixed.mask_seconds > 0 and plain.mask_seconds == 0
+
+
+def test_bench_without_outlines_names_the_install_before_any_model_loads(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from structspec.tools import bench
+    from structspec.tools.cli import main
+    from structspec.tools.command import EXIT_CONFIG
+
+    monkeypatch.setitem(sys.modules, "outlines", None)  # `import outlines` raises ImportError, as when not installed
+    monkeypatch.setattr(bench, "load_model", lambda *a: pytest.fail("the model loaded before the check"))
+    assert main(["bench", "--limit", "1"]) == EXIT_CONFIG
+    assert "pip install 'outlines>=1.2,<2'" in capsys.readouterr().err
