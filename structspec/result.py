@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
+import inspect
+import json
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
+
+from structspec.errors import ToolError
 
 StopReason = Literal["eos", "fsm_complete", "max_new_tokens", "max_context", "invalid", "error"]
 """``eos``: the model chose EOS in a final state; ``fsm_complete``: the FSM allowed nothing but EOS;
@@ -144,13 +150,83 @@ class ToolCall:
     name: str
     arguments: Any
 
+    def keywords(self) -> dict[str, Any]:
+        """The arguments as keyword arguments for the tool's Python function: a Pydantic instance's fields by
+        their aliases (so a typed function's parameters by their own names, ``_x`` and ``model_config`` too),
+        values as validated (nested models stay models); a dict as it is. Changes nothing."""
+        fields = getattr(type(self.arguments), "model_fields", None)
+        if fields is None:
+            return dict(self.arguments)
+        return {info.alias or name: getattr(self.arguments, name) for name, info in fields.items()}
+
+    def json_arguments(self) -> dict[str, Any]:
+        """The arguments as JSON values (a Pydantic instance dumped by alias), as a chat message carries them.
+        Changes nothing."""
+        dump = getattr(self.arguments, "model_dump", None)
+        return dump(mode="json", by_alias=True) if dump is not None else dict(self.arguments)
+
 
 @dataclass(frozen=True)
 class ToolCallsValue:
-    """`ToolCalls`' value: the free text before the calls and the calls, in order."""
+    """`ToolCalls`' value: the free text before the calls and the calls, in order. ``unmarked_calls``: calls to
+    the given tools that an ``auto`` turn wrote in its free text without the markers (bare JSON or a fenced
+    block, as small models often do); they are not in ``calls``, and reading them warns.
+
+    The next turn of the conversation::
+
+        messages.append(turn.assistant_message())
+        messages += turn.run([get_weather, send_email])   # the tool messages, one per call
+    """
 
     text: str
     calls: list[ToolCall] = field(default_factory=list)
+    unmarked_calls: list[ToolCall] = field(default_factory=list)
+
+    def call_ids(self) -> list[str]:
+        """An id per call (``call_`` and 9 hex digits of the turn's text and the call's place): the same turn gets
+        the same ids, and `tool_messages` links each result to its call by it. Changes nothing."""
+        return [f"call_{hashlib.sha256(f'{i}:{self.text}:{c}'.encode()).hexdigest()[:9]}"
+                for i, c in enumerate(self.calls)]
+
+    def assistant_message(self) -> dict[str, Any]:
+        """The turn as the assistant message of the next prompt, in the OpenAI shape chat templates take:
+        ``content`` (the text) and ``tool_calls`` (each ``{"id", "type": "function", "function": {"name",
+        "arguments"}}``, the arguments a dict as transformers' templates read them; ``json.dumps`` them for
+        OpenAI's API, which takes a string). Changes nothing."""
+        message: dict[str, Any] = {"role": "assistant", "content": self.text}
+        if self.calls:
+            message["tool_calls"] = [{"id": i, "type": "function", "function": {
+                "name": c.name, "arguments": c.json_arguments()}} for i, c in zip(self.call_ids(), self.calls)]
+        return message
+
+    def tool_messages(self, results: list[Any]) -> list[dict[str, Any]]:
+        """The ``tool`` messages that answer the calls, ``results[i]`` answering ``calls[i]``: a str as it is,
+        anything else as JSON (a Pydantic instance dumped). Changes nothing."""
+        if len(results) != len(self.calls):
+            raise ToolError(f"{len(results)} results for {len(self.calls)} calls: pass one result per call")
+        return [{"role": "tool", "tool_call_id": i, "name": c.name, "content": _content(r)}
+                for i, c, r in zip(self.call_ids(), self.calls, results)]
+
+    def run(self, functions: Mapping[str, Callable[..., Any]] | Iterable[Callable[..., Any]]) -> list[dict[str, Any]]:
+        """Call each call's Python function with its validated arguments as keywords (`ToolCall.keywords`), in
+        order, and return the `tool_messages` of what they return. ``functions``: a dict of tool name to
+        function, or functions named as their tools (the list given to `ToolCalls`; its models and dicts are
+        skipped). Runs the functions, which may change anything; an exception of a function propagates.
+        `ToolError` before any call runs where a call's tool has no function."""
+        named = dict(functions) if isinstance(functions, Mapping) else {
+            f.__name__: f for f in functions if inspect.isfunction(f) or inspect.ismethod(f)}
+        if missing := sorted({c.name for c in self.calls} - set(named)):
+            raise ToolError(f"no function for the tool {missing[0]!r}: pass it in functions, by name "
+                              f"({{{missing[0]!r}: function}}) or as a function of that name")
+        return self.tool_messages([named[c.name](**c.keywords()) for c in self.calls])
+
+
+def _content(result: Any) -> str:
+    """A tool's result as a message's content: a str as it is, anything else as JSON."""
+    if isinstance(result, str):
+        return result
+    return json.dumps(result, ensure_ascii=False, default=lambda o: o.model_dump(mode="json") if hasattr(
+        o, "model_dump") else str(o))
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,12 @@ from __future__ import annotations
 import inspect
 import json
 import re
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import jsonschema
 import pydantic
 
 from structspec.errors import SchemaError, ToolError, ToolSchemaError
@@ -51,7 +53,8 @@ class Tool:
 
 def tool_of(tool: Any, where: int) -> Tool:
     """``tool`` (an OpenAI-style dict, a Pydantic model class, or a typed function) as a `Tool`; `ToolError`
-    naming its place ``where`` in the list for anything else or a tool without a name."""
+    naming its place ``where`` in the list for anything else or a tool without a name, and naming the parameter
+    of a function whose signature a call's named arguments cannot map exactly (`arguments_model`)."""
     if isinstance(tool, dict):
         function = tool.get("function", tool) if tool.get("type", "function") == "function" else None
         name = function.get("name") if isinstance(function, dict) else None
@@ -64,17 +67,87 @@ def tool_of(tool: Any, where: int) -> Tool:
         schema = tool.model_json_schema()
         return Tool(tool.__name__, inspect.getdoc(tool) or "", schema, tool)
     if inspect.isfunction(tool) or inspect.ismethod(tool):
-        fields: dict[str, Any] = {}
-        for name, parameter in inspect.signature(tool).parameters.items():
-            if parameter.annotation is inspect.Parameter.empty:
-                raise ToolError(f"tool {tool.__name__!r}: parameter {name!r} has no type annotation; annotate it "
-                                "(e.g. city: str) so its arguments have a schema")
-            default = ... if parameter.default is inspect.Parameter.empty else parameter.default
-            fields[name] = (parameter.annotation, default)
-        model = pydantic.create_model(tool.__name__, **fields)
-        return Tool(tool.__name__, inspect.getdoc(tool) or "", model.model_json_schema(), model)
+        model, schema = arguments_model(tool)
+        return Tool(tool.__name__, inspect.getdoc(tool) or "", schema, model)
     raise ToolError(f"tools[{where}] is a {type(tool).__name__}: pass an OpenAI-style function dict, a Pydantic "
                     "model class, or a typed Python function")
+
+
+_JSON_TYPES = ("annotate it with a type JSON holds (str, int, float, bool, None, Literal[...], a list or dict of "
+               "them, or a Pydantic model)")
+
+
+def arguments_model(function: Callable[..., Any]) -> tuple[type[pydantic.BaseModel], dict[str, Any]]:
+    """The Pydantic model of ``function``'s parameters (named as the function) and its JSON Schema: one property
+    per parameter, named exactly as the parameter. A name Pydantic keeps for itself (``_x``, ``model_config``,
+    ``json``) is the alias of a field named otherwise (`ToolCall.keywords` maps it back). `ToolError` naming the
+    parameter for what a call's named arguments cannot carry (``*args``, ``**kwargs``, positional-only), a
+    missing annotation, or an annotation without a JSON Schema."""
+    name = function.__name__
+    parameters = inspect.signature(function).parameters
+    fields: dict[str, Any] = {}
+    for parameter in parameters.values():
+        shown = {inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"}.get(parameter.kind, "")
+        if shown:
+            raise ToolError(f"tool {name!r}: parameter {shown}{parameter.name} takes any number of arguments, and a "
+                            "call passes each argument by name: list them as named parameters, or take one list "
+                            f"or dict parameter (e.g. {parameter.name}: list[int])")
+        if parameter.kind is inspect.Parameter.POSITIONAL_ONLY:
+            raise ToolError(f"tool {name!r}: parameter {parameter.name!r} is positional-only, and a call passes "
+                            "arguments by name: remove the '/' from its signature")
+        if parameter.annotation is inspect.Parameter.empty:
+            raise ToolError(f"tool {name!r}: parameter {parameter.name!r} has no type annotation; annotate it "
+                            "(e.g. city: str) so its arguments have a schema")
+        annotation = _resolved(function, parameter)
+        default = ... if parameter.default is inspect.Parameter.empty else parameter.default
+        field_name = _field_name(parameter.name, parameters)
+        fields[field_name] = (annotation, default if field_name == parameter.name else
+                              pydantic.Field(default, alias=parameter.name))
+    try:
+        return _model(name, fields)
+    except (pydantic.PydanticUserError, TypeError, ValueError, NameError) as error:
+        for (field_name, spec), parameter in zip(fields.items(), parameters.values()):  # the one that fails alone
+            try:
+                _model(name, {field_name: spec})
+            except (pydantic.PydanticUserError, TypeError, ValueError, NameError) as alone:
+                raise ToolError(f"tool {name!r}: parameter {parameter.name!r} has no JSON Schema "
+                                f"({_first_line(alone)}): {_JSON_TYPES}") from error
+        raise ToolError(f"tool {name!r}: its parameters have no JSON Schema ({_first_line(error)}): "
+                        f"{_JSON_TYPES}") from error
+
+
+def _model(name: str, fields: dict[str, Any]) -> tuple[type[pydantic.BaseModel], dict[str, Any]]:
+    # (no protected namespaces: a parameter such as model_name is the user's, not Pydantic's)
+    model = pydantic.create_model(name, __config__=pydantic.ConfigDict(protected_namespaces=()), **fields)
+    return model, model.model_json_schema()
+
+
+def _resolved(function: Callable[..., Any], parameter: inspect.Parameter) -> Any:
+    """``parameter``'s annotation, a string one (``from __future__ import annotations``) evaluated in the
+    function's module as `typing.get_type_hints` does; `ToolError` where it names nothing there."""
+    if not isinstance(parameter.annotation, str):
+        return parameter.annotation
+    try:
+        return eval(parameter.annotation, getattr(function, "__globals__", {}))  # noqa: S307 (as typing does)
+    except (NameError, AttributeError, SyntaxError, TypeError) as error:
+        raise ToolError(f"tool {function.__name__!r}: parameter {parameter.name!r}'s annotation "
+                        f"{parameter.annotation!r} does not resolve in its module ({_first_line(error)}): define "
+                        "the types it names at module level") from None
+
+
+def _field_name(name: str, taken: Any) -> str:
+    """A Pydantic field name for the parameter ``name``: itself, or one that is no parameter's where Pydantic
+    keeps ``name`` for itself (a leading underscore, a `BaseModel` attribute such as ``model_config``)."""
+    if not name.startswith("_") and not hasattr(pydantic.BaseModel, name):
+        return name
+    stem, n = f"{name.strip('_') or 'arg'}_", 0
+    while f"{stem}{n}" in taken or hasattr(pydantic.BaseModel, f"{stem}{n}"):
+        n += 1
+    return f"{stem}{n}"
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 @dataclass(frozen=True, init=False)
@@ -129,6 +202,7 @@ class ToolCalls:
 
 
 BEGIN, END = "<tool_call>", "</tool_call>"
+_NAME, _ARGUMENTS = '{"name": ', ', "arguments": '  # a call's JSON opens with these, around its name
 
 
 def tools_instruction(tools: list[dict[str, Any]]) -> str:
@@ -166,7 +240,8 @@ def toolcalls_constraint(spec: ToolCalls, writer: Writer, arguments: Callable[[A
         except SchemaError as e:
             raise ToolSchemaError(tool.name, e) from None
         parsers[tool.name] = args.parse
-        skeleton = f'\n{{"name": "{tool.name}", "arguments": '
+        # the name as JSON writes it (a quote, backslash or control character escaped), as chat templates show it
+        skeleton = f'\n{_NAME}{json.dumps(tool.name, ensure_ascii=False)}{_ARGUMENTS}'
         calls.append(Tag(begin, _Raw(re.escape(skeleton) + f"(?:{args.regex})" + re.escape("}\n")), end))
     if spec.choice == "none":  # (text that never writes a begin marker's text either)
         regex = writer.write(Text(avoid=(BEGIN,)))
@@ -178,7 +253,9 @@ def toolcalls_constraint(spec: ToolCalls, writer: Writer, arguments: Callable[[A
                                        at_most=None if spec.parallel and not forced else 1,
                                        text=spec.choice == "auto", separator="\n"))
     shown = (writer.marker_text(begin), writer.marker_text(end))
-    return Constraint(regex, lambda text: parse_turn(text, shown, parsers), None, (), tuple(writer.specials),
+    unmarked = spec.choice == "auto"  # (an auto turn's text may hold a call the model wrote without markers)
+    return Constraint(regex, lambda text: parse_turn(text, shown, parsers, unmarked), None, (),
+                      tuple(writer.specials),
                       events=lambda: CallReader(shown, parsers))
 
 
@@ -194,33 +271,114 @@ def raw_inner(spec: Any) -> Constraint | None:
     return Constraint(spec.regex, lambda text: text, None) if isinstance(spec, _Raw) else None
 
 
-def parse_turn(text: str, markers: tuple[str, str], parsers: dict[str, Callable[[str], Any]]) -> ToolCallsValue:
-    """The `ToolCallsValue` of a turn's text: the text before the first begin marker, then each call's JSON
-    between its markers, its arguments validated by the tool's parser (which raises on invalid ones)."""
+def parse_turn(text: str, markers: tuple[str, str], parsers: dict[str, Callable[[str], Any]],
+               unmarked: bool = False) -> ToolCallsValue:
+    """The `ToolCallsValue` of a turn's text: the text before the first begin marker, then each call, read where
+    the grammar put it — the JSON after a begin marker, decoded as one value (so marker text inside its strings
+    is argument text), then its end marker — and its arguments validated by the tool's parser (which raises on
+    invalid ones). ``unmarked``: also look in the free text for calls written without the markers (an ``auto``
+    turn), kept in ``unmarked_calls`` with a warning. `ValueError` for a call that is not whole."""
     begin, end = markers
-    head, *segments = text.split(begin)
-    calls = []
-    for segment in segments:
-        call = json.loads(segment.split(end)[0])
-        calls.append(ToolCall(call["name"], parsers[call["name"]](json.dumps(call["arguments"]))))
-    return ToolCallsValue(head, calls)
+    at, calls, free = text.find(begin), [], []
+    free.append(text if at < 0 else text[:at])
+    while at >= 0:
+        found = locate_call(text, at + len(begin), end)
+        if found is None:
+            raise ValueError(f"the call opened at character {at} is not whole: {text[at:at + 80]!r}")
+        name, arguments, stop = found
+        if name not in parsers:
+            raise ValueError(f"the call at character {at} names no tool: {name!r}")
+        calls.append(ToolCall(name, parsers[name](arguments)))
+        at = text.find(begin, stop)
+        free.append(text[stop:] if at < 0 else text[stop:at])
+    value = ToolCallsValue(free[0], calls)
+    if unmarked and (written := unmarked_calls("".join(free), parsers)):
+        warnings.warn(f"the model wrote {len(written)} call(s) to {', '.join(sorted({c.name for c in written}))} "
+                      f"as text, without the {begin} markers: they are in unmarked_calls, not in calls; where a "
+                      "call is needed, use choice='required' or name the tool", stacklevel=2)
+        value = ToolCallsValue(free[0], calls, written)
+    return value
+
+
+_DECODER = json.JSONDecoder()
+_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+def locate_call(text: str, at: int, end: str) -> tuple[str, str, int] | None:
+    """The call whose JSON follows ``at`` (just after its begin marker), as the grammar writes it: its tool's name,
+    its arguments' JSON text, and where its end marker ends; None where ``text`` holds less than that (a turn still
+    streaming). JSON strings are decoded whole, so marker text inside them is no marker. Changes nothing."""
+    try:
+        at = _SPACE.match(text, at).end()
+        if not text.startswith(_NAME, at):
+            return None
+        name, at = _DECODER.raw_decode(text, at + len(_NAME))
+        if not isinstance(name, str) or not text.startswith(_ARGUMENTS, at):
+            return None
+        start = at + len(_ARGUMENTS)
+        _, at = _DECODER.raw_decode(text, start)
+    except json.JSONDecodeError:
+        return None
+    if not text.startswith("}", at):
+        return None
+    close = _SPACE.match(text, at + 1).end()
+    return (name, text[start:at], close + len(end)) if text.startswith(end, close) else None
+
+
+def unmarked_calls(text: str, parsers: dict[str, Callable[[str], Any]]) -> list[ToolCall]:
+    """Calls to the given tools written in free ``text`` without markers, as small models often write them: a
+    JSON object ``{"name": ..., "arguments": {...}}`` (or ``"parameters"``), bare or in a fenced block, whose
+    arguments the tool's parser accepts. Changes nothing."""
+    found, at = [], text.find("{")
+    while at >= 0:
+        try:
+            value, stop = _DECODER.raw_decode(text, at)
+        except json.JSONDecodeError:
+            at = text.find("{", at + 1)
+            continue
+        call = _as_call(value, parsers)
+        if call is not None:
+            found.append(call)
+        at = text.find("{", stop if call is not None else at + 1)
+    return found
+
+
+def _as_call(value: Any, parsers: dict[str, Callable[[str], Any]]) -> ToolCall | None:
+    if not isinstance(value, dict) or value.get("name") not in parsers:
+        return None
+    arguments = value.get("arguments", value.get("parameters"))
+    if isinstance(arguments, str):  # (OpenAI's wire format: the arguments as a JSON string)
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            return None
+    if not isinstance(arguments, dict):
+        return None
+    try:
+        return ToolCall(value["name"], parsers[value["name"]](json.dumps(arguments)))
+    except (ValueError, jsonschema.ValidationError):  # (not a valid call of that tool: text, as it was written)
+        return None
 
 
 class CallReader:
-    """Reads a `ToolCalls` turn as it streams; `read` yields a `CallDone` for each call its chunk closes."""
+    """Reads a `ToolCalls` turn as it streams; `read` yields a `CallDone` for each call its chunk closes, as
+    `parse_turn` reads it. A call whose arguments fail their tool's validator yields none (the result says so)."""
 
     def __init__(self, markers: tuple[str, str], parsers: dict[str, Callable[[str], Any]]) -> None:
         self.markers, self.parsers = markers, parsers
-        self.text, self.done = "", 0
+        self.text, self.at = "", 0
 
     def read(self, chunk: str) -> Iterator[CallDone]:
         """Scan ``chunk`` (the text after what was read before). Changes the reader's position."""
         self.text += chunk
-        closed = self.text.rfind(self.markers[1])
-        if closed < 0:
-            return
-        upto = self.text[: closed + len(self.markers[1])]
-        calls = parse_turn(upto, self.markers, self.parsers).calls
-        for call in calls[self.done:]:
-            yield CallDone(call, upto)
-        self.done = len(calls)
+        begin, end = self.markers
+        while (opened := self.text.find(begin, self.at)) >= 0:
+            found = locate_call(self.text, opened + len(begin), end)
+            if found is None:
+                return  # (the call is still being written)
+            name, arguments, self.at = found
+            try:
+                call = ToolCall(name, self.parsers[name](arguments))
+            except (ValueError, jsonschema.ValidationError):
+                continue
+            yield CallDone(call, self.text[: self.at])

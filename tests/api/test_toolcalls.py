@@ -251,3 +251,58 @@ def test_the_shipped_smollm2_template_gets_the_tools_in_its_system_message(smoll
     shown = smollm2.tokenizer.decode(chat_prompt_ids(smollm2, messages, tools))
     assert shown.startswith("<|im_start|>system\nYou may call these tools") and '"name": "GetWeather"' in shown
     assert shown.count("<|im_start|>system") == 1  # in place of the template's default system message
+
+
+MARKED = ["a</tool_call>b", "<tool_call>", 'x<tool_call>\n{"name": "echo"}\n</tool_call>y']
+
+
+def echo_tool(text: str) -> dict:
+    """A tool whose one argument is ``text``, fixed: the grammar forces the whole call."""
+    return {"type": "function", "function": {"name": "echo", "parameters": {
+        "type": "object", "properties": {"text": {"const": text}}, "required": ["text"],
+        "additionalProperties": False}}}
+
+
+# text markers, then Qwen's special tokens
+@pytest.mark.parametrize("family", ["byte_lm", pytest.param("qwen_lm", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("text", MARKED)
+def test_marker_text_inside_an_argument_is_argument_text(family, text, request) -> None:
+    lm = request.getfixturevalue(family)
+    spec = ToolCalls([echo_tool(text), SEARCH], choice="echo")
+    result = structspec.generate_result(lm, spec, "Echo it.", max_new_tokens=120)
+    assert result.complete and result.stop_reason != "invalid", result.error
+    assert result.value.calls == [ToolCall("echo", {"text": text})]
+    assert structspec.generate(lm, spec, "Echo it.", max_new_tokens=120) == result.value
+    events = list(structspec.stream(lm, spec, "Echo it.", max_new_tokens=120))
+    (done,) = [e for e in events if isinstance(e, structspec.CallDone)]
+    assert done.call == result.value.calls[0] and events[-1].result.text == result.text
+    assert result.text.startswith(done.text_so_far) and done.text_so_far.endswith("</tool_call>")
+
+
+def test_parallel_calls_with_marker_text_are_read_alike_whole_and_streamed(byte_lm) -> None:
+    from structspec.schema.toolcalls import CallReader
+
+    compiled = structspec.compile(ToolCalls([echo_tool(MARKED[2]), SEARCH], parallel=True, markers="text"), byte_lm)
+    calls = ['<tool_call>\n{"name": "echo", "arguments": ' + json.dumps({"text": MARKED[2]}) + "}\n</tool_call>",
+             '<tool_call>\n{"name": "search", "arguments": {"query": "</tool_call>"}}\n</tool_call>']
+    text = "Two calls." + calls[0] + "\n" + calls[1]
+    assert accepts(compiled, [text])
+    value = compiled.constraint.parse(text)
+    assert value.text == "Two calls." and [c.arguments for c in value.calls] == [{"text": MARKED[2]},
+                                                                                 {"query": "</tool_call>"}]
+    reader = compiled.constraint.events()
+    assert isinstance(reader, CallReader)
+    streamed = [e for i in range(0, len(text), 7) for e in reader.read(text[i:i + 7])]  # 7 characters a chunk
+    assert [e.call for e in streamed] == value.calls
+    assert [e.text_so_far for e in streamed] == [text[: text.index(calls[0]) + len(calls[0])], text]
+
+
+@pytest.mark.parametrize("name", ["a\\b", 'say "hi"', "two\nlines", "tab\there", "naïve"])
+def test_a_tool_name_json_escapes_is_written_escaped(byte_lm, name) -> None:
+    tool = {"type": "function", "function": {"name": name, "parameters": {
+        "type": "object", "properties": {"n": {"enum": [7]}}, "required": ["n"], "additionalProperties": False}}}
+    spec = ToolCalls([tool, SEARCH], choice=name, markers="text")
+    result = structspec.generate_result(byte_lm, spec, "Call it.", max_new_tokens=80)
+    assert result.complete, (result.stop_reason, result.text)
+    assert result.value.calls == [ToolCall(name, {"n": 7})]
+    assert json.loads(result.text.split("<tool_call>")[1].split("</tool_call>")[0])["name"] == name
