@@ -40,10 +40,10 @@ class Digits:
         return rf"-?(0|[1-9][0-9]{_times(0, None if self.integer is None else self.integer - 1)})"
 
     def number_regex(self) -> str:
-        """Regex of the JSON numbers (exponent included) within the digit bounds, as outlines-core's
-        ``NUMBER`` is without them."""
+        """Regex of the JSON numbers (exponent included) within the digit bounds: outlines-core's ``NUMBER``
+        without them, but for the exponent's sign, which JSON leaves optional (``1e5``)."""
         exponent = None if self.integer is None else EXPONENT_DIGITS
-        return rf"{self.integer_regex()}{fraction_regex(self.fraction)}([eE][+-][0-9]{_times(1, exponent)})?"
+        return rf"{self.integer_regex()}{fraction_regex(self.fraction)}([eE][+-]?[0-9]{_times(1, exponent)})?"
 
     def describe(self, kind: str) -> str:
         """What the bounds narrow a ``kind`` ("integer" or "number") to, in words."""
@@ -115,19 +115,26 @@ def integer_limits(low: Bound | None, high: Bound | None) -> tuple[int | None, i
 
 
 def integer_range_regex(lo: int | None, hi: int | None) -> str:
-    """Regex of the JSON integers ``lo <= n <= hi`` (None: unbounded), without leading zeros."""
+    """Regex of the JSON integers ``lo <= n <= hi`` (None: unbounded), without leading zeros; zero also as ``-0``
+    (JSON's grammar, Python and Pydantic read it as 0)."""
     parts = []
     if hi is None or hi >= 0:
         parts.append(_naturals(max(lo, 0) if lo is not None else 0, hi))
     if lo is None or lo < 0:
         parts.append("-(" + _naturals(-hi if hi is not None and hi < 0 else 1, -lo if lo is not None else None) + ")")
+    if (lo is None or lo <= 0) and (hi is None or hi >= 0):
+        parts.append("-0")
     return "|".join(f"({p})" for p in parts)
 
 
 def decimal_range_regex(lo: int | None, lo_open: bool, hi: int | None, hi_open: bool,
-                        fraction: int | None = None) -> str:
-    """Regex of the decimals (no exponent) between integer bounds, with at most ``fraction`` fraction digits
-    (None: any number); ``*_open`` excludes the bound itself."""
+                        fraction: int | None = None, exponent: int | None = EXPONENT_DIGITS) -> str:
+    """Regex of the numbers between integer bounds, with at most ``fraction`` fraction digits (None: any
+    number); ``*_open`` excludes the bound itself. Decimals, and the numbers below 1 in magnitude written as
+    Python and Pydantic write small floats (``1.5e-07``: one nonzero integer digit, a negative exponent of at
+    most ``exponent`` digits, None: any) where the range holds all of them on their side of 0; no other
+    exponent (a decade the range holds only in part would take a regex of its digits)."""
+    small = rf"[1-9]{fraction_regex(fraction)}[eE]-{_positive_fraction(exponent)}"  # 0 < x < 1
     parts = []
     if hi is None or hi > 0 or (hi == 0 and not hi_open):
         low = (lo, lo_open) if lo is not None and lo >= 0 else (0, False)
@@ -135,6 +142,12 @@ def decimal_range_regex(lo: int | None, lo_open: bool, hi: int | None, hi_open: 
     if lo is None or lo < 0:  # x = -y, y > 0 (or y >= -hi when hi < 0)
         low, low_open = (-hi, hi_open) if hi is not None and hi < 0 else (0, True)
         parts.append("-(" + _nonnegative_decimals(low, low_open, None if lo is None else -lo, lo_open, fraction) + ")")
+    if (lo is None or lo < 0 or (lo == 0 and not lo_open)) and (hi is None or hi > 0 or (hi == 0 and not hi_open)):
+        parts.append(rf"-0(\.0{_times(1, fraction)})?")  # -0.0, as Python and Pydantic write negative zero
+    if (lo is None or lo <= 0) and (hi is None or hi >= 1):
+        parts.append(small)
+    if (hi is None or hi >= 0) and (lo is None or lo <= -1):
+        parts.append(f"-{small}")
     return "|".join(f"({p})" for p in parts)
 
 

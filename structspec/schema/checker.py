@@ -13,6 +13,7 @@ excluded types dropped) and the regexes structspec writes itself (numeric bounds
 from __future__ import annotations
 
 import json
+import warnings
 from functools import lru_cache
 from typing import Any
 
@@ -29,6 +30,7 @@ from structspec.schema.keywords import (
     TYPE_KEYWORDS,
     VALIDATION,
     is_annotation,
+    misspelled,
     overlap,
     type_set,
 )
@@ -98,6 +100,14 @@ def check(document: Document, strict: bool, whitespace_pattern: str, digits: Dig
     """
     checker = _Checker(Rewrites(document, whitespace_pattern, digits, open_objects, nesting), strict)
     checker.walk(document.root, "", ())
+    if checker.rewrites.misspelled:
+        # JSON Schema ignores keywords it does not define (jsonschema does too), so a schema with a typo
+        # compiles: said, not refused
+        warnings.warn("these keywords are not JSON Schema keywords, so they constrain nothing (as for every JSON "
+                      "Schema validator), and look misspelled: " + ", ".join(
+                          f"{key!r} at {ptr or '/'} (did you mean {meant!r}?)"
+                          for (key, ptr), meant in checker.rewrites.misspelled.items())
+                      + "; fix the spelling, or name an extension x-…", UserWarning, stacklevel=4)
     return checker.rewrites
 
 
@@ -123,6 +133,7 @@ class _Checker:
         ``refs`` the references followed to reach it."""
         if node is True or id(node) in self._walked:
             return  # (a definition met again: checked once, and without a cycle, so it stays checked)
+        self._note_misspellings(node, ptr)
         keys = [k for k in node if k in VALIDATION]
         if keys == ["type"] and node["type"] in _PLAIN:  # most of a schema's nodes
             self._walked.add(id(node))
@@ -158,13 +169,25 @@ class _Checker:
         dropped = self.rewrites.dropped_in(node)
         return next((k for k in _DISPATCH if k in node and k not in dropped), None)
 
+    def _note_misspellings(self, node: dict[str, Any], ptr: str) -> None:
+        """Record the keywords of ``node`` that JSON Schema does not define and that likely misspell one it does
+        (`keywords.misspelled`), for the warning `check` gives."""
+        for key in node:
+            if key not in VALIDATION and not is_annotation(key):
+                meant = misspelled(key)
+                if meant is not None:
+                    where = self.document.pointer(node, ptr) if self._rewritten_depth else ptr
+                    self.rewrites.misspelled[(key, where)] = meant
+
     def _reject_unknown(self, node: dict[str, Any], ptr: str) -> None:
         """A node whose only keywords are unknown admits any value, as JSON Schema ignores them: likely a
         misspelling, so refused, unless the keywords are vendor extensions (``x-…``), annotations by name."""
         unknown = next((k for k in node if k not in VALIDATION and not is_annotation(k)), None)
         if unknown is not None:
-            raise SchemaError(unknown, ptr, "not a JSON Schema keyword (a misspelling, like 'ref' for '$ref'?), "
-                              "in a node with no other: it would admit any value (name a vendor extension x-…)")
+            meant = misspelled(unknown)
+            guess = f"did you mean {meant!r}?" if meant else "a misspelling, like 'ref' for '$ref'?"
+            raise SchemaError(unknown, ptr, f"not a JSON Schema keyword ({guess}), in a node with no other: it "
+                              "would admit any value (fix the spelling, or name a vendor extension x-…)")
 
     def sub(self, node: Any, ptr: str, refs: tuple[str, ...], keyword: str, *names: Any) -> None:
         """Check the subschema of ``keyword`` (under ``names``) of the node at ``ptr``."""

@@ -36,6 +36,7 @@ class Decisions:
     dropped: dict[tuple[str, str], None] = field(default_factory=dict)  # (keyword, pointer), in order
     narrowings: dict[str, None] = field(default_factory=dict)  # "pointer: what", in order
     unknown_formats: dict[tuple[str, str], None] = field(default_factory=dict)  # (format, pointer), not enforced
+    misspelled: dict[tuple[str, str], str] = field(default_factory=dict)  # (keyword, pointer) → the one it misspells
 
     def narrow(self, pointer: str, what: str) -> None:
         """Record that the regex of the node at ``pointer`` admits less than the schema: ``what``."""

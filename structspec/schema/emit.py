@@ -19,7 +19,7 @@ from structspec.schema.translate import Translator
 _ANY_VALUE: dict[str, Any] = {}  # the schema of any value
 
 # Bumped when the translation changes its output for the same schema: names the compile-cache entries.
-_TRANSLATION = "structspec-translate-3"
+_TRANSLATION = "structspec-translate-4"
 
 
 @dataclass

@@ -4,6 +4,7 @@ enforces) and the JSON types of values."""
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from typing import Any
 
 ANNOTATIONS = frozenset(
@@ -111,3 +112,35 @@ def json_type(value: Any) -> str:
 def same(a: Any, b: Any) -> bool:
     """JSON equality (``1`` and ``true`` differ, unlike in Python)."""
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+@lru_cache(maxsize=1024)
+def misspelled(keyword: str) -> str | None:
+    """The validation keyword that ``keyword``, which JSON Schema does not define, likely misspells (``requried``:
+    ``required``, ``maxlength``: ``maxLength``), or None. A name that opens with ``_`` (a keyword switched off),
+    an annotation or an extension (``x-…``) misspells none; a keyword shorter than 5 letters only by case or
+    two letters swapped (``tpye``), since short names (``note``, ``href``) are one edit from several."""
+    if keyword in VALIDATION or is_annotation(keyword) or keyword.startswith("_"):
+        return None
+    key = keyword.lower().rstrip(":")
+    edits, known = min((_edits(key, known.lower()), known) for known in VALIDATION)
+    close = edits == 0 or (edits == 1 and (len(known) >= 5 or sorted(key) == sorted(known.lower()))) or (
+        edits == 2 and len(known) >= 9)
+    return known if close else None
+
+
+def _edits(a: str, b: str) -> int:
+    """Edits (insert, delete, replace a character, or swap two neighbours) that make ``a`` into ``b``, counted up to
+    3 (a longer distance reads as 3)."""
+    if abs(len(a) - len(b)) > 2:
+        return 3
+    before, row = None, list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        current = [i]
+        for j, y in enumerate(b, 1):
+            cost = min(row[j] + 1, current[j - 1] + 1, row[j - 1] + (x != y))
+            if before is not None and i > 1 and j > 1 and x == b[j - 2] and a[i - 2] == y:
+                cost = min(cost, before[j - 2] + 1)
+            current.append(cost)
+        before, row = row, current
+    return min(row[-1], 3)

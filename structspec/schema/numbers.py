@@ -8,12 +8,18 @@ from typing import Any
 from structspec.errors import SchemaError
 from structspec.schema.bounds import (
     CAP,
+    EXPONENT_DIGITS,
     decimal_range_regex,
     integer_limits,
     integer_range_regex,
     read_bounds,
 )
 from structspec.schema.walk import Walk
+
+EXPONENTS = ("numbers between bounds are written in decimal, or with a negative exponent below 1 in magnitude as "
+             "Python and Pydantic write small floats (1.5e-07), not with other exponents (1e2, 15e-1)")
+"""The narrowing of every number node with bounds (its regex spells each decade it holds in part digit by digit;
+an exponent would move the digits)."""
 
 
 def check_number(walk: Walk, node: dict[str, Any], ptr: str, kind: str) -> None:
@@ -63,5 +69,8 @@ def check_number(walk: Walk, node: dict[str, Any], ptr: str, kind: str) -> None:
             raise SchemaError((low or high).keyword, ptr, f"no number of at most {digits.integer} integer "
                               "digits lies within the bounds; raise max_integer_digits (None lifts it)")
         walk.rewrites.narrow_digits(ptr, integer=True, fraction=False, exponent=False)
-    walk.rewrites.narrow_digits(ptr, integer=False, fraction=True, exponent=False)
-    walk.rewrites.hole(node, decimal_range_regex(lo, lo_open, hi, hi_open, digits.fraction))
+    regex = decimal_range_regex(lo, lo_open, hi, hi_open, digits.fraction,
+                                None if digits.integer is None else EXPONENT_DIGITS)
+    walk.rewrites.narrow_digits(ptr, integer=False, fraction=True, exponent="[eE]" in regex)
+    walk.rewrites.narrow(ptr, EXPONENTS)
+    walk.rewrites.hole(node, regex)

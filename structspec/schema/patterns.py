@@ -55,13 +55,26 @@ def ecma_classes(pattern: str) -> str:
     ``۴``), which would make schema patterns and formats (``date``: ``\\d{4}-…``)
     looser than JSON Schema says.
     """
-    out, in_class, negated, i = [], False, False, 0
+    return _ecma(pattern)[0]
+
+
+def ascii_classes(pattern: str) -> bool:
+    """Whether `ecma_classes` reads a ``\\d`` or ``\\w`` of ``pattern`` as ASCII where Python's re (jsonschema's)
+    and Pydantic read Unicode (``é``, ``٣``): a narrowing, since every reading holds the ASCII characters."""
+    return _ecma(pattern)[1]
+
+
+@lru_cache(maxsize=4096)
+def _ecma(pattern: str) -> tuple[str, bool]:
+    """`ecma_classes` of ``pattern``, and whether it narrowed a class (`ascii_classes`)."""
+    out, in_class, negated, narrowed, i = [], False, False, False, 0
     while i < len(pattern):
         c = pattern[i]
         if c == "\\" and i + 1 < len(pattern):
             esc = pattern[i + 1]
             if esc in _ECMA and not negated:  # (a negated class leaves out Python's wider \d, \w too)
                 out.append(_ECMA[esc] if in_class else f"[{_ECMA[esc]}]")
+                narrowed = True
             elif esc == "w" and negated:
                 out.append(_python_word())
             else:
@@ -73,7 +86,7 @@ def ecma_classes(pattern: str) -> str:
         negated = in_class and (negated if not opens else pattern[i + 1 : i + 2] == "^")
         out.append(c)
         i += 1
-    return "".join(out)
+    return "".join(out), narrowed
 
 
 def json_safe_pattern(pattern: str) -> tuple[str, bool] | None:

@@ -288,12 +288,13 @@ def _leaf_items(schema: str, whitespace: str, digits: Digits) -> tuple[Items, bo
 
 @lru_cache(maxsize=4096)
 def _leaf_text(regex: str, digits: Digits) -> tuple[Items, bool]:
-    """The items of outlines-core's regex for a leaf (\\d and \\w made ASCII, ``digits`` bounding its numbers),
-    and whether it holds outlines-core's numbers."""
+    """The items of outlines-core's regex for a leaf (\\d and \\w made ASCII, ``digits`` bounding its numbers,
+    which take an exponent without sign too), and whether it holds outlines-core's numbers."""
     text = ecma_classes(regex)
     numbers = NUMBER in text or INTEGER in text
+    text = text.replace(NUMBER, digits.number_regex())  # (outlines-core's exponent needs a sign: 1e+5, not 1e5)
     if numbers and digits.bounded:
-        text = text.replace(NUMBER, digits.number_regex()).replace(INTEGER, digits.integer_regex())
+        text = text.replace(INTEGER, digits.integer_regex())
     return _items_of(text), numbers
 
 

@@ -34,8 +34,9 @@ ROWS = [json.loads(line) for name in ("jsonschemabench_sample.jsonl", "jsonschem
 def _outlines_text(rewrites: Rewrites, node: object) -> str:
     """The old path: outlines-core's text for the whole checked node, digit bounds and holes put in as text."""
     regex = ecma_classes(build_regex_from_schema(json.dumps(rewrites.standalone(node)), rewrites.whitespace))
+    regex = regex.replace(NUMBER, rewrites.digits.number_regex())  # (an exponent's sign is optional: 1e5)
     if rewrites.digits != Digits(None, None):
-        regex = regex.replace(NUMBER, rewrites.digits.number_regex()).replace(INTEGER, rewrites.digits.integer_regex())
+        regex = regex.replace(INTEGER, rewrites.digits.integer_regex())
     for marker, hole in rewrites.holes.items():
         regex = regex.replace(f'"{marker}"', f"({write(hole)})")
     return regex
