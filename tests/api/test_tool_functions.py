@@ -46,7 +46,10 @@ def callback(a: int, cb: Callable[[int], int]) -> None: ...
 def plain_class(p: Plain) -> None: ...
 
 
-def unknown_name(a: NotDefinedAnywhere) -> None: ...  # noqa: F821 (the annotation names nothing, as tested)
+def unknown_name(a: int) -> None: ...
+
+
+unknown_name.__annotations__["a"] = "NotDefinedAnywhere"  # as `from __future__ import annotations` keeps a typo
 
 
 @pytest.mark.parametrize("function, properties, required", [
