@@ -18,6 +18,7 @@ import hashlib
 import importlib.metadata
 import json
 import os
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,15 +36,18 @@ MANIFEST_FORMAT = 1
 
 def job_manifest(model: str, spec: Any, template: str, generate: dict[str, Any]) -> dict[str, Any]:
     """The manifest of a job's output: the settings its lines depend on (the model, hashes of the spec and the
-    prompt template, the ``generate_result`` options that differ from their defaults) and the structspec
-    version (recorded, not compared). The drafter and the batch size are left out: verified drafts and
-    batching keep the output. `JobConfigError` for options ``generate_result`` does not take."""
+    prompt template, the options of ``generate`` (``iter_batch``'s keywords, compile options too) that differ from
+    their defaults) and the structspec version (recorded, not compared). The drafter and the batch size are left
+    out: verified drafts and batching keep the output. `JobConfigError` for options ``iter_batch`` does not take.
+    Loads no model."""
+    compile_names = {f.name for f in dataclasses.fields(structspec.CompileOptions)}
     try:
-        chosen = structspec.GenerateOptions.of(generate)
+        chosen = [structspec.GenerateOptions.of({k: v for k, v in generate.items() if k not in compile_names}),
+                  structspec.CompileOptions.of({k: v for k, v in generate.items() if k in compile_names})]
     except StructspecError as e:
         raise JobConfigError(str(e)) from None
-    changed = {f.name: getattr(chosen, f.name) for f in dataclasses.fields(chosen)
-               if f.name != "draft" and getattr(chosen, f.name) != f.default}
+    changed = {f.name: getattr(options, f.name) for options in chosen for f in dataclasses.fields(options)
+               if f.name != "draft" and getattr(options, f.name) != f.default}
     model_id = str(Path(model).resolve()) if os.path.isdir(model) else model  # a directory, wherever named from
     try:
         version = importlib.metadata.version(importlib.metadata.packages_distributions()["structspec"][0])
@@ -78,8 +82,8 @@ def manifest_path(output: str | Path) -> Path:
 
 def check_output(output: str | Path, input_path: str | Path | None = None) -> None:
     """Raise `JobConfigError` unless ``output`` can be a job's output: a file (or none yet) in an existing
-    folder, not ``input_path``, and, when it holds anything but has no manifest, only job lines (and at most a
-    torn last one). Reads; changes nothing."""
+    folder, whose manifest is not ``input_path`` nor it itself, and, when it holds anything but has no manifest,
+    only job lines (and at most a torn last one). Reads; changes nothing."""
     p = Path(output)
     folder = p.parent
     if p.is_dir():
@@ -89,19 +93,76 @@ def check_output(output: str | Path, input_path: str | Path | None = None) -> No
                              f"(mkdir -p {folder}) or choose another --output")
     if input_path is not None and p.exists() and os.path.samefile(p, input_path):
         raise JobConfigError(f"--output {p} is the --input file: choose another --output")
+    manifest = manifest_path(p)
+    if input_path is not None and manifest.exists() and os.path.samefile(manifest, input_path):
+        raise JobConfigError(f"--input {input_path} is the manifest of --output {p}: give the documents as --input")
     if p.exists() and not _read_manifest(p):
         data = read_bytes(p)
         if data.strip() and not job_lines(p, data)[0]:
             raise JobConfigError(f"{p} holds no line of a structspec job: {NOT_OURS}")
 
 
+def check_settings(output: str | Path, manifest: dict[str, Any], retry_errors: bool = False) -> bool:
+    """Raise `JobConfigError` when ``output`` was written with settings other than ``manifest``'s that would
+    change a line it keeps; whether ``manifest`` must be written (a new job, an older output, a new budget).
+
+    Settings may differ only in the token budget (``max_new_tokens`` bounds the work, not the output), and only
+    where every line kept (all of them; with ``retry_errors`` those that are not errors) reads the same under the
+    new budget: a ``token_budget`` line never does, a line whose record stopped within the new budget does. Call
+    it before the model loads, and again under the lock (`claimed`). Reads; changes nothing."""
+    p = Path(output)
+    held = _read_manifest(p)
+    data = read_bytes(p) if p.exists() else b""
+    if not held or not data.strip():
+        return held != manifest
+    there, here = held.get("settings", {}), manifest["settings"]
+    if there == here:
+        return False
+    budget = "max_new_tokens"
+    options = there.get("options", {}), here.get("options", {})
+    if _without(there, budget) != _without(here, budget):
+        _refuse_other_settings(output, there, here)
+    default = structspec.GenerateOptions.max_new_tokens  # the manifest lists the options set otherwise
+    old, new = (o.get(budget, default) for o in options)
+    rows = [row for row in job_lines(p, data)[1] if not (retry_errors and "error" in row)]
+    changed = [row for row in rows if _changed_by_budget(row, new)]
+    if changed:
+        kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(Counter(_kind(row) for row in changed).items()))
+        retry = "" if retry_errors or any("error" not in row for row in changed) else \
+            f"add --retry-errors to run them again with --max-new-tokens {new}, "
+        raise JobConfigError(f"{output} was written with --max-new-tokens {old}, and {len(changed)} of its lines "
+                             f"({kinds}) would read otherwise with {new} (see {manifest_path(output)}): {retry}"
+                             f"rerun with --max-new-tokens {old} to resume, or choose another --output")
+    return True
+
+
+def _without(settings: dict[str, Any], option: str) -> dict[str, Any]:
+    """``settings`` without ``option`` among its options."""
+    return settings | {"options": {k: v for k, v in settings.get("options", {}).items() if k != option}}
+
+
+def _changed_by_budget(row: dict[str, Any], budget: int) -> bool:
+    """Whether ``row``, a line read back, would read otherwise had its record run with ``budget`` new tokens:
+    a record stopped by the budget would stop elsewhere; one that ended (complete, or the context full) after
+    more tokens than ``budget`` would stop earlier. A line without stats never ran the model."""
+    if _kind(row) == "token_budget":
+        return True
+    tokens = row.get("stats", {}).get("output_tokens", 0)
+    # a full context stops a record before its last token could be the budget's: at the budget it stops there
+    return tokens >= budget if _kind(row) == "max_context" else tokens > budget
+
+
+def _kind(row: dict[str, Any]) -> str:
+    return row["error"]["kind"] if "error" in row else "extracted"
+
+
 @contextmanager
-def claimed(output: str | Path, manifest: dict[str, Any]) -> Iterator[None]:
+def claimed(output: str | Path, manifest: dict[str, Any], retry_errors: bool = False) -> Iterator[None]:
     """Hold the lock of ``output`` for the block, with ``manifest`` as its manifest.
 
-    Writes the manifest when ``output`` is missing or empty (a new job), or has job lines and no manifest (an
-    older output). `JobConfigError` when another process holds the lock or the output was written with other
-    settings; nothing is changed then.
+    Writes the manifest when ``output`` is missing or empty (a new job), has job lines and no manifest (an
+    older output), or `check_settings` takes a new token budget. `JobConfigError` when another process holds
+    the lock or the output was written with other settings (`check_settings`); nothing is changed then.
     """
     path = manifest_path(output)
     try:
@@ -115,11 +176,7 @@ def claimed(output: str | Path, manifest: dict[str, Any]) -> Iterator[None]:
         except BlockingIOError:
             raise JobConfigError(f"another job is writing {output} (it holds the lock on {path}): wait for it to "
                                  "end, or choose another --output") from None
-        held = _read_manifest(Path(output))
-        if held and read_bytes(Path(output)).strip():
-            if held.get("settings") != manifest["settings"]:
-                _refuse_other_settings(output, held.get("settings", {}), manifest["settings"])
-        elif held != manifest:
+        if check_settings(output, manifest, retry_errors):
             os.ftruncate(fd, 0)
             os.pwrite(fd, (json.dumps(manifest, indent=1) + "\n").encode(), 0)
         yield

@@ -142,10 +142,10 @@ def job_output(
     when the block ends.
 
     `JobConfigError`, before anything is written, for an output that is not a job's, is being written by
-    another job, or was written with other settings (`structspec.jobs.manifest`).
+    another job, or was written with other settings that change its lines (`structspec.jobs.manifest`).
     """
     check_output(output)
-    with claimed(output, manifest):
+    with claimed(output, manifest, retry_errors):
         summary, todo = resume(records, output, retry_errors)
         with appending(output, summary, on_record) as write:
             yield summary, todo, write

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
 from structspec.jobs.errors import JobConfigError
-from structspec.models.protocol import Prompt
-from structspec.models.transformers_lm import LM
+
+if TYPE_CHECKING:  # (these import torch)
+    from structspec.models.protocol import Prompt
+    from structspec.models.transformers_lm import LM
 
 
 def default_template(spec: Any) -> str:

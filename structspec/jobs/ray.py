@@ -83,7 +83,7 @@ class Extractor:
         draft = options.generate.get("draft")
         if isinstance(draft, str):  # a name travels to the actor; a draft model is loaded here, beside the target
             options = replace(options, generate=options.generate | {"draft": resolve_draft(draft, device, dtype)})
-        check_job(self.lm, spec, options)
+        self.unenforced = check_job(self.lm, spec, options)
         self.spec, self.options = spec, options
         self.text_field, self.id_field, self.input_field = text_field, id_field, input_field
 
@@ -104,7 +104,7 @@ class Extractor:
             where = row.get(self.input_field) or f"{self.id_field} {row[self.id_field]}"
             records.append(input_record(row, str(where), self.text_field, self.id_field))
         lines: list[tuple[Result | None, dict[str, Any]]] = [(None, {})] * len(records)
-        for i, result, line in record_lines(self.lm, self.spec, records, self.options):
+        for i, result, line in record_lines(self.lm, self.spec, records, self.options, self.unenforced):
             lines[i] = result, line
         return dict(batch) | _columns(lines)
 

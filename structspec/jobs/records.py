@@ -37,8 +37,9 @@ def read_inputs(path: str | Path, text_field: str = "text", id_field: str = "id"
     """The records of a JSONL file, a CSV file (with a header row) or a folder of ``.txt`` files.
 
     A record without an id gets ``<line N>`` (``<row N>``) as its id, so reruns
-    recognize it. Raises `JobConfigError` only when the input as a whole cannot be read, or its first record
-    (CSV: its header) has no ``text_field``.
+    recognize it (`unnamed` counts them). A folder's ``.txt`` file that is a job's output (it has a job manifest
+    beside it) is not a document: a job never reads its own output. Raises `JobConfigError` only when the input
+    as a whole cannot be read, or its first record (CSV: its header) has no ``text_field``.
     """
     p = Path(path)
     try:
@@ -103,8 +104,15 @@ def _read_csv(lines: Iterable[str], text_field: str, id_field: str) -> list[Inpu
         raise JobConfigError(f"the CSV is malformed at line {reader.line_num}: {e}") from None
 
 
+def unnamed(records: list[InputRecord]) -> int:
+    """How many of ``records`` had no id and are named by where they are (``<line N>``, ``<row N>``)."""
+    return sum(record.id == f"<{record.where}>" for record in records)
+
+
 def _read_folder(folder: Path) -> list[InputRecord]:
-    files = sorted(folder.glob("*.txt"))
+    from structspec.jobs.manifest import manifest_path  # (the manifest module reads lines, which read records)
+
+    files = sorted(f for f in folder.glob("*.txt") if not manifest_path(f).exists())
     if not files:
         raise JobConfigError(f"no .txt files in {folder}")
     records = []

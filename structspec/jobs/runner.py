@@ -8,13 +8,15 @@ makes that resumable). Records that could not be read are written first, as thei
 
 from __future__ import annotations
 
+import dataclasses
+import re
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structspec
-from structspec.decoding.factory import DRAFT_NAMES
 from structspec.errors import StructspecError
 from structspec.jobs.errors import JobConfigError
 from structspec.jobs.lines import output_line
@@ -22,8 +24,10 @@ from structspec.jobs.manifest import job_manifest
 from structspec.jobs.output import JobSummary, job_output
 from structspec.jobs.prompts import build_prompt
 from structspec.jobs.records import InputRecord
-from structspec.models.transformers_lm import LM
-from structspec.result import Result
+
+if TYPE_CHECKING:  # this module imports no torch: the CLI reads DEFAULT_BATCH_SIZE for its help
+    from structspec.models.transformers_lm import LM
+    from structspec.result import Result
 
 DEFAULT_BATCH_SIZE = {"cpu": 8, "cuda": 32}  # rows per target pass, by the model's device type
 
@@ -51,36 +55,63 @@ def default_batch_size(lm: LM) -> int:
     return DEFAULT_BATCH_SIZE.get(lm.device.type, DEFAULT_BATCH_SIZE["cpu"])
 
 
-def check_job(lm: LM, spec: Any, options: JobOptions) -> None:
-    """Raise `JobConfigError` when ``spec`` cannot be used on ``lm`` or ``options`` are bad, before any record runs.
+def check_job(lm: LM, spec: Any, options: JobOptions) -> tuple[str, ...]:
+    """Raise `JobConfigError` when ``spec`` cannot be used on ``lm`` or ``options`` are bad, before any record runs;
+    return the schema keywords ``strict=False`` leaves unenforced (`not_enforced`).
 
     Compiles the spec (which fills the compile cache); runs no forward pass.
     """
-    try:
-        structspec.compile(spec, lm)
-    except StructspecError as e:
-        raise JobConfigError(f"the schema cannot be used: {e}") from None
-    try:  # no prompts: only the options are checked
-        list(structspec.iter_batch(lm, spec, [], batch_size=options.rows_per_pass(lm), **options.generate))
-    except StructspecError as e:
-        raise JobConfigError(str(e)) from None
+    compile_names = {f.name for f in dataclasses.fields(structspec.CompileOptions)}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=DROPPED_WARNING)  # the job lists them in its lines instead
+        try:
+            structspec.compile(spec, lm, **{k: v for k, v in options.generate.items() if k in compile_names})
+        except StructspecError as e:
+            raise JobConfigError(f"the schema cannot be used: {e}") from None
+        try:  # no prompts: only the options are checked
+            list(structspec.iter_batch(lm, spec, [], batch_size=options.rows_per_pass(lm), **options.generate))
+        except StructspecError as e:
+            raise JobConfigError(str(e)) from None
+    return not_enforced(spec, options.generate.get("strict", True))
+
+
+DROPPED_WARNING = "strict=False: these schema keywords are not enforced: "  # the warning naming each, from `to_regex`
+
+
+def not_enforced(spec: Any, strict: bool = True) -> tuple[str, ...]:
+    """The schema keywords of ``spec`` that ``strict=False`` drops, each as ``"'keyword' at /pointer"`` (none when
+    ``strict``); what a job's lines list as ``stats.not_enforced``. Builds the regex; loads no model."""
+    if strict:
+        return ()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        structspec.to_regex(spec, strict=False)
+    found = [str(w.message).removeprefix(DROPPED_WARNING) for w in caught if str(w.message).startswith(DROPPED_WARNING)]
+    return tuple(item for text in found for item in re.split(r", (?=')", text))  # "'if' at /, 'uniqueItems' at /a"
 
 
 def record_lines(
-    lm: LM, spec: Any, records: list[InputRecord], options: JobOptions
+    lm: LM, spec: Any, records: list[InputRecord], options: JobOptions, unenforced: tuple[str, ...] = ()
 ) -> Iterator[tuple[int, Result | None, dict[str, Any]]]:
     """Each record's index in ``records``, `Result` (None for a record that could not be read) and output line:
     records that could not be read first, then the others as their rows finish, decoded
-    ``options.rows_per_pass(lm)`` rows per target pass. Run `check_job` first: bad options raise here."""
+    ``options.rows_per_pass(lm)`` rows per target pass. ``unenforced`` (what `check_job` returns) goes in each
+    line's stats as ``not_enforced``. Run `check_job` first: bad options raise here."""
     todo = [i for i, record in enumerate(records) if not record.error]
     for i, record in enumerate(records):
         if record.error:
             yield i, None, output_line(record, None, options.max_new_tokens)
     if todo:
         prompts = [build_prompt(lm, options.template, records[i].text) for i in todo]
-        for k, result in structspec.iter_batch(lm, spec, prompts, batch_size=options.rows_per_pass(lm),
-                                               **options.generate):
-            yield todo[k], result, output_line(records[todo[k]], result, options.max_new_tokens)
+        with warnings.catch_warnings():  # the call compiles (the rows run as results are read)
+            warnings.filterwarnings("ignore", message=DROPPED_WARNING)  # in each line's stats instead
+            results = structspec.iter_batch(lm, spec, prompts, batch_size=options.rows_per_pass(lm),
+                                            **options.generate)
+        for k, result in results:
+            line = output_line(records[todo[k]], result, options.max_new_tokens)
+            if unenforced and "stats" in line:
+                line["stats"]["not_enforced"] = list(unenforced)
+            yield todo[k], result, line
 
 
 def run_job(
@@ -99,10 +130,10 @@ def run_job(
     `JobConfigError` before any record runs. Records that could not be read are written first; the
     others are decoded ``options.batch_size`` rows per pass.
     """
-    check_job(lm, spec, options)
+    unenforced = check_job(lm, spec, options)
     manifest = job_manifest(lm.name, spec, options.template, options.generate)
     with job_output(output, manifest, records, retry_errors, on_record) as (summary, todo, write):
-        for _, _, row in record_lines(lm, spec, todo, options):
+        for _, _, row in record_lines(lm, spec, todo, options, unenforced):
             write(row)
     return summary
 
@@ -121,6 +152,8 @@ def resolve_draft(name: str | None, device: str = "auto", dtype: str | None = No
     (on ``device`` in ``dtype``, as the target)."""
     if name is None or name == "none":
         return None
+    from structspec.decoding.factory import DRAFT_NAMES  # imports torch
+
     if name in DRAFT_NAMES:
         return name
     try:

@@ -84,6 +84,9 @@ def _extract_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--id-field", default="id", help="JSONL field / CSV column of the record id")
     p.add_argument("--prompt-template", metavar="FILE", help="a file with a {document} placeholder")
     budget(p)
+    p.add_argument("--strict", action=argparse.BooleanOptionalAction, default=True,
+                   help="refuse a schema keyword structspec cannot enforce (if, uniqueItems, ...); --no-strict drops "
+                        "it instead and lists it in each output line's stats.not_enforced")
     p.add_argument("--fast-forward", choices=["off", "exact"], default="exact")
     p.add_argument("--temperature", type=float, help="sample at this temperature (default: greedy)")
     p.add_argument("--top-k", type=int)

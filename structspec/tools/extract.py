@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -13,22 +14,40 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 import structspec
 from structspec.jobs.errors import JobConfigError
-from structspec.jobs.manifest import check_output
+from structspec.jobs.manifest import check_output, check_settings, job_manifest
 from structspec.jobs.output import JobSummary
 from structspec.jobs.prompts import default_template, read_template
-from structspec.jobs.records import read_inputs
-from structspec.jobs.runner import JobOptions, run_job
+from structspec.jobs.records import read_inputs, unnamed
+from structspec.jobs.runner import DROPPED_WARNING, JobOptions, not_enforced, run_job
 from structspec.tools.command import EXIT_OK, load_model
 from structspec.tools.tasks import load_spec
 
 
-def check_spec(spec: Any, option: str) -> None:
+def check_spec(spec: Any, option: str, strict: bool = True) -> None:
     """Raise `JobConfigError` when ``spec`` is not a usable spec: checked as `structspec.compile` checks it, but
-    without a tokenizer, so before any model loads. Changes nothing."""
+    without a tokenizer, so before any model loads; a keyword ``--no-strict`` would drop is named with that fix.
+    Changes nothing."""
     try:
-        structspec.to_regex(spec)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=DROPPED_WARNING)  # `run` says which, once
+            structspec.to_regex(spec, strict=strict)
     except structspec.StructspecError as e:
-        raise JobConfigError(f"{option}: {e}") from None
+        fix = ""
+        if strict and _loose(spec):
+            fix = ("; or pass --no-strict to drop the keywords structspec cannot enforce (each output line lists "
+                   "them in stats.not_enforced)")
+        raise JobConfigError(f"{option}: {e}{fix}") from None
+
+
+def _loose(spec: Any) -> bool:
+    """Whether ``spec`` compiles under ``strict=False``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the dropped keywords' warning: the caller names the fix instead
+        try:
+            structspec.to_regex(spec, strict=False)
+        except structspec.StructspecError:
+            return False
+    return True
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,13 +59,27 @@ def run(args: argparse.Namespace) -> int:
         raise JobConfigError(f"{', '.join(k for k, v in ray_options.items() if v is not None)} need --ray; "
                              "add --ray local or --ray ADDRESS")
     spec = load_spec(args.schema)
-    check_spec(spec, f"--schema {args.schema}")
+    check_spec(spec, f"--schema {args.schema}", args.strict)
     records = read_inputs(args.input, args.text_field, args.id_field)
     check_output(args.output, args.input)
     template = read_template(args.prompt_template) if args.prompt_template else default_template(spec)
     generate: dict[str, Any] = {"max_new_tokens": args.max_new_tokens, "fast_forward": args.fast_forward}
     generate |= {k: v for k, v in [("temperature", args.temperature), ("top_k", args.top_k), ("top_p", args.top_p),
                                    ("seed", args.seed)] if v is not None}
+    if not args.strict:
+        generate["strict"] = False
+    # refused here, before the model loads, as the job would refuse it after: other settings, a budget that
+    # changes lines already written
+    model = str(Path(args.model).resolve()) if Path(args.model).exists() else args.model
+    check_settings(args.output, job_manifest(model, spec, template, generate), args.retry_errors)
+    if dropped := not_enforced(spec, args.strict):
+        err.print(f"structspec extract: --no-strict: not enforced: {', '.join(dropped)} (each line lists them in "
+                  "stats.not_enforced)", highlight=False, markup=False, soft_wrap=True)
+    if n := unnamed(records):  # said, not refused: ids may be absent on purpose, and resume needs none
+        where = next(r.where for r in records if r.id == f"<{r.where}>")
+        err.print(f"structspec extract: {n} of {len(records)} records have no {args.id_field!r} (JSONL field, CSV "
+                  f"column), so their lines' id is where they are in --input (e.g. \"<{where}>\"); pass --id-field "
+                  "to take ids from another field", highlight=False, markup=False, soft_wrap=True)
 
     progress = Progress(TextColumn("extract"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rates]}"),
                         TimeElapsedColumn(), console=err, disable=args.quiet)
@@ -72,8 +105,8 @@ def run(args: argparse.Namespace) -> int:
             raise JobConfigError(str(e)) from None
         actors, num_cpus = args.actors or 1, args.num_cpus or 1
         # each actor loads the model itself: the names travel, a local directory as an absolute path
-        model, draft = (str(Path(name).resolve()) if Path(name).exists() else name
-                        for name in (args.model, args.draft_model or args.draft))
+        draft = args.draft_model or args.draft
+        draft = str(Path(draft).resolve()) if Path(draft).exists() else draft
         options = JobOptions(template, generate | {"draft": draft}, args.batch_size)
         with ray_jobs.connect(args.ray, local_cpus=math.ceil(actors * num_cpus)) as where:
             if not args.quiet:

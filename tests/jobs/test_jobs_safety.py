@@ -160,7 +160,7 @@ def test_a_rerun_with_other_settings_is_refused_naming_what_differs(byte_lm: str
     run_job(byte_lm, SCHEMA, records[:1], out, OPTIONS)
     before = out.read_bytes()
     others = [
-        (SCHEMA, JobOptions(OPTIONS.template, {"max_new_tokens": 31}), r"options.max_new_tokens 30 there, 31 now"),
+        (SCHEMA, JobOptions(OPTIONS.template, {"max_new_tokens": 30, "top_k": 5}), r"options.top_k None there, 5 now"),
         (SCHEMA, JobOptions("Read: {document}", OPTIONS.generate), "the prompt template differs"),
         (SCHEMA | {"required": ["flag"]}, OPTIONS, "the spec differs"),
     ]
