@@ -14,7 +14,7 @@ from typing import Any
 
 from structspec.errors import OptionError
 from structspec.schema.constraint import Constraint
-from structspec.schema.structural import Marker, Text, Writer, unbudgeted
+from structspec.schema.structural import Marker, Text, Writer, check_marker, unbudgeted
 
 
 @dataclass(frozen=True)
@@ -45,12 +45,21 @@ class Reasoning:
     max_thinking_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        self.thinking()  # checks the marker and budgets now
+        if self.begin is not None:
+            check_marker(self.begin, "begin")
+        check_marker(self.end, "end")
+        self.thinking()  # checks the budgets now
         unbudgeted(self.spec)  # the answer does not open the output
         if isinstance(self.spec, Reasoning):
             raise OptionError("Reasoning(Reasoning(...)): think once, then answer; pass the answer's spec")
         if not isinstance(self.separator, str):
             raise OptionError(f"separator must be a regex str, got {self.separator!r}")
+        try:
+            re.compile(self.separator)
+        except re.error as error:
+            raise OptionError(f"separator={self.separator!r} is no regex ({error.msg} at position {error.pos}): pass "
+                              "a regex of what may stand between the end marker and the answer, such as "
+                              "r'[ \\n]{0,2}', or re.escape(text) for text") from None
 
     def thinking(self) -> Text:
         """The thinking as a `Text`: up to ``end``, within the budgets."""

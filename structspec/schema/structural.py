@@ -35,8 +35,31 @@ class Special:
 
     token: int | str
 
+    def __post_init__(self) -> None:
+        token = self.token
+        if isinstance(token, bool) or not isinstance(token, (int, str)) or token == "" or (
+                isinstance(token, int) and token < 0):
+            raise OptionError(f"Special({token!r}) names no token: pass a token id (an int >= 0) or the token's "
+                              "text, e.g. Special('<tool_call>')")
+
 
 Marker = str | Special
+
+
+def check_marker(marker: Any, what: str) -> None:
+    """`OptionError` naming ``what`` unless ``marker`` is a non-empty str or a `Special` token."""
+    if not isinstance(marker, Special) and (not isinstance(marker, str) or not marker):
+        raise OptionError(f"{what} must be a non-empty str or a Special token, got {marker!r}: pass text such as "
+                          "'</think>', or Special('<|im_end|>') for a special token")
+
+
+def _as_tuple(spec: Any, name: str, example: str) -> None:
+    """Store ``spec``'s field ``name`` (a list or tuple) as a tuple; `OptionError` naming it for a lone str or
+    anything else."""
+    value = getattr(spec, name)
+    if isinstance(value, (str, Special)) or not isinstance(value, (list, tuple)):
+        raise OptionError(f"{name}={value!r} is not a tuple: pass a tuple of them, e.g. {name}=({example},)")
+    object.__setattr__(spec, name, tuple(value))  # (frozen; a list given is kept as a tuple, so it hashes)
 
 
 @dataclass(frozen=True)
@@ -55,11 +78,18 @@ class Text:
     max_tokens: int | None = None
 
     def __post_init__(self) -> None:
+        if self.stop is not None:
+            _as_tuple(self, "stop", "'</think>'")
+        _as_tuple(self, "avoid", "'<tool_call>'")
         if self.stop is not None and not self.stop:
             raise OptionError("Text(stop=()) names no stop: pass at least one stop string or Special token, or "
                               "stop=None for text that runs to the end of the output")
         if any(isinstance(s, str) and not s for s in (*(self.stop or ()), *self.avoid)):
             raise OptionError("a stop or avoided string is empty: every text would hold it; remove it")
+        for stop in self.stop or ():
+            check_marker(stop, "a stop")
+        if not all(isinstance(a, str) for a in self.avoid):
+            raise OptionError(f"avoid={self.avoid!r} holds a non-str: pass the strings the text never holds")
         for name in ("max_chars", "max_tokens"):
             bound = getattr(self, name)
             if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int) or bound < 0):
@@ -74,6 +104,10 @@ class Tag:
     begin: Marker
     content: Any
     end: Marker
+
+    def __post_init__(self) -> None:
+        check_marker(self.begin, "a Tag's begin")
+        check_marker(self.end, "a Tag's end")
 
 
 @dataclass(frozen=True, init=False)
@@ -107,8 +141,22 @@ class Triggered:
     separator: str = ""
 
     def __post_init__(self) -> None:
+        _as_tuple(self, "tags", "Tag('<a>', Text(), '</a>')")
         if not self.tags:
             raise OptionError("Triggered(tags=()) has no tags: pass at least one Tag")
+        if not all(isinstance(t, Tag) for t in self.tags):
+            raise OptionError(f"Triggered's tags must be Tags, got {self.tags!r}: wrap each as Tag(begin, content, "
+                              "end)")
+        for name in ("at_least", "at_most"):
+            bound = getattr(self, name)
+            if (bound is not None or name == "at_least") and (
+                    isinstance(bound, bool) or not isinstance(bound, int) or bound < 0):
+                raise OptionError(f"{name} must be an int >= 0{' or None' if name == 'at_most' else ''}, got "
+                                  f"{bound!r}")
+        if not isinstance(self.text, bool):
+            raise OptionError(f"text must be a bool, got {self.text!r}: True for free text around the tags")
+        if not isinstance(self.separator, str):
+            raise OptionError(f"separator must be a str (the text between tags), got {self.separator!r}")
         if self.at_most is not None and self.at_most < max(self.at_least, 1):
             raise OptionError(f"at_most={self.at_most} is below at_least={self.at_least} (or 1): raise at_most")
         for tag in self.tags:
@@ -266,4 +314,4 @@ def structural_constraint(spec: Any, writer: Writer) -> Constraint:
 
 
 __all__ = ["STRUCTURAL", "Marker", "Regex", "Sequence", "Special", "Tag", "Text", "Triggered", "Writer",
-           "spellable", "structural_constraint", "unbudgeted"]
+           "check_marker", "spellable", "structural_constraint", "unbudgeted"]

@@ -73,3 +73,38 @@ def test_bad_reasoning_specs() -> None:
         Reasoning(Reasoning(Answer))
     with pytest.raises(OptionError, match="max_thinking_chars must be an int >= 0"):
         Reasoning(Answer, max_thinking_chars=-1)
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda: Reasoning(Answer, separator="("), "separator='(' is no regex (missing ), unterminated subpattern"),
+    (lambda: Reasoning(Answer, separator=None), "separator must be a regex str"),
+    (lambda: Reasoning(Answer, end=None), "end must be a non-empty str or a Special token, got None"),
+    (lambda: Reasoning(Answer, end=""), "end must be a non-empty str or a Special token, got ''"),
+    (lambda: Reasoning(Answer, begin=""), "begin must be a non-empty str or a Special token, got ''"),
+    (lambda: Reasoning(Answer, begin=7), "begin must be a non-empty str or a Special token, got 7"),
+    (lambda: Reasoning(Answer, end=Special(None)), "Special(None) names no token"),
+    (lambda: Reasoning(Answer, max_thinking_tokens=1.5), "max_thinking_tokens must be an int >= 0"),
+    (lambda: structspec.Text(stop="</a>"), "stop='</a>' is not a tuple: pass a tuple of them, e.g. stop=("),
+    (lambda: structspec.Text(stop=(None,)), "a stop must be a non-empty str or a Special token, got None"),
+    (lambda: structspec.Text(avoid="ab"), "avoid='ab' is not a tuple"),
+    (lambda: structspec.Text(avoid=(1,)), "avoid=(1,) holds a non-str"),
+    (lambda: Special(-1), "Special(-1) names no token"),
+    (lambda: structspec.Tag(None, Answer, "</a>"), "a Tag's begin must be a non-empty str or a Special token"),
+    (lambda: structspec.Tag("<a>", Answer, ""), "a Tag's end must be a non-empty str or a Special token"),
+    (lambda: structspec.Triggered(("<a>",)), "Triggered's tags must be Tags"),
+    (lambda: structspec.Triggered((TAG,), at_least=-1), "at_least must be an int >= 0, got -1"),
+    (lambda: structspec.Triggered((TAG,), at_most="2"), "at_most must be an int >= 0 or None, got '2'"),
+    (lambda: structspec.Triggered((TAG,), text="no"), "text must be a bool"),
+    (lambda: structspec.Triggered((TAG,), text=False, separator=None), "separator must be a str"),
+])
+def test_every_bad_argument_is_an_option_error_naming_it(make, words) -> None:
+    with pytest.raises(OptionError, match=re.escape(words)):
+        make()
+
+
+TAG = structspec.Tag("<a>", Regex("x"), "</a>")
+
+
+def test_lists_are_taken_as_tuples() -> None:
+    assert structspec.Text(stop=["</a>"], avoid=["<b>"]) == structspec.Text(stop=("</a>",), avoid=("<b>",))
+    assert structspec.Triggered([TAG]).tags == (TAG,)
