@@ -89,6 +89,18 @@ def test_pages_have_runnable_blocks() -> None:
     assert len(RUN_PAGES) >= 10
 
 
+ANY_FENCE = re.compile(r"^[ \t]*```[^\n]*\n(?P<body>.*?)^[ \t]*```[ \t]*$", re.M | re.S)
+UNPUBLISHED = re.compile(r"pip install\s+(-\S+\s+)*['\"]?structspec-lm\b")
+
+
+def test_no_install_command_names_the_unpublished_distribution() -> None:
+    # structspec-lm is not on the package index yet: a command installing it by name fails for whoever copies it
+    found = [f"{_name(page)}: {line.strip()}" for page in PAGES
+             for block in ANY_FENCE.finditer(page.read_text(encoding="utf-8"))
+             for line in block["body"].splitlines() if UNPUBLISHED.search(line)]
+    assert not found, f"install from a clone or a built wheel instead: {found}"
+
+
 def test_skip_reasons_are_listed() -> None:
     unlisted = [f"{_name(b.page)}:{b.line}: {b.skip!r}" for b in SKIPPED if b.skip not in SKIP_REASONS]
     assert not unlisted, f"skip reasons not in SKIP_REASONS: {unlisted}"
