@@ -9,7 +9,14 @@ from typing import Any
 from structspec.errors import SchemaError
 from structspec.schema.keywords import same
 from structspec.schema.merge import opens
-from structspec.schema.patterns import disjoint_patterns, key_regex, search, unbuildable
+from structspec.schema.patterns import (
+    ASCII_CLASSES,
+    ascii_classes,
+    disjoint_patterns,
+    key_regex,
+    search,
+    unbuildable,
+)
 from structspec.schema.walk import Walk
 
 UNLISTED = "members 'properties' does not list are not written"
@@ -116,6 +123,8 @@ def _pattern_properties(walk: Walk, node: dict[str, Any], ptr: str, refs: tuple[
         return
     if extra is not False:
         walk.rewrites.narrow(ptr, "members no listed property or pattern names are not written")
+    for p in (p for p, sub in patterns.items() if sub is not False and ascii_classes(p)):
+        walk.rewrites.narrow(ptr, f"patternProperties pattern {p!r} {ASCII_CLASSES}")
     for name, sub, _ in fields[:listed]:
         walk.sub(sub, ptr, refs, "properties", name)
     if takes_extra:

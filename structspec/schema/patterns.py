@@ -58,6 +58,11 @@ def ecma_classes(pattern: str) -> str:
     return _ecma(pattern)[0]
 
 
+ASCII_CLASSES = ("reads \\d and \\w as ECMA-262 does: ASCII digits, letters and _ only (Python's re and Pydantic "
+                 "also match é, ٣)")
+"""What a pattern `ascii_classes` holds for is narrowed to (a narrowing, after the pattern)."""
+
+
 def ascii_classes(pattern: str) -> bool:
     """Whether `ecma_classes` reads a ``\\d`` or ``\\w`` of ``pattern`` as ASCII where Python's re (jsonschema's)
     and Pydantic read Unicode (``é``, ``٣``): a narrowing, since every reading holds the ASCII characters."""

@@ -10,6 +10,7 @@ from structspec.errors import SchemaError
 from structspec.schema import grammars
 from structspec.schema.keywords import DEFINED_FORMATS, FORMATS
 from structspec.schema.patterns import (
+    ASCII_CLASSES,
     ascii_classes,
     ecma_classes,
     json_safe_pattern,
@@ -63,8 +64,7 @@ def check_string(walk: Walk, node: dict[str, Any], ptr: str) -> None:
                                 "(U+0000-U+001F), which JSON strings hold only escaped and structspec writes a "
                                 "pattern's characters unescaped; leave them out of the pattern")
         if safe is not None and ascii_classes(node["pattern"]):
-            walk.rewrites.narrow(ptr, f"pattern {node['pattern']!r} reads \\d and \\w as ECMA-262 does: ASCII "
-                                 "digits, letters and _ only (Python's re and Pydantic also match é, ٣)")
+            walk.rewrites.narrow(ptr, f"pattern {node['pattern']!r} {ASCII_CLASSES}")
         if safe is not None and safe[1]:
             walk.rewrites.narrow(ptr, f"pattern {node['pattern']!r} is written without the characters a JSON "
                                  "string holds only escaped (quote, backslash, U+0000-U+001F)")
