@@ -4,20 +4,33 @@ outlines-core's `Index` computes, at compile time, the transition of every token
 from every state of the regex's DFA. On real JSON Schemas that takes seconds to
 minutes (it is JSONSchemaBench's compile-time tail), and most of those states are
 never visited by one generation. Here a state's answer is computed when decoding
-first asks for it: the vocabulary is walked through the DFA at once with numpy,
-one vectorized step per byte position, and tokens drop out as soon as they hit
-the dead state; a state that allows few first bytes walks only the tokens that
-start with them. The conventions are outlines-core's (EOS is allowed exactly in
-final states), so the two can be compared state by state; `tests/automaton/test_automaton.py` does.
-Where several tokens end the output (an instruct model's ``<|im_end|>`` beside the
-tokenizer's EOS), each of them is allowed exactly in final states.
+first asks for it, in two parts (docs/concepts/token-index.md):
+
+* the state's *region*: the states around it that lead back to it within a few
+  bytes (a string's characters, the bytes of one multi-byte character, an
+  escape), relabelled in a canonical order so that every string field of every
+  schema has the same region. Every token is walked through the region once per
+  tokenizer and region shape, with numpy, one vectorized step per byte
+  position: the tokens that stay inside are allowed, the rest leave it by an
+  *exit* (the closing quote) at a known position, or die;
+* from here, only the tokens that left the region are walked on, from the
+  state each exit leads to: for a string field, the few hundred tokens holding
+  a quote, not the 150,000 that do not.
+
+A state with no loop is a region of its own, whose exits are its live bytes, so
+a brace or a key's letter walks only the tokens that start with it. The
+conventions are outlines-core's (EOS is allowed exactly in final states), so the
+two can be compared state by state; `tests/automaton/test_automaton.py` does.
+Where several tokens end the output (an instruct model's ``<|im_end|>`` beside
+the tokenizer's EOS), each of them is allowed exactly in final states.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -25,29 +38,196 @@ from structspec.automaton.dfa import DEAD, LazyDFA
 from structspec.errors import UnspellableError
 from structspec.vocab import TokenVocab
 
+REGION_DEPTH = 6
+"""How many bytes away from a state its region looks for states that lead back to it: a ``\\uXXXX`` escape
+inside a string is the longest such loop in a JSON Schema's regex."""
+REGION_LIMIT = 32
+"""The most states a region search builds the rows of (a string's region has about 20)."""
+SHAPES_LIMIT = 1024
+"""Region shapes kept per tokenizer, least recently used dropped first (most take a few KB, a string's 20)."""
+
+
+class _Level(NamedTuple):
+    """One byte position of the tokens that left a region, shared where their bytes so far are equal (a trie):
+    node i reads byte ``bytes[i]`` from node ``parents[i]`` of the level before (level 0: the exits); the
+    tokens ``ids`` end on nodes ``ends``."""
+
+    parents: np.ndarray
+    bytes: np.ndarray
+    ends: np.ndarray
+    ids: np.ndarray
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """The walk of every token through one region shape: ``base`` (packed, little bit order, over token ids)
+    holds the tokens that end inside the region or exactly on an exit; ``levels``, the rest of the tokens that
+    left it, as a trie rooted at the exits."""
+
+    base: np.ndarray
+    levels: tuple[_Level, ...]
+
 
 class _VocabBytes:
-    """A vocabulary as a byte matrix, longest tokens first, for vectorized walks (EOS and special tokens left out)."""
+    """A vocabulary's bytes laid end to end (row i: the i-th text token by id; EOS and special tokens left out)
+    for vectorized walks, and the walks of its tokens through each region shape met so far (`shape`)."""
 
     def __init__(self, vocab: TokenVocab) -> None:
         ids = [i for i, b in enumerate(vocab.token_bytes) if b and i != vocab.eos_token_id]
-        ids.sort(key=lambda i: -len(vocab.token_bytes[i]))
+        spelled = [vocab.token_bytes[i] for i in ids]
+        self.size = len(vocab)
         self.ids = np.array(ids, dtype=np.int64)
-        self.lengths = np.array([len(vocab.token_bytes[i]) for i in ids], dtype=np.int64)
-        self.matrix = np.zeros((len(ids), int(self.lengths.max(initial=1))), dtype=np.uint8)
-        for row, i in enumerate(ids):
-            self.matrix[row, : self.lengths[row]] = np.frombuffer(vocab.token_bytes[i], dtype=np.uint8)
-        # The rows by first byte: a state that allows a few first bytes walks only their tokens.
-        self.first = self.matrix[:, 0].copy()
-        self.by_first = np.argsort(self.first, kind="stable")
-        self.first_starts = np.searchsorted(self.first[self.by_first], np.arange(257))
+        # Every token's bytes end to end (a megabyte for 150k tokens: walks gather from it in cache); row r's
+        # bytes are data[starts[r]:ends[r]].
+        self.data = np.frombuffer(b"".join(spelled), dtype=np.uint8)
+        self.ends = np.cumsum(np.array([len(b) for b in spelled], dtype=np.int64))
+        self.starts = self.ends - np.array([len(b) for b in spelled], dtype=np.int64)
+        # The rows by first byte: a region whose start allows a few first bytes walks only their tokens.
+        first = self.data[self.starts]
+        self.first = first
+        self.by_first = np.argsort(first, kind="stable")
+        self.first_starts = np.searchsorted(first[self.by_first], np.arange(257))
+        self._shapes: dict[bytes, _Shape] = {}
+        self._lock = threading.RLock()
 
+    def rows_starting_with(self, first_bytes: np.ndarray) -> np.ndarray:
+        """The rows of the tokens whose first byte is in ``first_bytes``. Changes nothing."""
+        starts = self.first_starts
+        if len(first_bytes) > 128:  # most bytes: one pass over the first column beats gathering buckets
+            return np.flatnonzero(np.isin(self.first, first_bytes))
+        return np.concatenate([self.by_first[starts[b]:starts[b + 1]] for b in first_bytes.tolist()]
+                              or [np.zeros(0, dtype=np.int64)])
 
-_FEW_FIRST_BYTES = 16
-"""A state allowing at most this many first bytes gathers their tokens by bucket; more, by one pass over all."""
+    def shape(self, table: np.ndarray, regions: int) -> _Shape:
+        """The `_Shape` of the canonical region ``table`` (see `_region`), walked when first asked and kept.
+        Threads get what one thread would."""
+        key = table.tobytes()
+        found = self._shapes.get(key)
+        if found is None:
+            with self._lock:
+                found = self._shapes.get(key)
+                if found is None:
+                    found = self._shapes[key] = self._walk_shape(table, regions)
+                    if len(self._shapes) > SHAPES_LIMIT:
+                        del self._shapes[next(iter(self._shapes))]
+        return found
+
+    def _walk_shape(self, table: np.ndarray, regions: int) -> _Shape:
+        """Walk every token from region code 1 through ``table`` (codes: 0 dead, 1..``regions`` the region's
+        states, above: exits) until it ends, dies or leaves."""
+        rows = self.rows_starting_with(np.flatnonzero(table[1]))
+        codes = np.ones(len(rows), dtype=table.dtype)
+        offsets = self.starts[rows]
+        bits = np.zeros(self.size, dtype=bool)
+        left: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        while len(rows):
+            codes = table[codes, self.data[offsets]]
+            offsets += 1
+            alive = codes != 0
+            rows, codes, offsets = rows[alive], codes[alive], offsets[alive]
+            ended = offsets == self.ends[rows]
+            bits[self.ids[rows[ended]]] = True  # inside the region or on an exit: allowed either way
+            out = ~ended & (codes > regions)
+            left.append((rows[out], offsets[out], codes[out] - regions - 1))
+            stay = ~ended & ~out
+            rows, codes, offsets = rows[stay], codes[stay], offsets[stay]
+        rows, offsets, exits = (np.concatenate([part[i] for part in left] or [np.zeros(0, dtype=np.int64)])
+                                for i in range(3))
+        return _Shape(np.packbits(bits, bitorder="little"), self._trie(rows, offsets, exits))
+
+    def _trie(self, rows: np.ndarray, offsets: np.ndarray, nodes: np.ndarray) -> tuple[_Level, ...]:
+        """The bytes of ``rows`` from ``offsets`` on as trie levels under root ``nodes`` (one per row)."""
+        levels = []
+        ends = self.ends[rows]
+        while len(rows):
+            keys = nodes * 256 + self.data[offsets]
+            unique, nodes = np.unique(keys, return_inverse=True)
+            offsets = offsets + 1
+            ended = offsets == ends
+            levels.append(_Level(unique // 256, (unique % 256).astype(np.uint8), nodes[ended], self.ids[rows[ended]]))
+            going = ~ended
+            rows, offsets, ends, nodes = rows[going], offsets[going], ends[going], nodes[going]
+        return tuple(levels)
+
+    def walk(self, dfa: LazyDFA, shape: _Shape, exits: list[int], bits: np.ndarray) -> None:
+        """Set in ``bits`` the tokens of ``shape`` that left the region and stay alive from the DFA state of
+        their exit (``exits``), one trie level at a time. Builds the DFA rows it reaches: the table grows, the
+        language does not."""
+        states = np.array(exits, dtype=np.int32)
+        for level in shape.levels:
+            before = states[level.parents]
+            dfa.ensure(before)
+            states = dfa.table[before, level.bytes]  # (the dead row is all dead: no need to drop dead nodes)
+            bits[level.ids[states[level.ends] != DEAD]] = True
+            if not states.any():
+                break
+
 
 # One matrix per tokenizer, shared by every regex compiled over it.
 _VOCAB_BYTES: dict[str, _VocabBytes] = {}
+_VOCAB_LOCK = threading.Lock()
+
+
+def vocab_bytes(vocab: TokenVocab) -> _VocabBytes:
+    """The `_VocabBytes` of ``vocab``, built on first use (a tenth of a second on a 150k vocabulary) and kept
+    per tokenizer fingerprint, with the region shapes walked since."""
+    found = _VOCAB_BYTES.get(vocab.fingerprint)
+    if found is None:
+        with _VOCAB_LOCK:
+            found = _VOCAB_BYTES.get(vocab.fingerprint)
+            if found is None:
+                found = _VOCAB_BYTES[vocab.fingerprint] = _VocabBytes(vocab)
+    return found
+
+
+def _region(dfa: LazyDFA, state: int) -> tuple[np.ndarray, int, list[int]]:
+    """The region of ``state`` as (canonical table, its number of region states, the DFA state of each exit).
+
+    The region is ``state`` and the states within `REGION_DEPTH` bytes of it that lead back to it; a state
+    with no byte leading back to itself is a region alone. The table numbers them 1, 2, … in breadth-first
+    order from ``state`` over bytes 0-255, and the states outside the region they lead to (exits) after them,
+    in the order first met; 0 is dead. Equal tables mean equal walks for every token until it leaves the
+    region, whatever the schema. Builds the rows it reads: the table grows, the language does not.
+    """
+    dfa.ensure(np.array([state]))
+    members = {state}
+    successors: dict[int, list[int]] = {}  # state → the states its row leads to, in byte order of first mention
+
+    def nexts(d: int) -> list[int]:
+        found = successors.get(d)
+        if found is None:
+            found = successors[d] = list(dict.fromkeys(dfa.table[d].tolist()))
+        return found
+
+    after = [d for d in nexts(state) if d != DEAD]
+    dfa.ensure(np.array(after or [DEAD]))
+    loops = [d for d in [state, *after] if d in nexts(d)]
+    if loops:  # a loop here or a byte away (a string's characters): look for the states around it that lead back
+        members.update(loops)
+        frontier, depth = [state], 0
+        while frontier and depth < REGION_DEPTH and len(successors) < REGION_LIMIT:
+            frontier = list(dict.fromkeys(d for d in frontier if d not in successors and d != DEAD))
+            frontier = frontier[: REGION_LIMIT - len(successors)]
+            if frontier:
+                dfa.ensure(np.array(frontier))
+            frontier, depth = [s for d in frontier for s in nexts(d)], depth + 1
+        grew = True
+        while grew:  # the explored states that lead back to the loops through explored states
+            before = len(members)
+            members |= {d for d, after in successors.items() if not members.isdisjoint(after)}
+            grew = len(members) > before
+    order, codes = [state], {DEAD: 0, state: 1}
+    for d in order:  # (grows as it goes: breadth-first)
+        for s in nexts(d):
+            if s not in codes and s in members:
+                codes[s] = len(order) + 1
+                order.append(s)
+    exits = [s for s in dict.fromkeys(s for d in order for s in nexts(d)) if s not in codes]
+    codes.update((s, len(order) + 1 + k) for k, s in enumerate(exits))
+    stacked = dfa.table[order]
+    values, inverse = np.unique(stacked, return_inverse=True)
+    mapped = np.array([codes[v] for v in values.tolist()], dtype=np.int32)[inverse].reshape(stacked.shape)
+    return np.concatenate([np.zeros((1, 256), dtype=np.int32), mapped]), len(order), exits
 
 
 def pack(ids: np.ndarray, logits_width: int) -> np.ndarray:
@@ -86,12 +266,11 @@ class TokenIndex:
         self.logits_width = logits_width
         self.eos_token_ids = eos_token_ids
         self._eos_sorted = np.array(sorted(eos_token_ids), dtype=np.int32)
-        if vocab.fingerprint not in _VOCAB_BYTES:
-            _VOCAB_BYTES[vocab.fingerprint] = _VocabBytes(vocab)
-        self._vocab_bytes = _VOCAB_BYTES[vocab.fingerprint]
+        self._vocab_bytes = vocab_bytes(vocab)
+        self._bits: dict[int, np.ndarray] = {}
         self._allowed: dict[int, np.ndarray] = {}
         self._packed: dict[int, np.ndarray] = {}
-        self._lock = threading.RLock()  # reentrant: a packed mask is built from the allowed ids
+        self._lock = threading.RLock()  # reentrant: the answers are built from a state's allowed bits
 
     def allowed_token_ids(self, state: int) -> np.ndarray:
         """Allowed token ids in ``state``, ascending, every EOS id included when final: a read-only int32 array.
@@ -107,47 +286,50 @@ class TokenIndex:
         """The allowed ids of ``state`` as ceil(logits_width / 32) int32 words: bit j of word i ⇔ token 32*i+j.
 
         Ids at or past ``logits_width`` are never set. Computed once per state; do
-        not modify the returned array (callers copy it into their bitmask).
+        not modify the returned array (callers copy it into their bitmask). `UnspellableError` as
+        `allowed_token_ids`.
         """
         return self._cached(self._packed, state, self._compute_packed)
 
     def _cached(self, cache: dict[int, np.ndarray], state: int, compute: Callable[[int], np.ndarray]) -> np.ndarray:
         return cached(cache, state, compute, self._lock)
 
-    def _compute_allowed(self, state: int) -> np.ndarray:
-        ids = self._walk_vocabulary(state)
-        if state != DEAD and not self.dfa.is_final(state) and not (ids < self.logits_width).any():
+    def _allowed_bits(self, state: int) -> np.ndarray:
+        """Read-only bools over ``max(len(vocab), 32 * words)`` ids: the allowed tokens, EOS ids included in a
+        final state. `UnspellableError` as `allowed_token_ids`."""
+        return self._cached(self._bits, state, self._compute_bits)
+
+    def _compute_bits(self, state: int) -> np.ndarray:
+        width = max(len(self.vocab), 32 * -(-self.logits_width // 32))
+        bits = np.zeros(width, dtype=bool)
+        if state != DEAD:
+            bits[: len(self.vocab)] = self._walk_vocabulary(state)
+        final = self.dfa.is_final(state)
+        if state != DEAD and not final and not bits[: self.logits_width].any():
             raise UnspellableError(state, self.dfa.next_characters(state))
-        if self.dfa.is_final(state):
-            ids = np.insert(ids, np.searchsorted(ids, self._eos_sorted), self._eos_sorted)
+        if final:
+            bits[self._eos_sorted] = True
+        bits.setflags(write=False)
+        return bits
+
+    def _compute_allowed(self, state: int) -> np.ndarray:
+        ids = np.flatnonzero(self._allowed_bits(state)).astype(np.int32)
         ids.setflags(write=False)
         return ids
 
     def _compute_packed(self, state: int) -> np.ndarray:
-        return pack(self.allowed_token_ids(state), self.logits_width)
+        words = -(-self.logits_width // 32)
+        bits = self._allowed_bits(state)[: 32 * words].copy()
+        bits[self.logits_width:] = False
+        # little bit order, little-endian words: bit j of word i is bits[32*i + j]
+        return np.packbits(bits, bitorder="little").view("<i4")
 
     def _walk_vocabulary(self, state: int) -> np.ndarray:
-        """Ids of the tokens (EOS aside) whose bytes stay alive from ``state``, sorted, as int32."""
+        """Bools over the token ids: which tokens (EOS aside) stay alive from ``state``. Builds the DFA rows it
+        reaches."""
         vocab, dfa = self._vocab_bytes, self.dfa
-        dfa.ensure(np.array([state]))
-        row = dfa.table[state]
-        live = np.flatnonzero(row != DEAD)
-        if len(live) <= _FEW_FIRST_BYTES:  # (structure: a brace, a quote, a key's first letter) only their tokens
-            starts = vocab.first_starts
-            rows = np.concatenate([vocab.by_first[starts[b]:starts[b + 1]] for b in live.tolist()] or [live])
-        else:
-            rows = np.flatnonzero(row[vocab.first] != DEAD)
-        states = row[vocab.first[rows]]
-        allowed = []
-        for position in range(1, vocab.matrix.shape[1]):
-            ended = vocab.lengths[rows] == position
-            allowed.append(rows[ended])
-            rows, states = rows[~ended], states[~ended]
-            if not len(rows):
-                break
-            dfa.ensure(states)
-            states = dfa.table[states, vocab.matrix[rows, position]]
-            alive = states != DEAD
-            rows, states = rows[alive], states[alive]
-        allowed.append(rows)
-        return np.sort(vocab.ids[np.concatenate(allowed)]).astype(np.int32)
+        table, regions, exits = _region(dfa, state)
+        shape = vocab.shape(table, regions)
+        bits = np.unpackbits(shape.base, count=vocab.size, bitorder="little").view(bool)
+        vocab.walk(dfa, shape, exits, bits)
+        return bits

@@ -18,7 +18,7 @@ from structspec.automaton.dfa import DEAD, LazyDFA
 from structspec.automaton import UnspellableError
 from structspec.automaton import fsm as fsm_module
 from structspec.automaton.fsm import _MEMORY_LIMIT, TokenFSM, clear_cache
-from structspec.automaton.index import _FEW_FIRST_BYTES
+from structspec.automaton.index import _region
 from structspec.automaton import nfa as nfa_module
 from structspec.automaton.nfa import ByteNFA
 from structspec.automaton.utf8 import byte_sequences, normalize
@@ -384,8 +384,8 @@ def test_tokens_past_the_logits_width_do_not_count_as_allowed() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
 def test_each_state_allows_exactly_the_tokens_whose_bytes_it_reads(kind: str, request) -> None:
-    # The vocabulary walk gathers a state's tokens by first byte where it allows few (a brace, a quote) and
-    # reads all of them otherwise (a string's characters): both against stepping each token's bytes.
+    # A state alone (a brace, a quote) and a state in a region of several (a string's characters, with the states
+    # of its multi-byte characters): both against stepping each token's bytes.
     vocab = request.getfixturevalue(kind).vocab
     counts = set()
     for regex in REGEXES:
@@ -400,7 +400,6 @@ def test_each_state_allows_exactly_the_tokens_whose_bytes_it_reads(kind: str, re
             stepped = {i for i, data in enumerate(vocab.token_bytes)
                        if data and i != vocab.eos_token_id and dfa.step(state, data) != DEAD}
             assert allowed == stepped, (regex, state)
-            live = dfa.next_bytes(state)
-            counts.add(len(live) <= _FEW_FIRST_BYTES)
-            todo += [int(dfa.table[state, byte]) for byte in live]
-    assert counts == {True, False}  # both ways of gathering were checked
+            counts.add(_region(dfa, state)[1] > 1)
+            todo += [int(dfa.table[state, byte]) for byte in dfa.next_bytes(state)]
+    assert counts == {True, False}  # both kinds of region were checked
