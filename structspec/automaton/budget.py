@@ -121,6 +121,15 @@ class BudgetedFSM(TokenFSM):
         inner, phase, count, partial = self._keys[state]
         return (inner, partial) if phase == _INSIDE and count >= self.budget.tokens else None
 
+    def _limit_key(self, state: int) -> tuple[int, tuple[int, ...] | int] | None:
+        """Where ``state`` allows less than its regex state: a spent budget (`_spent_key`), or a budget of 0 tokens
+        still in its opening marker, (regex state, the opening's bytes written), where a token that completes
+        the marker may carry no thinking, only the way to an end marker; else None."""
+        inner, phase, count, _ = self._keys[state]
+        if phase == _OPENING and self.budget.tokens == 0:
+            return inner, count
+        return self._spent_key(state)
+
     @property
     def initial_state(self) -> int:
         return 0
@@ -140,25 +149,50 @@ class BudgetedFSM(TokenFSM):
         return [b for b in live if b in firsts]
 
     def allowed_token_ids(self, state: int) -> np.ndarray:
-        spent = self._spent_key(state)
-        if spent is None:
+        limit = self._limit_key(state)
+        if limit is None:
             return super().allowed_token_ids(self._keys[state][0])
-        return cached(self._learned.spent, spent, self._spent_ids, self._lock)
+        return cached(self._learned.spent, limit, self._limited_ids, self._lock)
 
     def packed_mask(self, state: int) -> np.ndarray:
-        spent = self._spent_key(state)
-        if spent is None:
+        limit = self._limit_key(state)
+        if limit is None:
             return super().packed_mask(self._keys[state][0])
         learned = self._learned
-        return cached(learned.packed, spent, lambda key: pack(cached(learned.spent, key, self._spent_ids, self._lock),
-                                                               self.logits_width), self._lock)
+        return cached(learned.packed, limit, lambda key: pack(cached(learned.spent, key, self._limited_ids,
+                                                                     self._lock), self.logits_width), self._lock)
 
-    def _spent_ids(self, spent: tuple[int, tuple[int, ...]]) -> np.ndarray:
-        """The ids a spent budget allows in regex state ``spent[0]`` with the end markers matched to ``spent[1]``."""
-        going_on = self._going_on(spent[1])
-        if _mid_character(super().next_bytes(spent[0])):
+    def _limited_ids(self, limit: tuple[int, tuple[int, ...] | int]) -> np.ndarray:
+        """The ids a state limited as ``limit`` says (`_limit_key`) allows."""
+        inner, where = limit
+        if isinstance(where, int):
+            return self._opening_ids(inner, where)
+        return self._spent_ids(inner, where)
+
+    def _opening_ids(self, inner: int, written: int) -> np.ndarray:
+        """The ids a budget of 0 tokens allows in regex state ``inner``, ``written`` bytes into its opening marker:
+        those that stay in the marker, and those that complete it and go on only to spell an end marker (a
+        prefix of one, or one and more), or with no end marker, nothing (only the end of the output may follow)."""
+        rest, ends = self.budget.opening[written:], self.budget.ends
+        token_bytes = self.vocab.token_bytes
+
+        def fits(data: bytes) -> bool:
+            if rest.startswith(data):
+                return True
+            thinking = data[len(rest):]
+            return data.startswith(rest) and any(m.startswith(thinking) or thinking.startswith(m) for m in ends)
+
+        allowed = super().allowed_token_ids(inner)
+        ids = allowed[[fits(token_bytes[i]) for i in allowed]] if allowed.size else allowed
+        ids.setflags(write=False)
+        return ids
+
+    def _spent_ids(self, inner: int, partial: tuple[int, ...]) -> np.ndarray:
+        """The ids a spent budget allows in regex state ``inner`` with the end markers matched to ``partial``."""
+        going_on = self._going_on(partial)
+        if _mid_character(super().next_bytes(inner)):
             going_on = np.union1d(going_on, self._ending_ids(b""))
-        ids = np.intersect1d(super().allowed_token_ids(spent[0]), going_on)
+        ids = np.intersect1d(super().allowed_token_ids(inner), going_on)
         ids.setflags(write=False)
         return ids
 
@@ -186,7 +220,7 @@ class BudgetedFSM(TokenFSM):
             return steps[key]
         inner, phase, count, partial = self._keys[state]
         after = super().next_state(inner, token_id)
-        if after is not None and self._spent_key(state) is not None and token_id not in self.allowed_token_ids(state):
+        if after is not None and self._limit_key(state) is not None and token_id not in self.allowed_token_ids(state):
             after = None
         if after is not None:
             after = self._id(after, *self._advance(phase, count, partial, self.vocab.token_bytes[token_id]))

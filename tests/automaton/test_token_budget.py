@@ -70,6 +70,26 @@ def test_the_count_starts_after_the_begin_marker(byte_lm) -> None:
         b"</think>"[:n] for n in range(1, 9)} | {b"</think>ok"}
 
 
+@pytest.mark.parametrize("family, begin, straddle", [
+    ("byte_lm", "<think> ", b" the"),  # this vocabulary's " the" completes the marker and thinks "the"
+    pytest.param("qwen_lm", "<think>\n", b"\n\n", marks=pytest.mark.slow),  # Qwen's "\n\n": one thinking "\n"
+])
+def test_a_budget_of_no_tokens_holds_where_a_token_completes_the_begin_marker(family, begin, straddle,
+                                                                              request) -> None:
+    lm = request.getfixturevalue(family)
+    fsm = structspec.compile(Reasoning(Regex("ok"), begin=begin, separator="", max_thinking_tokens=0), lm).fsm
+    opened = walk(fsm, one_byte_each(begin[:-1]))
+    straddling = fsm.vocab.ids_by_bytes[straddle]
+    assert opened is not None and fsm.next_state(opened, straddling) is None
+    assert straddling not in fsm.allowed_token_ids(opened)
+    rest = begin[-1].encode()
+    for token in map(bytes, map(fsm.vocab.token_bytes.__getitem__, fsm.allowed_token_ids(opened))):
+        thinking = token[len(rest):]  # what a token writes past the marker: only the way to the end marker
+        assert token.startswith(rest) and (b"</think>".startswith(thinking) or thinking.startswith(b"</think>"))
+    assert accepts(fsm, one_byte_each(begin + "</think>ok"))  # the marker, no thinking, the end marker
+    assert not accepts(fsm, one_byte_each(begin + "a</think>ok"))
+
+
 def test_a_later_compile_keeps_the_states_and_masks_decoding_reached(byte_lm) -> None:
     spec = Reasoning(Regex("ok"), separator="", max_thinking_tokens=2)
     first = structspec.compile(spec, byte_lm).fsm
