@@ -14,7 +14,8 @@ import math
 import numbers
 import operator
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from collections.abc import Mapping
+from typing import Any, Literal, Protocol, TypeAlias
 
 from structspec.errors import OptionError, PromptError
 
@@ -24,6 +25,10 @@ SEED_BOUNDS = (-(2**63), 2**63 - 1)
 MIN_TEMPERATURE = 1e-5
 """Below this, sampling is argmax up to float rounding, and logits divided by it can overflow float32 (vLLM
 treats temperatures under 1e-5 as greedy for the same reason)."""
+
+MAX_TEMPERATURE = 3.4028234663852886e38
+"""float32's largest finite value: logits are divided by the temperature in float32, where a larger one rounds to
+inf and turns masked (-inf) logits into NaN."""
 
 
 @dataclass(frozen=True)
@@ -44,7 +49,7 @@ RULES: dict[str, Rule] = {
     "max_new_tokens": Rule("int", "pass a whole number of tokens, e.g. max_new_tokens=256", 1),
     "do_sample": Rule("bool", "pass True, False, or None (sample when a sampling value is set)", optional=True),
     "temperature": Rule("number", "pass a number such as 0.7, or do_sample=False for greedy", MIN_TEMPERATURE,
-                        words=f"> 0, at least {MIN_TEMPERATURE:g}"),
+                        MAX_TEMPERATURE, words=f"in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:.5g}]"),
     "top_k": Rule("int", "pass a whole number of tokens such as 50, or None for no top-k", 1, optional=True),
     "top_p": Rule("number", "pass a number such as 0.9, or None for no top-p", 0, 1, optional=True, above=True),
     "seed": Rule("int", "pass a smaller int (e.g. seed % 2**63), or None", *SEED_BOUNDS, optional=True),
@@ -60,12 +65,17 @@ RULES: dict[str, Rule] = {
     "batch_size": Rule("int", "pass a whole number of rows, e.g. batch_size=8", 1),
 }
 
+GREEDY_TEMPERATURE = Rule("number", "pass a number such as 0.7, or leave it out (greedy decoding reads none)", 0,
+                          MAX_TEMPERATURE, words=f"in [0, {MAX_TEMPERATURE:.5g}]")
+"""The temperature's rule with ``do_sample=False``, as transformers reads it: greedy decoding ignores the
+temperature, so 0 (the OpenAI-style spelling of greedy) is taken too."""
 
-def check_option(name: str, value: Any) -> Any:
-    """``value`` as option ``name`` takes it (a numpy int as an int, an int temperature as a float, a tuple
-    of ids as a list), or `OptionError` naming the option, the value, what it must be and the fix. Options
-    without a rule pass as they are. Changes nothing."""
-    rule = RULES.get(name)
+
+def check_option(name: str, value: Any, rule: Rule | None = None) -> Any:
+    """``value`` as option ``name`` takes it by ``rule`` (default: its rule in `RULES`; a numpy int as an int, an
+    int temperature as a float, a tuple of ids as a list), or `OptionError` naming the option, the value, what it
+    must be and the fix. Options without a rule pass as they are. Changes nothing."""
+    rule = rule or RULES.get(name)
     if rule is None or (value is None and rule.optional):
         return value
     taken = _taken(rule, value)
@@ -170,10 +180,24 @@ def check_prompt(prompt: Any) -> None:
                                   f"{key!r} (e.g. {{'role': 'user', 'content': 'text'}})")
 
 
-class GenerationConfigLike(Protocol):
+def check_streamer(streamer: Any) -> None:
+    """`OptionError` unless ``streamer`` is None or has callable ``put`` and ``end`` (transformers' streamer
+    convention: ``TextStreamer``, ``TextIteratorStreamer``). Changes nothing."""
+    missing = [name for name in ("put", "end") if not callable(getattr(streamer, name, None))]
+    if streamer is not None and missing:
+        raise OptionError(f"streamer= is of type {type(streamer).__name__}, which has no {' or '.join(missing)} "
+                          "method: pass a transformers streamer (e.g. TextStreamer(tokenizer)) or an object with "
+                          "put(ids) and end(), or use structspec.stream for events")
+
+
+class ListsSetFields(Protocol):
     """A transformers ``GenerationConfig``, or anything that lists its set fields the same way."""
 
     def to_diff_dict(self) -> dict[str, Any]: ...
+
+
+GenerationConfigLike: TypeAlias = ListsSetFields | Mapping[str, Any]
+"""What ``generation_config=`` takes: a transformers ``GenerationConfig`` or a dict of its fields."""
 
 
 def implies_sampling(temperature: float, top_k: int | None, top_p: float | None) -> bool:
@@ -200,10 +224,21 @@ _CONFIG_NEUTRAL: dict[str, Any] = {
 
 
 def from_generation_config(config: GenerationConfigLike) -> dict[str, Any]:
-    """The honoured fields ``config`` sets, by option name; `OptionError` naming the first field set to
-    something structspec does not do. Does not change the config."""
+    """The honoured fields ``config`` (a ``GenerationConfig`` or a dict of its fields) sets, by option name;
+    `OptionError` naming the first field set to something structspec does not do, or a config of another type.
+    Does not change the config."""
+    if isinstance(config, Mapping):
+        fields = dict(config)
+    elif callable(getattr(config, "to_diff_dict", None)):
+        fields = config.to_diff_dict()
+    else:
+        raise OptionError(f"generation_config got a {type(config).__name__}: pass a transformers GenerationConfig, "
+                          "a dict of its fields (e.g. {'max_new_tokens': 64}), or None")
     taken: dict[str, Any] = {}
-    for name, value in config.to_diff_dict().items():
+    for name, value in fields.items():
+        if not isinstance(name, str):
+            raise OptionError(f"generation_config has the key {name!r}: name its fields by str, as "
+                              "GenerationConfig does (e.g. {'max_new_tokens': 64})")
         if value is None or name in _CONFIG_IGNORED:
             continue
         if name in CONFIG_HONOURED:

@@ -21,9 +21,12 @@ from structspec.decoding.row import DecodeOptions
 from structspec.decoding.sampling import SamplingConfig
 from structspec.errors import OptionError
 from structspec.options import (
+    GREEDY_TEMPERATURE,
     RULES,
     GenerationConfigLike,
+    Rule,
     check_option,
+    check_streamer,
     from_generation_config,
     implies_sampling,
 )
@@ -31,10 +34,11 @@ from structspec.schema import COMPACT
 from structspec.schema.bounds import MAX_FRACTION_DIGITS, MAX_INTEGER_DIGITS
 from structspec.schema.recursion import MAX_RECURSION_DEPTH
 
-def _checked_fields(options: Any) -> None:
-    """Check (and convert, as its rule takes it) each field of the frozen ``options`` that has a rule."""
-    for name in [f.name for f in fields(options) if f.name in RULES]:
-        object.__setattr__(options, name, check_option(name, getattr(options, name)))  # frozen: set once, here
+def _checked_fields(options: Any, rules: Mapping[str, Rule] = RULES) -> None:
+    """Check (and convert, as its rule in ``rules`` takes it) each field of the frozen ``options`` that has one."""
+    for name in [f.name for f in fields(options) if f.name in rules]:
+        value = check_option(name, getattr(options, name), rules[name])
+        object.__setattr__(options, name, value)  # frozen: set once, here
 
 
 @dataclass(frozen=True)
@@ -73,15 +77,17 @@ class GenerateOptions:
     `generate_result`, `stream`, `generate_batch`, `iter_batch`). Checked when made, before any model loads.
 
     ``do_sample=None`` samples when ``temperature``, ``top_k`` or ``top_p`` is set and decodes greedily
-    otherwise. ``seed`` seeds the sampler. ``fast_forward`` ("off" or "exact") says whether tokens the FSM
-    forces are appended without a model call. ``draft`` says where speculative drafts come from:
-    ``"prompt_lookup"`` (the default: copies from the prompt, free and lossless), ``"lookahead"`` (n-grams
-    from the target's own Jacobi step, verified in one token tree; greedy rows), ``"auto"`` (prompt lookup,
-    plus self-draft on a GPU), a loaded LM (a draft model; another tokenizer is translated through text), a
-    drafter object (`TreeDrafter()`, `SelfDraft()`, `Staged()`, any `Drafter`), or None (no drafts). Drafts are verified by the target,
-    so greedy output is token-identical whatever the drafter. ``output_logprobs=True`` fills
-    ``Result.logprobs``: each output token's log-probability under the target's masked (and, when sampling,
-    warped) distribution at the pass that chose or verified it (0.0 for tokens the FSM forced).
+    otherwise; ``do_sample=False`` reads no temperature, so it takes any from 0 up, as transformers does.
+    ``seed`` seeds the sampler. ``fast_forward`` ("off" or "exact") says whether tokens the FSM forces are
+    appended without a model call. ``draft`` says where speculative drafts come from: ``"prompt_lookup"`` (the
+    default: copies from the prompt, free and lossless), ``"lookahead"`` (n-grams from the target's own Jacobi
+    step, verified in one token tree; greedy rows), ``"auto"`` (prompt lookup, plus self-draft on a GPU), a
+    loaded LM (a draft model; another tokenizer is translated through text), a drafter object
+    (`TreeDrafter()`, `SelfDraft()`, `Staged()`, any `Drafter`; not its class), or None (no drafts). Drafts
+    are verified by the target, so greedy output is token-identical whatever the drafter.
+    ``output_logprobs=True`` fills ``Result.logprobs``: each output token's log-probability under the target's
+    masked (and, when sampling, warped) distribution at the pass that chose or verified it (0.0 for tokens the
+    FSM forced).
     """
 
     max_new_tokens: int = 512
@@ -95,7 +101,9 @@ class GenerateOptions:
     output_logprobs: bool = False
 
     def __post_init__(self) -> None:
-        _checked_fields(self)
+        # greedy decoding reads no temperature, so transformers' do_sample=False, temperature=0 is taken
+        greedy = self.do_sample is False
+        _checked_fields(self, {**RULES, "temperature": GREEDY_TEMPERATURE} if greedy else RULES)
         check_draft(self.draft)
         self.decode_options()  # checks fast_forward now
 
@@ -111,7 +119,7 @@ class GenerateOptions:
         do_sample = self.do_sample
         if do_sample is None:
             do_sample = implies_sampling(self.temperature, self.top_k, self.top_p)
-        sampling = SamplingConfig(do_sample, self.temperature, self.top_k, self.top_p)
+        sampling = SamplingConfig(True, self.temperature, self.top_k, self.top_p) if do_sample else SamplingConfig()
         return DecodeOptions(self.max_new_tokens, sampling, self.seed, self.fast_forward, self.output_logprobs)
 
 
@@ -136,8 +144,9 @@ def takes_options(function: Callable[P, R]) -> Callable[P, R]:
     """``function`` whose keywords are checked by name and completed from ``generation_config=``.
 
     An unknown keyword is an `OptionError` naming the options (a compile option given to a compiled spec's call,
-    one saying to compile again), not Python's TypeError. The honoured fields of a ``generation_config``
-    keyword fill the keywords the call leaves unset.
+    one saying to compile again), not Python's TypeError; so is a ``streamer`` without ``put``/``end``. The
+    honoured fields of a ``generation_config`` keyword (a ``GenerationConfig`` or a dict of its fields) fill the
+    keywords the call leaves unset.
     """
     parameters = inspect.signature(function).parameters
     names = [name for name, p in parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY]
@@ -147,6 +156,7 @@ def takes_options(function: Callable[P, R]) -> Callable[P, R]:
         for name in keywords:
             if name not in parameters:
                 raise _unknown(name, names)
+        check_streamer(keywords.get("streamer"))
         config = keywords.get("generation_config")
         if config is not None:
             keywords = with_config(keywords, config, names)  # type: ignore[assignment]

@@ -63,6 +63,9 @@ def check_draft(draft: object) -> None:
     `Drafter`: a retired name says which class to construct, an unknown one suggests the nearest name. Loads
     nothing, changes nothing."""
     names = ", ".join(map(repr, DRAFT_NAMES))
+    if isinstance(draft, type):  # a class passes the runtime Protocol checks below, having their methods
+        raise OptionError(f"draft={draft.__name__} is a class, not a drafter: pass an instance, as "
+                          f"draft={draft.__name__}(), one of {names}, a loaded LM or None")
     if isinstance(draft, str):
         if draft in DRAFT_NAMES:
             return

@@ -77,13 +77,22 @@ def token_fsm(
 ) -> TokenFSM:
     """The token FSM of ``spec``: a `TokenFSM` or `structspec.Compiled` as is, else compiled for
     ``model_or_tokenizer`` (a structspec `LM`, a shipped model's name, or a Hugging Face tokenizer,
-    whose FSM allows ids up to ``logits_width``, default its size). Cached like `structspec.compile`."""
-    if isinstance(spec, TokenFSM):
-        return spec
-    if isinstance(spec, structspec.Compiled):
-        return spec.fsm
-    if isinstance(model_or_tokenizer, LM | str):
-        return structspec.compile(spec, model_or_tokenizer, whitespace_pattern=whitespace_pattern, strict=strict).fsm
+    whose FSM allows ids up to ``logits_width``, default its size). Cached like `structspec.compile`.
+    `OptionError` for a ``logits_width`` that is no int, is narrower than the tokenizer, or differs from the
+    width an FSM (or the `LM`) already has."""
+    width = as_int(logits_width)
+    if logits_width is not None and (width is None or width < 1):
+        raise OptionError(f"logits_width must be an int ≥ 1 (not a bool) or None, got {logits_width!r}: pass the "
+                          "model's vocabulary size (its logits' last dimension), or leave it out")
+    fsm = spec if isinstance(spec, TokenFSM) else spec.fsm if isinstance(spec, structspec.Compiled) else None
+    if fsm is None and isinstance(model_or_tokenizer, LM | str):
+        fsm = structspec.compile(spec, model_or_tokenizer, whitespace_pattern=whitespace_pattern, strict=strict).fsm
+    if fsm is not None:
+        if width is not None and width != fsm.logits_width:
+            raise OptionError(f"logits_width={width}, but this FSM was compiled for logits {fsm.logits_width} wide "
+                              "(the model's): leave logits_width out, or compile for the tokenizer alone, "
+                              "Matcher(spec, tokenizer, logits_width=...)")
+        return fsm
     if model_or_tokenizer is None or not hasattr(model_or_tokenizer, "convert_ids_to_tokens"):
         raise OptionError(
             f"cannot compile for {type(model_or_tokenizer).__name__}: pass a structspec LM, a model name or the "
@@ -91,12 +100,16 @@ def token_fsm(
             "tokenizer) wraps both)"
         )
     vocab = vocab_from_tokenizer(model_or_tokenizer)
+    if width is not None and width < len(vocab):
+        raise OptionError(f"logits_width={width} is narrower than the tokenizer's {len(vocab)} tokens: pass the "
+                          "model's vocabulary size (its logits' last dimension), or leave it out for the "
+                          "tokenizer's size")
     if is_agent_spec(spec):  # tool calls, reasoning, tags: may place the tokenizer's special tokens
         constraint = agent_constraint(spec, vocab, model_or_tokenizer,
                                       lambda inner, ws=None: constraint_of(inner, ws or whitespace_pattern, strict))
-        return constraint_fsm(constraint, vocab, logits_width)
+        return constraint_fsm(constraint, vocab, width)
     regex = structspec.to_regex(spec, whitespace_pattern, strict)
-    return TokenFSM.from_regex(regex, vocab, logits_width)
+    return TokenFSM.from_regex(regex, vocab, width)
 
 
 def eos_only_row(fsm: TokenFSM) -> torch.Tensor:

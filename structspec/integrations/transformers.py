@@ -37,6 +37,7 @@ import torch
 import transformers
 
 from structspec.automaton.fsm import apply_token_bitmask_inplace
+from structspec.errors import OptionError
 from structspec.integrations.matcher import eos_only_row, token_fsm
 from structspec.schema import COMPACT
 
@@ -77,8 +78,10 @@ class LogitsProcessor(transformers.LogitsProcessor):
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         """The scores [rows, width] with disallowed tokens at -inf (a new tensor; ``scores`` is unchanged).
 
-        Changes the processor's cache of walked prefixes only.
+        Changes the processor's cache of walked prefixes only. `OptionError`, before any change, unless
+        ``input_ids`` is [rows, tokens] and ``scores`` [rows, width] with a width of at least the FSM's.
         """
+        check_scores(input_ids, scores, self.fsm.logits_width)
         states = self.states(input_ids)
         bitmask = self.fsm.allocate_token_bitmask(len(states))
         for row, state in enumerate(states):
@@ -92,7 +95,9 @@ class LogitsProcessor(transformers.LogitsProcessor):
 
     def states(self, input_ids: torch.Tensor) -> list[int | None]:
         """Each row's FSM state after its generated tokens; None where the row ended with EOS or holds a
-        token the FSM rejects. Changes the processor's cache of walked prefixes only."""
+        token the FSM rejects. Changes the processor's cache of walked prefixes only; `OptionError` (changing
+        nothing) unless ``input_ids`` is a [rows, tokens] integer tensor."""
+        check_input_ids(input_ids)
         ids = input_ids.detach().cpu()
         common = self._common_prefixes(ids)
         if common is None:
@@ -134,6 +139,39 @@ class LogitsProcessor(transformers.LogitsProcessor):
         """``known`` (the states of ``row``'s first ``len(known) - 1`` tokens) extended over the rest of ``row``,
         up to the first token the FSM rejects (EOS included). Builds DFA rows; changes nothing else."""
         return known + self.fsm.walk(known[-1], row[len(known) - 1 :])
+
+
+def check_input_ids(input_ids: Any) -> None:
+    """`OptionError` unless ``input_ids`` is an integer tensor [rows, tokens], as ``generate`` passes it. Changes
+    nothing."""
+    integer = isinstance(input_ids, torch.Tensor) and not (
+        input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool)
+    if not integer or input_ids.dim() != 2:
+        raise OptionError(f"input_ids must be an integer tensor [rows, tokens], as generate passes it; got "
+                          f"{_shown(input_ids)}: pass a LongTensor, input_ids[None] for one row")
+
+
+def check_scores(input_ids: Any, scores: Any, width: int) -> None:
+    """`OptionError` unless ``input_ids`` is [rows, tokens] (`check_input_ids`) and ``scores`` a floating tensor
+    [rows, at least ``width``] (the FSM's logits width: narrower scores cannot hold its ids). Changes nothing."""
+    check_input_ids(input_ids)
+    if not isinstance(scores, torch.Tensor) or scores.dim() != 2 or not scores.dtype.is_floating_point:
+        raise OptionError(f"scores must be a floating tensor [rows, vocabulary], got {_shown(scores)}: pass the "
+                          "logits generate passes, one row per input_ids row")
+    if scores.shape[0] != input_ids.shape[0]:
+        raise OptionError(f"scores has {scores.shape[0]} rows and input_ids {input_ids.shape[0]}: pass one row of "
+                          "scores per row of input_ids")
+    if scores.shape[1] < width:
+        raise OptionError(f"scores are {scores.shape[1]} wide, narrower than this processor's FSM ({width}: its "
+                          "tokenizer's size, or the LM's logits width): build the processor for the model whose "
+                          "scores these are")
+
+
+def _shown(value: Any) -> str:
+    """``value`` in an error message: a tensor by its dtype and shape, anything else by its type."""
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+    return f"a {type(value).__name__}"
 
 
 class StopWhenComplete(transformers.StoppingCriteria):

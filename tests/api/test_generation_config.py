@@ -124,3 +124,27 @@ def test_a_compiled_spec_takes_a_config_with_its_own_end_tokens_only(byte_lm: st
     with pytest.raises(OptionError, match=r"generation_config.eos_token_id=\[0, 5\] is a compile option.*"
                                           r"structspec.compile\(spec, lm, eos_token_id=\[0, 5\]\)"):
         person(PROMPT, generation_config=GenerationConfig(eos_token_id=[0, 5]))
+
+
+def test_a_dict_of_fields_is_read_as_the_config_they_make(byte_lm: structspec.LM) -> None:
+    fields = {"max_new_tokens": 3, "do_sample": True, "temperature": 0.8, "top_k": 20}
+    assert GenerateOptions.of({}, fields) == GenerateOptions.of({}, GenerationConfig(**fields))
+    by_dict = run(byte_lm, generation_config=fields, seed=1)
+    by_config = run(byte_lm, generation_config=GenerationConfig(**fields), seed=1)
+    assert by_dict.token_ids == by_config.token_ids and by_dict.stop_reason == "max_new_tokens"
+    compiled = structspec.compile(SPEC, byte_lm)
+    assert compiled.result(PROMPT, generation_config={"max_new_tokens": 2}).stop_reason == "max_new_tokens"
+    with pytest.raises(OptionError, match=re.escape("generation_config.num_beams=2 is not supported")):
+        run(byte_lm, generation_config={"num_beams": 2})
+
+
+@pytest.mark.parametrize("config", ["greedy", 3, ["max_new_tokens"], object()])
+def test_a_config_of_another_type_is_refused_before_the_model_loads(config: object) -> None:
+    with pytest.raises(OptionError, match=rf"^generation_config got a {type(config).__name__}: pass a transformers "
+                                          "GenerationConfig, a dict of its fields"):
+        structspec.generate_result("no-such-model", SPEC, PROMPT, generation_config=config)
+
+
+def test_a_dict_key_that_is_no_field_name_is_refused() -> None:
+    with pytest.raises(OptionError, match=r"^generation_config has the key 1: name its fields by str"):
+        GenerateOptions.of({}, {1: 2})

@@ -5,6 +5,7 @@ TypeError, IndexError or RuntimeError from deeper down."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -14,7 +15,9 @@ from pydantic import BaseModel
 import structspec
 from structspec import CompileOptions, GenerateOptions, OptionError, PromptError, Regex, SpecError
 from structspec.automaton.fsm import apply_token_bitmask_inplace, check_eos_token_ids
+from structspec.decoding.sampling import SamplingConfig
 from structspec.integrations.matcher import Matcher
+from structspec.options import MAX_TEMPERATURE
 
 SPEC = Regex(r"[ab]{1,3}")
 MISSING = "no-such-model"  # loading it raises ModelNotFoundError: an OptionError first shows no model was loaded
@@ -214,3 +217,64 @@ def test_end_token_ids_must_be_ints(byte_lm: structspec.LM, bad: object) -> None
         check_eos_token_ids(byte_lm.vocab, bad)  # type: ignore[arg-type]
     with pytest.raises(OptionError, match="^eos_token_id must be a token id"):
         structspec.compile(SPEC, byte_lm, eos_token_id=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("temperature", [1e308, 3.5e38, 2**200])
+def test_a_temperature_past_float32s_range_is_refused_before_the_model_loads(temperature: float) -> None:
+    # float32 rounds it to inf, and masked logits (-inf) divided by inf are NaN: torch.multinomial raised
+    with pytest.raises(OptionError, match=r"^temperature must be in \[1e-05, 3.4028e\+38\] .*do_sample=False"):
+        structspec.generate_result(MISSING, SPEC, "hi", temperature=temperature, seed=0)
+
+
+def test_the_largest_temperature_taken_samples_from_the_allowed_tokens(byte_lm: structspec.LM) -> None:
+    result = structspec.generate_result(byte_lm, SPEC, "hi", temperature=MAX_TEMPERATURE, seed=0, max_new_tokens=3)
+    assert result.stop_reason in ("eos", "fsm_complete", "max_new_tokens") and re.fullmatch("[ab]{1,3}", result.text)
+
+
+def test_do_sample_false_reads_no_temperature_as_transformers_does(byte_lm: structspec.LM) -> None:
+    greedy = structspec.generate_result(byte_lm, SPEC, "hi", do_sample=False)
+    for temperature in (0, 0.0, 1e-300, 7):
+        found = structspec.generate_result(byte_lm, SPEC, "hi", do_sample=False, temperature=temperature)
+        assert found.token_ids == greedy.token_ids
+    assert GenerateOptions(do_sample=False, temperature=0).decode_options().sampling == SamplingConfig()
+    for bad in (-1.0, math.nan, math.inf, 1e308, True):  # not read, but a value no temperature has is a mistake
+        with pytest.raises(OptionError, match=r"^temperature must be in \[0, 3.4028e\+38\] .*leave it out"):
+            GenerateOptions(do_sample=False, temperature=bad)
+    with pytest.raises(OptionError, match="^temperature must be .*do_sample=False for greedy$"):
+        GenerateOptions(temperature=0)  # do_sample=None with temperature=0 would sample: the fix is right
+
+
+@pytest.mark.parametrize("cls", ["TreeDrafter", "SelfDraft", "Staged", "LM"])
+def test_a_drafter_class_instead_of_an_instance_is_refused_before_the_model_loads(cls: str) -> None:
+    with pytest.raises(OptionError, match=rf"^draft={cls} is a class, not a drafter: pass an instance, as "
+                                          rf"draft={cls}\(\)"):
+        structspec.generate_result(MISSING, SPEC, "hi", draft=getattr(structspec, cls))
+
+
+class _PutOnly:
+    def put(self, value: torch.Tensor) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("streamer", "missing"), [(object(), "put or end"), (_PutOnly(), "end"), ("s", "put or end")])
+def test_a_streamer_without_put_and_end_is_refused_before_the_model_loads(streamer: object, missing: str) -> None:
+    with pytest.raises(OptionError, match=rf"^streamer= is of type \w+, which has no {missing} method: pass a "):
+        structspec.generate_result(MISSING, SPEC, "hi", streamer=streamer)
+    with pytest.raises(OptionError, match="^streamer="):
+        structspec.generate(MISSING, SPEC, "hi", streamer=streamer)
+
+
+def test_a_compiled_spec_refuses_a_streamer_without_put_and_end_before_decoding(byte_lm: structspec.LM) -> None:
+    compiled = structspec.compile(SPEC, byte_lm)
+    for call in (compiled, compiled.result):
+        with pytest.raises(OptionError, match="^streamer="):
+            call("hi", streamer=object())
+
+
+@pytest.mark.parametrize("pattern", [None, b"ab", 5, ["a"]])
+def test_a_regex_whose_pattern_is_no_str_is_a_spec_error(byte_lm: structspec.LM, pattern: object) -> None:
+    message = rf"^Regex\(\.\.\.\) got a {type(pattern).__name__} as its pattern, not a str: pass the regex text"
+    with pytest.raises(SpecError, match=message):
+        structspec.compile(Regex(pattern), byte_lm)  # type: ignore[arg-type]
+    with pytest.raises(SpecError, match=message):
+        structspec.to_regex(Regex(pattern))  # type: ignore[arg-type]

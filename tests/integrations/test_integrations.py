@@ -3,6 +3,7 @@ matcher driven by a fake engine loop, each against structspec's plain masked gre
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Literal
 
@@ -319,6 +320,57 @@ def test_a_model_without_its_tokenizer_is_refused_with_the_fix(byte_lm) -> None:
 def test_a_spec_error_is_raised_before_generation(byte_lm) -> None:
     with pytest.raises(structspec.RegexError):
         LogitsProcessor(Regex("(ab"), byte_lm)
+
+
+@pytest.mark.parametrize("width", [-1, 0, 1.5, True, "504", 1, 499])
+def test_a_logits_width_that_is_no_model_width_is_refused(byte_lm, width) -> None:
+    # -1 raised IndexError, 1.5 TypeError; 0 was taken for the default and True for 1, refused later as the spec's
+    message = "logits_width must be an int ≥ 1" if isinstance(width, (bool, float, str)) or width < 1 else \
+        f"logits_width={width} is narrower than the tokenizer's {len(byte_lm.tokenizer)} tokens"
+    with pytest.raises(OptionError, match=rf"^{re.escape(message)}.*: pass the model's vocabulary size"):
+        Matcher(Regex("ab"), byte_lm.tokenizer, logits_width=width)
+
+
+def test_a_logits_width_unlike_the_compiled_ones_is_refused(byte_lm) -> None:
+    compiled = structspec.compile(Regex("ab"), byte_lm)
+    for given in (compiled, compiled.fsm):
+        with pytest.raises(OptionError, match=f"^logits_width=600, but this FSM was compiled for logits "
+                                              f"{byte_lm.logits_width} wide"):
+            Matcher(given, logits_width=600)
+        assert Matcher(given, logits_width=byte_lm.logits_width).fsm is compiled.fsm
+    with pytest.raises(OptionError, match="^logits_width=600, but"):
+        Matcher(Regex("ab"), byte_lm, logits_width=600)
+
+
+def test_a_wider_logits_width_masks_the_ids_no_token_owns(byte_lm) -> None:
+    size = len(byte_lm.tokenizer)
+    matcher = Matcher(Regex("[ab]+"), byte_lm.tokenizer, logits_width=size + 40)
+    bitmask = matcher.fsm.allocate_token_bitmask(1)
+    assert bitmask.shape == (1, -(-(size + 40) // 32))
+    matcher.fill_next_token_bitmask(bitmask, 0)
+    logits = torch.zeros(size + 40)
+    apply_token_bitmask_inplace(logits, bitmask[0])
+    allowed = torch.isfinite(logits).nonzero().flatten().tolist()
+    assert allowed and max(allowed) < size
+    assert matcher.fsm.logits_width == size + 40 and not matcher.accept_tokens([size + 1])
+
+
+@pytest.mark.parametrize(("input_ids", "scores", "message"), [
+    (torch.tensor([5, 6]), torch.zeros(1, 504), r"^input_ids must be an integer tensor \[rows, tokens\].*got a "
+                                                r"torch.int64 tensor of shape \(2,\): pass a LongTensor, input_ids"),
+    (torch.zeros(1, 2), torch.zeros(1, 504), "^input_ids must be an integer tensor .*torch.float32"),
+    ([[5, 6]], torch.zeros(1, 504), "^input_ids must be an integer tensor .*got a list"),
+    (torch.tensor([[5, 6]]), torch.zeros(504), r"^scores must be a floating tensor \[rows, vocabulary\]"),
+    (torch.tensor([[5, 6]]), torch.zeros(2, 504), "^scores has 2 rows and input_ids 1: pass one row of scores"),
+    (torch.tensor([[5, 6]]), torch.zeros(1, 10), r"^scores are 10 wide, narrower than this processor's FSM \(500"),
+])
+def test_the_processor_refuses_ids_and_scores_of_other_shapes(byte_lm, input_ids, scores, message) -> None:
+    # 1-D ids raised IndexError; narrower scores came back all -inf
+    processor = LogitsProcessor(Regex("ab"), byte_lm.tokenizer)
+    with pytest.raises(OptionError, match=message):
+        processor(input_ids, scores)
+    done = processor(torch.tensor([[5, 6]]), torch.zeros(1, byte_lm.logits_width))  # unchanged by the refusal
+    assert torch.isfinite(done[0]).nonzero().flatten().tolist() == [byte_lm.vocab.single_byte_tokens[ord("a")]]
 
 
 @pytest.mark.slow
