@@ -106,9 +106,6 @@ def _extract_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _compare_arguments(p: argparse.ArgumentParser) -> None:
-    from structspec.tools import compare
-
-    p.description = compare.__doc__.split("\n\n")[0]
     p.add_argument("--tasks", help="JSONL of {id, schema, text, expected}, the schema named in --schemas "
                                    "(default: the shipped example tasks, examples/tasks.jsonl in a clone)")
     p.add_argument("--schemas", help="a Python file with a SCHEMAS dict (default: the shipped examples/schemas.py)")
@@ -137,17 +134,19 @@ def _bench_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _throughput_arguments(p: argparse.ArgumentParser) -> None:
-    from structspec.tools import throughput
+    from structspec.tools.arguments import throughput_arguments
 
-    p.description = "The batched throughput benchmark (also python -m structspec.tools.throughput)."
-    throughput.add_arguments(p)
+    p.description = ("Batched records/s of structspec's modes against outlines' and transformers' batched "
+                     "generation on the shipped example tasks (also python -m structspec.tools.throughput).")
+    throughput_arguments(p)
 
 
 def _pass_cost_arguments(p: argparse.ArgumentParser) -> None:
-    from structspec.tools import pass_cost
+    from structspec.tools.arguments import pass_cost_arguments
 
-    p.description = "The pass-cost curve (also python -m structspec.tools.pass_cost)."
-    pass_cost.add_arguments(p)
+    p.description = ("Seconds per batched verify pass against rows and tokens fed; --store keeps the curves "
+                     "decoding drafts by (also python -m structspec.tools.pass_cost).")
+    pass_cost_arguments(p)
 
 
 # ---------------------------------------------------------------- commands

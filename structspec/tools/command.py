@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import structspec
+from structspec.errors import ModelNotFoundError, OptionError
 from structspec.jobs.errors import JobConfigError
 
 if TYPE_CHECKING:
@@ -48,20 +49,38 @@ def positive(text: str) -> int:
     return value
 
 
-def model_options(parser: argparse.ArgumentParser) -> None:
-    """Add the options of every command that loads a model (passed to `structspec.load`) to ``parser``."""
+def kernels(text: str) -> str:
+    """A ``--kernels`` value, one of `structspec.models.invariance.KERNELS` (argparse's ``type``: read when the
+    option is parsed, so ``--help`` imports no torch)."""
     from structspec.models.invariance import KERNELS
+
+    if text not in KERNELS:
+        raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(KERNELS)})")
+    return text
+
+
+def model_options(parser: argparse.ArgumentParser, model: str | None = None, several_dtypes: bool = False) -> None:
+    """Add the options of every command that loads a model (passed to `structspec.load`) to ``parser``:
+    ``--model`` (default ``model``, else the shipped default), ``--device``, ``--dtype`` (with
+    ``several_dtypes``: ``--dtypes``, a comma-separated list, each loaded in turn), ``--kernels`` and
+    ``--threads``. Changes the parser; imports no torch."""
     from structspec.models.shipped import DEFAULT_MODEL, SHIPPED
 
-    parser.add_argument("--model", default=DEFAULT_MODEL,
+    parser.add_argument("--model", default=model or DEFAULT_MODEL,
                         help=f"a shipped model ({', '.join(SHIPPED)}), a local Hugging Face model directory, or a "
                              "hub id in the local Hugging Face cache")
     parser.add_argument("--device", default="auto", help="auto (CUDA when available, else the CPU), cpu, cuda or cuda:N")
-    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
-                        help="the model's weights and activations (default: bfloat16 on CUDA and on CPUs with "
-                             "AVX-512 BF16 or AMX, else float32)")
-    parser.add_argument("--kernels", choices=KERNELS, default="auto",
-                        help="auto: a float32 CPU model's linear layers prepacked for oneDNN; torch: torch's own")
+    dtype_default = "bfloat16 on CUDA and on CPUs with AVX-512 BF16 or AMX, else float32"
+    if several_dtypes:
+        parser.add_argument("--dtypes", "--dtype", dest="dtypes", metavar="DTYPE,...",
+                            help="comma-separated dtypes among float32, bfloat16, float16: the model loads in each in "
+                                 f"turn and every row runs in it (default: one, {dtype_default})")
+    else:
+        parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
+                            help=f"the model's weights and activations (default: {dtype_default})")
+    parser.add_argument("--kernels", type=kernels, default="auto", metavar="NAME",
+                        help="auto: a float32 CPU model's linear layers prepacked for oneDNN where that is exact; "
+                             "onednn: always (an error where it cannot); torch: torch's own")
     parser.add_argument("--threads", type=positive, metavar="N",
                         help="torch CPU threads (default: torch's count, capped at the CPUs this process may use; "
                              "1 on a machine shared with other jobs)")
@@ -86,11 +105,11 @@ def load_model(args: argparse.Namespace, name: str | None = None) -> LM:
 
 
 def run_command(name: str, run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
-    """``run(args)`` for ``structspec NAME``; its exit code, or `EXIT_CONFIG` after printing a `JobConfigError`,
-    or `EXIT_INTERRUPTED` after Ctrl-C."""
+    """``run(args)`` for ``structspec NAME``; its exit code, or `EXIT_CONFIG` after printing a `JobConfigError`
+    (or a model `structspec.load` cannot find, an option it refuses), or `EXIT_INTERRUPTED` after Ctrl-C."""
     try:
         return run(args)
-    except JobConfigError as e:
+    except (JobConfigError, ModelNotFoundError, OptionError) as e:  # a name or option the command cannot use
         from rich.console import Console
 
         Console(stderr=True).print(f"structspec {name}: {e}", highlight=False, markup=False, soft_wrap=True)

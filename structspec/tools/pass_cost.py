@@ -24,7 +24,6 @@ import argparse
 import json
 import statistics
 import time
-from typing import Any
 
 import torch
 
@@ -36,17 +35,8 @@ from structspec.models.invariance import pack_for_cpu, should_pack
 from structspec.models.loading import load
 from structspec.models.slot_cache import SlotCache
 from structspec.models.transformers_lm import LM
-
-# Architectures for random-weight models (the published configs' shapes).
-CONFIGS: dict[str, dict[str, Any]] = {
-    "qwen2.5-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                         num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768,
-                         tie_word_embeddings=True),
-    "qwen2.5-7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
-                       num_key_value_heads=4, vocab_size=152064, max_position_embeddings=32768,
-                       tie_word_embeddings=False),
-}
-
+from structspec.tools.arguments import CONFIGS, pass_cost_arguments
+from structspec.tools.command import EXIT_CODES, Formatter, run_command
 
 STORED_WINDOWS = (1, 2, 3, 4, 6, 8, 12, 16)  # tokens fed: the draft lengths decoding chooses among
 
@@ -119,33 +109,16 @@ def pass_seconds(lm: LM, rows: int, window: int, context: int, repeats: int,
     return statistics.median(times), statistics.median(forwards)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The pass-cost options on ``parser`` (changes the parser)."""
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--model", help="a shipped model name or a local model directory")
-    source.add_argument("--config", choices=sorted(CONFIGS), help="a random-weight model of this architecture")
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: per device)")
-    parser.add_argument("--kernels", default="auto", help="auto, onednn or torch (see structspec.load)")
-    parser.add_argument("--batch-sizes", default="1,8,16")
-    parser.add_argument("--windows", default="1,4,8,16", help="tokens fed per row and pass")
-    parser.add_argument("--context", type=int, default=512, help="kept KV slots per row before the timed passes")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--accepted", type=float, default=3.0, help="output tokens per row and pass, for tokens/s")
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--json", help="also write the cells to this file")
-    parser.add_argument("--store", action="store_true", help="measure each batch size at 1-16 tokens fed per row "
-                        "and store the curves for this model, dtype and device; decoding drafts by them")
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="structspec pass-cost", description=__doc__.split("\n\n")[0])
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+    """``python -m structspec.tools.pass_cost``: parse ``argv`` and `run`, as ``structspec pass-cost`` does."""
+    parser = argparse.ArgumentParser(prog="python -m structspec.tools.pass_cost", description=__doc__,
+                                     epilog=EXIT_CODES, formatter_class=Formatter, allow_abbrev=False)
+    pass_cost_arguments(parser)
+    return run_command("pass-cost", run, parser.parse_args(argv))
 
 
 def run(args: argparse.Namespace) -> int:
-    """Measure and print the pass-cost table for ``args`` (see `add_arguments`)."""
+    """Measure and print the pass-cost table for ``args`` (see `structspec.tools.arguments.pass_cost_arguments`)."""
     if args.threads:
         torch.set_num_threads(args.threads)
     device, dtype = resolve_device(args.device, args.dtype)

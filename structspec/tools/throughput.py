@@ -54,12 +54,13 @@ from rich.console import Console
 from rich.table import Table
 
 import structspec
-from structspec.errors import OptionError, StructspecError
+from structspec.errors import OptionError
 from structspec.models.device import resolve_device
 from structspec.models.transformers_lm import LM
 from structspec.settings import GenerateOptions
 from structspec.tools.bench import Divergence, divergence
-from structspec.tools.command import DEFAULT_MAX_NEW_TOKENS
+from structspec.tools.arguments import throughput_arguments
+from structspec.tools.command import EXIT_CODES, Formatter, run_command
 from structspec.tools.harness import PLAIN, Keywords, judge, methods, spread
 from structspec.tools.peak_memory import PeakMemory
 from structspec.tools.peers import PassCounter, PeerBatch, outlines_batch, outlines_index, unconstrained_batch
@@ -79,7 +80,6 @@ from structspec.tools.throughput_report import (
     report_json,
 )
 
-DEFAULT_MODEL = "qwen2.5-coder-0.5b"
 MODES = (PLAIN, "fast-forward", LOOKUP, LOOKAHEAD)  # of `harness.methods(trees=True)`: all but the tree
 
 Decode = Callable[[], list[Output]]  # decodes every record, outputs in task order, unjudged
@@ -268,31 +268,6 @@ def print_agreement(console: Console, result: Agreement) -> None:
         console.print(table)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The benchmark's options on ``parser`` (for ``python -m structspec.tools.throughput`` and a CLI subcommand)."""
-    parser.add_argument("--model", default=DEFAULT_MODEL, help="a shipped model name or a local HF model directory")
-    parser.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda or cuda:N")
-    parser.add_argument("--dtypes", "--dtype", dest="dtypes", default=None,
-                        help="comma-separated dtypes among float32, bfloat16, float16: the model loads in each in "
-                             "turn and every row runs in it (default: structspec.load's, bfloat16 on CUDA and on "
-                             "CPUs with AVX-512 BF16 or AMX, else float32)")
-    parser.add_argument("--kernels", default="auto", help="auto, onednn or torch (see structspec.load)")
-    parser.add_argument("--records", type=int, default=16, help="records of examples/tasks.jsonl, schemas in turn")
-    parser.add_argument("--b1-records", type=int, default=None, metavar="N",
-                        help="B=1 rows decode only the first N records (default: all); identity is checked on them")
-    parser.add_argument("--batch-sizes", default="1,8,16",
-                        help="comma-separated batch sizes for structspec's rows (B=1 always runs: the reference)")
-    parser.add_argument("--peer-batch-sizes", "--peer-batch-size", dest="peer_batch_sizes", default="8",
-                        help="comma-separated batch sizes of the outlines and transformers rows")
-    parser.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS)
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (torch.set_num_threads)")
-    parser.add_argument("--json", metavar="PATH", help="also write the raw numbers as JSON (with several --dtypes: "
-                                                       "{\"reports\": [one per dtype]})")
-    parser.add_argument("--bf16-agreement", action="store_true",
-                        help="instead: float32 single-row plain masked against bfloat16 batched exact + prompt "
-                             "lookup (B = the largest --batch-sizes), token identity and margins at divergences")
-
-
 def _sizes(option: str, text: str) -> tuple[int, ...]:
     """``text``, a comma-separated list of batch sizes, sorted without repeats; `OptionError` naming ``option``."""
     parts = [part.strip() for part in text.split(",")]
@@ -302,9 +277,7 @@ def _sizes(option: str, text: str) -> tuple[int, ...]:
 
 
 def matrix_of(args: argparse.Namespace) -> Matrix:
-    """The `Matrix` the options ask for; `OptionError` for a bad batch size or ``--b1-records``."""
-    if args.b1_records is not None and args.b1_records < 1:
-        raise OptionError(f"--b1-records must be ≥ 1, got {args.b1_records}; leave it out for every record")
+    """The `Matrix` the options ask for; `OptionError` for a bad batch size."""
     return Matrix(_sizes("--batch-sizes", args.batch_sizes), _sizes("--peer-batch-sizes", args.peer_batch_sizes),
                   args.max_new_tokens, args.b1_records)
 
@@ -323,43 +296,39 @@ def dtypes_of(args: argparse.Namespace) -> list[str | None]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the benchmark (or the bf16 agreement) the options ask for; print it and write ``--json``."""
+    """Run the benchmark (or the bf16 agreement) the options ask for; print it and write ``--json``. A bad
+    option or an unknown model raises (`OptionError`, `ModelNotFoundError`) before any model loads."""
     if args.threads:
         torch.set_num_threads(args.threads)
-    err = Console(stderr=True)
     console = Console() if Console().is_terminal else Console(width=220)
-    try:
-        matrix, dtypes = matrix_of(args), dtypes_of(args)  # checked before any model loads
-        tasks = spread(load_tasks(), args.records)
-        if args.bf16_agreement:
-            full = structspec.load(args.model, args.device, "float32", kernels=args.kernels)
-            half = structspec.load(args.model, args.device, "bfloat16")
-            result = agreement(full, half, tasks, max(matrix.batch_sizes), args.max_new_tokens)
-            print_agreement(console, result)
-            raw: dict[str, Any] = asdict(result)
-        else:
-            reports = []
-            for dtype in dtypes:
-                lm = structspec.load(args.model, args.device, dtype, kernels=args.kernels)
-                reports.append(report := benchmark(lm, tasks, matrix, console))
-                print_report(console, report)
-                del lm  # freed before the next dtype's copy loads
-                gc.collect()
-            raw = report_json(reports[0]) if len(reports) == 1 else {"reports": [report_json(r) for r in reports]}
-    except StructspecError as e:  # an unknown model, device or dtype, a bad batch size
-        err.print(f"throughput: {e}", highlight=False, markup=False)
-        return 2
+    matrix, dtypes = matrix_of(args), dtypes_of(args)  # checked before any model loads
+    tasks = spread(load_tasks(), args.records)
+    if args.bf16_agreement:
+        full = structspec.load(args.model, args.device, "float32", kernels=args.kernels)
+        half = structspec.load(args.model, args.device, "bfloat16")
+        result = agreement(full, half, tasks, max(matrix.batch_sizes), args.max_new_tokens)
+        print_agreement(console, result)
+        raw: dict[str, Any] = asdict(result)
+    else:
+        reports = []
+        for dtype in dtypes:
+            lm = structspec.load(args.model, args.device, dtype, kernels=args.kernels)
+            reports.append(report := benchmark(lm, tasks, matrix, console))
+            print_report(console, report)
+            del lm  # freed before the next dtype's copy loads
+            gc.collect()
+        raw = report_json(reports[0]) if len(reports) == 1 else {"reports": [report_json(r) for r in reports]}
     if args.json:
         Path(args.json).write_text(json.dumps(raw, indent=1), encoding="utf-8")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m structspec.tools.throughput``: parse ``argv`` and `run`."""
+    """``python -m structspec.tools.throughput``: parse ``argv`` and `run`, as ``structspec throughput`` does."""
     parser = argparse.ArgumentParser(prog="python -m structspec.tools.throughput", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+                                     epilog=EXIT_CODES, formatter_class=Formatter, allow_abbrev=False)
+    throughput_arguments(parser)
+    return run_command("throughput", run, parser.parse_args(argv))
 
 
 if __name__ == "__main__":

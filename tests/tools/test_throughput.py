@@ -171,7 +171,6 @@ def test_identity_counts_identical_records_and_first_divergences_among_those_wit
 @pytest.mark.parametrize("options, message", [
     (["--batch-sizes", "1,0"], "batch sizes must be whole numbers ≥ 1 separated by commas, got --batch-sizes 1,0"),
     (["--peer-batch-sizes", "8,x"], "got --peer-batch-sizes 8,x"),
-    (["--b1-records", "0"], "--b1-records must be ≥ 1, got 0"),
     (["--dtypes", "float32,fp8"], "dtype='fp8' is not one of float32, bfloat16, float16"),
     (["--dtypes", "float32,float32"], "--dtypes names a dtype twice"),
 ])
@@ -183,6 +182,12 @@ def test_bad_options_exit_2_before_a_model_loads(options: list[str], message: st
     monkeypatch.setattr(structspec, "load", load)
     assert throughput.main(options) == 2
     assert message in " ".join(capsys.readouterr().err.split())  # rich wraps lines
+
+
+def test_a_count_below_one_is_refused_by_the_parser(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        throughput.main(["--b1-records", "0"])
+    assert exit_.value.code == 2 and "--b1-records: must be ≥ 1, got 0" in capsys.readouterr().err
 
 
 def test_unknown_models_exit_with_a_configuration_error(capsys: pytest.CaptureFixture[str]) -> None:
