@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import weakref
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Any
@@ -141,10 +142,39 @@ def is_byte_level(tokenizer: Any) -> bool:
     return '"ByteLevel"' in decoder.__getstate__().decode()
 
 
+# id(tokenizer) → (a weak reference to it, what its vocabulary was read from, the vocabulary): a serving engine
+# compiles each request's spec with the same tokenizer object, and reading 150k tokens takes a second.
+_FROM_TOKENIZER: dict[int, tuple[weakref.ref, tuple, TokenVocab]] = {}
+
+
+def _read_from(tokenizer: Any) -> tuple:
+    """What `vocab_from_tokenizer` reads that can change on a tokenizer object: its size, EOS, special ids and
+    added tokens (adding tokens changes the size). Changes nothing."""
+    added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    return (len(tokenizer), tokenizer.eos_token_id, tuple(tokenizer.all_special_ids),
+            tuple((i, str(tok), getattr(tok, "special", True)) for i, tok in sorted(added.items())))
+
+
 def vocab_from_tokenizer(tokenizer: Any) -> TokenVocab:
-    """Build the byte vocabulary of a Hugging Face tokenizer (fast or slow)."""
+    """The byte vocabulary of a Hugging Face tokenizer (fast or slow): read once per tokenizer object and kept
+    while the object lives and its size, EOS, special and added tokens stay the same. Changes nothing."""
     if tokenizer.eos_token_id is None:
         raise VocabularyMismatchError("the tokenizer has no eos_token_id; set tokenizer.eos_token first")
+    read_from = _read_from(tokenizer)
+    kept = _FROM_TOKENIZER.get(id(tokenizer))
+    if kept is not None and kept[0]() is tokenizer and kept[1] == read_from:
+        return kept[2]
+    vocab = _read_vocab(tokenizer)
+    try:
+        # (the entry goes with the tokenizer: a new object at the same id must not find it)
+        ref = weakref.ref(tokenizer, lambda _, key=id(tokenizer): _FROM_TOKENIZER.pop(key, None))
+    except TypeError:  # an object without weak references: read every time
+        return vocab
+    _FROM_TOKENIZER[id(tokenizer)] = (ref, read_from, vocab)
+    return vocab
+
+
+def _read_vocab(tokenizer: Any) -> TokenVocab:
     size = max(tokenizer.get_vocab().values()) + 1
     special = set(tokenizer.all_special_ids)
     added = getattr(tokenizer, "added_tokens_decoder", {}) or {}

@@ -149,18 +149,20 @@ class _VocabBytes:
             rows, offsets, ends, nodes = rows[going], offsets[going], ends[going], nodes[going]
         return tuple(levels)
 
-    def walk(self, dfa: LazyDFA, shape: _Shape, exits: list[int], bits: np.ndarray) -> None:
-        """Set in ``bits`` the tokens of ``shape`` that left the region and stay alive from the DFA state of
-        their exit (``exits``), one trie level at a time. Builds the DFA rows it reaches: the table grows, the
+    def walk(self, dfa: LazyDFA, shape: _Shape, exits: list[int]) -> np.ndarray:
+        """The ids of the tokens of ``shape`` that left the region and stay alive from the DFA state of their
+        exit (``exits``), one trie level at a time. Builds the DFA rows it reaches: the table grows, the
         language does not."""
         states = np.array(exits, dtype=np.int32)
+        found = []
         for level in shape.levels:
             before = states[level.parents]
             dfa.ensure(before)
             states = dfa.table[before, level.bytes]  # (the dead row is all dead: no need to drop dead nodes)
-            bits[level.ids[states[level.ends] != DEAD]] = True
+            found.append(level.ids[states[level.ends] != DEAD])
             if not states.any():
                 break
+        return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
 
 
 # One matrix per tokenizer, shared by every regex compiled over it.
@@ -180,7 +182,8 @@ def vocab_bytes(vocab: TokenVocab) -> _VocabBytes:
     return found
 
 
-def _region(dfa: LazyDFA, state: int) -> tuple[np.ndarray, int, list[int]]:
+def _region(dfa: LazyDFA, state: int, successors: dict[int, list[int]] | None = None
+            ) -> tuple[np.ndarray, int, list[int]]:
     """The region of ``state`` as (canonical table, its number of region states, the DFA state of each exit).
 
     The region is ``state`` and the states within `REGION_DEPTH` bytes of it that lead back to it; a state
@@ -191,7 +194,8 @@ def _region(dfa: LazyDFA, state: int) -> tuple[np.ndarray, int, list[int]]:
     """
     dfa.ensure(np.array([state]))
     members = {state}
-    successors: dict[int, list[int]] = {}  # state → the states its row leads to, in byte order of first mention
+    successors = {} if successors is None else successors  # state → the states its row leads to, by first byte
+    explored: set[int] = set()
 
     def nexts(d: int) -> list[int]:
         found = successors.get(d)
@@ -205,16 +209,17 @@ def _region(dfa: LazyDFA, state: int) -> tuple[np.ndarray, int, list[int]]:
     if loops:  # a loop here or a byte away (a string's characters): look for the states around it that lead back
         members.update(loops)
         frontier, depth = [state], 0
-        while frontier and depth < REGION_DEPTH and len(successors) < REGION_LIMIT:
-            frontier = list(dict.fromkeys(d for d in frontier if d not in successors and d != DEAD))
-            frontier = frontier[: REGION_LIMIT - len(successors)]
+        while frontier and depth < REGION_DEPTH and len(explored) < REGION_LIMIT:
+            frontier = list(dict.fromkeys(d for d in frontier if d not in explored and d != DEAD))
+            frontier = frontier[: REGION_LIMIT - len(explored)]
             if frontier:
                 dfa.ensure(np.array(frontier))
+            explored.update(frontier)
             frontier, depth = [s for d in frontier for s in nexts(d)], depth + 1
         grew = True
         while grew:  # the explored states that lead back to the loops through explored states
             before = len(members)
-            members |= {d for d, after in successors.items() if not members.isdisjoint(after)}
+            members |= {d for d in explored if not members.isdisjoint(nexts(d))}
             grew = len(members) > before
     order, codes = [state], {DEAD: 0, state: 1}
     for d in order:  # (grows as it goes: breadth-first)
@@ -267,7 +272,8 @@ class TokenIndex:
         self.eos_token_ids = eos_token_ids
         self._eos_sorted = np.array(sorted(eos_token_ids), dtype=np.int32)
         self._vocab_bytes = vocab_bytes(vocab)
-        self._bits: dict[int, np.ndarray] = {}
+        self._bytes: dict[int, np.ndarray] = {}
+        self._successors: dict[int, list[int]] = {}  # state → the states its row leads to (rows never change)
         self._allowed: dict[int, np.ndarray] = {}
         self._packed: dict[int, np.ndarray] = {}
         self._lock = threading.RLock()  # reentrant: the answers are built from a state's allowed bits
@@ -294,42 +300,47 @@ class TokenIndex:
     def _cached(self, cache: dict[int, np.ndarray], state: int, compute: Callable[[int], np.ndarray]) -> np.ndarray:
         return cached(cache, state, compute, self._lock)
 
-    def _allowed_bits(self, state: int) -> np.ndarray:
-        """Read-only bools over ``max(len(vocab), 32 * words)`` ids: the allowed tokens, EOS ids included in a
-        final state. `UnspellableError` as `allowed_token_ids`."""
-        return self._cached(self._bits, state, self._compute_bits)
+    def _allowed_bytes(self, state: int) -> np.ndarray:
+        """The allowed tokens, EOS ids included in a final state, as read-only bits over ids (little bit order)
+        covering both the vocabulary and ``32 * words``. `UnspellableError` as `allowed_token_ids`."""
+        return self._cached(self._bytes, state, self._compute_bytes)
 
-    def _compute_bits(self, state: int) -> np.ndarray:
-        width = max(len(self.vocab), 32 * -(-self.logits_width // 32))
-        bits = np.zeros(width, dtype=bool)
+    def _compute_bytes(self, state: int) -> np.ndarray:
+        size = -(-max(len(self.vocab), 32 * -(-self.logits_width // 32)) // 8)
+        found = np.zeros(size, dtype=np.uint8)
         if state != DEAD:
-            bits[: len(self.vocab)] = self._walk_vocabulary(state)
+            vocab, dfa = self._vocab_bytes, self.dfa
+            table, regions, exits = _region(dfa, state, self._successors)
+            shape = vocab.shape(table, regions)
+            found[: len(shape.base)] = shape.base
+            _set(found, vocab.walk(dfa, shape, exits))
         final = self.dfa.is_final(state)
-        if state != DEAD and not final and not bits[: self.logits_width].any():
+        if state != DEAD and not final and not _any_below(found, self.logits_width):
             raise UnspellableError(state, self.dfa.next_characters(state))
         if final:
-            bits[self._eos_sorted] = True
-        bits.setflags(write=False)
-        return bits
+            _set(found, self._eos_sorted)
+        found.setflags(write=False)
+        return found
 
     def _compute_allowed(self, state: int) -> np.ndarray:
-        ids = np.flatnonzero(self._allowed_bits(state)).astype(np.int32)
+        ids = np.flatnonzero(np.unpackbits(self._allowed_bytes(state), bitorder="little")).astype(np.int32)
         ids.setflags(write=False)
         return ids
 
     def _compute_packed(self, state: int) -> np.ndarray:
-        words = -(-self.logits_width // 32)
-        bits = self._allowed_bits(state)[: 32 * words].copy()
-        bits[self.logits_width:] = False
-        # little bit order, little-endian words: bit j of word i is bits[32*i + j]
-        return np.packbits(bits, bitorder="little").view("<i4")
+        width = self.logits_width
+        words = self._allowed_bytes(state)[: 4 * -(-width // 32)].copy()
+        words[-(-width // 8):] = 0  # ids at or past the width: never allowed
+        if width % 8:
+            words[width // 8] &= (1 << (width % 8)) - 1
+        return words.view("<i4")  # little bit order, little-endian words: bit j of word i is token 32*i + j
 
-    def _walk_vocabulary(self, state: int) -> np.ndarray:
-        """Bools over the token ids: which tokens (EOS aside) stay alive from ``state``. Builds the DFA rows it
-        reaches."""
-        vocab, dfa = self._vocab_bytes, self.dfa
-        table, regions, exits = _region(dfa, state)
-        shape = vocab.shape(table, regions)
-        bits = np.unpackbits(shape.base, count=vocab.size, bitorder="little").view(bool)
-        vocab.walk(dfa, shape, exits, bits)
-        return bits
+
+def _set(found: np.ndarray, ids: np.ndarray) -> None:
+    """Set the bits of ``ids`` in ``found`` (little bit order). Changes ``found``."""
+    np.bitwise_or.at(found, ids >> 3, np.left_shift(1, ids & 7).astype(np.uint8))
+
+
+def _any_below(found: np.ndarray, width: int) -> bool:
+    """Whether ``found`` (little bit order) has a bit set below ``width``. Changes nothing."""
+    return bool(found[: width // 8].any() or (width % 8 and found[width // 8] & ((1 << (width % 8)) - 1)))

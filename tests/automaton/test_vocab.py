@@ -220,6 +220,31 @@ def test_fingerprint_changes_with_the_vocabulary(make: Callable[[], Any], kind: 
     assert len(set(prints)) == 4
 
 
+@pytest.mark.parametrize(("make", "kind"), MAKERS)
+def test_a_tokenizer_is_read_once_and_again_after_it_changes(make: Callable[[], Any], kind: str) -> None:
+    tok = make()
+    first = vocab_from_tokenizer(tok)
+    assert vocab_from_tokenizer(tok) is first  # kept: a serving engine compiles every request with it
+    assert vocab_from_tokenizer(make()) is not first  # another object is read on its own
+    changed = []
+    for change in (lambda: tok.add_tokens(["<extra>"]),
+                   lambda: tok.add_special_tokens({"additional_special_tokens": ["<other>"]}),
+                   lambda: setattr(tok, "eos_token", tok.bos_token)):
+        change()
+        changed.append(vocab_from_tokenizer(tok))
+        assert changed[-1].fingerprint != (changed[-2] if len(changed) > 1 else first).fingerprint
+    assert changed[-1] == vocab_from_tokenizer(make_changed(make))
+
+
+def make_changed(make: Callable[[], Any]) -> Any:
+    """A fresh tokenizer changed as the test above changes its own."""
+    tok = make()
+    tok.add_tokens(["<extra>"])
+    tok.add_special_tokens({"additional_special_tokens": ["<other>"]})
+    tok.eos_token = tok.bos_token
+    return tok
+
+
 def test_fingerprint_differs_between_tokenizers(byte_lm: LM, sp_lm: LM) -> None:
     assert byte_lm.vocab.fingerprint != sp_lm.vocab.fingerprint
 
