@@ -10,7 +10,11 @@ import importlib
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
-from structspec.errors import (
+from structspec.openmp import passive_wait
+
+passive_wait()  # before anything imports torch: libgomp reads how its threads wait once, when it loads
+
+from structspec.errors import (  # noqa: E402
     InvalidOutput,
     InvalidSchemaError,
     MarkerError,

@@ -32,6 +32,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 from structspec.cache import cache_dir, write_atomic
 from structspec.models.protocol import LanguageModel
 
@@ -112,16 +114,19 @@ def choose_widths(gains: list[list[float]], cost: PassCost, floors: list[int], c
 
 
 def curve_path(lm: LanguageModel, packed: bool = False) -> Path | None:
-    """Where ``lm``'s stored curves live (``$STRUCTSPEC_CACHE/pass-cost``, by name, dtype, device type and
-    kernels; ``packed``: the packed curve's own file); None for a model without a name, or whose name is only its
-    class's (built in memory: two such models of one class would share a curve). Changes nothing."""
+    """Where ``lm``'s stored curves live (``$STRUCTSPEC_CACHE/pass-cost``, by name, dtype, device type, kernels
+    and, on the CPU, torch's thread count; ``packed``: the packed curve's own file); None for a model without a
+    name, or whose name is only its class's (built in memory: two such models of one class would share a curve).
+    Changes nothing."""
     name, device, dtype = lm.name, lm.device, lm.dtype
     if not name or name == type(getattr(lm, "model", None)).__name__:
         return None  # a model built in memory is named by its class, which names no weights: no curve of its own
     # another curve entirely; "2": oneDNN's layers take a pass in one call, not in calls of 16 rows
     kernels = "-onednn2" if lm.kernels == "onednn" else ""
     tail = f"{kernels}-packed" if packed else kernels
-    key = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{name}-{str(dtype).removeprefix('torch.')}-{device.type}{tail}")
+    threads = f"-t{torch.get_num_threads()}" if device.type == "cpu" else ""  # a CPU pass's cost is the threads'
+    dtype_name = str(dtype).removeprefix("torch.")
+    key = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{name}-{dtype_name}-{device.type}{threads}{tail}")
     return cache_dir("pass-cost") / f"{key}.json"
 
 

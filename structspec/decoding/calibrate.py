@@ -8,13 +8,17 @@ measures it: passes of 1 to 64 tokens spread over `ROWS` rows of 256 kept slots
 each, as the batch loop runs them (`LanguageModel.forward_slots` over a packed
 window: each query attends to its own row's slots, gathered where attention runs
 by row), a few seconds once, stored under ``$STRUCTSPEC_CACHE/pass-cost`` for
-every later run.
+every later run. A curve measured while another process was busy on the machine
+is a curve of that moment, not of the model: it is discarded (the call drafts by
+`DEFAULT_COST`, and the process does not measure that model again), so what a
+later run feeds does not depend on what the machine did the first time.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -33,11 +37,35 @@ def packed_cost(lm: LanguageModel) -> PassCost:
     without a name or that cannot batch. May run passes on ``lm`` (a fresh cache of their own) and write the
     cache; changes nothing else."""
     path = curve_path(lm, packed=True)
-    if path is None or not lm.batchable:
+    if path is None or not lm.batchable or path in _DISCARDED:
         return DEFAULT_COST
     if not path.exists():
-        store_pass_cost(lm, measure(lm), packed=True)
+        before = others_running()
+        seconds = measure(lm)
+        if max(before, others_running()) > 0:  # measured beside another busy process: not the model's curve
+            _DISCARDED.add(path)
+            return DEFAULT_COST
+        store_pass_cost(lm, seconds, packed=True)
     return pass_cost(lm, packed=True)
+
+
+_DISCARDED: set[Path] = set()  # curves measured under load in this process: not measured again until it ends
+
+
+def others_running(samples: int = 5, every: float = 0.01) -> int:
+    """How many threads of other work the CPU runs now: the fewest runnable beside this one in ``samples`` reads
+    of ``/proc/stat`` (a busy process is runnable in every read; a passing one is not), 0 where there is no
+    such file. Sleeps ``samples × every`` seconds; changes nothing."""
+    counts = []
+    for _ in range(samples):
+        try:
+            stat = Path("/proc/stat").read_text()
+        except OSError:
+            return 0
+        running = next((line.split()[1] for line in stat.splitlines() if line.startswith("procs_running")), "1")
+        counts.append(int(running) - 1)  # this thread, reading
+        time.sleep(every)
+    return max(0, min(counts))
 
 
 @torch.no_grad()

@@ -25,13 +25,30 @@ def resolve_device(device: str = "auto", dtype: str | torch.dtype | None = None)
         raise OptionError(f"device={device!r} is not a torch device: use 'auto', 'cpu', 'cuda' or 'cuda:N'") from None
     if where.type == "cuda" and not torch.cuda.is_available():
         raise OptionError(f"device={device!r} but torch sees no CUDA device: use device='cpu' or 'auto'")
-    if dtype is None:  # bfloat16 where it is fast: CUDA, and CPUs that multiply it natively (README "dtype")
-        return where, torch.bfloat16 if where.type == "cuda" or native_bf16() else torch.float32
+    if dtype is None:
+        return where, default_dtype(where)
     if isinstance(dtype, torch.dtype):
         return where, dtype
     if dtype not in _DTYPES:
         raise OptionError(f"dtype={dtype!r} is not one of {', '.join(_DTYPES)}")
     return where, _DTYPES[dtype]
+
+
+DTYPE_VARIABLE = "STRUCTSPEC_DEFAULT_DTYPE"
+"""The environment variable that overrides `default_dtype` ("float32" or "bfloat16"): CI runs the fast tests
+again with the other CPU default forced, so that no test passes only in its own machine's default."""
+
+
+def default_dtype(where: torch.device) -> torch.dtype:
+    """The dtype `load` gives a model on ``where`` when ``dtype=None``: ``$STRUCTSPEC_DEFAULT_DTYPE`` where set,
+    else bfloat16 where it is fast (CUDA, and CPUs that multiply it natively), else float32. Changes nothing."""
+    forced = os.environ.get(DTYPE_VARIABLE)
+    if forced:
+        if forced not in ("float32", "bfloat16"):
+            raise OptionError(f"{DTYPE_VARIABLE}={forced!r} is not a default dtype: set it to float32 or bfloat16, "
+                              "or unset it for the machine's own default")
+        return _DTYPES[forced]
+    return torch.bfloat16 if where.type == "cuda" or native_bf16() else torch.float32
 
 
 def native_bf16() -> bool:

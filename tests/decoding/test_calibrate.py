@@ -1,11 +1,25 @@
-"""The packed pass-cost curve: measured once on a named model's first batch, stored, read back after."""
+"""The packed pass-cost curve: measured once on a named model's first batch, stored, read back after; discarded
+when measured beside another busy process; keyed by what it depends on."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
 
 import structspec
 from structspec.decoding import calibrate
 from structspec.decoding.budget import DEFAULT_COST, curve_path
 from structspec.testing import CountingLM, tiny_lm
+
+
+@pytest.fixture(autouse=True)
+def idle_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The machine as calibration sees it: idle (other test workers may be busy beside this one)."""
+    monkeypatch.setattr(calibrate, "others_running", lambda: 0)
 
 
 def test_the_packed_curve_is_measured_once_then_read_back(monkeypatch) -> None:
@@ -44,3 +58,33 @@ def test_a_capped_model_is_measured_within_its_cap() -> None:
     lm.forward_slots = lambda windows, *a, **k: (fed.append(sum(map(len, windows))), forward_slots(windows, *a, **k))[1]
     cost = calibrate.packed_cost(lm)
     assert max(fed) == 16 and max(n for n, _ in cost.curves[1]) == 16
+
+
+def test_a_curve_measured_beside_a_busy_process_is_discarded_and_not_measured_again(monkeypatch) -> None:
+    lm = tiny_lm("byte_level")
+    lm.name = "calibrate-busy-test"
+    measured = []
+    monkeypatch.setattr(calibrate, "measure", lambda lm: measured.append(1) or {(1, 1): 1.0, (1, 2): 9.0})
+    monkeypatch.setattr(calibrate, "others_running", lambda: 1)
+    assert calibrate.packed_cost(lm) == DEFAULT_COST and not curve_path(lm, packed=True).exists()
+    assert calibrate.packed_cost(lm) == DEFAULT_COST and measured == [1]  # once a process, not every call
+
+
+def test_the_curve_is_keyed_by_the_thread_count(monkeypatch) -> None:
+    lm = tiny_lm("byte_level")
+    lm.name = "calibrate-threads-test"
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    one = curve_path(lm, packed=True)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    assert curve_path(lm, packed=True) != one and one.name.endswith("-t1-packed.json")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/stat, which only Linux has")
+def test_a_busy_process_is_seen_running(monkeypatch) -> None:
+    monkeypatch.undo()  # the real probe, not the idle fixture's
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)  # started and spinning
+        assert calibrate.others_running() >= 1
+    finally:
+        busy.kill()

@@ -50,10 +50,15 @@ def test_hub_id_loads_from_the_local_cache_offline(tmp_path: Path, monkeypatch: 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a network call would fail, not hang
     lm = structspec.load(REPO, device="cpu", kernels="torch")
     assert lm.name == REPO
+    assert lm.dtype == device.default_dtype(torch.device("cpu"))  # bfloat16 on AVX-512 BF16 CPUs, else float32
     expected = tiny_lm("byte_level")  # the very weights save_tiny_model wrote
     ids = lm.encode_prompt("{\"a\": 1}")
     assert ids == expected.encode_prompt("{\"a\": 1}")
-    torch.testing.assert_close(lm.forward(ids, lm.new_cache()), expected.forward(ids, expected.new_cache()))
+    # The weights, not a forward pass: from_pretrained in bfloat16 keeps buffers (RoPE's) that a cast would round.
+    loaded, written = lm.model.state_dict(), expected.model.state_dict()
+    assert loaded.keys() == written.keys()
+    for name, weight in written.items():
+        torch.testing.assert_close(loaded[name], weight.to(loaded[name].dtype), rtol=0, atol=0, msg=name)
 
 
 def test_a_hub_id_not_in_the_cache_names_the_id_the_cache_and_the_fix(
@@ -154,3 +159,25 @@ def test_bad_options_raise_before_anything_loads(
         structspec.load("smollm2-135m", **option)  # type: ignore[arg-type]
     assert no_load == []
     assert torch.get_num_threads() == before
+
+
+@pytest.mark.parametrize("forced", ["float32", "bfloat16"])
+def test_the_default_dtype_can_be_forced_for_every_device(forced: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(device.DTYPE_VARIABLE, forced)
+    assert device.resolve_device("cpu") == (torch.device("cpu"), getattr(torch, forced))
+    assert device.resolve_device("cpu", "float16")[1] == torch.float16  # a dtype the caller names still wins
+
+
+def test_the_default_dtype_without_the_variable_is_the_machines(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(device.DTYPE_VARIABLE, raising=False)
+    expected = torch.bfloat16 if device.native_bf16() else torch.float32
+    assert device.resolve_device("cpu")[1] == expected
+
+
+def test_a_bad_forced_default_dtype_is_refused_before_anything_loads(
+    no_load: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(device.DTYPE_VARIABLE, "fp8")
+    with pytest.raises(OptionError, match="STRUCTSPEC_DEFAULT_DTYPE='fp8' is not a default dtype: set it to"):
+        structspec.load("smollm2-135m")
+    assert no_load == []
