@@ -78,6 +78,7 @@ class Tally:
     exact_calls: int = 0
     turns: int = 0
     identical: int | None = None  # turns token-identical to plain masked decoding's (None: not compared)
+    unmarked: int = 0  # calls an auto turn wrote as text without the markers (`ToolCallsValue.unmarked_calls`)
 
     def row(self) -> list[str]:
         per = lambda a, b: f"{a / b:.3f}" if b else "–"  # noqa: E731
@@ -136,6 +137,7 @@ def add_result(tally: Tally, conversation: Conversation, r: structspec.Result, s
     tally.drafted += sum(d.drafted for name, d in r.stats.drafts.items() if name != "forced")
     tally.accepted += sum(d.accepted for name, d in r.stats.drafts.items() if name != "forced")
     score(tally, conversation, value_calls(r.value) if r.complete and r.value is not None else None)
+    tally.unmarked += len(r.value.unmarked_calls) if r.complete and r.value is not None else 0
 
 
 def add_peer(tally: Tally, conversation: Conversation, run: PeerRun) -> None:
@@ -193,6 +195,10 @@ def markdown(tallies: dict[str, Tally]) -> str:
     any_tally = next(iter(tallies.values()), Tally())
     lines += ["", f"Prefill alone (each prompt but its last token in one pass, timed once per conversation; every "
                   f"mode pays it): {any_tally.prefill_seconds / max(any_tally.calls_expected, 1):.3f} s / call."]
+    if unmarked := [f"{name} {t.unmarked}" for name, t in tallies.items() if t.unmarked]:
+        lines += ["", "Calls written as text without the markers in `auto` turns (`ToolCallsValue.unmarked_calls`: "
+                      "not counted as calls; use choice='required' or a tool's name where a call is needed): "
+                      + ", ".join(unmarked) + "."]
     return "\n".join(lines)
 
 

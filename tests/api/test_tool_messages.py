@@ -128,3 +128,12 @@ def test_a_chat_template_renders_the_next_turn(byte_lm) -> None:
     (call,) = re.findall(r"<tool_call>\n(.*)\n</tool_call>", shown)
     assert json.loads(call) == {"name": "get_weather", "arguments": turn.calls[0].json_arguments()}
     assert shown.endswith(f"<|im_start|>tool\n{get_weather(**turn.calls[0].keywords())}<|im_end|>\n")
+
+
+def test_toolbench_reports_the_calls_written_as_text() -> None:
+    from structspec.tools.toolbench import Tally, markdown
+
+    shown = markdown({"plain masked": Tally(unmarked=2), "fast-forward": Tally()})
+    assert "Calls written as text without the markers" in shown and "plain masked 2." in shown
+    assert "fast-forward 0" not in shown
+    assert "without the markers" not in markdown({"plain masked": Tally()})
