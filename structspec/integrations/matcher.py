@@ -70,6 +70,10 @@ from structspec.vocab import vocab_from_tokenizer
 # The state after EOS: the output is finished (DFA states are ≥ 0).
 ENDED = -1
 
+MAX_LOGITS_WIDTH = 2**24
+"""The widest logits a `Matcher` takes: 64 times the largest vocabularies (262,144 ids); past it a state's
+packed row alone would take megabytes, and a mistyped width would exhaust memory instead of failing."""
+
 
 def token_fsm(
     spec: Any, model_or_tokenizer: Any = None, whitespace_pattern: str = COMPACT, strict: bool = True,
@@ -78,12 +82,12 @@ def token_fsm(
     """The token FSM of ``spec``: a `TokenFSM` or `structspec.Compiled` as is, else compiled for
     ``model_or_tokenizer`` (a structspec `LM`, a shipped model's name, or a Hugging Face tokenizer,
     whose FSM allows ids up to ``logits_width``, default its size). Cached like `structspec.compile`.
-    `OptionError` for a ``logits_width`` that is no int, is narrower than the tokenizer, or differs from the
-    width an FSM (or the `LM`) already has."""
+    `OptionError` for a ``logits_width`` that is no int, is narrower than the tokenizer or wider than
+    `MAX_LOGITS_WIDTH`, or differs from the width an FSM (or the `LM`) already has."""
     width = as_int(logits_width)
-    if logits_width is not None and (width is None or width < 1):
-        raise OptionError(f"logits_width must be an int ≥ 1 (not a bool) or None, got {logits_width!r}: pass the "
-                          "model's vocabulary size (its logits' last dimension), or leave it out")
+    if logits_width is not None and (width is None or not 1 <= width <= MAX_LOGITS_WIDTH):
+        raise OptionError(f"logits_width must be an int in [1, 2**24] (not a bool) or None, got {logits_width!r}: "
+                          "pass the model's vocabulary size (its logits' last dimension), or leave it out")
     fsm = spec if isinstance(spec, TokenFSM) else spec.fsm if isinstance(spec, structspec.Compiled) else None
     if fsm is None and isinstance(model_or_tokenizer, LM | str):
         fsm = structspec.compile(spec, model_or_tokenizer, whitespace_pattern=whitespace_pattern, strict=strict).fsm

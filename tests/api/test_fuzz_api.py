@@ -1,10 +1,15 @@
-"""Fuzzing the option surface and the engine API: random option dicts, random `Matcher` call sequences and
-random chat-message shapes end in a valid result or a `StructspecError`, never another exception or a hang.
+"""Fuzzing the option surface and the engine API: random option dicts (with drafter classes, generation configs
+and streamers), random `Matcher` call sequences, random logits widths, random shapes of the logits processor's
+ids and scores, and random chat-message shapes end in a valid result or a `StructspecError`, never another
+exception or a hang.
 
 Each case has an oracle written here, apart from the code it checks: an option dict is valid exactly when
-`valid_option` takes every value (then a `Result`, else an error); a `Matcher` follows `Reference`, which
-keeps the accepted ids and answers with Python's ``re`` on their text; a prompt is valid exactly when
-`valid_prompt` says so. Runs derandomized, under `test_fuzz.outcome`'s time limit: 750 cases in all.
+`valid_options` takes it (then a `Result`, else an error); a `Matcher` follows `Reference`, which keeps the
+accepted ids and answers with Python's ``re`` on their text; a logits width, the processor's inputs and a prompt
+are valid exactly when `valid_width`, `valid_processor_inputs` and `valid_prompt` say so. Runs derandomized;
+each case under `test_fuzz.outcome`'s per-case time limit (a case past it fails as a hang), each test under
+``pytest.mark.timeout`` (a hang inside a C call, where the case's alarm cannot land, fails too): 1,100 cases in
+all (`CASES`).
 """
 
 from __future__ import annotations
@@ -19,12 +24,19 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.schema.test_fuzz import FUZZ, outcome
+from transformers import GenerationConfig
 
 import structspec
-from structspec import Regex, Result
+from structspec import Regex, Result, SelfDraft, Staged, TreeDrafter
 from structspec.automaton import apply_token_bitmask_inplace
 from structspec.errors import OptionError, PromptError, StructspecError
-from structspec.integrations.matcher import Matcher
+from structspec.integrations.matcher import MAX_LOGITS_WIDTH, Matcher
+from structspec.integrations.transformers import LogitsProcessor
+from structspec.options import MAX_TEMPERATURE
+
+CASES = {"options": 300, "matcher": 300, "widths": 150, "processor": 150, "prompts": 200}
+"""Examples per fuzz test (the docs quote their sum)."""
+WATCHDOG = 900  # seconds per fuzz test, all its cases: a hang where a case's alarm cannot land fails here
 
 SPEC = Regex(r"[ab]{1,4}c?")  # short outputs whatever the options: every case decodes a few tokens at most
 FULL = re.compile(rb"[ab]{1,4}c?")
@@ -37,7 +49,8 @@ JUNK = st.one_of(NOT_STR, st.text(max_size=3))
 VALUES: dict[str, st.SearchStrategy[Any]] = {
     "max_new_tokens": st.one_of(st.integers(1, 6), st.sampled_from([10**18, np.int64(3)]), JUNK),
     "do_sample": st.one_of(st.sampled_from([True, False, None]), JUNK),
-    "temperature": st.one_of(st.floats(1e-5, 50), st.sampled_from([1, 0, -1.0, 1e-6, 5e-324]), JUNK),
+    "temperature": st.one_of(st.floats(1e-5, 50), st.sampled_from([1, 0, -1.0, 1e-6, 5e-324, 1e308, 3.5e38,
+                                                                   MAX_TEMPERATURE]), JUNK),
     "top_k": st.one_of(st.integers(1, 600), st.sampled_from([None, 2**70]), JUNK),
     "top_p": st.one_of(st.floats(1e-9, 1.0), st.sampled_from([None, 1, 0, 1.0000001]), JUNK),
     "seed": st.one_of(st.integers(-(2**63), 2**63 - 1), JUNK),
@@ -46,7 +59,8 @@ VALUES: dict[str, st.SearchStrategy[Any]] = {
     "output_logprobs": st.one_of(st.booleans(), JUNK),
     "whitespace_pattern": st.one_of(st.just(r"[ ]?"), NOT_STR),
     "fast_forward": st.one_of(st.sampled_from(["off", "exact", "canonical"]), JUNK),
-    "draft": st.one_of(st.sampled_from([None, "prompt_lookup", "tree", "lookahead", "self", "auto", "lookhead", "x"]), JUNK),
+    "draft": st.one_of(st.sampled_from([None, "prompt_lookup", "tree", "lookahead", "self", "auto", "lookhead", "x",
+                                        TreeDrafter, SelfDraft, Staged, structspec.LM, SelfDraft(), Staged()]), JUNK),
     "max_recursion_depth": st.one_of(st.integers(1, 5), JUNK),
     "open_objects": st.one_of(st.sampled_from([True, False, None]), JUNK),
 }
@@ -61,12 +75,67 @@ def _is_number(value: Any, low: float, high: float = math.inf) -> bool:
             and low <= value <= high)
 
 
+class Recorder:
+    """A streamer (transformers' ``put``/``end``) that keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.put_ids: list[list[int]] = []
+        self.ended = 0
+
+    def put(self, value: torch.Tensor) -> None:
+        self.put_ids.append(value.flatten().tolist())
+
+    def end(self) -> None:
+        self.ended += 1
+
+
+class PutOnly:
+    def put(self, value: torch.Tensor) -> None:
+        pass
+
+
+# (made per case by `_made`: a recorder keeps one case's ids, and a GenerationConfig is built as drawn)
+EXTRAS: dict[str, st.SearchStrategy[Any]] = {
+    "streamer": st.one_of(st.sampled_from([None, Recorder, object, PutOnly]), JUNK),
+    "generation_config": st.one_of(
+        st.fixed_dictionaries({}, optional={"max_new_tokens": VALUES["max_new_tokens"],
+                                            "num_beams": st.sampled_from([1, 2]), "do_sample": st.booleans()}),
+        st.builds(lambda n: lambda: GenerationConfig(max_new_tokens=n), st.integers(1, 6)), JUNK),
+}
+
+
+def _made(value: Any) -> Any:
+    """A drawn class or builder made into its value (a class as `draft=` stays one: that is what is tried)."""
+    return value() if value in (Recorder, object, PutOnly) or getattr(value, "__name__", "") == "<lambda>" else value
+
+
+def valid_options(options: dict[str, Any]) -> bool:
+    """Whether every value of ``options`` is one its option takes, as the docs state it."""
+    config = options.get("generation_config")
+    do_sample = options.get("do_sample", config.get("do_sample") if isinstance(config, dict) else None)
+    greedy = do_sample is False  # then the temperature is not read: any from 0 up
+    for name, value in options.items():
+        if name == "temperature":
+            ok = _is_number(value, 0 if greedy else 1e-5, MAX_TEMPERATURE)
+        elif name == "streamer":
+            ok = value is None or callable(getattr(value, "put", None)) and callable(getattr(value, "end", None))
+        elif name == "generation_config":
+            ok = value is None or isinstance(value, GenerationConfig) or isinstance(value, dict) and (
+                value.get("num_beams", 1) == 1 and ("max_new_tokens" in options or "max_new_tokens" not in value
+                                                    or _is_int(value["max_new_tokens"], 1)))
+        else:
+            ok = valid_option(name, value)
+        if not ok:
+            return False
+    return True
+
+
 def valid_option(name: str, value: Any) -> bool:
-    """Whether ``value`` is one ``name`` takes, as the docs state it."""
+    """Whether ``value`` is one ``name`` takes, as the docs state it (the temperature: when sampling)."""
     if name == "max_new_tokens":
         return _is_int(value, 1)
     if name == "temperature":
-        return _is_number(value, 1e-5)
+        return _is_number(value, 1e-5, MAX_TEMPERATURE)
     if name in ("top_k", "top_p", "seed") and value is None:
         return True
     if name == "top_k":
@@ -87,20 +156,29 @@ def valid_option(name: str, value: Any) -> bool:
     if name == "fast_forward":
         return value in ("off", "exact") and isinstance(value, str)
     if name == "draft":
+        if isinstance(value, (SelfDraft, Staged)):
+            return True
         return value is None or value in ("prompt_lookup", "lookahead", "auto") and isinstance(value, str)
     return _is_int(value, 1)  # max_recursion_depth
 
 
 @pytest.mark.slow
-@settings(FUZZ, max_examples=250)
-@given(st.fixed_dictionaries({}, optional=VALUES))
+@pytest.mark.timeout(WATCHDOG)
+@settings(FUZZ, max_examples=CASES["options"])
+@given(st.fixed_dictionaries({}, optional={**VALUES, **EXTRAS}))
 def test_random_options_give_a_result_or_an_error(byte_lm: structspec.LM, options: dict[str, Any]) -> None:
+    options = {name: _made(value) for name, value in options.items()}
+    config = options.get("generation_config")
     # (a small budget unless drawn: the default 512 costs the budget's planning time, not coverage)
-    found = outcome(lambda: structspec.generate_result(byte_lm, SPEC, "ab", **{"max_new_tokens": 6, **options}))
-    if all(valid_option(name, value) for name, value in options.items()):
-        assert isinstance(found, Result), found
+    budget = {} if isinstance(config, dict) and "max_new_tokens" in config else {"max_new_tokens": 6}
+    found = outcome(lambda: structspec.generate_result(byte_lm, SPEC, "ab", **{**budget, **options}))
+    if valid_options(options):
+        assert isinstance(found, Result), (options, found)
         assert found.stop_reason in OK_STOPS and PREFIX.fullmatch(found.text.encode())
         assert found.stop_reason == "max_new_tokens" or FULL.fullmatch(found.text.encode())
+        streamer = options.get("streamer")
+        if isinstance(streamer, Recorder):  # the prompt's ids, then the output's, then end()
+            assert sum(streamer.put_ids[1:], []) == found.token_ids and streamer.ended == 1
     else:
         assert isinstance(found, StructspecError), (options, found)
 
@@ -161,7 +239,8 @@ CALLS = st.one_of(
 
 
 @pytest.mark.slow
-@settings(FUZZ, max_examples=300)
+@pytest.mark.timeout(WATCHDOG)
+@settings(FUZZ, max_examples=CASES["matcher"])
 @given(st.lists(CALLS, max_size=12))
 def test_random_matcher_calls_follow_the_reference(byte_lm: structspec.LM, calls: list[tuple[str, Any]]) -> None:
     matcher, ref = Matcher(structspec.compile(SPEC, byte_lm)), Reference(byte_lm)
@@ -207,6 +286,80 @@ def test_random_matcher_calls_follow_the_reference(byte_lm: structspec.LM, calls
             assert matcher.is_complete() == (ref.allowed() == [ref.eos])
 
 
+WIDTHS = st.one_of(st.none(), st.integers(-3, 600), st.sampled_from([MAX_LOGITS_WIDTH + 1, 2**70]),
+                   st.sampled_from([True, False, 500.0, 1.5, np.int64(504), np.int32(520), "504"]), JUNK)
+
+
+def valid_width(width: Any, least: int, exactly: int | None = None) -> bool:
+    """A logits width: None, or an int (not a bool) from the tokenizer's size ``least`` to `MAX_LOGITS_WIDTH`;
+    ``exactly`` that where the FSM is compiled already."""
+    if width is None:
+        return True
+    if exactly is not None:
+        return _is_int(width, exactly, exactly)
+    return _is_int(width, least, MAX_LOGITS_WIDTH)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(WATCHDOG)
+@settings(FUZZ, max_examples=CASES["widths"])
+@given(WIDTHS, st.booleans())
+def test_random_logits_widths_are_taken_or_refused(byte_lm: structspec.LM, width: Any, compiled: bool) -> None:
+    size = len(byte_lm.tokenizer)
+    source = (structspec.compile(SPEC, byte_lm),) if compiled else (SPEC, byte_lm.tokenizer)
+    found = outcome(lambda: Matcher(*source, logits_width=width))
+    if not valid_width(width, size, byte_lm.logits_width if compiled else None):
+        assert isinstance(found, OptionError) and "logits_width" in str(found), (width, found)
+        return
+    assert isinstance(found, Matcher), (width, found)
+    taken = byte_lm.logits_width if compiled else size if width is None else int(width)
+    assert found.fsm.logits_width == taken
+    bitmask = found.fsm.allocate_token_bitmask(1)
+    found.fill_next_token_bitmask(bitmask, 0)
+    logits = torch.zeros(taken)
+    apply_token_bitmask_inplace(logits, bitmask[0])
+    allowed = torch.isfinite(logits).nonzero().flatten().tolist()
+    assert allowed == Reference(byte_lm).allowed() and max(allowed) < size  # ids no token owns stay masked
+    assert isinstance(outcome(lambda: found.accept_tokens([taken])), OptionError)
+
+
+ID_SHAPES = st.sampled_from([(2,), (1, 2), (2, 2), (3, 1), (1, 1, 2), ()])
+SCORE_WIDTHS = st.sampled_from([10, 499, 500, 504, 540])
+DTYPES = st.sampled_from([torch.long, torch.int32, torch.float32, torch.bool, torch.bfloat16])
+
+
+def valid_processor_inputs(ids: torch.Tensor, scores: torch.Tensor, width: int) -> bool:
+    """Integer ids [rows, tokens], floating scores [rows, at least ``width``] (the processor's FSM's)."""
+    integer = not (ids.dtype.is_floating_point or ids.dtype == torch.bool)
+    return (integer and ids.dim() == 2 and scores.dtype.is_floating_point and scores.dim() == 2
+            and scores.shape[0] == ids.shape[0] and scores.shape[1] >= width)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(WATCHDOG)
+@settings(FUZZ, max_examples=CASES["processor"])
+@given(ID_SHAPES, DTYPES, st.integers(0, 3), SCORE_WIDTHS, DTYPES, st.booleans())
+def test_random_processor_inputs_are_masked_or_refused(byte_lm: structspec.LM, id_shape: tuple[int, ...],
+                                                       id_dtype: torch.dtype, score_rows: int, score_width: int,
+                                                       score_dtype: torch.dtype, two_dims: bool) -> None:
+    # a fresh processor per case: its first call reads every row's ids as the prompt, so each row is at the start
+    processor = LogitsProcessor(SPEC, byte_lm.tokenizer)
+    ids = torch.full(id_shape, 67).to(id_dtype)  # 67: 'a'
+    scores = torch.zeros((score_rows, score_width) if two_dims else (score_width,)).to(score_dtype)
+    found = outcome(lambda: processor(ids, scores))
+    if not valid_processor_inputs(ids, scores, processor.fsm.logits_width):
+        assert isinstance(found, OptionError), (id_shape, id_dtype, scores.shape, score_dtype, found)
+        return
+    assert isinstance(found, torch.Tensor) and found.shape == scores.shape and not scores.isinf().any()
+    start = processor.fsm.allowed_token_ids(processor.fsm.initial_state).tolist()
+    for row in found:
+        assert torch.isfinite(row).nonzero().flatten().tolist() == start
+    ids = torch.cat([ids, torch.full((ids.shape[0], 1), 67, dtype=ids.dtype)], 1)  # one more token: 'a'
+    after = processor(ids, scores)
+    state = processor.fsm.walk(processor.fsm.initial_state, [67])[-1]
+    assert torch.isfinite(after[0]).nonzero().flatten().tolist() == processor.fsm.allowed_token_ids(state).tolist()
+
+
 TEXT = st.text(max_size=8)
 FIELD = st.one_of(TEXT, TEXT, JUNK)
 MESSAGE = st.one_of(st.fixed_dictionaries({}, optional={"role": FIELD, "content": FIELD, "name": FIELD}),
@@ -223,7 +376,8 @@ def valid_prompt(prompt: Any) -> bool:
 
 
 @pytest.mark.slow
-@settings(FUZZ, max_examples=200)
+@pytest.mark.timeout(WATCHDOG)
+@settings(FUZZ, max_examples=CASES["prompts"])
 @given(PROMPTS)
 def test_random_chat_shapes_give_a_result_or_a_prompt_error(byte_lm: structspec.LM, prompt: Any) -> None:
     found = outcome(lambda: structspec.generate_result(byte_lm, SPEC, prompt, max_new_tokens=2))

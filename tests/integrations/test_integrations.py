@@ -322,11 +322,12 @@ def test_a_spec_error_is_raised_before_generation(byte_lm) -> None:
         LogitsProcessor(Regex("(ab"), byte_lm)
 
 
-@pytest.mark.parametrize("width", [-1, 0, 1.5, True, "504", 1, 499])
+@pytest.mark.parametrize("width", [-1, 0, 1.5, True, "504", 2**24 + 1, 2**70, 1, 499])
 def test_a_logits_width_that_is_no_model_width_is_refused(byte_lm, width) -> None:
     # -1 raised IndexError, 1.5 TypeError; 0 was taken for the default and True for 1, refused later as the spec's
-    message = "logits_width must be an int ≥ 1" if isinstance(width, (bool, float, str)) or width < 1 else \
-        f"logits_width={width} is narrower than the tokenizer's {len(byte_lm.tokenizer)} tokens"
+    small = isinstance(width, int) and not isinstance(width, bool) and 1 <= width < len(byte_lm.tokenizer)
+    message = f"logits_width={width} is narrower than the tokenizer's {len(byte_lm.tokenizer)} tokens" if small \
+        else "logits_width must be an int in [1, 2**24]"
     with pytest.raises(OptionError, match=rf"^{re.escape(message)}.*: pass the model's vocabulary size"):
         Matcher(Regex("ab"), byte_lm.tokenizer, logits_width=width)
 
