@@ -163,14 +163,18 @@ class ToolCalls:
     (`ToolError`), before any model call; a tool schema that does not compile raises `ToolSchemaError` at
     compile time.
 
+    Under ``"auto"`` small models often answer in text, or write the call as JSON text without the markers
+    (kept in ``unmarked_calls``, with a warning, not run): where a call is needed, use ``"required"`` or the
+    tool's name.
+
     Typical use::
 
-        def get_weather(city: str, unit: Literal["C", "F"] = "C") -> None: ...
+        def get_weather(city: str, unit: Literal["C", "F"] = "C") -> str: ...
 
-        spec = structspec.ToolCalls([get_weather], choice="auto")
-        turn = structspec.generate(lm, spec, [{"role": "user", "content": "Weather in Paris?"}])
-        for call in turn.calls:
-            print(call.name, call.arguments)
+        spec = structspec.ToolCalls([get_weather], choice="required")
+        messages = [{"role": "user", "content": "Weather in Paris?"}]
+        turn = structspec.generate(lm, spec, messages)
+        messages += [turn.assistant_message(), *turn.run([get_weather])]  # the next prompt
     """
 
     tools: tuple[Tool, ...]
