@@ -1,6 +1,6 @@
 """Fuzzing the option surface and the engine API: random option dicts (with drafter classes, generation configs
 and streamers), random `Matcher` call sequences, random logits widths, random shapes of the logits processor's
-ids and scores, and random chat-message shapes end in a valid result or a `StructspecError`, never another
+ids and scores, `Regex` patterns of every type, and random chat-message shapes end in a valid result or a `StructspecError`, never another
 exception or a hang.
 
 Each case has an oracle written here, apart from the code it checks: an option dict is valid exactly when
@@ -8,7 +8,7 @@ Each case has an oracle written here, apart from the code it checks: an option d
 accepted ids and answers with Python's ``re`` on their text; a logits width, the processor's inputs and a prompt
 are valid exactly when `valid_width`, `valid_processor_inputs` and `valid_prompt` say so. Runs derandomized;
 each case under `test_fuzz.outcome`'s per-case time limit (a case past it fails as a hang), each test under
-``pytest.mark.timeout`` (a hang inside a C call, where the case's alarm cannot land, fails too): 1,100 cases in
+``pytest.mark.timeout`` (a hang inside a C call, where the case's alarm cannot land, fails too): 1,200 cases in
 all (`CASES`).
 """
 
@@ -29,12 +29,12 @@ from transformers import GenerationConfig
 import structspec
 from structspec import Regex, Result, SelfDraft, Staged, TreeDrafter
 from structspec.automaton import apply_token_bitmask_inplace
-from structspec.errors import OptionError, PromptError, StructspecError
+from structspec.errors import OptionError, PromptError, RegexError, SpecError, StructspecError
 from structspec.integrations.matcher import MAX_LOGITS_WIDTH, Matcher
 from structspec.integrations.transformers import LogitsProcessor
 from structspec.options import MAX_TEMPERATURE
 
-CASES = {"options": 300, "matcher": 300, "widths": 150, "processor": 150, "prompts": 200}
+CASES = {"options": 300, "matcher": 300, "widths": 150, "processor": 150, "regexes": 100, "prompts": 200}
 """Examples per fuzz test (the docs quote their sum)."""
 WATCHDOG = 900  # seconds per fuzz test, all its cases: a hang where a case's alarm cannot land fails here
 
@@ -358,6 +358,18 @@ def test_random_processor_inputs_are_masked_or_refused(byte_lm: structspec.LM, i
     after = processor(ids, scores)
     state = processor.fsm.walk(processor.fsm.initial_state, [67])[-1]
     assert torch.isfinite(after[0]).nonzero().flatten().tolist() == processor.fsm.allowed_token_ids(state).tolist()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(WATCHDOG)
+@settings(FUZZ, max_examples=CASES["regexes"])
+@given(st.one_of(st.text(max_size=6), NOT_STR, st.binary(max_size=3)))
+def test_random_regex_patterns_compile_or_are_refused(byte_lm: structspec.LM, pattern: Any) -> None:
+    found = outcome(lambda: structspec.compile(Regex(pattern), byte_lm))
+    if not isinstance(pattern, str):  # None raised TypeError from deep in the automaton
+        assert isinstance(found, SpecError) and "not a str" in str(found), (pattern, found)
+    else:  # a str compiles, or is a regex structspec does not read
+        assert isinstance(found, (structspec.Compiled, RegexError)), (pattern, found)
 
 
 TEXT = st.text(max_size=8)
