@@ -1,7 +1,7 @@
 """Fuzzing the option surface and the engine API: random option dicts (with drafter classes, generation configs
 and streamers), random `Matcher` call sequences, random logits widths, random shapes of the logits processor's
-ids and scores, `Regex` patterns of every type, and random chat-message shapes end in a valid result or a `StructspecError`, never another
-exception or a hang.
+ids and scores, `Regex` patterns of every type, and random chat-message shapes end in a valid result or a
+`StructspecError`, never another exception or a hang.
 
 Each case has an oracle written here, apart from the code it checks: an option dict is valid exactly when
 `valid_options` takes it (then a `Result`, else an error); a `Matcher` follows `Reference`, which keeps the
