@@ -40,14 +40,7 @@ def job_manifest(model: str, spec: Any, template: str, generate: dict[str, Any])
     their defaults) and the structspec version (recorded, not compared). The drafter and the batch size are left
     out: verified drafts and batching keep the output. `JobConfigError` for options ``iter_batch`` does not take.
     Loads no model."""
-    compile_names = {f.name for f in dataclasses.fields(structspec.CompileOptions)}
-    try:
-        chosen = [structspec.GenerateOptions.of({k: v for k, v in generate.items() if k not in compile_names}),
-                  structspec.CompileOptions.of({k: v for k, v in generate.items() if k in compile_names})]
-    except StructspecError as e:
-        raise JobConfigError(str(e)) from None
-    changed = {f.name: getattr(options, f.name) for options in chosen for f in dataclasses.fields(options)
-               if f.name != "draft" and getattr(options, f.name) != f.default}
+    changed = changed_options(generate)
     model_id = str(Path(model).resolve()) if os.path.isdir(model) else model  # a directory, wherever named from
     try:
         version = importlib.metadata.version(importlib.metadata.packages_distributions()["structspec"][0])
@@ -56,6 +49,21 @@ def job_manifest(model: str, spec: Any, template: str, generate: dict[str, Any])
     settings = {"model": model_id, "spec": _digest(_spec_text(spec)), "prompt template": _digest(template),
                 "options": json.loads(json.dumps(changed))}  # as read back: tuples become lists
     return {"structspec_job": MANIFEST_FORMAT, "structspec": version, "settings": settings}
+
+
+def changed_options(generate: dict[str, Any]) -> dict[str, Any]:
+    """The options of ``generate`` (``iter_batch``'s keywords, the draft left out: a name of a draft model too)
+    that differ from their defaults; `JobConfigError` naming an option ``iter_batch`` does not take or a bad
+    value. Loads nothing."""
+    compile_names = {f.name for f in dataclasses.fields(structspec.CompileOptions)}
+    generate = {k: v for k, v in generate.items() if k != "draft"}
+    try:
+        chosen = [structspec.GenerateOptions.of({k: v for k, v in generate.items() if k not in compile_names}),
+                  structspec.CompileOptions.of({k: v for k, v in generate.items() if k in compile_names})]
+    except StructspecError as e:
+        raise JobConfigError(str(e)) from None
+    return {f.name: getattr(options, f.name) for options in chosen for f in dataclasses.fields(options)
+            if f.name != "draft" and getattr(options, f.name) != f.default}
 
 
 def _spec_text(spec: Any) -> str:

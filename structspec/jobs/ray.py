@@ -8,8 +8,9 @@ Typical use, on a cluster with one GPU per actor::
 
     ray.init(address="auto")
     docs = ray.data.read_json("s3://bucket/docs.jsonl")  # columns: id, text
-    records = docs.map_batches(Extractor, fn_constructor_kwargs={"model": "smollm2-135m", "spec": Invoice},
-                               batch_size=128, compute=ray.data.ActorPoolStrategy(size=4), num_gpus=1)
+    kwargs = Extractor.constructor_kwargs("smollm2-135m", Invoice, max_new_tokens=300)  # checked here, at once
+    records = docs.map_batches(Extractor, fn_constructor_kwargs=kwargs, batch_size=128,
+                               compute=ray.data.ActorPoolStrategy(size=4), num_gpus=1)
     records.write_parquet("s3://bucket/invoices/")
 
 Each actor loads the model and compiles the spec once, then decodes each batch
@@ -33,7 +34,9 @@ token mode first), not with this module.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
+import inspect
 import json
 import logging
 import os
@@ -41,22 +44,34 @@ import secrets
 import subprocess
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
 if importlib.util.find_spec("ray") is None:  # an optional extra
     raise ImportError("structspec.jobs.ray needs Ray: pip install 'structspec-lm[ray]'")
 
+import structspec
+from structspec.errors import StructspecError
 from structspec.jobs.errors import JobConfigError
 from structspec.jobs.lines import output_line
-from structspec.jobs.manifest import job_manifest
+from structspec.jobs.manifest import changed_options, job_manifest
 from structspec.jobs.output import JobSummary, job_output
 from structspec.jobs.prompts import default_template
 from structspec.jobs.records import InputRecord, input_record
-from structspec.jobs.runner import DEFAULT_BATCH_SIZE, JobOptions, check_job, load_model, record_lines, resolve_draft
+from structspec.jobs.runner import (
+    DEFAULT_BATCH_SIZE,
+    DROPPED_WARNING,
+    JobOptions,
+    check_job,
+    load_model,
+    record_lines,
+    resolve_draft,
+)
+from structspec.models.shipped import SHIPPED
 from structspec.result import Result
 
 BATCHES_PER_CALL = 4  # engine batches of rows per actor call, so that finished rows are refilled
@@ -67,18 +82,21 @@ class Extractor:
     """One actor's extraction: decodes batches of dataset rows into records, each row kept with its result's
     columns added (`OUTPUT_COLUMNS`, see the module's docstring).
 
-    Ray constructs it once per actor (``map_batches(Extractor, fn_constructor_kwargs=...)``): it loads
-    ``model`` on ``device`` in ``dtype``, loads a draft model named in ``options.generate["draft"]``
-    beside it, and compiles ``spec``; a bad spec, option or model raises `JobConfigError` here,
-    before any row runs. ``options`` defaults to the default template and `generate_result`'s defaults.
-    Input rows need ``id_field`` and ``text_field`` and no column named as an output column;
-    ``input_field`` (if present) says where the row came from, for the line's ``input``.
+    Ray constructs it once per actor (``map_batches(Extractor, fn_constructor_kwargs=...)``); build those keywords
+    with `Extractor.constructor_kwargs`, which checks them on the driver. The actor loads ``model`` on ``device``
+    in ``dtype``, loads a draft model named by ``draft`` beside it, and compiles ``spec``; a bad spec, option or
+    model raises `JobConfigError` here, before any row runs. ``template`` is the prompt, with a ``{document}``
+    placeholder (default: an instruction naming the spec's fields); ``batch_size`` the rows per target pass
+    (default: `DEFAULT_BATCH_SIZE` for the model's device); ``generate`` takes `structspec.iter_batch`'s
+    keywords (``max_new_tokens``, ``temperature``, ``draft``, ``strict``, ...). Input rows need ``id_field``
+    and ``text_field`` and no column named as an output column; ``input_field`` (if present) says where the row
+    came from, for the line's ``input``.
     """
 
-    def __init__(self, model: str, spec: Any, options: JobOptions | None = None, device: str = "auto",
-                 dtype: str | None = None, text_field: str = "text", id_field: str = "id",
-                 input_field: str = "input") -> None:
-        options = JobOptions(default_template(spec)) if options is None else options
+    def __init__(self, model: str, spec: Any, *, template: str | None = None, batch_size: int | None = None,
+                 device: str = "auto", dtype: str | None = None, text_field: str = "text", id_field: str = "id",
+                 input_field: str = "input", **generate: Any) -> None:
+        options = _job_options(spec, template, batch_size, generate)
         self.lm = load_model(model, device, dtype)
         draft = options.generate.get("draft")
         if isinstance(draft, str):  # a name travels to the actor; a draft model is loaded here, beside the target
@@ -86,6 +104,24 @@ class Extractor:
         self.unenforced = check_job(self.lm, spec, options)
         self.spec, self.options = spec, options
         self.text_field, self.id_field, self.input_field = text_field, id_field, input_field
+
+    @classmethod
+    def constructor_kwargs(cls, model: str, spec: Any, **keywords: Any) -> dict[str, Any]:
+        """``map_batches``' ``fn_constructor_kwargs`` for Extractors of ``model`` and ``spec``, with ``keywords``
+        (those of `Extractor`), checked here on the driver, so that a mistake is one `JobConfigError` before Ray
+        starts an actor: an unknown keyword (with the nearest name), a spec that cannot be used, a template without
+        ``{document}``, a bad option value. The model is checked on the actors. Loads nothing."""
+        own = [name for name in inspect.signature(cls).parameters if name not in ("model", "spec", "generate")]
+        names = own + [name for name in _generate_names() if name != "output_logprobs"]
+        for name in keywords:
+            if name not in names:
+                near = difflib.get_close_matches(name, names, n=1)
+                hint = f"did you mean {near[0]!r}? " if near else ""
+                raise JobConfigError(f"Extractor takes no keyword {name!r}: {hint}its keywords are "
+                                     f"{', '.join(names)}")
+        _job_options(spec, keywords.get("template"), keywords.get("batch_size"),
+                     {k: v for k, v in keywords.items() if k not in own})
+        return {"model": model, "spec": spec, **keywords}
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         """Decode one batch (columns, Ray's ``"numpy"`` batch format) and return its columns with the output
@@ -107,6 +143,37 @@ class Extractor:
         for i, result, line in record_lines(self.lm, self.spec, records, self.options, self.unenforced):
             lines[i] = result, line
         return dict(batch) | _columns(lines)
+
+
+def _generate_names() -> list[str]:
+    """The keywords `structspec.iter_batch` takes for decoding and compiling."""
+    return [f.name for cls in (structspec.GenerateOptions, structspec.CompileOptions) for f in fields(cls)]
+
+
+def _job_options(spec: Any, template: str | None, batch_size: int | None, generate: dict[str, Any]) -> JobOptions:
+    """The `JobOptions` of an Extractor's keywords; `JobConfigError` for a spec that cannot be used (checked as
+    `structspec.compile` checks it, without a tokenizer), a template without ``{document}``, a batch size below 1
+    or a bad option. Loads nothing."""
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=DROPPED_WARNING)  # each line lists them
+            structspec.to_regex(spec, strict=generate.get("strict", True))
+    except StructspecError as e:
+        raise JobConfigError(f"spec: {e}") from None
+    if template is not None and (not isinstance(template, str) or "{document}" not in template):
+        raise JobConfigError(f"template {template!r} has no {{document}} placeholder: put it where the document "
+                             "goes")
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+        raise JobConfigError(f"batch_size must be a whole number ≥ 1, got {batch_size!r}; leave it out for the "
+                             "device's default")
+    changed_options(generate)
+    draft = generate.get("draft")
+    if isinstance(draft, str) and not (draft in SHIPPED or "/" in draft or os.path.isdir(draft)):
+        try:  # neither a model's name (shipped, a hub id, a directory) nor a drafter's: the nearest drafter
+            structspec.GenerateOptions.of({"draft": draft})
+        except StructspecError as e:
+            raise JobConfigError(f"{e} (or a draft model: a shipped name, a hub id or a directory)") from None
+    return JobOptions(default_template(spec) if template is None else template, generate, batch_size)
 
 
 def _columns(lines: list[tuple[Result | None, dict[str, Any]]]) -> dict[str, list[Any]]:
@@ -153,9 +220,10 @@ def run_job(
         readable = [record for record in todo if not record.error]
         if readable:
             dataset = ray.data.from_items([{"id": r.id, "input": r.where, "text": r.text} for r in readable])
+            kwargs = Extractor.constructor_kwargs(model, spec, template=options.template, batch_size=rows_per_pass,
+                                                  device=device, dtype=dtype, **options.generate)
             decoded = dataset.map_batches(
-                Extractor, fn_constructor_kwargs={"model": model, "spec": spec, "device": device, "dtype": dtype,
-                                                  "options": replace(options, batch_size=rows_per_pass)},
+                Extractor, fn_constructor_kwargs=kwargs,
                 batch_size=rows_per_pass * BATCHES_PER_CALL, compute=ray.data.ActorPoolStrategy(size=actors),
                 num_cpus=num_cpus, num_gpus=num_gpus)
             try:

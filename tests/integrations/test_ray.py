@@ -22,8 +22,6 @@ pytest.importorskip("ray.data")  # the optional extra (`pip install 'structspec-
 from structspec.jobs import ray as ray_jobs  # noqa: E402
 from structspec.jobs.ray import Extractor  # noqa: E402
 from structspec.jobs.errors import JobConfigError  # noqa: E402
-from structspec.jobs.prompts import default_template  # noqa: E402
-from structspec.jobs.runner import JobOptions  # noqa: E402
 from structspec.testing import save_tiny_model  # noqa: E402
 from structspec.tools.cli import main  # noqa: E402
 from structspec.tools.command import EXIT_CONFIG, EXIT_OK  # noqa: E402
@@ -49,7 +47,7 @@ def killing_run_job(*args, **kwargs):
 ray_jobs.run_job = killing_run_job
 sys.exit(main(sys.argv[1:]))
 """
-OPTIONS = JobOptions(default_template(SCHEMA), {"max_new_tokens": 24}, batch_size=2)
+OPTIONS = {"max_new_tokens": 24, "batch_size": 2}
 
 
 @pytest.fixture(scope="module")
@@ -96,9 +94,36 @@ def _assert_torn_down(stderr: str) -> None:
     assert not Path(temp_dir).exists() and not _left_behind(temp_dir)
 
 
+UNIQUE = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}  # a regex cannot enforce uniqueItems
+
+
+@pytest.mark.parametrize("keywords, message", [
+    ({"max_tokens": 30}, "Extractor takes no keyword 'max_tokens': did you mean 'max_new_tokens'?"),
+    ({"text_feild": "body"}, "Extractor takes no keyword 'text_feild': did you mean 'text_field'?"),
+    ({"output_logprobs": True}, "Extractor takes no keyword 'output_logprobs'"),
+    ({"temperature": 0.0}, "temperature must be"),
+    ({"draft": "prompt_lokup"}, "did you mean 'prompt_lookup'"),
+    ({"template": "Extract the box."}, "has no {document} placeholder"),
+    ({"batch_size": 0}, "batch_size must be a whole number ≥ 1, got 0"),
+])
+def test_extractor_keywords_are_checked_on_the_driver_before_ray_starts(keywords: dict, message: str) -> None:
+    with pytest.raises(JobConfigError, match=re.escape(message)):
+        Extractor.constructor_kwargs("smollm2-135m", SCHEMA, **keywords)
+
+
+def test_extractor_keywords_come_back_as_given_and_a_spec_is_checked_with_its_strictness() -> None:
+    kwargs = Extractor.constructor_kwargs("smollm2-135m", SCHEMA, max_new_tokens=30, template="Box: {document}",
+                                          batch_size=4, text_field="body", draft=None)
+    assert kwargs == {"model": "smollm2-135m", "spec": SCHEMA, "max_new_tokens": 30, "template": "Box: {document}",
+                      "batch_size": 4, "text_field": "body", "draft": None}
+    with pytest.raises(JobConfigError, match=r"spec: unsupported schema keyword 'uniqueItems'"):
+        Extractor.constructor_kwargs("smollm2-135m", UNIQUE)
+    assert Extractor.constructor_kwargs("smollm2-135m", UNIQUE, strict=False)["strict"] is False
+
+
 @pytest.mark.slow
 def test_an_extractor_keeps_the_input_columns_and_adds_structured_results(job: dict[str, Path]) -> None:
-    extractor = Extractor(str(job["model"]), SCHEMA, OPTIONS, device="cpu")
+    extractor = Extractor(**Extractor.constructor_kwargs(str(job["model"]), SCHEMA, device="cpu", **OPTIONS))
     batch = {"id": np.array(["a", "b", "c", "d"]), "lang": np.array(["en", "fr", "de", "en"]),
              "text": np.array(["Item 1 is small.", "", None, "Item 4 is large."], dtype=object)}
     columns = extractor(batch)
@@ -113,8 +138,8 @@ def test_an_extractor_keeps_the_input_columns_and_adds_structured_results(job: d
         assert a["value"] is None if a["error_kind"] == "token_budget" else set(a["value"]) == {"flag", "size"}
         line = json.loads(a["line"])  # the line `structspec extract` writes
         assert line["input"] == f"id {a['id']}" and line.get("value") == a["value"] and line["stats"] == a["stats"]
-    with pytest.raises(JobConfigError, match="temperature must be > 0"):
-        Extractor(str(job["model"]), SCHEMA, JobOptions(OPTIONS.template, {"temperature": 0.0}), device="cpu")
+    with pytest.raises(JobConfigError, match="temperature must be"):  # the actor checks what it is given too
+        Extractor(str(job["model"]), SCHEMA, device="cpu", temperature=0.0)
     with pytest.raises(JobConfigError, match=r"no 'text' column \(columns: id, body\); pass text_field="):
         extractor({"id": np.array(["a"]), "body": np.array(["Item 1."])})
     with pytest.raises(JobConfigError, match=r"columns named as the Extractor's output \(value\)"):
