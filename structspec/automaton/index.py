@@ -90,6 +90,11 @@ class _VocabBytes:
         self._shapes: dict[bytes, _Shape] = {}
         self._lock = threading.RLock()
 
+    def forget_shapes(self) -> None:
+        """Forget the region shapes walked so far (for measuring a first walk); changes this cache only."""
+        with self._lock:
+            self._shapes.clear()
+
     def rows_starting_with(self, first_bytes: np.ndarray) -> np.ndarray:
         """The rows of the tokens whose first byte is in ``first_bytes``. Changes nothing."""
         starts = self.first_starts

@@ -1,0 +1,75 @@
+"""The token index's walk (region shapes, then a trie of the tokens that leave them) against stepping every token's
+bytes through the DFA, on random regexes and both tokenizer families."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from structspec.automaton.dfa import DEAD
+from structspec.automaton.fsm import TokenFSM
+from structspec.automaton.index import pack, vocab_bytes
+from structspec.errors import UnspellableError
+
+# Leaves: characters alone and in classes (multi-byte ones too), a JSON string's characters, digits, an escape.
+LEAVES = ["a", "b", "é", "日", '"', ",", "[a-c]", "[^\"\\\\]", r"\d", "[0-9a-f]", "[é-ü]", r'\\["\\/bfnrt]', "."]
+
+
+def _regexes() -> st.SearchStrategy[str]:
+    def grow(inner: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+        return st.one_of(
+            st.lists(inner, min_size=2, max_size=4).map("".join),
+            st.lists(inner, min_size=2, max_size=3).map(lambda parts: "(" + "|".join(parts) + ")"),
+            st.tuples(inner, st.sampled_from(["*", "+", "?", "{1,3}", "{2}"])).map(lambda p: f"({p[0]}){p[1]}"),
+        )
+    return st.recursive(st.sampled_from(LEAVES), grow, max_leaves=8)
+
+
+def _stepped(fsm: TokenFSM, state: int) -> set[int]:
+    """The tokens whose bytes stay alive from ``state``, one token at a time (EOS aside)."""
+    vocab, dfa = fsm.vocab, fsm.index.dfa
+    return {i for i, data in enumerate(vocab.token_bytes)
+            if data and i != vocab.eos_token_id and dfa.step(state, data) != DEAD}
+
+
+@pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
+@given(regex=_regexes(), extra=st.integers(-5, 40), picks=st.lists(st.integers(0, 10**6), max_size=12))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_each_visited_state_allows_exactly_the_tokens_whose_bytes_it_reads(
+        kind: str, regex: str, extra: int, picks: list[int], request) -> None:
+    # A closing "#" keeps every state short of the end, as a JSON document's closing brace does.
+    vocab = request.getfixturevalue(kind).vocab
+    width = len(vocab) + extra
+    fsm = TokenFSM.from_regex(f"(?:{regex})#", vocab, logits_width=width)
+    state = fsm.initial_state
+    for pick in [0, *picks]:  # a random walk: each state's answer against the stepped one
+        expected = _stepped(fsm, state)
+        try:
+            allowed = fsm.allowed_token_ids(state)
+        except UnspellableError:
+            assert not {i for i in expected if i < width}
+            return
+        assert set(allowed.tolist()) - set(fsm.eos_token_ids) == expected
+        assert np.array_equal(fsm.packed_mask(state), pack(allowed, width))
+        choices = sorted(expected)
+        if not choices:
+            return
+        state = fsm.next_state(state, choices[pick % len(choices)])
+
+
+def test_a_string_field_of_another_schema_walks_no_new_shape(byte_lm) -> None:
+    # Every string field's characters make one region shape per tokenizer: its walk is shared across schemas.
+    string = r'"([^"\\\x00-\x1f]|\\["\\/bfnrt])*"'
+    shapes = vocab_bytes(byte_lm.vocab)._shapes
+    for regex in (rf'\{{"name":{string}\}}', rf'\{{"city":{string},"zip":{string}\}}'):
+        fsm = TokenFSM.from_regex(regex, byte_lm.vocab)
+        prefix = regex.split(":")[0].replace("\\", "").encode() + b':"'
+        inside = fsm.index.dfa.step(fsm.initial_state, prefix)
+        before = len(shapes)
+        fsm.allowed_token_ids(inside)
+        walked = len(shapes) - before
+        assert set(fsm.allowed_token_ids(inside).tolist()) == _stepped(fsm, inside)
+        if regex.startswith(r'\{"city"'):
+            assert walked == 0
