@@ -49,7 +49,7 @@ RULES: dict[str, Rule] = {
     "max_new_tokens": Rule("int", "pass a whole number of tokens, e.g. max_new_tokens=256", 1),
     "do_sample": Rule("bool", "pass True, False, or None (sample when a sampling value is set)", optional=True),
     "temperature": Rule("number", "pass a number such as 0.7, or do_sample=False for greedy", MIN_TEMPERATURE,
-                        MAX_TEMPERATURE, words=f"in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:.5g}]"),
+                        MAX_TEMPERATURE, words=f"> 0 (at least {MIN_TEMPERATURE:g}) and at most {MAX_TEMPERATURE:.5g}"),
     "top_k": Rule("int", "pass a whole number of tokens such as 50, or None for no top-k", 1, optional=True),
     "top_p": Rule("number", "pass a number such as 0.9, or None for no top-p", 0, 1, optional=True, above=True),
     "seed": Rule("int", "pass a smaller int (e.g. seed % 2**63), or None", *SEED_BOUNDS, optional=True),
@@ -66,7 +66,7 @@ RULES: dict[str, Rule] = {
 }
 
 GREEDY_TEMPERATURE = Rule("number", "pass a number such as 0.7, or leave it out (greedy decoding reads none)", 0,
-                          MAX_TEMPERATURE, words=f"in [0, {MAX_TEMPERATURE:.5g}]")
+                          MAX_TEMPERATURE, words=f"≥ 0 and at most {MAX_TEMPERATURE:.5g}")
 """The temperature's rule with ``do_sample=False``, as transformers reads it: greedy decoding ignores the
 temperature, so 0 (the OpenAI-style spelling of greedy) is taken too."""
 
