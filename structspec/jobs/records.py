@@ -10,7 +10,7 @@ import csv
 import hashlib
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ class InputRecord:
     where: str  # "line 7", "row 7" or a file name: where to look in the input
     text: str = ""
     error: tuple[str, str] | None = None
+    expected: Any = field(default=None, compare=False)  # ``expected_field``'s value, for reports that score outputs
 
     @property
     def input_hash(self) -> str:
@@ -33,8 +34,11 @@ class InputRecord:
         return hashlib.sha256(json.dumps([self.id, self.text]).encode()).hexdigest()[:16]
 
 
-def read_inputs(path: str | Path, text_field: str = "text", id_field: str = "id") -> list[InputRecord]:
-    """The records of a JSONL file, a CSV file (with a header row) or a folder of ``.txt`` files.
+def read_inputs(path: str | Path, text_field: str = "text", id_field: str = "id",
+                expected_field: str | None = None) -> list[InputRecord]:
+    """The records of a JSONL file, a CSV file (with a header row) or a folder of ``.txt`` files; with
+    ``expected_field``, each record's ``expected`` is that field's value (None where it has none), which jobs do
+    not read and `structspec compare` scores outputs by.
 
     A record without an id gets ``<line N>`` (``<row N>``) as its id, so reruns
     recognize it (`unnamed` counts them). A folder's ``.txt`` file that is a job's output (it has a job manifest
@@ -42,19 +46,24 @@ def read_inputs(path: str | Path, text_field: str = "text", id_field: str = "id"
     as a whole cannot be read, or its first record (CSV: its header) has no ``text_field``.
     """
     p = Path(path)
+    fields = (text_field, id_field, expected_field)
     try:
         if p.is_dir():
+            if expected_field is not None:
+                raise JobConfigError(f"{path} is a folder of .txt files, which hold no {expected_field!r} field: "
+                                     "give the documents and their expected values as JSONL or CSV")
             return _read_folder(p)
         if p.suffix.lower() == ".csv":
             with p.open(encoding="utf-8-sig", newline="") as f:  # newline="": the csv module splits the lines
-                return _read_csv(f, text_field, id_field)
-        return list(_read_jsonl(p.read_bytes(), text_field, id_field))
+                return _read_csv(f, *fields)
+        return list(_read_jsonl(p.read_bytes(), *fields))
     except (OSError, UnicodeDecodeError) as e:
         reason = e.strerror if isinstance(e, OSError) else e
         raise JobConfigError(f"cannot read the input {path} ({reason}): check --input") from None
 
 
-def input_record(fields: dict[str, Any], where: str, text_field: str = "text", id_field: str = "id") -> InputRecord:
+def input_record(fields: dict[str, Any], where: str, text_field: str = "text", id_field: str = "id",
+                 expected_field: str | None = None) -> InputRecord:
     """The record in ``fields`` (a JSON object, a CSV row, a dataset row), found at ``where``.
 
     A missing id becomes ``<where>``; a missing, non-string or empty text is the record's error.
@@ -67,10 +76,10 @@ def input_record(fields: dict[str, Any], where: str, text_field: str = "text", i
         return InputRecord(rid, where, error=("malformed_input", f"{where}: {reason}"))
     if not text.strip():
         return InputRecord(rid, where, error=("empty_document", f"{where}: the document is empty"))
-    return InputRecord(rid, where, text)
+    return InputRecord(rid, where, text, expected=None if expected_field is None else fields.get(expected_field))
 
 
-def _read_jsonl(data: bytes, text_field: str, id_field: str) -> Iterator[InputRecord]:
+def _read_jsonl(data: bytes, text_field: str, id_field: str, expected_field: str | None) -> Iterator[InputRecord]:
     first = True
     for n, line in enumerate(data.split(b"\n"), 1):
         if not line.strip():
@@ -89,17 +98,17 @@ def _read_jsonl(data: bytes, text_field: str, id_field: str) -> Iterator[InputRe
                                  f"{', '.join(fields) or 'none'}): pass --text-field with the one that holds the "
                                  "document")
         first = False
-        yield input_record(fields, where, text_field, id_field)
+        yield input_record(fields, where, text_field, id_field, expected_field)
 
 
-def _read_csv(lines: Iterable[str], text_field: str, id_field: str) -> list[InputRecord]:
+def _read_csv(lines: Iterable[str], text_field: str, id_field: str, expected_field: str | None) -> list[InputRecord]:
     reader = csv.DictReader(lines)
     try:
         if text_field not in (reader.fieldnames or []):
             raise JobConfigError(f"the CSV has no {text_field!r} column (columns: "
                                  f"{', '.join(reader.fieldnames or [])}): pass --text-field with the one that holds "
                                  "the document")
-        return [input_record(row, f"row {reader.line_num}", text_field, id_field) for row in reader]
+        return [input_record(row, f"row {reader.line_num}", text_field, id_field, expected_field) for row in reader]
     except csv.Error as e:
         raise JobConfigError(f"the CSV is malformed at line {reader.line_num}: {e}") from None
 

@@ -115,6 +115,12 @@ def _compare_arguments(p: argparse.ArgumentParser) -> None:
                                    ".txt)")
     p.add_argument("--text-field", default="text", help="JSONL field / CSV column of the document")
     p.add_argument("--id-field", default="id", help="JSONL field / CSV column of the record id")
+    p.add_argument("--expected-field", metavar="NAME",
+                   help="with --input: the JSONL field (a JSON object) / CSV column (its JSON text) of each record's "
+                        "expected values, scored as field accuracy (records without it are not scored)")
+    p.add_argument("--prompt-template", metavar="FILE",
+                   help="a file with a {document} placeholder, the prompt of every method (default: one that names "
+                        "the schema's fields and asks for JSON)")
     model_options(p)
     _output_options(p)
     p.add_argument("--draft-model", metavar="MODEL", help="add '+ draft model' rows drafting with this model")

@@ -79,8 +79,8 @@ def model_options(parser: argparse.ArgumentParser, model: str | None = None, sev
         parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
                             help=f"the model's weights and activations (default: {dtype_default})")
     parser.add_argument("--kernels", type=kernels, default="auto", metavar="NAME",
-                        help="auto: a float32 CPU model's linear layers prepacked for oneDNN where that is exact; "
-                             "onednn: always (an error where it cannot); torch: torch's own")
+                        help="auto: a float32 CPU model's linear layers prepacked for oneDNN; onednn: insist on it "
+                             "(an error where it cannot); torch: torch's own")
     parser.add_argument("--threads", type=positive, metavar="N",
                         help="torch CPU threads (default: torch's count, capped at the CPUs this process may use; "
                              "1 on a machine shared with other jobs)")

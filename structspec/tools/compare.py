@@ -2,9 +2,10 @@
 
     structspec compare [--limit N] [--batch-size B] [--out compare-report]
     structspec compare --schema file.py:Model --input docs.jsonl    # your own documents, as extract takes them
+        [--prompt-template prompt.txt] [--expected-field expected]
 
-Every method gets the same prompt (`tasks.extraction_prompt`, which asks for
-JSON) on each task. The unconstrained row is what a user would do without
+Every method gets the same prompt on each task (`harness.task_prompt`: one that
+names the schema's fields and asks for JSON, or ``--prompt-template``'s). The unconstrained row is what a user would do without
 structspec: plain greedy ``model.generate``, then parse the text as JSON. The
 other rows are `generate_result` with the keywords in `harness.methods`, run by
 the harness that `bench` uses too; with ``--batch-size B`` (B > 1) each of them
@@ -26,24 +27,29 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import html
 import io
 import json
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import torch
+from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
 from structspec.jobs.errors import JobConfigError
+from structspec.jobs.prompts import read_template
+from structspec.jobs.records import InputRecord, read_inputs
 from structspec.models.transformers_lm import LM
 from structspec.tools.command import load_model
 from structspec.tools.explain import html_page, legend_html, tokens_html, token_views
 from structspec.tools.harness import Method, Run, Summary, batched, methods, run_tasks, spread, summarize
 from structspec.tools.peers import PeerRun, unconstrained_greedy
-from structspec.tools.tasks import Task, load_tasks, tasks_from_input
+from structspec.tools.tasks import Task, load_spec, load_tasks
 
 UNCONSTRAINED = "unconstrained"
 
@@ -218,13 +224,16 @@ def _record(x: Run | Summary) -> dict:
 
 
 def load_compare_tasks(args: argparse.Namespace) -> list[Task]:
-    """The tasks ``args`` name (``--schema`` with ``--input``, else ``--tasks`` with ``--schemas``), at most
-    ``--limit``; a `JobConfigError` saying what to fix when they cannot be read."""
+    """The tasks ``args`` name (``--schema`` with ``--input``, and ``--expected-field``, else ``--tasks`` with
+    ``--schemas``), at most ``--limit``; a `JobConfigError` saying what to fix when they cannot be read."""
     if (args.schema is None) != (args.input is None):
         raise JobConfigError("--schema and --input go together (your documents, one model); pass both, or "
                              "neither for --tasks")
+    if args.expected_field is not None and args.input is None:
+        raise JobConfigError("--expected-field names a field of --input records: pass --schema and --input too "
+                             "(--tasks files hold theirs in 'expected')")
     if args.schema is not None:
-        tasks = tasks_from_input(args.schema, args.input, args.text_field, args.id_field)
+        tasks = input_tasks(args.schema, args.input, args.text_field, args.id_field, args.expected_field)
     else:
         try:
             tasks = load_tasks(args.tasks, args.schemas)
@@ -235,16 +244,54 @@ def load_compare_tasks(args: argparse.Namespace) -> list[Task]:
     return spread(tasks, args.limit)
 
 
+def input_tasks(schema: str, path: str, text_field: str = "text", id_field: str = "id",
+                expected_field: str | None = None) -> list[Task]:
+    """One task per record of ``path`` (read as an extraction job's input), each extracting the Pydantic model
+    ``schema`` names (as ``extract --schema`` names it), its expected value the record's ``expected_field`` (a
+    JSON object, or a CSV cell holding one; a record without it is not scored). `JobConfigError` for a spec that
+    is not a Pydantic model (outputs are judged by its validation), a record that cannot be read, an expected
+    value that is not an object, or an ``expected_field`` no record has."""
+    spec = load_spec(schema)
+    if not (isinstance(spec, type) and issubclass(spec, BaseModel)):
+        raise JobConfigError(f"--schema {schema}: compare judges outputs with a Pydantic model's validation; "
+                             "name one as package.module:Model or path/to/file.py:Model")
+    records = read_inputs(path, text_field, id_field, expected_field)
+    tasks = []
+    for record in records:
+        if record.error:
+            raise JobConfigError(f"--input {path}: {record.error[1]}; fix or remove that record")
+        tasks.append(Task(record.id, schema.rpartition(":")[2], spec, record.text, _expected(record, expected_field)))
+    if expected_field is not None and all(task.expected is None for task in tasks):
+        raise JobConfigError(f"--expected-field {expected_field!r}: no record of --input {path} has it; name the "
+                             "field that holds each record's expected values")
+    return tasks
+
+
+def _expected(record: InputRecord, field: str | None) -> dict[str, Any] | None:
+    """``record``'s expected value as an object (a CSV cell's JSON text read), None where it has none."""
+    value = record.expected
+    if isinstance(value, str) and value.strip():  # a CSV cell: JSON text
+        with contextlib.suppress(ValueError):  # not JSON: refused below, naming the record
+            value = json.loads(value)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, dict):
+        raise JobConfigError(f"--expected-field {field!r} of {record.where} is not a JSON object ({value!r:.60}): "
+                             "give the expected fields as an object, e.g. {\"total\": 12.5}")
+    return value
+
+
 def main(args: argparse.Namespace) -> int:
     """``structspec compare``: run every method on every task, print the table, write PNG, HTML and JSON.
 
     The tasks and options are checked before any model loads."""
     tasks = load_compare_tasks(args)
+    template = read_template(args.prompt_template) if args.prompt_template else None
     lm = load_model(args)
     draft = load_model(args, args.draft_model) if args.draft_model else None
     console = Console() if Console().is_terminal else Console(width=170)
     progress = Console(quiet=True) if args.quiet else console
-    by_method = run_tasks(lm, tasks, rows(draft, args.batch_size), args.max_new_tokens, progress)
+    by_method = run_tasks(lm, tasks, rows(draft, args.batch_size), args.max_new_tokens, progress, template)
 
     summaries = [summarize(runs) for runs in by_method.values()]
     title = (f"{lm.name} ({lm.device.type}, {str(lm.model.dtype).removeprefix('torch.')}): {len(tasks)} records, "
@@ -252,7 +299,9 @@ def main(args: argparse.Namespace) -> int:
     batch_note = (f" Rows labelled 'batch {args.batch_size}' decode {args.batch_size} records per target pass: "
                   "their forward passes count each shared pass once per record, their wall time is each "
                   "record's share of the shared passes." if args.batch_size > 1 else "")
-    note = (f"{torch.get_num_threads()} CPU threads, {datetime.now():%Y-%m-%d %H:%M}. Wall time is decoding time "
+    prompt = f"the prompt template {args.prompt_template}" if template else "a prompt naming the schema's fields"
+    note = (f"{torch.get_num_threads()} CPU threads, {datetime.now():%Y-%m-%d %H:%M}. Every method gets {prompt}. "
+            "Wall time is decoding time "
             "(compilation is cached per schema and excluded)." + batch_note + " Field accuracy: mean over records "
             "with expected values; output that is not a JSON object scores 0. Unfinished (max_new_tokens ran out): "
             + ", ".join(f"{s.method} {s.unfinished}" for s in summaries) + ".")

@@ -4,7 +4,8 @@ A method is a row of a report: structspec's are `generate_result` keywords
 (`methods`), or `generate_batch` keywords with a ``batch_size`` (`batched`:
 every task in one batched call); a peer is a function that decodes the same
 prompt its own way (`structspec.tools.peers`). `run_tasks` runs every method on
-every task with the same prompt (`tasks.extraction_prompt`) and judges each
+every task with the same prompt (`task_prompt`: `tasks.extraction_prompt`, or a
+template of the user's) and judges each
 output as a user would read it (`judge`); `summarize` adds one method's runs up.
 structspec's numbers come from its `Stats` (a batched row's share of each shared
 pass), a peer's from its `PeerRun`: the harness times nothing.
@@ -146,20 +147,31 @@ def _validates(task: Task, value: Any) -> bool:
     return True
 
 
-def run_structspec(lm: LM, task: Task, label: str, keywords: Keywords, max_new_tokens: int) -> Run:
-    """``generate_result`` with ``keywords`` on the task's prompt; a run out of budget keeps its partial output."""
-    r = structspec.generate_result(lm, task.schema, extraction_prompt(task.text, task.schema),
-                                   max_new_tokens=max_new_tokens, **keywords)
+def task_prompt(task: Task, template: str | None = None) -> list[dict[str, str]]:
+    """The chat messages every method gets for ``task``: `tasks.extraction_prompt`, or ``template`` with the
+    task's document in place of ``{document}``."""
+    if template is None:
+        return extraction_prompt(task.text, task.schema)
+    return [{"role": "user", "content": template.replace("{document}", task.text)}]  # templates may hold braces
+
+
+def run_structspec(lm: LM, task: Task, label: str, keywords: Keywords, max_new_tokens: int,
+                   template: str | None = None) -> Run:
+    """``generate_result`` with ``keywords`` on the task's prompt (`task_prompt`); a run out of budget keeps its
+    partial output."""
+    r = structspec.generate_result(lm, task.schema, task_prompt(task, template), max_new_tokens=max_new_tokens,
+                                   **keywords)
     return _run_of(label, task, r)
 
 
-def run_batched(lm: LM, tasks: list[Task], label: str, keywords: Keywords, max_new_tokens: int) -> list[Run]:
-    """``generate_batch`` with ``keywords`` (``batch_size`` among them) on every task's prompt, in task order.
+def run_batched(lm: LM, tasks: list[Task], label: str, keywords: Keywords, max_new_tokens: int,
+                template: str | None = None) -> list[Run]:
+    """``generate_batch`` with ``keywords`` (``batch_size`` among them) on every task's prompt (`task_prompt`), in
+    task order.
 
     A row that could not run raises its error, as ``generate_result`` would have.
     """
-    results = structspec.generate_batch(lm, [t.schema for t in tasks],
-                                        [extraction_prompt(t.text, t.schema) for t in tasks],
+    results = structspec.generate_batch(lm, [t.schema for t in tasks], [task_prompt(t, template) for t in tasks],
                                         max_new_tokens=max_new_tokens, **keywords)
     for r in results:
         if r.error is not None:
@@ -186,17 +198,17 @@ def run_peer(lm: LM, task: Task, label: str, peer: Peer, prompt_ids: list[int], 
 
 
 def run_tasks(lm: LM, tasks: list[Task], rows: Mapping[str, Method], max_new_tokens: int,
-              console: Console) -> dict[str, list[Run]]:
-    """Every method on every task, in ``rows`` order: task by task, then each batched method on all tasks at
-    once; a progress line per task and per batched method."""
+              console: Console, template: str | None = None) -> dict[str, list[Run]]:
+    """Every method on every task, in ``rows`` order, on the same prompt (`task_prompt` with ``template``): task
+    by task, then each batched method on all tasks at once; a progress line per task and per batched method."""
     unconstrained_greedy(lm, lm.encode_prompt("warm-up"), 2)  # first-call overheads out of the way
     packed_cost(lm)  # measured on a named model's first decode: not inside a timed record
     by_method: dict[str, list[Run]] = {label: [] for label in rows}
     one_by_one = {label: m for label, m in rows.items() if not (isinstance(m, dict) and "batch_size" in m)}
     for n, task in enumerate(tasks, 1):
-        prompt_ids = lm.encode_prompt(extraction_prompt(task.text, task.schema))
+        prompt_ids = lm.encode_prompt(task_prompt(task, template))
         for label, method in one_by_one.items():
-            run = (run_structspec(lm, task, label, method, max_new_tokens) if isinstance(method, dict)
+            run = (run_structspec(lm, task, label, method, max_new_tokens, template) if isinstance(method, dict)
                    else run_peer(lm, task, label, method, prompt_ids, max_new_tokens))
             by_method[label].append(run)
         line = " · ".join(f"{label} {by_method[label][-1].forward_passes}"
@@ -204,7 +216,7 @@ def run_tasks(lm: LM, tasks: list[Task], rows: Mapping[str, Method], max_new_tok
         console.print(f"[{n}/{len(tasks)}] {task.id}: forward passes {line}", highlight=False)
     for label, method in rows.items():
         if label not in one_by_one:
-            by_method[label] = runs = run_batched(lm, tasks, label, method, max_new_tokens)
+            by_method[label] = runs = run_batched(lm, tasks, label, method, max_new_tokens, template)
             console.print(f"{label}: {len(runs)} tasks, forward passes "
                           f"{sum(r.forward_passes for r in runs)} (each shared pass counted once per row), budget "
                           f"ran out on {sum(not r.finished for r in runs)}", highlight=False)

@@ -3,8 +3,10 @@ the written PNG/HTML/JSON."""
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Literal
@@ -14,7 +16,10 @@ from pydantic import BaseModel
 from rich.console import Console
 
 import structspec
+from structspec.jobs.errors import JobConfigError
+from structspec.testing import save_tiny_model
 from structspec.tools import compare, harness
+from structspec.tools.cli import main, parser
 from structspec.tools.harness import Run
 from structspec.tools.tasks import Task
 
@@ -116,3 +121,77 @@ def test_a_method_that_finished_nothing_is_flagged_not_given_a_speed(by_method: 
     flags = {s["method"]: (s["flag"], s["seconds_per_valid_record"]) for s in json.loads(raw.read_text())["summaries"]}
     assert flags["+ prompt lookup"][0] == "finished none" and flags["fast-forward"][0] is None
     assert flags["fast-forward"][1] > 0
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    return parser("compare").parse_args(["compare", *argv])
+
+
+def _box_schema(folder: Path) -> str:
+    (folder / "box.py").write_text("from typing import Literal\nfrom pydantic import BaseModel\n\n\n"
+                                   "class Box(BaseModel):\n    flag: bool\n    size: Literal['small', 'medium', "
+                                   "'large']\n")
+    return f"{folder / 'box.py'}:Box"
+
+
+def test_compare_input_takes_each_records_expected_values_from_a_field(tmp_path: Path) -> None:
+    spec = _box_schema(tmp_path)
+    (tmp_path / "docs.jsonl").write_text(
+        '{"id": "a", "text": "A small box.", "gold": {"flag": true, "size": "small"}}\n'
+        '{"id": "b", "text": "A box."}\n')
+    (tmp_path / "docs.csv").write_text('id,text,gold\nc,A large box.,"{""size"": ""large""}"\nd,A box.,\n')
+    loaded = compare.load_compare_tasks(_args("--schema", spec, "--input", str(tmp_path / "docs.jsonl"),
+                                              "--expected-field", "gold"))
+    assert [(t.id, t.expected) for t in loaded] == [("a", {"flag": True, "size": "small"}), ("b", None)]
+    loaded = compare.load_compare_tasks(_args("--schema", spec, "--input", str(tmp_path / "docs.csv"),
+                                              "--expected-field", "gold"))
+    assert [(t.id, t.expected) for t in loaded] == [("c", {"size": "large"}), ("d", None)]
+
+    (tmp_path / "bad.jsonl").write_text('{"id": "e", "text": "A box.", "gold": "small"}\n')
+    for argv, message in [
+        (["--input", str(tmp_path / "docs.jsonl"), "--expected-field", "expected"], "no record of --input"),
+        (["--input", str(tmp_path / "bad.jsonl"), "--expected-field", "gold"], "gold' of line 1 is not a JSON object"),
+        (["--input", str(tmp_path), "--expected-field", "gold"], "a folder of .txt files"),
+    ]:
+        with pytest.raises(JobConfigError, match=message):
+            compare.load_compare_tasks(_args("--schema", spec, *argv))
+    with pytest.raises(JobConfigError, match="--expected-field names a field of --input records"):
+        compare.load_compare_tasks(_args("--expected-field", "gold"))
+
+
+def test_a_prompt_template_is_every_methods_prompt(byte_lm: structspec.LM, monkeypatch: pytest.MonkeyPatch) -> None:
+    template = "Box facts as JSON.\n{document}\nJSON:"
+    seen: list[str] = []
+
+    def record(prompt: str | list[dict[str, str]]) -> None:
+        seen.append(prompt if isinstance(prompt, str) else prompt[0]["content"])
+
+    generate_result, generate_batch, encode = structspec.generate_result, structspec.generate_batch, byte_lm.encode_prompt
+    monkeypatch.setattr(structspec, "generate_result",
+                        lambda lm, spec, prompt, **kw: record(prompt) or generate_result(lm, spec, prompt, **kw))
+    monkeypatch.setattr(structspec, "generate_batch",
+                        lambda lm, specs, prompts, **kw: [record(p) for p in prompts] and
+                        generate_batch(lm, specs, prompts, **kw))
+    monkeypatch.setattr(byte_lm, "encode_prompt", lambda prompt: record(prompt) or encode(prompt))  # the peer's
+    harness.run_tasks(byte_lm, TASKS, compare.rows(batch_size=2), 8, Console(file=io.StringIO()), template)
+    counts = Counter(text for text in seen if text != "warm-up")
+    # each task's prompt reached the peer, every structspec method and the batched rows (which encode it again
+    # inside), and no other prompt reached the model
+    assert set(counts) == {template.replace("{document}", task.text) for task in TASKS}
+    assert min(counts.values()) >= 1 + 2 * len(harness.methods())
+
+
+@pytest.mark.slow
+def test_compare_on_ones_own_documents_scores_them_with_ones_own_prompt(tmp_path: Path) -> None:
+    spec = _box_schema(tmp_path)
+    (tmp_path / "docs.jsonl").write_text("".join(
+        json.dumps({"id": f"d{i}", "text": f"Item {i} is a small box.", "gold": {"size": "small"}}) + "\n"
+        for i in range(2)))
+    (tmp_path / "prompt.txt").write_text("Box facts as JSON.\n{document}\nJSON:")
+    code = main(["compare", "--schema", spec, "--input", str(tmp_path / "docs.jsonl"), "--expected-field", "gold",
+                 "--prompt-template", str(tmp_path / "prompt.txt"), "--model", str(save_tiny_model(tmp_path / "m")),
+                 "--device", "cpu", "--max-new-tokens", "12", "--quiet", "--out", str(tmp_path / "report")])
+    assert code == 0
+    report = json.loads((tmp_path / "report" / "compare.json").read_text())
+    assert all(s["accuracy"] is not None for s in report["summaries"])
+    assert "prompt.txt" in (tmp_path / "report" / "compare.html").read_text()
