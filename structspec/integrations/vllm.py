@@ -42,7 +42,7 @@ from packaging.version import Version
 
 import structspec
 from structspec.automaton.fsm import TokenFSM
-from structspec.automaton.parse import parse
+from structspec.automaton.nfa import ByteNFA
 from structspec.errors import OptionError, StructspecError
 from structspec.integrations.matcher import Matcher
 from structspec.schema import COMPACT
@@ -115,7 +115,7 @@ def request_regex(kind: StructuredOutputOptions, spec: str, whitespace: str) -> 
     if kind == StructuredOutputOptions.JSON_OBJECT:
         return structspec.to_regex({"type": "object"}, whitespace, True)  # any object: its members are open
     if kind == StructuredOutputOptions.REGEX:
-        parse(spec)  # (a syntax error here; what a DFA cannot do, when the FSM is built)
+        ByteNFA(spec)  # (its parse and checks: syntax, lookarounds, backreferences, an empty language)
         return spec
     if kind == StructuredOutputOptions.CHOICE:
         choices = json.loads(spec)

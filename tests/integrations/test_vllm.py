@@ -41,7 +41,8 @@ PERSON = {
         "role": {"enum": ["admin", "editor", "viewer"]},
         "address": {
             "type": "object",
-            "properties": {"city": {"type": "string", "maxLength": 20}, "zip": {"type": "string", "pattern": "[0-9]{5}"}},
+            "properties": {"city": {"type": "string", "maxLength": 20},
+                           "zip": {"type": "string", "pattern": "[0-9]{5}"}},
             "required": ["city"],
         },
         "tags": {"type": "array", "items": {"enum": ["new", "vip", "staff"]}, "maxItems": 3},
@@ -171,6 +172,7 @@ def test_tool_call_json_validates_against_the_called_tool(llm: LLM) -> None:
     (StructuredOutputsParams(json={"type": "integer", "multipleOf": 3}), "'multipleOf'"),
     (StructuredOutputsParams(grammar='root ::= "yes" | "no"'), "supports json (a JSON Schema), json_object"),
     (StructuredOutputsParams(regex="(ab"), "missing )"),
+    (StructuredOutputsParams(regex="[0-9]+(?=px)"), "lookarounds"),
 ])
 def test_unsupported_request_is_refused_alone_and_the_engine_serves_the_next(
     llm: LLM, constraint: StructuredOutputsParams, message: str,
