@@ -8,8 +8,8 @@ Each case has an oracle written here, apart from the code it checks: an option d
 accepted ids and answers with Python's ``re`` on their text; a logits width, the processor's inputs and a prompt
 are valid exactly when `valid_width`, `valid_processor_inputs` and `valid_prompt` say so. Runs derandomized;
 each case under `test_fuzz.outcome`'s per-case time limit (a case past it fails as a hang), each test under
-``pytest.mark.timeout`` (a hang inside a C call, where the case's alarm cannot land, fails too): 1,200 cases in
-all (`CASES`).
+``pytest.mark.timeout`` in a thread (a hang inside a C call, where the case's alarm cannot land, fails too):
+1,200 cases in all (`CASES`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ from structspec.options import MAX_TEMPERATURE
 
 CASES = {"options": 300, "matcher": 300, "widths": 150, "processor": 150, "regexes": 100, "prompts": 200}
 """Examples per fuzz test (the docs quote their sum)."""
-WATCHDOG = 900  # seconds per fuzz test, all its cases: a hang where a case's alarm cannot land fails here
+# Seconds per fuzz test, all its cases: a hang where a case's alarm cannot land ends the run with every thread's
+# stack. The thread method: `outcome`'s per-case alarm re-arms SIGALRM, which would cancel the signal method's.
+WATCHDOG = 900
 
 SPEC = Regex(r"[ab]{1,4}c?")  # short outputs whatever the options: every case decodes a few tokens at most
 FULL = re.compile(rb"[ab]{1,4}c?")
@@ -163,7 +165,7 @@ def valid_option(name: str, value: Any) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(WATCHDOG)
+@pytest.mark.timeout(WATCHDOG, method="thread")
 @settings(FUZZ, max_examples=CASES["options"])
 @given(st.fixed_dictionaries({}, optional={**VALUES, **EXTRAS}))
 def test_random_options_give_a_result_or_an_error(byte_lm: structspec.LM, options: dict[str, Any]) -> None:
@@ -239,7 +241,7 @@ CALLS = st.one_of(
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(WATCHDOG)
+@pytest.mark.timeout(WATCHDOG, method="thread")
 @settings(FUZZ, max_examples=CASES["matcher"])
 @given(st.lists(CALLS, max_size=12))
 def test_random_matcher_calls_follow_the_reference(byte_lm: structspec.LM, calls: list[tuple[str, Any]]) -> None:
@@ -301,7 +303,7 @@ def valid_width(width: Any, least: int, exactly: int | None = None) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(WATCHDOG)
+@pytest.mark.timeout(WATCHDOG, method="thread")
 @settings(FUZZ, max_examples=CASES["widths"])
 @given(WIDTHS, st.booleans())
 def test_random_logits_widths_are_taken_or_refused(byte_lm: structspec.LM, width: Any, compiled: bool) -> None:
@@ -336,7 +338,7 @@ def valid_processor_inputs(ids: torch.Tensor, scores: torch.Tensor, width: int) 
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(WATCHDOG)
+@pytest.mark.timeout(WATCHDOG, method="thread")
 @settings(FUZZ, max_examples=CASES["processor"])
 @given(ID_SHAPES, DTYPES, st.integers(0, 3), SCORE_WIDTHS, DTYPES, st.booleans())
 def test_random_processor_inputs_are_masked_or_refused(byte_lm: structspec.LM, id_shape: tuple[int, ...],
@@ -361,7 +363,7 @@ def test_random_processor_inputs_are_masked_or_refused(byte_lm: structspec.LM, i
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(WATCHDOG)
+@pytest.mark.timeout(WATCHDOG, method="thread")
 @settings(FUZZ, max_examples=CASES["regexes"])
 @given(st.one_of(st.text(max_size=6), NOT_STR, st.binary(max_size=3)))
 def test_random_regex_patterns_compile_or_are_refused(byte_lm: structspec.LM, pattern: Any) -> None:
@@ -388,7 +390,7 @@ def valid_prompt(prompt: Any) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(WATCHDOG)
+@pytest.mark.timeout(WATCHDOG, method="thread")
 @settings(FUZZ, max_examples=CASES["prompts"])
 @given(PROMPTS)
 def test_random_chat_shapes_give_a_result_or_a_prompt_error(byte_lm: structspec.LM, prompt: Any) -> None:
