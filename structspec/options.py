@@ -13,8 +13,8 @@ import difflib
 import math
 import numbers
 import operator
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeAlias
 
 from structspec.errors import OptionError, PromptError
@@ -183,8 +183,10 @@ def check_prompt(prompt: Any) -> None:
 def check_streamer(streamer: Any) -> None:
     """`OptionError` unless ``streamer`` is None or has callable ``put`` and ``end`` (transformers' streamer
     convention: ``TextStreamer``, ``TextIteratorStreamer``). Changes nothing."""
+    if streamer is None:
+        return
     missing = [name for name in ("put", "end") if not callable(getattr(streamer, name, None))]
-    if streamer is not None and missing:
+    if missing:
         raise OptionError(f"streamer= is of type {type(streamer).__name__}, which has no {' or '.join(missing)} "
                           "method: pass a transformers streamer (e.g. TextStreamer(tokenizer)) or an object with "
                           "put(ids) and end(), or use structspec.stream for events")
