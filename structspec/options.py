@@ -4,8 +4,7 @@ bad value, naming the option, the value and the fix.
 The rules are plain data (`Rule`), read by one checker (`check_option`); `bool` is never taken for an int or a
 number here, and numbers must be finite. Also here: reading a transformers ``GenerationConfig`` (or a dict of
 its fields) into options, and the shapes of a prompt (`check_prompt`) and a streamer (`check_streamer`). Imports
-nothing of structspec but its errors, so every wing can
-use it.
+nothing of structspec but its errors, so every wing can use it.
 """
 
 from __future__ import annotations
