@@ -12,7 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from structspec.errors import OptionError
+from structspec.automaton.parse import parse, write
+from structspec.errors import OptionError, RegexError
 from structspec.schema.constraint import Constraint
 from structspec.schema.structural import Marker, Text, Writer, check_marker, unbudgeted
 
@@ -55,10 +56,10 @@ class Reasoning:
         if not isinstance(self.separator, str):
             raise OptionError(f"separator must be a regex str, got {self.separator!r}")
         try:
-            re.compile(self.separator)
-        except re.error as error:
-            raise OptionError(f"separator={self.separator!r} is no regex ({error.msg} at position {error.pos}): pass "
-                              "a regex of what may stand between the end marker and the answer, such as "
+            write(parse(self.separator))  # (the automaton's reader: Python's syntax, less what no automaton holds)
+        except RegexError as error:
+            raise OptionError(f"separator={self.separator!r} is no regex structspec reads ({error.reason}): pass a "
+                              "regex of what may stand between the end marker and the answer, such as "
                               "r'[ \\n]{0,2}', or re.escape(text) for text") from None
 
     def thinking(self) -> Text:

@@ -76,7 +76,8 @@ def test_bad_reasoning_specs() -> None:
 
 
 @pytest.mark.parametrize("make, words", [
-    (lambda: Reasoning(Answer, separator="("), "separator='(' is no regex (missing ), unterminated subpattern"),
+    (lambda: Reasoning(Answer, separator="("), "separator='(' is no regex structspec reads (missing ), unterminated"),
+    (lambda: Reasoning(Answer, separator="(?<=a)b"), "separator='(?<=a)b' is no regex structspec reads (lookarounds"),
     (lambda: Reasoning(Answer, separator=None), "separator must be a regex str"),
     (lambda: Reasoning(Answer, end=None), "end must be a non-empty str or a Special token, got None"),
     (lambda: Reasoning(Answer, end=""), "end must be a non-empty str or a Special token, got ''"),
