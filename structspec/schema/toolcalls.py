@@ -196,6 +196,8 @@ class ToolCalls:
                             f"{', '.join(map(repr, names))}")
         if markers not in ("auto", "special", "text"):
             raise ToolError(f"markers={markers!r}: pass 'auto', 'special' or 'text'")
+        if not isinstance(parallel, bool):
+            raise ToolError(f"parallel={parallel!r}: pass True (several calls, one per line) or False (one call)")
         for name, value in (("tools", made), ("choice", choice), ("parallel", bool(parallel)),
                             ("markers", markers), ("whitespace_pattern", whitespace_pattern)):
             object.__setattr__(self, name, value)

@@ -133,6 +133,7 @@ def test_a_template_that_ignores_tools_gets_them_in_the_system_message(qwen_lm, 
     (lambda: ToolCalls([{"type": "function", "function": {"parameters": {}}}]), ToolError, "tools[0] has no name"),
     (lambda: ToolCalls([lambda city: None]), ToolError, "no type annotation"),
     (lambda: ToolCalls([42]), ToolError, "tools[0] is a int"),
+    (lambda: ToolCalls([GetWeather], parallel="no"), ToolError, "parallel='no': pass True"),
 ])
 def test_bad_tool_sets_fail_when_made(make, error, words) -> None:
     with pytest.raises(error, match=re.escape(words)):
