@@ -39,7 +39,8 @@ def compile(  # noqa: A001
     open_objects: bool | None = None,
 ) -> Compiled:
     """Compile ``spec`` into a token FSM for ``model`` (a loaded `LM`, or a name to `load`) and return it ready to
-    generate: call the result to decode. The options are `CompileOptions`' (checked before the model loads).
+    generate: call the result to decode. The options are `CompileOptions`' (checked before the model loads, as
+    is every spec but an agent's: tool calls, reasoning and tags are read with the tokenizer).
 
     The FSM is cached in memory, and on disk where its automaton took 5 ms or more to build
     (`structspec.automaton.fsm.DISK_MIN_SECONDS`); ``fsm.info`` says how long it took and whether it came
@@ -54,17 +55,21 @@ def compile(  # noqa: A001
     output may end (default: the tokenizer's EOS); each must be the tokenizer's EOS or a special token.
     """
     options = options_in(CompileOptions, locals())  # locals(): this call's parameters, by name
-    lm = load(model) if isinstance(model, str) else model
 
     def resolve(inner: Any, whitespace: str | None = None) -> Constraint:
         return constraint_of(inner, options.whitespace_pattern if whitespace is None else whitespace, options.strict,
                              options.max_integer_digits, options.max_fraction_digits, options.max_recursion_depth,
                              options.open_objects)
 
+    # A spec that needs no tokenizer is translated before the model loads, so its errors come first. Agents'
+    # specs (tool calls, reasoning, tags) may place special tokens: they are translated for the tokenizer, and
+    # their FSM reads a vocabulary in which only those ids spell their symbols.
     with gc_paused():  # a compile allocates and frees little: full collections over a loaded model find nothing
-        # Agents' specs (tool calls, reasoning, tags) may place special tokens: their FSM reads a vocabulary in
-        # which only those ids spell their symbols.
-        constraint = agent_constraint(spec, lm.vocab, lm.tokenizer, resolve) if is_agent_spec(spec) else resolve(spec)
+        constraint = None if is_agent_spec(spec) else resolve(spec)
+    lm = load(model) if isinstance(model, str) else model
+    with gc_paused():
+        if constraint is None:
+            constraint = agent_constraint(spec, lm.vocab, lm.tokenizer, resolve)
         fsm = constraint_fsm(constraint, lm.vocab, lm.logits_width, options.eos_token_id)
     return Compiled(constraint, fsm, lm, options, chat_tools(spec))
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 
 import structspec
 import structspec.compiled
-from structspec import CompileOptions, GenerateOptions, OptionError
+from structspec import CompileOptions, GenerateOptions, OptionError, Regex, SpecError
 
 MISSING = "no-such-model"  # loading it raises ModelNotFoundError: an OptionError first shows no model was loaded
 PROMPTS = ["Alice is 31. As JSON:", "Bob, 45:"]
@@ -108,6 +108,23 @@ def test_options_are_checked_before_the_model_loads() -> None:
         structspec.generate(MISSING, Person, PROMPTS[0], top_p=2.0)
     with pytest.raises(OptionError, match="^unknown option 'output_logprobs'"):  # not in a batch's signature
         structspec.generate_batch(MISSING, Person, PROMPTS, output_logprobs=True)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize(("spec", "error"), [
+    (Regex(None), SpecError), ({"type": "strng"}, structspec.SchemaError), ({"minimum": "1"}, structspec.SchemaError),
+    (object(), SpecError), ("not json", SpecError),
+])
+def test_a_spec_that_needs_no_tokenizer_is_checked_before_the_model_loads(spec: Any, error: type) -> None:
+    # a bad spec raised ModelNotFoundError here (or, for a real name, after loading the model)
+    with pytest.raises(error):
+        structspec.compile(spec, MISSING)
+    with pytest.raises(error):
+        structspec.generate(MISSING, spec, PROMPTS[0])
+
+
+def test_an_agents_spec_is_read_with_the_tokenizer_so_after_the_model_loads() -> None:
+    with pytest.raises(structspec.ModelNotFoundError):  # ToolCalls may place the tokenizer's own special tokens
+        structspec.compile(structspec.ToolCalls([{"name": "f"}]), MISSING)
 
 
 def test_a_call_checks_its_options_and_prompt(byte_lm: structspec.LM) -> None:
