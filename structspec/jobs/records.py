@@ -114,8 +114,9 @@ def _read_csv(lines: Iterable[str], text_field: str, id_field: str, expected_fie
 
 
 def unnamed(records: list[InputRecord]) -> int:
-    """How many of ``records`` had no id and are named by where they are (``<line N>``, ``<row N>``)."""
-    return sum(record.id == f"<{record.where}>" for record in records)
+    """How many of ``records`` were read but had no id, so are named by where they are (``<line N>``, ``<row N>``);
+    a line that could not be read at all is its error's to report."""
+    return sum(record.id == f"<{record.where}>" and not record.error for record in records)
 
 
 def _read_folder(folder: Path) -> list[InputRecord]:

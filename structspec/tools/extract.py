@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         err.print(f"structspec extract: --no-strict: not enforced: {', '.join(dropped)} (each line lists them in "
                   "stats.not_enforced)", highlight=False, markup=False, soft_wrap=True)
     if n := unnamed(records):  # said, not refused: ids may be absent on purpose, and resume needs none
-        where = next(r.where for r in records if r.id == f"<{r.where}>")
+        where = next(r.where for r in records if r.id == f"<{r.where}>" and not r.error)
         err.print(f"structspec extract: {n} of {len(records)} records have no {args.id_field!r} (JSONL field, CSV "
                   f"column), so their lines' id is where they are in --input (e.g. \"<{where}>\"); pass --id-field "
                   "to take ids from another field", highlight=False, markup=False, soft_wrap=True)
