@@ -5,7 +5,8 @@
 A job is resumable and crash-safe: rerunning the same command after Ctrl-C or
 ``kill -9`` writes each record exactly once. The output keeps a manifest beside
 it, locked while a job writes: a second job on the same output, a rerun with
-other settings, and an output that is not a job's are refused before anything is
+other settings (a token budget may change where no line written would read
+otherwise), and an output that is not a job's are refused before anything is
 written. ``extract --ray`` runs the same job, with the same lines and resume, on
 a Ray cluster.
 
@@ -27,7 +28,8 @@ The modules, each over the ones before it:
 * `structspec.jobs.manifest`: whose an output is: its manifest and lock.
 * `structspec.jobs.output`: resume, lines appended with one write each, the run's summary.
 * `structspec.jobs.runner`: the local job loop.
-* `structspec.jobs.ray`: the same job on Ray, and `Extractor` for ``ray.data`` (the ``ray`` extra).
+* `structspec.jobs.ray`: the same job on Ray, and `Extractor` for ``ray.data`` (the ``ray`` extra), its keywords
+  checked on the driver by `Extractor.constructor_kwargs`.
 
 The wing stands on the core (`structspec.api` and below); `structspec.tools` (the CLI) stands on it, and the
 core never imports it.

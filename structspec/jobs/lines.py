@@ -26,7 +26,7 @@ ERROR_KINDS = {
     "malformed_input": "the input line or file could not be read as a record",
     "empty_document": "the document text is empty",
     "too_long": "the prompt alone fills the model's context (no forward pass ran)",
-    "token_budget": "max_new_tokens ran out; the partial text is kept",
+    "token_budget": "max_new_tokens ran out; the partial text is kept (--retry-errors with a larger budget reruns it)",
     "max_context": "the model's context filled up during decoding; the partial text is kept",
     "invalid_output": "the output is complete but the schema's validator rejected it; the text is kept",
     "generation_failed": "the record could not run; the message names the error type",
