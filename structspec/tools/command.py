@@ -69,7 +69,8 @@ def model_options(parser: argparse.ArgumentParser, model: str | None = None, sev
     parser.add_argument("--model", default=model or DEFAULT_MODEL,
                         help=f"a shipped model ({', '.join(SHIPPED)}), a local Hugging Face model directory, or a "
                              "hub id in the local Hugging Face cache")
-    parser.add_argument("--device", default="auto", help="auto (CUDA when available, else the CPU), cpu, cuda or cuda:N")
+    parser.add_argument("--device", default="auto",
+                        help="auto (CUDA when available, else the CPU), cpu, cuda or cuda:N")
     dtype_default = "bfloat16 on CUDA and on CPUs with AVX-512 BF16 or AMX, else float32"
     if several_dtypes:
         parser.add_argument("--dtypes", "--dtype", dest="dtypes", metavar="DTYPE,...",

@@ -5,8 +5,9 @@
         [--prompt-template prompt.txt] [--expected-field expected]
 
 Every method gets the same prompt on each task (`harness.task_prompt`: one that
-names the schema's fields and asks for JSON, or ``--prompt-template``'s). The unconstrained row is what a user would do without
-structspec: plain greedy ``model.generate``, then parse the text as JSON. The
+names the schema's fields and asks for JSON, or ``--prompt-template``'s). The
+unconstrained row is what a user would do without structspec: plain greedy
+``model.generate``, then parse the text as JSON. The
 other rows are `generate_result` with the keywords in `harness.methods`, run by
 the harness that `bench` uses too; with ``--batch-size B`` (B > 1) each of them
 runs again through `generate_batch`, B records per target pass, as a row

@@ -52,7 +52,8 @@ OPTIONS = {"max_new_tokens": 24, "batch_size": 2}
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A saved tiny model, a schema file and `N_RECORDS` records, two malformed: line 4 is not JSON, line 9 has no text."""
+    """A saved tiny model, a schema file and `N_RECORDS` records, two malformed: line 4 is not JSON, line 9 has
+    no text."""
     root = tmp_path_factory.mktemp("ray-job")
     save_tiny_model(root / "model")
     (root / "schema.json").write_text(json.dumps(SCHEMA))

@@ -166,7 +166,8 @@ def test_a_prompt_template_is_every_methods_prompt(byte_lm: structspec.LM, monke
     def record(prompt: str | list[dict[str, str]]) -> None:
         seen.append(prompt if isinstance(prompt, str) else prompt[0]["content"])
 
-    generate_result, generate_batch, encode = structspec.generate_result, structspec.generate_batch, byte_lm.encode_prompt
+    generate_result, generate_batch = structspec.generate_result, structspec.generate_batch
+    encode = byte_lm.encode_prompt
     monkeypatch.setattr(structspec, "generate_result",
                         lambda lm, spec, prompt, **kw: record(prompt) or generate_result(lm, spec, prompt, **kw))
     monkeypatch.setattr(structspec, "generate_batch",
