@@ -28,6 +28,9 @@ class LazyDFA:
         self.built = np.zeros(64, dtype=bool)
         self.built[DEAD] = True
         self._lock = threading.Lock()
+        # positions a byte enters → the state of their closure: rows of one region (a string's characters, the
+        # last byte of a multi-byte character) enter the same positions
+        self._entered: dict[frozenset[int], int] = {}
         self.initial = self._intern(nfa.closure(nfa.start))
 
     def __getstate__(self) -> dict:
@@ -77,7 +80,7 @@ class LazyDFA:
                 changes.setdefault(lo, []).append((to, 1))
                 changes.setdefault(hi + 1, []).append((to, -1))
         row = np.empty(256, dtype=np.int32)
-        interned: dict[frozenset[int], int] = {}
+        interned = self._entered
         active: dict[int, int] = {}  # position → how many of the ranges covering this byte enter it
         cuts = sorted(changes)
         for lo, end in zip(cuts, cuts[1:]):

@@ -234,10 +234,9 @@ def _region(dfa: LazyDFA, state: int, successors: dict[int, list[int]] | None = 
                 order.append(s)
     exits = [s for s in dict.fromkeys(s for d in order for s in nexts(d)) if s not in codes]
     codes.update((s, len(order) + 1 + k) for k, s in enumerate(exits))
-    stacked = dfa.table[order]
-    values, inverse = np.unique(stacked, return_inverse=True)
-    mapped = np.array([codes[v] for v in values.tolist()], dtype=np.int32)[inverse].reshape(stacked.shape)
-    return np.concatenate([np.zeros((1, 256), dtype=np.int32), mapped]), len(order), exits
+    recode = np.zeros(max(codes) + 1, dtype=np.int32)  # DFA state → its code (only those the rows hold are read)
+    recode[list(codes)] = list(codes.values())
+    return np.concatenate([np.zeros((1, 256), dtype=np.int32), recode[dfa.table[order]]]), len(order), exits
 
 
 def pack(ids: np.ndarray, logits_width: int) -> np.ndarray:

@@ -45,45 +45,33 @@ ENGINES = ("structspec", "xgrammar", "llguidance")
 
 # Extraction schemas beyond examples/schemas.py, with one valid output each: dates by pattern, optional fields,
 # arrays of objects, nesting.
+_STRING, _INTEGER = {"type": "string"}, {"type": "integer"}
+
+
+def _object(required: list[str], **properties: Any) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": required}
+
+
 MORE_SCHEMAS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
-    "person": ({
-        "type": "object",
-        "properties": {
-            "name": {"type": "string"},
-            "birth_date": {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$"},
-            "nickname": {"type": "string"},
-            "age": {"type": "integer"},
-        },
-        "required": ["name", "birth_date"],
-    }, {"name": "Ada Lovelace", "birth_date": "1815-12-10", "age": 36}),
-    "order": ({
-        "type": "object",
-        "properties": {
-            "order_id": {"type": "string", "pattern": r"^[A-Z]{3}-\d{6}$"},
-            "customer": {"type": "object", "properties": {"name": {"type": "string"}, "email": {"type": "string"}},
-                         "required": ["name", "email"]},
-            "lines": {"type": "array", "items": {
-                "type": "object",
-                "properties": {"sku": {"type": "string"}, "qty": {"type": "integer"}, "price": {"type": "number"}},
-                "required": ["sku", "qty", "price"]}},
-            "paid": {"type": "boolean"},
-        },
-        "required": ["order_id", "customer", "lines", "paid"],
-    }, {"order_id": "ORD-004217", "customer": {"name": "Jon Smith", "email": "jon@example.com"},
-        "lines": [{"sku": "A-12", "qty": 2, "price": 9.5}, {"sku": "B-7", "qty": 1, "price": 120}], "paid": True}),
-    "meeting": ({
-        "type": "object",
-        "properties": {
-            "title": {"type": "string"},
-            "start": {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}$"},
-            "duration_minutes": {"type": "integer"},
-            "kind": {"enum": ["call", "in_person", "video"]},
-            "attendees": {"type": "array", "items": {"type": "string"}},
-            "notes": {"type": ["string", "null"]},
-        },
-        "required": ["title", "start", "kind", "attendees"],
-    }, {"title": "Quarterly review", "start": "2026-03-04T14:30", "duration_minutes": 45, "kind": "video",
-        "attendees": ["Maria", "Tom", "Yuki"], "notes": None}),
+    "person": (_object(["name", "birth_date"], name=_STRING,
+                       birth_date={"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$"}, nickname=_STRING,
+                       age=_INTEGER),
+               {"name": "Ada Lovelace", "birth_date": "1815-12-10", "age": 36}),
+    "order": (_object(["order_id", "customer", "lines", "paid"],
+                      order_id={"type": "string", "pattern": r"^[A-Z]{3}-\d{6}$"},
+                      customer=_object(["name", "email"], name=_STRING, email=_STRING),
+                      lines={"type": "array", "items": _object(["sku", "qty", "price"], sku=_STRING, qty=_INTEGER,
+                                                               price={"type": "number"})},
+                      paid={"type": "boolean"}),
+              {"order_id": "ORD-004217", "customer": {"name": "Jon Smith", "email": "jon@example.com"},
+               "lines": [{"sku": "A-12", "qty": 2, "price": 9.5}, {"sku": "B-7", "qty": 1, "price": 120}],
+               "paid": True}),
+    "meeting": (_object(["title", "start", "kind", "attendees"], title=_STRING,
+                        start={"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}$"},
+                        duration_minutes=_INTEGER, kind={"enum": ["call", "in_person", "video"]},
+                        attendees={"type": "array", "items": _STRING}, notes={"type": ["string", "null"]}),
+                {"title": "Quarterly review", "start": "2026-03-04T14:30", "duration_minutes": 45, "kind": "video",
+                 "attendees": ["Maria", "Tom", "Yuki"], "notes": None}),
 }
 
 
