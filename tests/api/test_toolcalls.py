@@ -264,12 +264,13 @@ def echo_tool(text: str) -> dict:
         "additionalProperties": False}}}
 
 
-# text markers, then Qwen's special tokens
-@pytest.mark.parametrize("family", ["byte_lm", pytest.param("qwen_lm", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("family, markers", [("byte_lm", "auto"),  # (text: this vocabulary has no such token)
+                                             pytest.param("qwen_lm", "auto", marks=pytest.mark.slow),  # special
+                                             pytest.param("qwen_lm", "text", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("text", MARKED)
-def test_marker_text_inside_an_argument_is_argument_text(family, text, request) -> None:
+def test_marker_text_inside_an_argument_is_argument_text(family, markers, text, request) -> None:
     lm = request.getfixturevalue(family)
-    spec = ToolCalls([echo_tool(text), SEARCH], choice="echo")
+    spec = ToolCalls([echo_tool(text), SEARCH], choice="echo", markers=markers)
     result = structspec.generate_result(lm, spec, "Echo it.", max_new_tokens=120)
     assert result.complete and result.stop_reason != "invalid", result.error
     assert result.value.calls == [ToolCall("echo", {"text": text})]
