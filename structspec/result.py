@@ -170,7 +170,7 @@ class ToolCall:
 class ToolCallsValue:
     """`ToolCalls`' value: the free text before the calls and the calls, in order. ``unmarked_calls``: calls to
     the given tools that an ``auto`` turn wrote in its free text without the markers (bare JSON or a fenced
-    block, as small models often do); they are not in ``calls``, and reading them warns.
+    block, as small models often do); they are not in ``calls``, and parsing such a turn warns (`UserWarning`).
 
     The next turn of the conversation::
 
@@ -201,7 +201,7 @@ class ToolCallsValue:
 
     def tool_messages(self, results: list[Any]) -> list[dict[str, Any]]:
         """The ``tool`` messages that answer the calls, ``results[i]`` answering ``calls[i]``: a str as it is,
-        anything else as JSON (a Pydantic instance dumped). Changes nothing."""
+        anything else as JSON (a Pydantic instance dumped; what JSON cannot hold, as its str). Changes nothing."""
         if len(results) != len(self.calls):
             raise ToolError(f"{len(results)} results for {len(self.calls)} calls: pass one result per call")
         return [{"role": "tool", "tool_call_id": i, "name": c.name, "content": _content(r)}
@@ -217,7 +217,7 @@ class ToolCallsValue:
             f.__name__: f for f in functions if inspect.isfunction(f) or inspect.ismethod(f)}
         if missing := sorted({c.name for c in self.calls} - set(named)):
             raise ToolError(f"no function for the tool {missing[0]!r}: pass it in functions, by name "
-                              f"({{{missing[0]!r}: function}}) or as a function of that name")
+                            f"({{{missing[0]!r}: function}}) or as a function of that name")
         return self.tool_messages([named[c.name](**c.keywords()) for c in self.calls])
 
 
