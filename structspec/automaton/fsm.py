@@ -46,7 +46,8 @@ _FORMAT = "lazy-dfa-8"  # 6: fragments built when first entered (the NFA keeps r
 
 
 def clear_cache(disk: bool = False) -> None:
-    """Forget the compiled automata kept in memory and, with ``disk=True``, delete the on-disk ones too.
+    """Forget the compiled automata kept in memory and, with ``disk=True``, delete the on-disk ones too, and the
+    token walks kept on disk per tokenizer (those in memory stay: they answer exactly as a new walk would).
 
     FSMs already returned keep working; the next `TokenFSM.from_regex` compiles
     (or reads the disk) again.
@@ -54,7 +55,7 @@ def clear_cache(disk: bool = False) -> None:
     with _MEMORY_LOCK:
         _MEMORY.clear()
     if disk:
-        for path in cache_dir("fsm").glob("*.dfa"):
+        for path in [*cache_dir("fsm").glob("*.dfa"), *cache_dir("shapes").glob("*.shape")]:
             path.unlink(missing_ok=True)
 
 

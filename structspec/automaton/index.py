@@ -27,7 +27,10 @@ the tokenizer's EOS), each of them is allowed exactly in final states.
 
 from __future__ import annotations
 
+import hashlib
+import pickle
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -35,6 +38,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from structspec.automaton.dfa import DEAD, LazyDFA
+from structspec.cache import cache_dir, write_atomic
 from structspec.errors import UnspellableError
 from structspec.vocab import TokenVocab
 
@@ -44,7 +48,11 @@ inside a string is the longest such loop in a JSON Schema's regex."""
 REGION_LIMIT = 32
 """The most states a region search builds the rows of (a string's region has about 20)."""
 SHAPES_LIMIT = 1024
-"""Region shapes kept per tokenizer, least recently used dropped first (most take a few KB, a string's 20)."""
+"""Region shapes kept in memory per tokenizer, the oldest dropped first (most take a few KB, a string's 20)."""
+SHAPE_DISK_SECONDS = 0.005
+"""A shape walked slower than this is also kept on disk (a string's, over a 150k vocabulary: tens of ms), keyed
+by the tokenizer's fingerprint and the shape's table, so the next process reads it back."""
+_SHAPE_FORMAT = "shape-1"  # bumped when `_Shape` or the walk changes, so stale disk entries are not read
 
 
 class _Level(NamedTuple):
@@ -76,6 +84,7 @@ class _VocabBytes:
         ids = [i for i, b in enumerate(vocab.token_bytes) if b and i != vocab.eos_token_id]
         spelled = [vocab.token_bytes[i] for i in ids]
         self.size = len(vocab)
+        self.fingerprint = vocab.fingerprint
         self.ids = np.array(ids, dtype=np.int64)
         # Every token's bytes end to end (a megabyte for 150k tokens: walks gather from it in cache); row r's
         # bytes are data[starts[r]:ends[r]].
@@ -112,9 +121,21 @@ class _VocabBytes:
             with self._lock:
                 found = self._shapes.get(key)
                 if found is None:
-                    found = self._shapes[key] = self._walk_shape(table, regions)
+                    found = self._shapes[key] = self._read_or_walk(table, regions)
                     if len(self._shapes) > SHAPES_LIMIT:
                         del self._shapes[next(iter(self._shapes))]
+        return found
+
+    def _read_or_walk(self, table: np.ndarray, regions: int) -> _Shape:
+        """The shape's walk from the disk cache, or walked (and stored when it took `SHAPE_DISK_SECONDS`)."""
+        named = f"{_SHAPE_FORMAT}\0{self.fingerprint}\0".encode() + table.tobytes()
+        path = cache_dir("shapes") / f"{hashlib.sha256(named).hexdigest()[:40]}.shape"
+        if path.exists():
+            return pickle.loads(path.read_bytes())
+        start = time.perf_counter()
+        found = self._walk_shape(table, regions)
+        if time.perf_counter() - start >= SHAPE_DISK_SECONDS:
+            write_atomic(path, pickle.dumps(found, protocol=pickle.HIGHEST_PROTOCOL))
         return found
 
     def _walk_shape(self, table: np.ndarray, regions: int) -> _Shape:

@@ -8,9 +8,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from structspec.automaton import index as index_module
 from structspec.automaton.dfa import DEAD
-from structspec.automaton.fsm import TokenFSM
+from structspec.automaton.fsm import TokenFSM, clear_cache
 from structspec.automaton.index import pack, vocab_bytes
+from structspec.cache import cache_dir
 from structspec.errors import UnspellableError
 
 # Leaves: characters alone and in classes (multi-byte ones too), a JSON string's characters, digits, an escape.
@@ -73,3 +75,26 @@ def test_a_string_field_of_another_schema_walks_no_new_shape(byte_lm) -> None:
         assert set(fsm.allowed_token_ids(inside).tolist()) == _stepped(fsm, inside)
         if regex.startswith(r'\{"city"'):
             assert walked == 0
+
+
+def test_a_slow_shape_walk_is_read_back_from_disk_by_the_next_process_and_cleared(byte_lm, monkeypatch) -> None:
+    monkeypatch.setattr(index_module, "SHAPE_DISK_SECONDS", 0.0)  # every walk is stored
+    clear_cache(disk=True)
+    vocab = byte_lm.vocab
+    dfa = TokenFSM.from_regex('"[^"]*"x', vocab).index.dfa
+    table, regions, _ = index_module._region(dfa, dfa.step(dfa.initial, b'"'))  # a string's characters
+    fresh = index_module._VocabBytes(vocab)  # what a new process has: nothing in memory
+    walked = fresh.shape(table, regions)
+    stored = list(cache_dir("shapes").glob("*.shape"))
+    assert len(stored) == 1
+
+    def no_walk(*args):
+        raise AssertionError("walked again")
+
+    later = index_module._VocabBytes(vocab)
+    monkeypatch.setattr(later, "_walk_shape", no_walk)
+    read = later.shape(table, regions)
+    assert np.array_equal(read.base, walked.base) and len(read.levels) == len(walked.levels)
+    assert all(np.array_equal(a, b) for x, y in zip(read.levels, walked.levels) for a, b in zip(x, y))
+    clear_cache(disk=True)
+    assert not list(cache_dir("shapes").glob("*.shape"))
