@@ -9,6 +9,7 @@ from typing import Any
 
 from structspec.automaton.budget import TokenBudget
 from structspec.automaton.parse import ParsedRegex
+from structspec.errors import SpecError
 
 COMPACT = ""
 """The default whitespace pattern: no whitespace between JSON tokens (``{"a":1,"b":[2,3]}``).
@@ -18,9 +19,15 @@ One fixed form means no runaway whitespace and long forced spans."""
 
 @dataclass(frozen=True)
 class Regex:
-    """A regular expression as output spec: ``generate`` returns the matched ``str``."""
+    """A regular expression as output spec: ``generate`` returns the matched ``str``. A pattern that is not a
+    str is a `SpecError` when the spec is made."""
 
     pattern: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.pattern, str):
+            raise SpecError(f"Regex(...) got a {type(self.pattern).__name__} as its pattern, not a str: pass the "
+                            "regex text, e.g. structspec.Regex('[a-z]+')")
 
 
 @dataclass(frozen=True)

@@ -66,10 +66,7 @@ def constraint_of(spec: Any, whitespace_pattern: str = COMPACT, strict: bool = T
     digits = Digits(max_integer_digits, max_fraction_digits)
     options = (digits, max_recursion_depth, open_objects is not False)  # a JSON Schema's objects: open by default
     typed = (digits, max_recursion_depth, open_objects is True)  # a Pydantic schema's: closed by default
-    if isinstance(spec, Regex):
-        if not isinstance(spec.pattern, str):
-            raise SpecError(f"Regex(...) got a {type(spec.pattern).__name__} as its pattern, not a str: pass the regex "
-                            "text, e.g. structspec.Regex('[a-z]+')")
+    if isinstance(spec, Regex):  # its pattern is a str: checked when the Regex was made
         return Constraint(spec.pattern, lambda text: text, None)
     if isinstance(spec, type) and issubclass(spec, pydantic.BaseModel):
         return _json_constraint(spec.model_json_schema(), whitespace_pattern, strict, *typed,
