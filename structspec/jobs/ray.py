@@ -52,7 +52,8 @@ from pathlib import Path
 from typing import Any
 
 if importlib.util.find_spec("ray") is None:  # an optional extra
-    raise ImportError("structspec.jobs.ray needs Ray: pip install 'structspec-lm[ray]'")
+    raise ImportError("structspec.jobs.ray needs Ray: pip install 'ray[data]==2.60.0' (or install structspec "
+                      "with its ray extra: pip install './structspec[ray]' from a clone)")
 
 import structspec
 from structspec.errors import StructspecError

@@ -72,6 +72,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     splits = args.splits or sorted(p.name.removesuffix(".jsonl.gz") for p in args.data.glob("*.jsonl.gz"))
+    missing = [s for s in splits if not (args.data / f"{s}.jsonl.gz").is_file()]
+    if missing or not splits:
+        parser.error(f"--data {args.data}: no {', '.join(f'{s}.jsonl.gz' for s in missing) or '*.jsonl.gz'} there; "
+                     "pass --data with the folder of JSONSchemaBench splits (one <split>.jsonl.gz each)")
     open_objects = None if args.open_objects is None else args.open_objects == "true"
     worker = Worker(args.timeout, args.memory_gb, args.model, args.generate, open_objects)
     table: dict[str, dict[str, dict[str, str]]] = {}

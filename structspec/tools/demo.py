@@ -68,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     if args.quiet:
         lm = load_model(args)
     else:
-        with console.status(f"loading {args.model} (the first run converts its GGUF, ~20 s)"):
+        first = "the first run converts its GGUF: ~20 s for SmolLM2-135M, a minute or two for Qwen2.5-Coder-0.5B"
+        with console.status(f"loading {args.model} ({first})"):
             lm = load_model(args)
     return demo(lm, console, args.explain, args.html)

@@ -20,7 +20,6 @@ from pydantic import BaseModel
 
 from structspec.jobs import spec as job_spec
 from structspec.jobs.errors import JobConfigError
-from structspec.jobs.records import read_inputs
 
 EXAMPLE_DATA = "structspec.example_data"  # the clone's examples/, shipped inside the wheel under this name
 
@@ -91,25 +90,6 @@ def load_tasks(path: str | Path | None = None, schemas: str | Path | None = None
             raise KeyError(f"task {record['id']!r} names schema {name!r}; known: {', '.join(by_name)}")
         tasks.append(Task(record["id"], name, by_name[name], record["text"], record.get("expected")))
     return tasks
-
-
-def tasks_from_input(schema: str, path: str | Path, text_field: str = "text", id_field: str = "id") -> list[Task]:
-    """One task per record of ``path`` (read as `read_inputs` reads an extraction job's input), each
-    extracting the Pydantic model ``schema`` names (as ``extract --schema`` names it); no expected values.
-
-    Raises `JobConfigError` for a spec that is not a Pydantic model (tasks are judged by its validation) and
-    for a record that cannot be read.
-    """
-    spec = load_spec(schema)
-    if not (isinstance(spec, type) and issubclass(spec, BaseModel)):
-        raise JobConfigError(f"--schema {schema}: compare judges outputs with a Pydantic model's validation; "
-                             "name one as package.module:Model or path/to/file.py:Model")
-    records = read_inputs(path, text_field, id_field)
-    for record in records:
-        if record.error:
-            raise JobConfigError(f"--input {path}: {record.error[1]}; fix or remove that record")
-    name = schema.rpartition(":")[2]
-    return [Task(record.id, name, spec, record.text, None) for record in records]
 
 
 def extraction_prompt(text: str, schema: type[BaseModel]) -> list[dict[str, str]]:

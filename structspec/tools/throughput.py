@@ -63,7 +63,8 @@ from structspec.tools.arguments import throughput_arguments
 from structspec.tools.command import EXIT_CODES, Formatter, run_command
 from structspec.tools.harness import PLAIN, Keywords, judge, methods, spread
 from structspec.tools.peak_memory import PeakMemory
-from structspec.tools.peers import PassCounter, PeerBatch, outlines_batch, outlines_index, unconstrained_batch
+from structspec.tools.peers import (PassCounter, PeerBatch, outlines_batch, outlines_index, require_outlines,
+                                    unconstrained_batch)
 from structspec.tools.prefill import prefill_seconds
 from structspec.tools.tasks import Task, extraction_prompt, load_tasks
 from structspec.tools.throughput_report import (
@@ -303,6 +304,8 @@ def run(args: argparse.Namespace) -> int:
     console = Console() if Console().is_terminal else Console(width=220)
     matrix, dtypes = matrix_of(args), dtypes_of(args)  # checked before any model loads
     tasks = spread(load_tasks(), args.records)
+    if not args.bf16_agreement:
+        require_outlines("structspec throughput")  # a peer: its absence said before the model loads
     if args.bf16_agreement:
         full = structspec.load(args.model, args.device, "float32", kernels=args.kernels)
         half = structspec.load(args.model, args.device, "bfloat16")

@@ -13,6 +13,7 @@ from structspec import SchemaError
 from structspec.automaton.dfa import DEAD, LazyDFA
 from structspec.automaton.nfa import ByteNFA
 from structspec.testing import in_layout
+from structspec.tools import coverage
 from structspec.tools.coverage import spread
 from structspec.tools.coverage_report import summarize
 from structspec.tools.coverage_worker import OrderSearch, _OutOfBudget
@@ -125,3 +126,11 @@ def test_a_baseline_sample_is_spread_and_counted_as_a_sample() -> None:
     ours, baseline = summarize(records, "structspec"), summarize(records, "outlines-core")
     assert ours["rows"] == "4" and ours["compiled"] == "100.0%"
     assert baseline["rows"] == "2 of 4" and baseline["compiled"] == "0.0%" and baseline["other"] == "timeout 2"
+
+
+@pytest.mark.parametrize("given", [[], ["--splits", "nosuch"]])
+def test_a_data_folder_without_the_splits_is_a_usage_error(given: list[str], tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:  # an empty table was printed, exit 0
+        coverage.main(["--data", str(tmp_path), *given])
+    assert e.value.code == 2 and f"--data {tmp_path}: no " in capsys.readouterr().err
