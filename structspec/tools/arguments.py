@@ -1,4 +1,4 @@
-"""The options of ``structspec throughput`` and ``structspec pass-cost``, apart from the modules that run them
+"""The options of ``structspec bench``, ``toolbench``, ``throughput`` and ``pass-cost``, apart from the modules that run them
 (which import torch), so that ``structspec COMMAND --help`` and a bad option answer at once. Spelled as every
 command spells them: the model options and the token budget of `structspec.tools.command`, a metavar and a
 help line for each."""
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+from pathlib import Path
 from typing import Any
 
 from structspec.tools.command import budget, model_options, positive
@@ -21,6 +22,33 @@ CONFIGS: dict[str, dict[str, Any]] = {
                        num_key_value_heads=4, vocab_size=152064, max_position_embeddings=32768,
                        tie_word_embeddings=False),
 }
+
+
+def bench_arguments(p: argparse.ArgumentParser) -> None:
+    """The extraction benchmark's description and options on ``p`` (changes the parser)."""
+    p.description = ("The benchmark (also python -m structspec.tools.bench): every structspec mode, outlines and "
+                     "transformers' own decoding on the shipped example tasks, same model, same prompts.")
+    model_options(p)
+    p.add_argument("--draft-model", metavar="MODEL",
+                   help="a shipped model or local dir as draft model (another tokenizer is translated through text)")
+    p.add_argument("--limit", type=positive, metavar="N", help="run N tasks, taken in turn from each schema")
+    p.add_argument("--only", metavar="WORD,...", help="run only methods whose name contains one of these "
+                   "comma-separated words (plus plain masked decoding and outlines, the oracle pair)")
+    budget(p)
+
+
+def toolbench_arguments(p: argparse.ArgumentParser) -> None:
+    """The tool-call benchmark's description and options on ``p`` (changes the parser)."""
+    from structspec.tools.tasks import example_file
+
+    p.description = ("Tool calls on a chat model (also python -m structspec.tools.toolbench): transformers' greedy "
+                     "and prompt lookup against structspec's modes and a batch, on the shipped conversations.")
+    model_options(p, THROUGHPUT_MODEL)
+    p.add_argument("--data", type=Path, default=example_file("toolcalls.jsonl"), metavar="PATH",
+                   help="conversations, one JSON object a line")
+    p.add_argument("--limit", type=positive, metavar="N", help="only the first N conversations (a smoke run)")
+    budget(p)
+    p.add_argument("--batch-size", type=positive, default=8, metavar="B", help="rows of the batched structspec row")
 
 
 def throughput_arguments(p: argparse.ArgumentParser) -> None:

@@ -32,7 +32,8 @@ from structspec.cache import cache_dir
 from structspec.jobs.runner import load_model
 from structspec.models.transformers_lm import LM
 from structspec.testing import divergence_margin
-from structspec.tools.command import EXIT_CODES, Formatter, budget, model_options, positive, run_command
+from structspec.tools.arguments import bench_arguments
+from structspec.tools.command import EXIT_CODES, Formatter, run_command
 from structspec.tools.harness import PLAIN, Method, Run, methods, run_tasks, spread, summarize
 from structspec.tools.peers import (
     hf_assisted,
@@ -255,20 +256,6 @@ def _print_divergences(console: Console, name: str, divergences: list[Divergence
                       f"{name} {d.theirs!r}: {why}", highlight=False)
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The benchmark's description and options on ``p`` (for ``structspec bench`` and
-    ``python -m structspec.tools.bench``)."""
-    p.description = ("The benchmark (also python -m structspec.tools.bench): every structspec mode, outlines and "
-                     "transformers' own decoding on examples/tasks.jsonl, same model, same prompts.")
-    model_options(p)
-    p.add_argument("--draft-model", metavar="MODEL",
-                   help="a shipped model or local dir as draft model (another tokenizer is translated through text)")
-    p.add_argument("--limit", type=positive, metavar="N", help="run N tasks, taken in turn from each schema")
-    p.add_argument("--only", help="run only methods whose name contains one of these comma-separated words "
-                                  f"(plus {PLAIN!r} and {PEER!r})")
-    budget(p)
-
-
 def main(args: argparse.Namespace) -> int:
     """``structspec bench``: compile times, then every method on every task, then the report."""
     if args.threads:
@@ -308,5 +295,5 @@ def main(args: argparse.Namespace) -> int:
 if __name__ == "__main__":  # python -m structspec.tools.bench: the same as `structspec bench`
     command = argparse.ArgumentParser(prog="structspec bench", epilog=EXIT_CODES, formatter_class=Formatter,
                                       allow_abbrev=False)
-    add_arguments(command)
+    bench_arguments(command)
     sys.exit(run_command("bench", main, command.parse_args()))

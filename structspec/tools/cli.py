@@ -134,9 +134,9 @@ def _compare_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _bench_arguments(p: argparse.ArgumentParser) -> None:
-    from structspec.tools import bench
+    from structspec.tools.arguments import bench_arguments
 
-    bench.add_arguments(p)
+    bench_arguments(p)
 
 
 def _throughput_arguments(p: argparse.ArgumentParser) -> None:
@@ -183,9 +183,9 @@ def _run_bench(args: argparse.Namespace) -> int:
 
 
 def _toolbench_arguments(p: argparse.ArgumentParser) -> None:
-    from structspec.tools import toolbench
+    from structspec.tools.arguments import toolbench_arguments
 
-    toolbench.add_arguments(p)
+    toolbench_arguments(p)
 
 
 def _run_toolbench(args: argparse.Namespace) -> int:

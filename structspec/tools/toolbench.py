@@ -26,10 +26,9 @@ from structspec.decoding.calibrate import packed_cost
 from structspec.events import chat_prompt_ids
 from structspec.models.transformers_lm import LM
 from structspec.tools.peers import PeerRun, hf_prompt_lookup, unconstrained_greedy
+from structspec.tools.arguments import toolbench_arguments
 from structspec.tools.prefill import prefill_seconds
 from structspec.tools.tasks import example_file
-
-DATA = example_file("toolcalls.jsonl")  # examples/ in a clone, shipped in the wheel
 
 STRUCTSPEC_MODES: dict[str, dict[str, Any]] = {
     "plain masked": {"fast_forward": "off", "draft": None},
@@ -38,7 +37,11 @@ STRUCTSPEC_MODES: dict[str, dict[str, Any]] = {
     "+ lookahead": {"fast_forward": "exact", "draft": "lookahead"},
 }
 PEERS = {"transformers greedy": unconstrained_greedy, "transformers prompt lookup": hf_prompt_lookup}
-BATCH = "batch 8 (+ prompt lookup)"
+
+
+def batch_label(batch_size: int) -> str:
+    """The batched row's name in the table."""
+    return f"batch {batch_size} (+ prompt lookup)"
 
 
 @dataclass(frozen=True)
@@ -56,8 +59,10 @@ class Conversation:
         return structspec.ToolCalls(self.tools, choice=self.choice, parallel=self.parallel)
 
 
-def load_conversations(path: Path = DATA, limit: int | None = None) -> list[Conversation]:
-    """The conversations of a JSONL file, the first ``limit`` of them. Reads the file, changes nothing."""
+def load_conversations(path: Path | None = None, limit: int | None = None) -> list[Conversation]:
+    """The conversations of a JSONL file (default: the shipped ``toolcalls.jsonl``), the first ``limit`` of them.
+    Reads the file, changes nothing."""
+    path = example_file("toolcalls.jsonl") if path is None else path
     lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return [Conversation(**line) for line in lines[:limit]]
 
@@ -159,7 +164,8 @@ def run(lm: LM, conversations: list[Conversation], max_new_tokens: int, batch_si
         structspec.generate_result(lm, warm.spec(), warm.messages, max_new_tokens=2, **options)
     structspec.generate_batch(lm, [c.spec() for c in conversations[:2]], [c.messages for c in conversations[:2]],
                               batch_size=2, max_new_tokens=2)
-    tallies = {name: Tally() for name in [*PEERS, *STRUCTSPEC_MODES, BATCH]}
+    batched = batch_label(batch_size)
+    tallies = {name: Tally() for name in [*PEERS, *STRUCTSPEC_MODES, batched]}
     plain: dict[str, list[int]] = {}
     for conversation in conversations:
         spec = conversation.spec()
@@ -180,7 +186,7 @@ def run(lm: LM, conversations: list[Conversation], max_new_tokens: int, batch_si
                                         max_new_tokens=max_new_tokens)
     seconds = (time.perf_counter() - start) / max(len(conversations), 1)
     for conversation, r in zip(conversations, results):
-        add_result(tallies[BATCH], conversation, r, seconds, plain[conversation.id])
+        add_result(tallies[batched], conversation, r, seconds, plain[conversation.id])
     return tallies
 
 
@@ -202,25 +208,10 @@ def markdown(tallies: dict[str, Tally]) -> str:
     return "\n".join(lines)
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.description = ("Tool calls on a chat model (also python -m structspec.tools.toolbench): transformers' greedy "
-                     "and prompt lookup against structspec's modes and a batch, on examples/toolcalls.jsonl.")
-    p.add_argument("--model", default="qwen2.5-coder-0.5b", help="a shipped model's name or a local directory")
-    p.add_argument("--data", type=Path, default=DATA, help="conversations, one JSON object a line")
-    p.add_argument("--limit", type=int, default=None, help="only the first N conversations (a smoke run)")
-    p.add_argument("--max-new-tokens", type=int, default=256)
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda or cuda:N")
-    p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: structspec.load's for the "
-                                                 "device)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's, capped at the "
-                                                             "CPUs this process may use)")
-
-
 def main(args: argparse.Namespace) -> int:
     """Run every mode over the conversations ``args`` names on the model it names (loaded on its device, dtype
     and threads) and print the Markdown table."""
-    lm = structspec.load(args.model, args.device, args.dtype, threads=args.threads)
+    lm = structspec.load(args.model, args.device, args.dtype, args.kernels, threads=args.threads)
     conversations = load_conversations(args.data, args.limit)
     tallies = run(lm, conversations, args.max_new_tokens, args.batch_size)
     print(f"{lm.name} ({str(lm.dtype).removeprefix('torch.')} on {lm.device}), {len(conversations)} conversations, "
@@ -231,5 +222,5 @@ def main(args: argparse.Namespace) -> int:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    add_arguments(parser)
+    toolbench_arguments(parser)
     raise SystemExit(main(parser.parse_args()))

@@ -60,14 +60,8 @@ def test_help_and_version_import_neither_torch_nor_transformers() -> None:
     assert "extract" in _fresh(["--help"]).stdout
 
 
-# bench.py and toolbench.py import torch where their options are defined (see the lead's note): strict, so that
-# the mark goes once they do not
-_IMPORTS_TORCH = pytest.mark.xfail(strict=True, reason="the command's module imports torch at its top")
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("command", [pytest.param(c, marks=_IMPORTS_TORCH) if c in ("bench", "toolbench") else c
-                                     for c in COMMANDS])
+@pytest.mark.parametrize("command", COMMANDS)
 def test_a_commands_help_imports_neither_torch_nor_transformers(command: str) -> None:
     done = _fresh([command, "--help"])
     assert done.returncode == EXIT_OK, done.stderr

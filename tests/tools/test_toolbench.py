@@ -48,6 +48,7 @@ def test_the_command_loads_the_model_on_the_device_dtype_and_threads_it_names(mo
     import argparse
 
     from structspec.tools import toolbench
+    from structspec.tools.arguments import toolbench_arguments
 
     asked = []
 
@@ -57,11 +58,11 @@ def test_the_command_loads_the_model_on_the_device_dtype_and_threads_it_names(mo
 
     monkeypatch.setattr(structspec, "load", load)
     parser = argparse.ArgumentParser()
-    toolbench.add_arguments(parser)
+    toolbench_arguments(parser)
     args = parser.parse_args(["--model", "m", "--device", "cpu", "--dtype", "bfloat16", "--threads", "3"])
     with pytest.raises(structspec.ModelNotFoundError, match="stop here"):
         toolbench.main(args)
-    assert asked == [(("m", "cpu", "bfloat16"), {"threads": 3})]
+    assert asked == [(("m", "cpu", "bfloat16", "auto"), {"threads": 3})]
 
 
 # A chat template of Qwen's shape (tools in the system turn), for the tiny model with Qwen2.5's tokenizer.
@@ -77,7 +78,7 @@ def test_the_benchmark_runs_every_mode_end_to_end(qwen_lm, monkeypatch) -> None:
     conversations = [c for c in load_conversations() if len(c.expected) == 2][:1] + [
         c for c in load_conversations() if c.choice not in ("auto", "required", "none")][:2]
     tallies = toolbench.run(qwen_lm, conversations, max_new_tokens=48, batch_size=2)
-    assert list(tallies) == [*toolbench.PEERS, *toolbench.STRUCTSPEC_MODES, toolbench.BATCH]
+    assert list(tallies) == [*toolbench.PEERS, *toolbench.STRUCTSPEC_MODES, toolbench.batch_label(2)]
     for name, tally in tallies.items():
         assert tally.turns == len(conversations) and tally.output_tokens > 0 and tally.seconds > 0
         assert tally.passes >= 1 and tally.calls_expected == 4
