@@ -102,12 +102,17 @@ def llm(isolated_cache: str) -> Iterator[LLM]:
         model = model_path("smollm2-135m")
     finally:
         _set_cache(isolated_cache)
+    before = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     backend.register()  # (vLLM validates the config before it loads plugins in the process that builds the LLM)
     engine = LLM(model, enforce_eager=True, max_model_len=2048, seed=0,
                  structured_outputs_config={"backend": "structspec"})
     yield engine
-    del engine
+    engine.llm_engine.engine_core.shutdown()  # its memory back before the next module starts an engine
+    if before is None:
+        os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING")
+    else:
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = before
 
 
 def generate(llm: LLM, prompts: list[str], constraint: StructuredOutputsParams | list[StructuredOutputsParams],
