@@ -4,6 +4,8 @@
   stopping criterion for transformers' ``model.generate``.
 * `structspec.integrations.matcher`: a ``Matcher`` with the accept / validate / rollback /
   bitmask contract of serving engines (vLLM, SGLang, xgrammar), and how to plug it in.
+* `structspec.integrations.vllm`: the ``structspec`` structured-output backend for vLLM 0.32
+  (``structured_outputs_config={"backend": "structspec"}``), registered by a ``vllm.general_plugins`` entry point.
 
 The Ray Data ``Extractor`` lives with the jobs it runs, in `structspec.jobs.ray`.
 

