@@ -34,12 +34,14 @@ from structspec.jobs.lines import NOT_OURS, job_lines
 MANIFEST_FORMAT = 1
 
 
-def job_manifest(model: str, spec: Any, template: str, generate: dict[str, Any]) -> dict[str, Any]:
+def job_manifest(
+    model: str, spec: Any, template: str, generate: dict[str, Any], engine: str = "structspec"
+) -> dict[str, Any]:
     """The manifest of a job's output: the settings its lines depend on (the model, hashes of the spec and the
     prompt template, the options of ``generate`` (``iter_batch``'s keywords, compile options too) that differ from
-    their defaults) and the structspec version (recorded, not compared). The drafter and the batch size are left
-    out: verified drafts and batching keep the output. `JobConfigError` for options ``iter_batch`` does not take.
-    Loads no model."""
+    their defaults, and the engine when it is not structspec's own loop) and the structspec version (recorded, not
+    compared). The drafter and the batch size are left out: verified drafts and batching keep the output.
+    `JobConfigError` for options ``iter_batch`` does not take. Loads no model."""
     changed = changed_options(generate)
     model_id = str(Path(model).resolve()) if os.path.isdir(model) else model  # a directory, wherever named from
     try:
@@ -48,6 +50,8 @@ def job_manifest(model: str, spec: Any, template: str, generate: dict[str, Any])
         version = "unknown"
     settings = {"model": model_id, "spec": _digest(_spec_text(spec)), "prompt template": _digest(template),
                 "options": json.loads(json.dumps(changed))}  # as read back: tuples become lists
+    if engine != "structspec":  # (left out for structspec's loop: the manifests written before engines existed)
+        settings["engine"] = engine
     return {"structspec_job": MANIFEST_FORMAT, "structspec": version, "settings": settings}
 
 

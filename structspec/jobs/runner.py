@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +30,11 @@ if TYPE_CHECKING:  # this module imports no torch: the CLI reads DEFAULT_BATCH_S
     from structspec.result import Result
 
 DEFAULT_BATCH_SIZE = {"cpu": 8, "cuda": 32}  # rows per target pass, by the model's device type
+VLLM_BATCH_SIZE = 16  # records per `vllm.LLM.generate` call under --engine vllm: their lines come when it returns
+
+LineSource = Callable[[list[InputRecord]], Iterable[dict[str, Any]]]
+"""What decodes a job's records, whatever the engine: given the records the output has no line for yet, their
+output lines (`structspec.jobs.lines.output_line`'s format), each yielded as soon as it is known."""
 
 
 @dataclass(frozen=True)
@@ -132,8 +137,26 @@ def run_job(
     """
     unenforced = check_job(lm, spec, options)
     manifest = job_manifest(lm.name, spec, options.template, options.generate)
+
+    def lines(todo: list[InputRecord]) -> Iterator[dict[str, Any]]:
+        return (row for _, _, row in record_lines(lm, spec, todo, options, unenforced))
+
+    return run_lines(output, manifest, records, lines, on_record, retry_errors)
+
+
+def run_lines(
+    output: str | Path,
+    manifest: dict[str, Any],
+    records: list[InputRecord],
+    lines: LineSource,
+    on_record: Callable[[JobSummary], None] = lambda summary: None,
+    retry_errors: bool = False,
+) -> JobSummary:
+    """A job on any engine: claim ``output`` for ``manifest`` (`job_output`), give ``lines`` the records it has
+    no line for yet, and append each line it yields at once; ``on_record`` sees the running summary. Writes
+    ``output`` and its manifest; `JobConfigError` before anything is written for an output that cannot be used."""
     with job_output(output, manifest, records, retry_errors, on_record) as (summary, todo, write):
-        for _, _, row in record_lines(lm, spec, todo, options, unenforced):
+        for row in lines(todo):
             write(row)
     return summary
 

@@ -59,7 +59,7 @@ def _demo_arguments(p: argparse.ArgumentParser) -> None:
 
 def _extract_arguments(p: argparse.ArgumentParser) -> None:
     from structspec.jobs.lines import ERROR_KINDS
-    from structspec.jobs.runner import DEFAULT_BATCH_SIZE
+    from structspec.jobs.runner import DEFAULT_BATCH_SIZE, VLLM_BATCH_SIZE
 
     p.description = ("Extract a structured record from every document. Each output line holds the id, the input "
                      "position, the value or the error, and the stats. Rerun the same command to resume.")
@@ -69,6 +69,10 @@ def _extract_arguments(p: argparse.ArgumentParser) -> None:
                    help="package.module:Model, path/to/file.py:Model, schema.json or grammar:NAME")
     p.add_argument("--input", required=True, help="a JSONL file, a CSV file with a header, or a folder of .txt")
     p.add_argument("--output", required=True, help="the JSONL file to append to (and resume from)")
+    p.add_argument("--engine", choices=["structspec", "vllm"], default="structspec",
+                   help="what decodes the records: structspec's own loop, or a vllm.LLM under structspec's "
+                        "structured-output backend, --batch-size records per generate call (the vllm extra; "
+                        "--model a shipped name or a model directory)")
     model_options(p)
     _output_options(p)
     p.add_argument("--draft", type=drafter, default="prompt_lookup", metavar="DRAFTER",
@@ -79,7 +83,8 @@ def _extract_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=positive, metavar="N",
                    help="documents decoded together, one target pass for all; each line is written as its "
                         f"document finishes (default: {DEFAULT_BATCH_SIZE['cpu']} on the CPU, "
-                        f"{DEFAULT_BATCH_SIZE['cuda']} on CUDA)")
+                        f"{DEFAULT_BATCH_SIZE['cuda']} on CUDA; with --engine vllm, records per generate call, "
+                        f"default {VLLM_BATCH_SIZE})")
     p.add_argument("--text-field", default="text", help="JSONL field / CSV column of the document")
     p.add_argument("--id-field", default="id", help="JSONL field / CSV column of the record id")
     p.add_argument("--prompt-template", metavar="FILE", help="a file with a {document} placeholder")

