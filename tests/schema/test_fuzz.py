@@ -26,6 +26,10 @@ from structspec.automaton import fsm as fsm_module
 from structspec.errors import RegexError, SchemaError, StructspecError
 from structspec.schema import to_regex, validator
 
+# A watchdog per test: a hang fails the run instead of stalling CI (thread method: hypothesis's own
+# deadlines and any SIGALRM a test sets stay untouched).
+pytestmark = pytest.mark.timeout(900, method="thread")
+
 SCALE = int(os.environ.get("STRUCTSPEC_FUZZ_SCALE", "1"))  # a longer run: STRUCTSPEC_FUZZ_SCALE=10
 SECONDS = 20  # per case: compile, a few decoded tokens, and the checks
 FUZZ = settings(derandomize=True, deadline=None, database=None,

@@ -21,6 +21,10 @@ from structspec.automaton.nfa import ByteNFA
 from structspec.errors import RegexError, SchemaError
 from structspec.schema import constraint_of, validator
 
+# A watchdog per test: a hang fails the run instead of stalling CI (thread method: hypothesis's own
+# deadlines and any SIGALRM a test sets stay untouched).
+pytestmark = pytest.mark.timeout(900, method="thread")
+
 FUZZ = settings(derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 
 # Every text of up to three characters over a, b: each pattern is checked on all of them.
