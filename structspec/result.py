@@ -47,7 +47,9 @@ class Stats:
     target_forward_passes: int = 0  # passes that chose output tokens (a batched row's prefill is apart)
     # the pass that fed the prompt before the first choosing pass (batched rows; single rows where LM.prefills_apart)
     prefill_passes: int = 0
-    prefix_tokens_reused: int = 0  # batched rows: prompt tokens whose KV came from the prompts' shared prefix
+    # prompt tokens whose KV was reused: whole chunks held from earlier prompts (`structspec.models.prefix_cache`),
+    # or a batch's shared prefix of one spec's prompts (models that are not batch-invariant)
+    prefix_tokens_reused: int = 0
     tokens_fed: list[int] = field(default_factory=list)  # tokens fed to the target, per pass
     tree_nodes: int = 0  # drafted tokens fed in token-tree passes, every branch counted (in tokens_fed too)
     model_seconds: float = 0.0  # inside the target's forward passes

@@ -32,7 +32,8 @@ A row's tokens equal the row decoded alone (`structspec.decoding.loop`) bit for
 bit where the model is batch-invariant (`LM.batch_invariant`: every pass gives
 a row the logits it gets alone; its prompt is then prefilled as alone: in the
 decode passes where it fits `max_pass_tokens`, whose passes compute it as the
-row alone's prefill pass does, else whole in a pass of its own); elsewhere up to
+row alone's prefill does, else on the chunk grid in a prefill of its own, its held chunks reused:
+`structspec.models.prefix_cache`); elsewhere up to
 float rounding, as batch shapes change the order of float sums.
 """
 
@@ -51,6 +52,7 @@ from structspec.decoding.loop import decode, slot_pass
 from structspec.decoding.row import Decoded, DecodeOptions, RowDecode, RowInput
 from structspec.models.protocol import LanguageModel
 from structspec.models.packed_slots import PackedSlots
+from structspec.models.prefix_cache import prefill_prompt
 
 def shared_prefix(prompts: list[list[int]]) -> list[int]:
     """The longest token prefix all ``prompts`` share, short of each prompt's last token (which every row
@@ -119,9 +121,9 @@ def decode_batch(
             slots.place(slot, 0)  # the decode passes feed the whole prompt
         else:
             own = lm.new_cache()
-            lm.forward(ids[:-1], own)
+            reused = prefill_prompt(lm, ids[:-1], own)  # on the chunk grid, as alone
             slots.place(slot, len(ids) - 1, own)
-            row.prefilled(len(ids) - 1, time.perf_counter() - t0)
+            row.prefilled(len(ids) - 1 - reused, time.perf_counter() - t0, reused)
         if drafter := _batchable_drafter(item.drafter):
             batch = drafts.setdefault(id(drafter.lm), DraftBatch(drafter.lm, len(first)))
             batch.reset(slot)

@@ -24,6 +24,7 @@ from structspec.decoding.masks import MaskFill
 from structspec.decoding.verify import restrict
 from structspec.models.protocol import LanguageModel
 from structspec.models.packed_slots import PackedSlots
+from structspec.models.prefix_cache import prefill_prompt
 
 Emitted = tuple[list[int], list[str]]
 """The output tokens one turn added (forced, accepted drafts and the target's own) and their sources."""
@@ -71,15 +72,17 @@ def decode_steps(lm: LanguageModel, item: RowInput, options: DecodeOptions) -> G
 
 
 def _prefill_apart(lm: LanguageModel, cache: object, slots: PackedSlots | None, row: RowDecode) -> None:
-    """Feed ``row``'s prompt but its last token in a pass of its own (changes the cache, the slots and the row),
-    as a batched row's is: the forced text and drafts that follow then go through attention by row, as plain
-    decoding's one-token steps do, instead of inside the prompt's pass (`LM.prefills_apart`)."""
+    """Feed ``row``'s prompt but its last token apart from the decode passes (changes the cache, the slots, the
+    row and the model's prefix cache), as a batched row's is: the forced text and drafts that follow then go
+    through attention by row, as plain decoding's one-token steps do, instead of inside the prompt's pass
+    (`LM.prefills_apart`). On the chunk grid, its leading chunks reused where held
+    (`structspec.models.prefix_cache.prefill_prompt`)."""
     t0 = time.perf_counter()
     ids = row.pending
-    lm.forward(ids[:-1], cache)
+    reused = prefill_prompt(lm, ids[:-1], cache)
     if slots is not None:
-        slots.place(0, len(ids) - 1)  # what the pass just appended
-    row.prefilled(len(ids) - 1, time.perf_counter() - t0)
+        slots.place(0, len(ids) - 1)  # what the prefill just appended
+    row.prefilled(len(ids) - 1 - reused, time.perf_counter() - t0, reused)
 
 
 def _crop_step(lm: LanguageModel, row: RowDecode, cache: object) -> Callable[[list[int]], None]:

@@ -1,0 +1,160 @@
+"""Prefix KV reuse (`structspec.models.prefix_cache`): prompts prefilled on the chunk grid, whole chunks reused
+across calls, outputs token-identical with and without reuse, hits counted exactly."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from pydantic import BaseModel
+
+import structspec
+from structspec.result import TextChunk
+from structspec.models.prefix_cache import CHUNK, prefill_prompt, prefix_cache
+from structspec.testing import save_tiny_model, tiny_lm
+
+
+class Ticket(BaseModel):
+    title: str
+    priority: int
+    tags: list[str]
+
+
+INSTRUCTION = ("You extract support tickets as JSON with a title, a priority from 1 to 5 and a list of tags. "
+               "Keep the title short and the tags lower case. ") * 4
+
+
+@pytest.fixture(scope="module", params=[torch.float32, torch.bfloat16, "loaded"])
+def grid_lm(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> structspec.LM:
+    """A tiny batch-invariant model, which prefills on the chunk grid: made so in float32 and bfloat16 on torch's
+    kernels, or saved and loaded by `structspec.load` (its kernels and default dtype on this CPU)."""
+    if request.param == "loaded":
+        return structspec.load(str(save_tiny_model(tmp_path_factory.mktemp("tiny"))))
+    return tiny_lm(dtype=request.param, batch_invariant=True)
+
+
+def _held(prompts: list[list[int]], ids: list[int]) -> int:
+    """The tokens of ``ids``' prefill (all but its last) that earlier prompts' prefills left in whole chunks."""
+    best = 0
+    for earlier in prompts:
+        n = 0
+        for a, b in zip(ids[:-1], earlier[:-1]):
+            if a != b:
+                break
+            n += 1
+        best = max(best, min(n, len(earlier) - 1) // CHUNK * CHUNK)
+    return best
+
+
+def _run(lm: structspec.LM, prompt: str, reuse: bool, **options: object) -> structspec.Result:
+    prefix_cache(lm).max_bytes = 2**28 if reuse else 0
+    return structspec.generate_result(lm, Ticket, prompt, max_new_tokens=24, **options)
+
+
+def test_a_prefill_from_held_chunks_is_the_cold_prefill_bit_for_bit(grid_lm) -> None:
+    ids = grid_lm.encode_prompt(INSTRUCTION + "Ticket: the printer is on fire.")
+    assert len(ids) > 2 * CHUNK
+    store = prefix_cache(grid_lm)
+    store.clear()
+    store.max_bytes = 2**28
+    cold, warm = grid_lm.new_cache(), grid_lm.new_cache()
+    assert prefill_prompt(grid_lm, ids, cold) == 0
+    assert prefill_prompt(grid_lm, ids, warm) == len(ids) // CHUNK * CHUNK
+    for a, b in zip(cold.layers, warm.layers):
+        assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+
+
+def _check_documents(lm: structspec.LM, documents: list[str]) -> None:
+    """One prompt template over ``documents``: each output with reuse is the output without, each call reuses
+    exactly the whole chunks the calls before it left, and every call after the first reuses some."""
+    prompts = [f"{INSTRUCTION}Ticket: {document}\nJSON:" for document in documents]
+    alone = [_run(lm, prompt, reuse=False) for prompt in prompts]  # (a bound of 0 holds nothing)
+    assert all(result.stats.prefix_tokens_reused == 0 for result in alone)
+    seen: list[list[int]] = []
+    for prompt, off in zip(prompts, alone):
+        ids = lm.encode_prompt(prompt)
+        on = _run(lm, prompt, reuse=True)
+        assert on.token_ids == off.token_ids
+        assert on.stats.prefix_tokens_reused == _held(seen, ids)
+        seen.append(ids)
+    assert min(_held(seen[:i], ids) for i, ids in enumerate(seen) if i) >= CHUNK
+
+
+def test_outputs_with_and_without_reuse_are_identical_and_hits_counted(grid_lm) -> None:
+    _check_documents(grid_lm, ["the printer is on fire", "my password expired again", "the VPN drops every hour"])
+
+
+def test_a_stream_with_reuse_yields_the_output_without(grid_lm) -> None:
+    prompt = f"{INSTRUCTION}Ticket: the stream test\nJSON:"
+    prefix_cache(grid_lm).max_bytes = 0
+    alone = structspec.generate_result(grid_lm, Ticket, prompt, max_new_tokens=24)
+    prefix_cache(grid_lm).max_bytes = 2**28
+    structspec.generate_result(grid_lm, Ticket, prompt, max_new_tokens=24)  # holds the prompt's chunks
+    chunks = [c for c in structspec.stream(grid_lm, Ticket, prompt, max_new_tokens=24) if isinstance(c, TextChunk)]
+    assert [t for chunk in chunks for t in chunk.token_ids] == alone.token_ids
+    assert "".join(chunk.text for chunk in chunks) == alone.text
+
+
+def test_a_three_turn_conversation_reuses_each_earlier_turn(grid_lm) -> None:
+    turns = ["Ticket: the printer is on fire.", "Tool result: printer 7 unplugged.", "Tool result: fire out."]
+    outputs: dict[bool, list[list[int]]] = {}
+    for reuse in (False, True):
+        prefix_cache(grid_lm).clear()
+        prompt, seen, outputs[reuse] = INSTRUCTION, [], []
+        for turn in turns:
+            prompt += f"{turn}\nJSON:"
+            result = _run(grid_lm, prompt, reuse)
+            ids = grid_lm.encode_prompt(prompt)
+            assert result.stats.prefix_tokens_reused == (_held(seen, ids) if reuse else 0)
+            seen.append(ids)
+            outputs[reuse].append(result.token_ids)
+            prompt += result.text + "\n"
+    assert outputs[True] == outputs[False]
+    assert _held(seen[:2], seen[2]) > _held(seen[:1], seen[1]) > 0  # each turn reused more
+
+
+def test_a_prompt_sharing_part_of_a_chunk_reuses_only_the_whole_chunks_before_it(grid_lm) -> None:
+    prefix_cache(grid_lm).clear()
+    first = f"{INSTRUCTION}Ticket: the printer is on fire.\nJSON:"
+    ids = grid_lm.encode_prompt(first)
+    # change one character inside the second chunk: the first chunk is shared, the second only in part
+    cut = len(grid_lm.tokenizer.decode(ids[:CHUNK + 10]))
+    second = first[:cut] + ("X" if first[cut] != "X" else "Y") + first[cut + 1:]
+    other = grid_lm.encode_prompt(second)
+    assert other[:CHUNK] == ids[:CHUNK] and other[:2 * CHUNK] != ids[:2 * CHUNK]
+    off = _run(grid_lm, second, reuse=False)
+    _run(grid_lm, first, reuse=True)
+    on = _run(grid_lm, second, reuse=True)
+    assert on.stats.prefix_tokens_reused == CHUNK
+    assert on.token_ids == off.token_ids
+
+
+def test_a_small_bound_evicts_the_least_recently_used_chunks(grid_lm) -> None:
+    store = prefix_cache(grid_lm)
+    store.clear()
+    prompt = f"{INSTRUCTION * 2}Ticket: eviction\nJSON:"
+    ids = grid_lm.encode_prompt(prompt)
+    chunks = (len(ids) - 1) // CHUNK
+    assert chunks >= 3
+    store.max_bytes = 2**28
+    prefill_prompt(grid_lm, ids[:-1], grid_lm.new_cache())
+    one = store.bytes // chunks
+    store.clear()
+    store.max_bytes = 2 * one  # room for two chunks: the first ones go as later ones come
+    prefill_prompt(grid_lm, ids[:-1], grid_lm.new_cache())
+    assert len(store) == 2 and store.bytes <= store.max_bytes
+    again = structspec.generate_result(grid_lm, Ticket, prompt, max_new_tokens=24)
+    assert again.stats.prefix_tokens_reused == 0  # the first chunk was evicted: nothing leads
+    store.max_bytes = 0
+    assert len(store) == 0 and store.bytes == 0
+    assert structspec.generate_result(grid_lm, Ticket, prompt, max_new_tokens=24).token_ids == again.token_ids
+
+
+def test_a_negative_bound_is_an_option_error() -> None:
+    lm = tiny_lm(batch_invariant=True)
+    with pytest.raises(structspec.OptionError, match="max_bytes must be an int ≥ 0"):
+        prefix_cache(lm).max_bytes = -1
+
+
+@pytest.mark.real_model
+def test_smollm2_reuse_is_token_identical(smollm2) -> None:
+    _check_documents(smollm2, ["the printer is on fire", "my password expired again"])
