@@ -8,7 +8,7 @@ it, locked while a job writes: a second job on the same output, a rerun with
 other settings (a token budget may change where no line written would read
 otherwise), and an output that is not a job's are refused before anything is
 written. ``extract --ray`` runs the same job, with the same lines and resume, on
-a Ray cluster.
+a Ray cluster; ``extract --engine vllm`` runs it with vLLM decoding.
 
 Bad input never stops a job: a malformed line, an empty document, a prompt
 that fills the model's context, a token budget or context that runs out and a
@@ -28,6 +28,8 @@ The modules, each over the ones before it:
 * `structspec.jobs.manifest`: whose an output is: its manifest and lock.
 * `structspec.jobs.output`: resume, lines appended with one write each, the run's summary.
 * `structspec.jobs.runner`: the local job loop.
+* `structspec.jobs.vllm`: the same job decoded by a ``vllm.LLM`` under structspec's backend (the ``vllm``
+  extra; ``extract --engine vllm``).
 * `structspec.jobs.ray`: the same job on Ray, and `Extractor` for ``ray.data`` (the ``ray`` extra), its keywords
   checked on the driver by `Extractor.constructor_kwargs`.
 

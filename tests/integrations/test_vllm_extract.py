@@ -63,15 +63,11 @@ def model_dir(isolated_cache: str) -> str:
 @pytest.fixture(scope="module")
 def llm(model_dir: str) -> Iterator[LLM]:
     """One engine for the module, under the structspec backend, its engine core in this process."""
-    before = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    engine = vllm_jobs.load_engine(model_dir, enforce_eager=True, max_model_len=2048, seed=0)
-    yield engine
-    engine.llm_engine.engine_core.shutdown()  # its memory back before the next module starts an engine
-    if before is None:
-        os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING")
-    else:
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = before
+    with pytest.MonkeyPatch.context() as patch:  # the setting restored when the module ends
+        patch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        engine = vllm_jobs.load_engine(model_dir, enforce_eager=True, max_model_len=2048, seed=0)
+        yield engine
+        engine.llm_engine.engine_core.shutdown()  # its memory back before the next module starts an engine
 
 
 def _write_input(path: Path, rows: list[dict[str, str]]) -> Path:
