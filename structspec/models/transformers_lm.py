@@ -14,6 +14,7 @@ import torch
 
 from structspec.errors import PromptError, SpecError, VocabularyMismatchError
 from structspec.models.invariance import BY_ROW, INVARIANT_TOKENS, PackedLinear, RowLinear
+from structspec.models.prefix_cache import PrefixCache, prefix_cache
 from structspec.models.protocol import Allowed, Prompt
 from structspec.vocab import TokenVocab, vocab_from_tokenizer
 
@@ -129,6 +130,13 @@ class LM:
                 ids = ids.to(hidden.device)
                 logits[i, ids] = 0.0 if len(ids) == 1 else scores(hidden[i], ids)  # one id: the only choice
         return logits
+
+    @property
+    def prefix_cache(self) -> PrefixCache:
+        """The KV of whole prompt chunks this model computed, reused by later prompts that start with them, where it
+        prefills on the chunk grid (`structspec.models.prefix_cache`); ``lm.prefix_cache.max_bytes = 0`` turns
+        reuse off (outputs do not change). Reading it changes nothing."""
+        return prefix_cache(self)
 
     @cached_property
     def kernels(self) -> str:

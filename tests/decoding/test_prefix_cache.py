@@ -46,7 +46,7 @@ def _held(prompts: list[list[int]], ids: list[int]) -> int:
 
 
 def _run(lm: structspec.LM, prompt: str, reuse: bool, **options: object) -> structspec.Result:
-    prefix_cache(lm).max_bytes = 2**28 if reuse else 0
+    lm.prefix_cache.max_bytes = 2**28 if reuse else 0
     return structspec.generate_result(lm, Ticket, prompt, max_new_tokens=24, **options)
 
 
@@ -81,6 +81,19 @@ def _check_documents(lm: structspec.LM, documents: list[str]) -> None:
 
 def test_outputs_with_and_without_reuse_are_identical_and_hits_counted(grid_lm) -> None:
     _check_documents(grid_lm, ["the printer is on fire", "my password expired again", "the VPN drops every hour"])
+
+
+def test_a_batch_with_reuse_is_every_row_decoded_alone_without(grid_lm) -> None:
+    prompts = [f"{INSTRUCTION}Ticket: {document}\nJSON:" for document in ["the printer is on fire", "my password",
+                                                                          "the VPN drops every hour", "no sound"]]
+    alone = [_run(grid_lm, prompt, reuse=False) for prompt in prompts]
+    grid_lm.prefix_cache.max_bytes = 2**28
+    batch = structspec.generate_batch(grid_lm, Ticket, prompts, batch_size=2, max_new_tokens=24)
+    assert [r.token_ids for r in batch] == [r.token_ids for r in alone]
+    seen = [grid_lm.encode_prompt(prompt) for prompt in prompts]
+    # rows are prefilled in order as slots free up: each reuses what the rows before it left
+    assert [r.stats.prefix_tokens_reused for r in batch] == [_held(seen[:i], ids) for i, ids in enumerate(seen)]
+    assert batch[-1].stats.prefix_tokens_reused >= CHUNK
 
 
 def test_a_stream_with_reuse_yields_the_output_without(grid_lm) -> None:
