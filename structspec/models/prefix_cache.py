@@ -15,6 +15,7 @@ chunk's ids), per model, in a store bounded in bytes that evicts the least recen
 from __future__ import annotations
 
 import hashlib
+import threading
 from array import array
 import weakref
 from collections import OrderedDict
@@ -44,6 +45,7 @@ class PrefixCache:
         self.max_bytes = max_bytes
         self._chunks: OrderedDict[bytes, tuple[Chunk, int]] = OrderedDict()  # key -> (chunk, its bytes)
         self.bytes = 0  # held now
+        self._lock = threading.Lock()  # calls on one model from several threads share its cache
 
     @property
     def max_bytes(self) -> int:
@@ -54,8 +56,9 @@ class PrefixCache:
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise OptionError(f"a prefix cache's max_bytes must be an int ≥ 0, got {value!r}; 0 turns reuse off")
         self._max_bytes = value
-        if hasattr(self, "_chunks"):
-            self._evict()
+        if hasattr(self, "_chunks"):  # (not while __init__ sets the first bound)
+            with self._lock:
+                self._evict()
 
     def __len__(self) -> int:
         """Chunks held."""
@@ -65,29 +68,33 @@ class PrefixCache:
         """The held chunks of ``keys`` from the first on, up to the first that is not held; marks them recently
         used (changes the LRU order only)."""
         found = []
-        for key in keys:
-            if key not in self._chunks:
-                break
-            self._chunks.move_to_end(key)
-            found.append(self._chunks[key][0])
+        with self._lock:
+            for key in keys:
+                if key not in self._chunks:
+                    break
+                self._chunks.move_to_end(key)
+                found.append(self._chunks[key][0])
         return found
 
     def put(self, key: bytes, chunk: Chunk) -> None:
         """Hold ``chunk`` under ``key``, evicting the least recently used chunks past `max_bytes` (changes the
         cache). A chunk larger than the bound is not held."""
         size = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in chunk)
-        if key in self._chunks or size > self.max_bytes:
-            return
-        self._chunks[key] = (chunk, size)
-        self.bytes += size
-        self._evict()
+        with self._lock:
+            if key in self._chunks or size > self.max_bytes:
+                return
+            self._chunks[key] = (chunk, size)
+            self.bytes += size
+            self._evict()
 
     def clear(self) -> None:
         """Forget every chunk (changes the cache)."""
-        self._chunks.clear()
-        self.bytes = 0
+        with self._lock:
+            self._chunks.clear()
+            self.bytes = 0
 
     def _evict(self) -> None:
+        """Drop least recently used chunks until the bound holds (the caller holds the lock)."""
         while self.bytes > self.max_bytes:
             _, (_, size) = self._chunks.popitem(last=False)
             self.bytes -= size
