@@ -28,11 +28,14 @@ import jsonschema  # noqa: E402
 from vllm import LLM  # noqa: E402
 
 from structspec.jobs import vllm as vllm_jobs  # noqa: E402
+from structspec.jobs.errors import JobConfigError  # noqa: E402
 from structspec.jobs.manifest import manifest_path  # noqa: E402
 from structspec.jobs.prompts import default_template  # noqa: E402
 from structspec.jobs.records import read_inputs  # noqa: E402
 from structspec.jobs.runner import JobOptions  # noqa: E402
 from structspec.models.shipped import model_path  # noqa: E402
+from structspec.tools.cli import main  # noqa: E402
+from structspec.tools.command import EXIT_CONFIG  # noqa: E402
 from tests.conftest import _USER_CACHE, _set_cache  # noqa: E402
 
 pytestmark = [pytest.mark.real_model, pytest.mark.slow]
@@ -141,3 +144,19 @@ def test_a_budget_that_runs_out_is_that_records_error_line(tmp_path: Path, llm: 
     (row,) = _rows(output)
     assert row["error"]["kind"] == "token_budget" and "--max-new-tokens" in row["error"]["message"]
     assert row["stats"]["output_tokens"] == 4 and row["error"]["partial_text"].startswith("{")
+
+
+def test_options_vllm_refuses_are_refused_before_the_engine_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    def load_engine(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the engine was loaded before the error was found")
+
+    monkeypatch.setattr(vllm_jobs, "load_engine", load_engine)
+    (tmp_path / "s.json").write_text(json.dumps(SCHEMA))
+    source = _write_input(tmp_path / "in.jsonl", [{"id": "a", "text": PEOPLE[0]}])
+    job = ["extract", "--engine", "vllm", "--schema", str(tmp_path / "s.json"), "--input", str(source),
+           "--output", str(tmp_path / "out.jsonl"), "--model", "smollm2-135m"]
+    assert main([*job, "--top-k", "-5"]) == EXIT_CONFIG
+    assert "top_k" in capsys.readouterr().err and not (tmp_path / "out.jsonl").exists()
+    with pytest.raises(JobConfigError, match="fast_forward are options of structspec's own loop"):
+        vllm_jobs.sampling_params(SCHEMA, JobOptions("{document}", {"fast_forward": "exact"}))
