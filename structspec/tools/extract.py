@@ -62,8 +62,8 @@ def check_vllm_options(args: argparse.Namespace) -> None:
     if importlib.util.find_spec("vllm") is None:
         raise JobConfigError(f"--engine vllm needs vLLM, which is not installed here: {VLLM_INSTALL}; or use "
                              "--engine structspec")
-    refused = [(args.ray is not None, "--ray", "run one --engine vllm job per machine, or --engine structspec "
-                                               "with --ray"),
+    refused = [(args.ray is not None, "--ray", "vLLM jobs run on this machine only for now; drop --ray, or use "
+                                               "--engine structspec on Ray"),
                (args.draft_model is not None, "--draft-model", "drop it: vLLM decodes without a draft model here"),
                (not args.strict, "--no-strict", "the structspec backend in vLLM enforces every keyword; drop the "
                                                 "keyword from the schema, or use --engine structspec")]
