@@ -335,9 +335,9 @@ class RowDecode:
         self.stats.constraint_seconds += constraint_seconds
 
     def prefilled(self, fed: int, seconds: float, reused: int = 0) -> None:
-        """The prompt but its last token is in the cache: ``reused`` tokens from the prompts' shared prefix and
-        ``fed`` from a pass of its own that took ``seconds``; the last token stays pending. Changes the row and
-        its stats."""
+        """The prompt but its last token is in the cache: ``reused`` tokens from held chunks or the prompts' shared
+        prefix and ``fed`` from a prefill of its own that took ``seconds`` (with the copy of what was reused); the
+        last token stays pending. Changes the row and its stats."""
         self.cached, self.pending = reused + fed, self.item.prompt_ids[reused + fed :]
         if fed:
             self.stats.prefill_passes += 1
