@@ -263,11 +263,16 @@ def register() -> None:
     global _registered
     if _registered:
         return
+    import pydantic
+    from vllm.config import VllmConfig
     from vllm.config.structured_outputs import StructuredOutputsConfig
     from vllm.sampling_params import SamplingParams
     from vllm.v1.structured_output import StructuredOutputManager
 
     _widen_config(StructuredOutputsConfig)
+    # the engine's config embeds the old class's validators until it is rebuilt too: without this, an LLM with
+    # disable_any_whitespace=True under structspec was refused as "only supported for xgrammar and guidance"
+    pydantic.dataclasses.rebuild_dataclass(VllmConfig, force=True)
 
     validate = SamplingParams._validate_structured_outputs
 

@@ -257,6 +257,16 @@ def test_grammar_contract_accepts_validates_rolls_back_and_terminates(llm: LLM) 
     assert grammar.validate_tokens(yes) == yes
 
 
+def test_an_engine_config_takes_structspec_with_disable_any_whitespace() -> None:
+    from vllm.config import VllmConfig
+
+    backend.register()
+    config = VllmConfig(structured_outputs_config=StructuredOutputsConfig(backend="structspec",
+                                                                         disable_any_whitespace=True))
+    assert config.structured_outputs_config.backend == "structspec"
+    assert config.structured_outputs_config.disable_any_whitespace
+
+
 @pytest.mark.parametrize("disable_any_whitespace, spaced_ok", [(False, True), (True, False)])
 def test_whitespace_follows_disable_any_whitespace(llm: LLM, disable_any_whitespace: bool, spaced_ok: bool) -> None:
     tokenizer = manager(llm).tokenizer
