@@ -348,7 +348,10 @@ class TokenIndex:
         return found
 
     def _compute_allowed(self, state: int) -> np.ndarray:
-        ids = np.flatnonzero(np.unpackbits(self._allowed_bytes(state), bitorder="little")).astype(np.int32)
+        found = self._allowed_bytes(state)
+        at = np.flatnonzero(found)  # only the bytes holding a bit are unpacked: most states allow a few tokens
+        bits = np.unpackbits(found[at, None], axis=1, bitorder="little").astype(bool)
+        ids = (at[:, None] * 8 + np.arange(8))[bits].astype(np.int32)  # (row-major: ascending)
         ids.setflags(write=False)
         return ids
 
