@@ -6,9 +6,9 @@ minutes (it is JSONSchemaBench's compile-time tail), and most of those states ar
 never visited by one generation. Here a state's answer is computed when decoding
 first asks for it, in two parts (docs/concepts/token-index.md):
 
-* the state's *region*: the states around it that lead back to it within a few
-  bytes (a string's characters, the bytes of one multi-byte character, an
-  escape), relabelled in a canonical order so that every string field of every
+* the state's *region*: the states around it that lead back, within a few
+  bytes, into a loop at it or a byte away (a string's characters, the bytes of
+  one multi-byte character, an escape), relabelled in a canonical order so that every string field of every
   schema has the same region. Every token is walked through the region once per
   tokenizer and region shape, with numpy, one vectorized step per byte
   position: the tokens that stay inside are allowed, the rest leave it by an
@@ -212,8 +212,9 @@ def _region(dfa: LazyDFA, state: int, successors: dict[int, list[int]] | None = 
             ) -> tuple[np.ndarray, int, list[int]]:
     """The region of ``state`` as (canonical table, its number of region states, the DFA state of each exit).
 
-    The region is ``state`` and the states within `REGION_DEPTH` bytes of it that lead back to it; a state
-    with no byte leading back to itself is a region alone. The table numbers them 1, 2, … in breadth-first
+    The region is ``state``, the states a byte away that loop on themselves (a string's characters, entered by
+    its first one), and the states within `REGION_DEPTH` bytes that lead back to these; a state with no such
+    loop is a region alone. The table numbers them 1, 2, … in breadth-first
     order from ``state`` over bytes 0-255, and the states outside the region they lead to (exits) after them,
     in the order first met; 0 is dead. Equal tables mean equal walks for every token until it leaves the
     region, whatever the schema. Builds the rows it reads: the table grows, the language does not.
