@@ -112,8 +112,8 @@ def token_fsm(
         constraint = agent_constraint(spec, vocab, model_or_tokenizer,
                                       lambda inner, ws=None: constraint_of(inner, ws or whitespace_pattern, strict))
         return constraint_fsm(constraint, vocab, width)
-    regex = structspec.to_regex(spec, whitespace_pattern, strict)
-    return TokenFSM.from_regex(regex, vocab, width)
+    # the parsed pattern, never written as text and read again (that round trip was most of a compile)
+    return TokenFSM.from_regex(constraint_of(spec, whitespace_pattern, strict).pattern, vocab, width)
 
 
 def eos_only_row(fsm: TokenFSM) -> torch.Tensor:
