@@ -28,6 +28,7 @@ from structspec.decoding.fastforward import FastForward
 from structspec.errors import OptionError, SpecError, StructspecError
 from structspec.events import Streamer
 from structspec.models.loading import load
+from structspec.models.prefix_cache import clear_prefix_caches
 from structspec.models.protocol import Prompt
 from structspec.models.transformers_lm import LM
 from structspec.options import GenerationConfigLike, check_prompt
@@ -181,9 +182,10 @@ def generate_batch(
 
 
 def clear_cache(disk: bool = False) -> None:
-    """Forget compiled automata held in memory, and with ``disk=True`` those on disk too (changes the caches;
-    converted models stay)."""
+    """Forget compiled automata and every model's held prompt chunks (`structspec.models.prefix_cache`) in memory,
+    and with ``disk=True`` the automata on disk too (changes the caches; converted models stay)."""
     _fsm.clear_cache(disk)
+    clear_prefix_caches()
 
 
 def _compiled(arguments: Mapping[str, Any]) -> tuple[Compiled, GenerateOptions]:
