@@ -10,9 +10,9 @@ import importlib
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
-from structspec.openmp import passive_wait
+from structspec.openmp import short_spin
 
-passive_wait()  # before anything imports torch: libgomp reads how its threads wait once, when it loads
+short_spin()  # before anything imports torch: libgomp reads how its threads wait once, when it loads
 
 from structspec.errors import (  # noqa: E402
     InvalidOutput,
