@@ -29,6 +29,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 SKIP_REASONS = {
     "needs a Ray cluster": "Ray Data pipelines start a cluster of actors",
     "needs a GPU": "CUDA devices",
+    "needs vLLM": "vLLM runs in a venv of its own (.ci/vllm-check runs these pages' code in its tests)",
 }
 
 FENCE = re.compile(r"^(?P<indent>[ \t]*)```python[^\n]*\n(?P<body>.*?)^(?P=indent)```[ \t]*$", re.M | re.S)
