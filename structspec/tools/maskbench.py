@@ -164,7 +164,7 @@ class Engine:
 
 
 class StructspecEngine(Engine):
-    """structspec as ``Matcher(schema, tokenizer, logits_width=...)`` runs it: the schema's regex text compiled
+    """structspec as ``Matcher(schema, tokenizer, logits_width=...)`` runs it: the schema's parsed pattern compiled
     over the tokenizer's vocabulary, a state per accepted token, the FSM's bitmask fill."""
 
     name = "structspec"
@@ -181,7 +181,7 @@ class StructspecEngine(Engine):
             token_index.vocab_bytes(self.vocab).forget_shapes()
 
     def compile(self, schema: dict[str, Any]) -> TokenFSM:
-        return TokenFSM.from_regex(structspec.to_regex(json.dumps(schema)), vocab_from_tokenizer(self.tokenizer),
+        return TokenFSM.from_regex(constraint_of(json.dumps(schema)).pattern, vocab_from_tokenizer(self.tokenizer),
                                    self.width)
 
     def start(self, schema: dict[str, Any]) -> None:
@@ -215,17 +215,6 @@ class StructspecEngine(Engine):
         """Whether the FSM `start` compiled accepts ``token_ids``, EOS last. Computes no mask."""
         end = (self.states(token_ids[:-1]) or [self.fsm.initial_state])[-1]
         return end is not None and self.fsm.is_final(end) and token_ids[-1] in self.fsm.eos_token_ids
-
-
-class ParsedEngine(StructspecEngine):
-    """structspec compiling the schema's parsed pattern, as `structspec.compile` does, not its regex text (which
-    ``Matcher(schema, tokenizer)`` writes and parses again)."""
-
-    name = "structspec (parsed)"
-
-    def compile(self, schema: dict[str, Any]) -> TokenFSM:
-        return TokenFSM.from_regex(constraint_of(json.dumps(schema)).pattern, vocab_from_tokenizer(self.tokenizer),
-                                   self.width)
 
 
 class XgrammarEngine(Engine):
@@ -291,7 +280,6 @@ def make_engines(tokenizer: Any, width: int, names: list[str], cold: bool) -> tu
         try:
             if name == "structspec":
                 engines.append(StructspecEngine(tokenizer, width, cold))
-                engines.append(ParsedEngine(tokenizer, width, cold))
             elif name == "xgrammar":
                 engines.append(XgrammarEngine(tokenizer, width))
             elif name == "llguidance":

@@ -24,8 +24,8 @@ def _cases(tokenizer) -> list[maskbench.Case]:
 def test_every_engine_accepts_the_same_outputs_and_the_table_has_a_row_each(tokenizer) -> None:
     engines, missing = maskbench.make_engines(tokenizer, len(tokenizer), list(maskbench.ENGINES), cold=False)
     names = [e.name for e in engines]
-    assert names[:2] == ["structspec", "structspec (parsed)"]
-    assert len(names) + len(missing) == len(maskbench.ENGINES) + 1  # each peer runs or is named as missing
+    assert names[0] == "structspec"
+    assert len(names) + len(missing) == len(maskbench.ENGINES)  # each peer runs or is named as missing
     cases = _cases(tokenizer)
     results = maskbench.run(cases, engines)
     assert sorted(results) == sorted(("extraction", name) for name in names)
@@ -46,7 +46,7 @@ def test_a_peer_not_installed_is_named_and_structspec_runs_alone(tokenizer, monk
 
     monkeypatch.setattr(maskbench, "XgrammarEngine", missing)
     engines, notes = maskbench.make_engines(tokenizer, len(tokenizer), ["structspec", "xgrammar"], cold=True)
-    assert [e.name for e in engines] == ["structspec", "structspec (parsed)"]
+    assert [e.name for e in engines] == ["structspec"]
     assert len(notes) == 1 and notes[0].startswith("xgrammar is not installed")
     results = maskbench.run(_cases(tokenizer)[:1], engines)
     assert all(t.accepted == 1 for t in results.values())
