@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from array import array
 import weakref
+from array import array
 from collections import OrderedDict
 from typing import Any
 
