@@ -127,6 +127,21 @@ def request_regex(kind: StructuredOutputOptions, spec: str, whitespace: str) -> 
     raise _unsupported(f"{kind.name.lower()} requests")
 
 
+def request_fsm(
+    kind: StructuredOutputOptions, spec: str, whitespace: str, vocab: TokenVocab, vocab_size: int,
+    stop_token_ids: set[int] | None = None,
+) -> TokenFSM:
+    """The token FSM of one vLLM request (`request_regex`'s errors): the backend's grammar and the proposer
+    (`structspec.integrations.vllm_proposer`) compile the same one, cached per (regex, vocabulary, width, end
+    tokens). ``stop_token_ids`` end the output where they are special tokens (a text token cannot both end it and
+    be part of it); without any, the tokenizer's EOS does."""
+    regex = request_regex(kind, spec, whitespace)
+    tokens = vocab.token_bytes
+    ends = sorted(i for i in stop_token_ids or () if i == vocab.eos_token_id
+                  or (0 <= i < len(tokens) and tokens[i] is None))
+    return TokenFSM.from_regex(regex, vocab, vocab_size, ends or None)
+
+
 def whitespace_of(structured_outputs_config: Any) -> str:
     """The JSON layout vLLM's ``disable_any_whitespace`` asks for. Reads the config only."""
     return COMPACT if structured_outputs_config.disable_any_whitespace else ANY_WHITESPACE
@@ -191,14 +206,9 @@ class StructspecBackend(StructuredOutputBackend):
     def compile_grammar(
         self, request_type: StructuredOutputOptions, grammar_spec: str, stop_token_ids: set[int] | None = None,
     ) -> StructuredOutputGrammar:
-        """The grammar of one request (see `request_regex` for the errors, which fail that request alone).
-        ``stop_token_ids`` end the output where they are special tokens (a text token cannot both end it and
-        be part of it); without any, the tokenizer's EOS does."""
-        regex = request_regex(request_type, grammar_spec, self._whitespace)
-        tokens = self._vocab.token_bytes
-        ends = sorted(i for i in stop_token_ids or () if i == self._vocab.eos_token_id
-                      or (0 <= i < len(tokens) and tokens[i] is None))
-        return StructspecGrammar(TokenFSM.from_regex(regex, self._vocab, self.vocab_size, ends or None))
+        """The grammar of one request (see `request_fsm`; its errors fail that request alone)."""
+        fsm = request_fsm(request_type, grammar_spec, self._whitespace, self._vocab, self.vocab_size, stop_token_ids)
+        return StructspecGrammar(fsm)
 
     def allocate_token_bitmask(self, max_num_seqs: int) -> torch.Tensor:
         """A packed int32 bitmask of ``max_num_seqs`` rows, every token allowed."""
