@@ -1,0 +1,200 @@
+"""structspec's vLLM proposer (forced text, then prompt lookup) on vLLM's CPU build and SmolLM2-135M (converted).
+
+One engine for the module, under the structspec backend with the proposer, V1 multiprocessing off (the engine
+core and the model runner in this process, so a test can read the proposer and the scheduler). "Off" is the same
+engine with the proposer's drafts emptied: every step then samples one token a row, as without speculation.
+Skipped where vLLM is not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("vllm", reason="vLLM is not installed here: .ci/vllm-check runs this module in .venv-vllm")
+
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB: vLLM's CPU default takes far more than 135M needs
+
+import jsonschema  # noqa: E402
+from vllm import LLM, SamplingParams  # noqa: E402
+from vllm.sampling_params import StructuredOutputsParams  # noqa: E402
+
+from structspec.errors import OptionError  # noqa: E402
+from structspec.integrations import vllm as backend  # noqa: E402
+from structspec.integrations.vllm_proposer import GrammarProposer, prompt_lookup, speculative_config  # noqa: E402
+from structspec.models.shipped import model_path  # noqa: E402
+from tests.conftest import _USER_CACHE, _set_cache  # noqa: E402
+from tests.integrations.test_vllm import ORDER, PERSON, TOOLS, generate  # noqa: E402
+
+pytestmark = [pytest.mark.real_model, pytest.mark.slow]
+
+# Long keys, enums: most of the output is text the grammar forces
+ACCOUNT = {
+    "type": "object",
+    "properties": {
+        "customer_full_name": {"type": "string", "maxLength": 24},
+        "customer_account_status": {"enum": ["active_subscription", "suspended_for_nonpayment", "closed_by_user"]},
+        "preferred_contact_channel": {"enum": ["electronic_mail", "telephone_call", "postal_mail"]},
+        "number_of_open_support_tickets": {"type": "integer", "minimum": 0, "maximum": 99},
+    },
+    "required": ["customer_full_name", "customer_account_status", "preferred_contact_channel",
+                 "number_of_open_support_tickets"],
+}
+
+
+@pytest.fixture(scope="module")
+def llm(isolated_cache: str) -> Iterator[LLM]:
+    """One engine under the structspec backend with structspec's proposer (SmolLM2-135M from the developer's
+    structspec cache; its FSMs in the test session's cache)."""
+    _set_cache(_USER_CACHE)
+    try:
+        model = model_path("smollm2-135m")
+    finally:
+        _set_cache(isolated_cache)
+    before = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    backend.register()  # (vLLM validates the config before it loads plugins in the process that builds the LLM)
+    engine = LLM(model, enforce_eager=True, max_model_len=2048, seed=0,
+                 structured_outputs_config={"backend": "structspec"}, speculative_config=speculative_config(8))
+    yield engine
+    engine.llm_engine.engine_core.shutdown()  # its memory back before the next module starts an engine
+    if before is None:
+        os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING")
+    else:
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = before
+
+
+def core(llm: LLM) -> Any:
+    """The engine core (in this process)."""
+    return llm.llm_engine.engine_core.engine_core
+
+
+def proposer(llm: LLM) -> GrammarProposer:
+    """The engine's proposer, as its model runner built it."""
+    drafter = core(llm).model_executor.driver_worker.worker.model_runner.drafter
+    assert isinstance(drafter, GrammarProposer)
+    return drafter
+
+
+@contextmanager
+def drafts_off(llm: LLM) -> Iterator[list[int]]:
+    """The proposer drafts nothing while inside; yields a list that gets one entry per engine step."""
+    drafter, steps = proposer(llm), []
+
+    def propose(sampled_token_ids: list[list[int]], *args: Any, **kwargs: Any) -> list[list[int]]:
+        steps.append(len(sampled_token_ids))
+        return [[] for _ in sampled_token_ids]
+
+    drafter.propose = propose  # type: ignore[method-assign]
+    try:
+        yield steps
+    finally:
+        del drafter.propose  # the class's again
+
+
+@contextmanager
+def validations(llm: LLM) -> Iterator[list[tuple[list[int], list[int]]]]:
+    """Records (draft, what vLLM's ``validate_tokens`` kept of it) for every constrained request's draft."""
+    manager, seen = core(llm).scheduler.structured_output_manager, []
+    validate = manager.validate_tokens
+
+    def recording(request: Any, spec_tokens: list[int]) -> list[int]:
+        kept = validate(request, spec_tokens)
+        if request.use_structured_output:
+            seen.append((list(spec_tokens), list(kept)))
+        return kept
+
+    manager.validate_tokens = recording
+    try:
+        yield seen
+    finally:
+        del manager.validate_tokens
+
+
+def tool_call_schema() -> dict[str, Any]:
+    """The JSON vLLM compiles for ``tool_choice="required"`` over `TOOLS`."""
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionToolsParam
+    from vllm.tool_parsers.utils import get_json_schema_from_tools
+
+    return get_json_schema_from_tools("required", [ChatCompletionToolsParam.model_validate(t) for t in TOOLS])
+
+
+def test_prompt_lookup_continues_the_latest_longest_match() -> None:
+    tokens = np.array([7, 1, 2, 3, 4, 5, 1, 2, 9, 8, 2, 3, 1, 2])
+    assert prompt_lookup(tokens, 2, 5, 3) == [9, 8, 2]  # [1, 2] last seen before at 6
+    assert prompt_lookup(np.array([5, 1, 2, 3, 6, 2, 3, 9, 1, 2, 3]), 2, 5, 2) == [6, 2]  # [1, 2, 3] beats [2, 3]
+    assert prompt_lookup(np.array([1, 2, 3, 4]), 2, 5, 3) == []
+    assert prompt_lookup(np.array([1, 2, 1, 2]), 2, 5, 8) == [1, 2]  # up to the end of what is there
+
+
+@pytest.mark.parametrize("count", [0, -1, 2.5, True, "8"])
+def test_speculative_config_refuses_a_draft_length_that_is_no_positive_int(count: Any) -> None:
+    with pytest.raises(OptionError, match="num_speculative_tokens must be an int >= 1"):
+        speculative_config(count)
+
+
+def test_speculative_config_names_the_proposer_vllm_loads() -> None:
+    assert speculative_config(4) == {"method": "custom_class", "num_speculative_tokens": 4,
+                                     "model": "structspec.integrations.vllm_proposer.GrammarProposer"}
+    assert speculative_config(prompt_lookup=False)["model"].endswith(".ForcedProposer")
+
+
+def test_greedy_outputs_are_the_same_with_and_without_drafts(llm: LLM) -> None:
+    prompts = ["A user record as JSON:", "An order as JSON:", "Call a tool to get the weather in Oslo:",
+               "The customer Ada Lovelace, two open tickets, as JSON:"]
+    constraints = [StructuredOutputsParams(json=s) for s in (PERSON, ORDER, tool_call_schema(), ACCOUNT)]
+    drafter = proposer(llm)
+    drafter.reset_stats()
+    on = generate(llm, prompts, constraints, max_tokens=200)
+    assert drafter.stats.forced_drafted > 0
+    with drafts_off(llm):
+        off = generate(llm, prompts, constraints, max_tokens=200)
+    for prompt, a, b in zip(prompts, on, off):
+        assert a.token_ids == b.token_ids, (prompt, a.text, b.text)
+        assert a.finish_reason == "stop", a.text
+    jsonschema.validate(json.loads(on[3].text), ACCOUNT)
+
+
+def test_every_draft_passes_validate_tokens_whole(llm: LLM) -> None:
+    prompts = ["A user record as JSON:", "The customer Ada Lovelace, two open tickets, as JSON:"]
+    with validations(llm) as seen:
+        generate(llm, prompts, [StructuredOutputsParams(json=PERSON), StructuredOutputsParams(json=ACCOUNT)],
+                 max_tokens=200)
+    drafted = sum(len(draft) for draft, _ in seen)
+    assert drafted > 0
+    assert [draft for draft, kept in seen if kept != draft] == []
+
+
+def test_forced_drafts_cut_the_engine_steps_per_output_token(llm: LLM) -> None:
+    prompt, constraint = "The customer Ada Lovelace, two open tickets, as JSON:", StructuredOutputsParams(json=ACCOUNT)
+    drafter = proposer(llm)
+    drafter.reset_stats()
+    on = generate(llm, [prompt], constraint, max_tokens=200)[0]
+    stats = drafter.stats
+    with drafts_off(llm) as steps:
+        off = generate(llm, [prompt], constraint, max_tokens=200)[0]
+    assert on.token_ids == off.token_ids
+    tokens = len(on.token_ids)
+    assert len(steps) == tokens  # one step a token without drafts (the prefill's step samples the first)
+    print(f"\n{tokens} output tokens: {stats.steps} engine steps with the proposer ({stats.steps / tokens:.3f} a "
+          f"token; {stats.forced_drafted} forced and {stats.lookup_drafted} lookup tokens drafted), {len(steps)} "
+          f"without ({len(steps) / tokens:.3f})")
+    assert stats.forced_drafted > 0
+    assert stats.steps < 0.8 * tokens
+
+
+def test_a_request_without_a_grammar_gets_prompt_lookup_drafts_alone(llm: LLM) -> None:
+    drafter = proposer(llm)
+    drafter.reset_stats()
+    prompt = "Repeat after me: one two three four five six seven. One two three four five six seven. One two"
+    with validations(llm) as seen:
+        out = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=40), use_tqdm=False)[0].outputs[0]
+    assert out.token_ids
+    assert seen == []  # (no grammar: vLLM validates nothing)
+    assert drafter.stats.forced_drafted == 0 and drafter.stats.lookup_drafted > 0
