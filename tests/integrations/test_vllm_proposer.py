@@ -9,28 +9,24 @@ Skipped where vLLM is not installed.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import jsonschema
 import numpy as np
 import pytest
 
-pytest.importorskip("vllm", reason="vLLM is not installed here: .ci/vllm-check runs this module in .venv-vllm")
+# first: it skips this module where vLLM is not installed and sizes vLLM's CPU KV cache (VLLM_CPU_KVCACHE_SPACE)
+from tests.integrations.test_vllm import ORDER, PERSON, TOOLS, generate  # isort: skip
+from vllm import LLM, SamplingParams
+from vllm.sampling_params import StructuredOutputsParams
 
-os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB: vLLM's CPU default takes far more than 135M needs
-
-import jsonschema  # noqa: E402
-from vllm import LLM, SamplingParams  # noqa: E402
-from vllm.sampling_params import StructuredOutputsParams  # noqa: E402
-
-from structspec.errors import OptionError  # noqa: E402
-from structspec.integrations import vllm as backend  # noqa: E402
-from structspec.integrations.vllm_proposer import GrammarProposer, prompt_lookup, speculative_config  # noqa: E402
-from structspec.models.shipped import model_path  # noqa: E402
-from tests.conftest import _USER_CACHE, _set_cache  # noqa: E402
-from tests.integrations.test_vllm import ORDER, PERSON, TOOLS, generate  # noqa: E402
+from structspec.errors import OptionError
+from structspec.integrations import vllm as backend
+from structspec.integrations.vllm_proposer import GrammarProposer, prompt_lookup, speculative_config
+from structspec.models.shipped import model_path
+from tests.conftest import _USER_CACHE
 
 pytestmark = [pytest.mark.real_model, pytest.mark.slow]
 
@@ -50,24 +46,18 @@ ACCOUNT = {
 
 @pytest.fixture(scope="module")
 def llm(isolated_cache: str) -> Iterator[LLM]:
-    """One engine under the structspec backend with structspec's proposer (SmolLM2-135M from the developer's
-    structspec cache; its FSMs in the test session's cache)."""
-    _set_cache(_USER_CACHE)
-    try:
+    """One engine under the structspec backend with structspec's proposer, the engine core in this process
+    (SmolLM2-135M from the developer's structspec cache; its FSMs in the test session's cache)."""
+    with pytest.MonkeyPatch.context() as patch:  # (the developer's cache while the model's path is found)
+        patch.setenv("STRUCTSPEC_CACHE", _USER_CACHE) if _USER_CACHE else patch.delenv("STRUCTSPEC_CACHE")
         model = model_path("smollm2-135m")
-    finally:
-        _set_cache(isolated_cache)
-    before = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    backend.register()  # (vLLM validates the config before it loads plugins in the process that builds the LLM)
-    engine = LLM(model, enforce_eager=True, max_model_len=2048, seed=0,
-                 structured_outputs_config={"backend": "structspec"}, speculative_config=speculative_config(8))
-    yield engine
-    engine.llm_engine.engine_core.shutdown()  # its memory back before the next module starts an engine
-    if before is None:
-        os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING")
-    else:
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = before
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        backend.register()  # (vLLM validates the config before it loads plugins in the process that builds it)
+        engine = LLM(model, enforce_eager=True, max_model_len=2048, seed=0, speculative_config=speculative_config(8),
+                     structured_outputs_config={"backend": "structspec"})
+        yield engine
+        engine.llm_engine.engine_core.shutdown()  # its memory back before the next module starts an engine
 
 
 def core(llm: LLM) -> Any:
