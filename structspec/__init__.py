@@ -33,7 +33,7 @@ from structspec.errors import (  # noqa: E402
 )
 
 if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and IDEs
-    from structspec.api import clear_cache, generate, generate_batch, generate_result, iter_batch, stream
+    from structspec.api import calibrate, clear_cache, generate, generate_batch, generate_result, iter_batch, stream
     from structspec.compiled import Compiled, compile
     from structspec.models.loading import load
     from structspec.models.transformers_lm import LM, from_transformers
@@ -48,15 +48,16 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from structspec.schema.toolcalls import ToolCalls
 
 _LAZY = {
-    "structspec.api": ("clear_cache", "generate", "generate_batch", "generate_result", "iter_batch", "stream"),
+    "structspec.api": ("calibrate", "clear_cache", "generate", "generate_batch", "generate_result", "iter_batch",
+                       "stream"),
     "structspec.compiled": ("Compiled", "compile"),
     "structspec.settings": ("CompileOptions", "GenerateOptions"),
     "structspec.models.loading": ("load",),
     "structspec.models.transformers_lm": ("LM", "from_transformers"),
     "structspec.decoding.factory": ("SelfDraft", "Staged"),
     "structspec.decoding.tree": ("TreeDrafter",),
-    "structspec.result": ("CallDone", "FieldDone", "Finished", "Result", "Stats", "StreamEvent", "TextChunk", "ToolCall",
-                          "ToolCallsValue"),
+    "structspec.result": ("CallDone", "FieldDone", "Finished", "Result", "Stats", "StreamEvent", "TextChunk",
+                          "ToolCall", "ToolCallsValue"),
     "structspec.schema": ("Regex", "to_regex"),
     "structspec.schema.grammars": ("grammars",),  # the module itself
     "structspec.schema.reasoning": ("Reasoning",),
@@ -106,6 +107,6 @@ __all__ = [
     "RegexError", "Result", "SchemaError", "SelfDraft", "Sequence", "Special", "SpecError", "Staged", "Stats",
     "StreamEvent", "StructspecError", "Tag", "Text", "TextChunk", "TokenBudgetExceeded", "ToolCall", "ToolCalls",
     "ToolCallsValue", "ToolError", "ToolSchemaError", "TreeDrafter", "Triggered", "UnspellableError",
-    "VocabularyMismatchError", "__version__", "clear_cache", "compile", "from_transformers", "generate",
+    "VocabularyMismatchError", "__version__", "calibrate", "clear_cache", "compile", "from_transformers", "generate",
     "generate_batch", "generate_result", "grammars", "iter_batch", "load", "stream", "to_regex",
 ]

@@ -1,5 +1,7 @@
 """The one-liners: `generate`, `generate_result`, `stream`, `generate_batch`, `iter_batch` compile the spec
-(`structspec.compile`, cached) and call what it returns; `clear_cache` forgets compiled automata.
+(`structspec.compile`, cached) and decode with what it returns, their options built and checked once per call;
+`clear_cache` forgets compiled automata; `calibrate` measures and stores a model's pass cost, which decoding
+reads.
 
 Typical use::
 
@@ -19,12 +21,13 @@ Typical use::
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, get_origin
+from typing import Any, Unpack, get_origin
 
 from structspec.automaton import fsm as _fsm
 from structspec.batches import check_batch, collected, decode_rows
-from structspec.compiled import Compiled, compile
-from structspec.decoding.fastforward import FastForward
+from structspec.compiled import Compiled, compile_with, decode_result, decode_stream, value_of
+from structspec.decoding.calibrate import Calibration
+from structspec.decoding.calibrate import calibrate as _calibrate
 from structspec.errors import OptionError, SpecError, StructspecError
 from structspec.events import Streamer
 from structspec.models.loading import load
@@ -33,52 +36,47 @@ from structspec.models.protocol import Prompt
 from structspec.models.transformers_lm import LM
 from structspec.options import GenerationConfigLike, check_prompt
 from structspec.result import Result, StreamEvent
-from structspec.schema import COMPACT, Regex
-from structspec.schema.bounds import MAX_FRACTION_DIGITS, MAX_INTEGER_DIGITS
-from structspec.schema.recursion import MAX_RECURSION_DEPTH
-from structspec.settings import CompileOptions, Draft, GenerateOptions, as_keywords, options_in, takes_options
+from structspec.schema import Regex
+from structspec.settings import (
+    BatchOneLinerKeywords,
+    CompileOptions,
+    GenerateOptions,
+    OneLinerKeywords,
+    checked_keywords,
+    options_in,
+)
 
 
-@takes_options
 def generate_result(
-    model: LM | str, spec: Any, prompt: Prompt, *, max_new_tokens: int = 512, do_sample: bool | None = None,
-    temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-    fast_forward: FastForward = "exact", draft: Draft = "prompt_lookup", output_logprobs: bool = False,
-    whitespace_pattern: str = COMPACT, strict: bool = True, max_integer_digits: int | None = MAX_INTEGER_DIGITS,
-    max_fraction_digits: int | None = MAX_FRACTION_DIGITS, eos_token_id: int | list[int] | None = None,
-    max_recursion_depth: int = MAX_RECURSION_DEPTH, open_objects: bool | None = None,
-    streamer: Streamer | None = None, generation_config: GenerationConfigLike | None = None,
+    model: LM | str, spec: Any, prompt: Prompt, *, streamer: Streamer | None = None,
+    generation_config: GenerationConfigLike | None = None, **keywords: Unpack[OneLinerKeywords],
 ) -> Result:
     """Compile ``spec`` for ``model`` (a loaded `LM`, or a name to `load`), generate output that matches it for
     ``prompt``, and return the output with its tokens and stats.
 
-    The decode options are `GenerateOptions`' and the compile options `CompileOptions`'; all are checked,
-    with the prompt, before the model loads. ``generation_config`` (a transformers ``GenerationConfig``)
-    supplies ``max_new_tokens``, ``do_sample``, ``temperature``, ``top_k``, ``top_p`` and ``eos_token_id``
-    where no keyword does; any other field it sets to something structspec does not do (``num_beams=2``,
-    ``repetition_penalty=1.1``, ...) is an `OptionError` naming it. The model's own generation config is never
-    read. ``streamer`` (``put``/``end``, as transformers' ``TextStreamer``) gets the prompt's ids, then each
-    turn's accepted output ids (a drafted or forced run at once), each as a [1, n] LongTensor, then ``end()``;
-    EOS is not output, so it is not put.
+    The keywords (`OneLinerKeywords`) are `GenerateOptions`' (how to decode, with their defaults) and
+    `CompileOptions`' (what the FSM depends on); all are checked, with the prompt, before the model loads.
+    ``generation_config`` (a transformers ``GenerationConfig``) supplies ``max_new_tokens``, ``do_sample``,
+    ``temperature``, ``top_k``, ``top_p`` and ``eos_token_id`` where no keyword does; any other field it sets to
+    something structspec does not do (``num_beams=2``, ``repetition_penalty=1.1``, ...) is an `OptionError`
+    naming it. The model's own generation config is never read. ``streamer`` (``put``/``end``, as transformers'
+    ``TextStreamer``) gets the prompt's ids, then each turn's accepted output ids (a drafted or forced run at
+    once), each as a [1, n] LongTensor, then ``end()``; EOS is not output, so it is not put.
 
     Stopping is a result: when ``max_new_tokens`` runs out, the `Result` has ``stop_reason="max_new_tokens"``,
     ``value=None`` and the partial text, tokens and stats (likewise ``"max_context"`` when the model's context
-    fills up). A prompt that does not fit the model's context raises `PromptError`; a state the vocabulary
-    cannot spell on from raises `UnspellableError`, carrying the partial result.
+    fills up). So is a state the vocabulary cannot spell on from: ``stop_reason="error"`` with the partial
+    output and the `UnspellableError` in ``error``, as a batch row has it. A prompt that does not fit the
+    model's context raises `PromptError`.
     """
-    compiled, options = _compiled(locals())
-    return compiled.result(prompt, streamer=streamer, **as_keywords(options))
+    compiled, options = _compiled(model, spec, prompt, checked_keywords(keywords, OneLinerKeywords,
+                                                                        generation_config, streamer))
+    return decode_result(compiled, prompt, options, streamer)
 
 
-@takes_options
 def generate(
-    model: LM | str, spec: Any, prompt: Prompt, *, max_new_tokens: int = 512, do_sample: bool | None = None,
-    temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-    fast_forward: FastForward = "exact", draft: Draft = "prompt_lookup", output_logprobs: bool = False,
-    whitespace_pattern: str = COMPACT, strict: bool = True, max_integer_digits: int | None = MAX_INTEGER_DIGITS,
-    max_fraction_digits: int | None = MAX_FRACTION_DIGITS, eos_token_id: int | list[int] | None = None,
-    max_recursion_depth: int = MAX_RECURSION_DEPTH, open_objects: bool | None = None,
-    streamer: Streamer | None = None, generation_config: GenerationConfigLike | None = None,
+    model: LM | str, spec: Any, prompt: Prompt, *, streamer: Streamer | None = None,
+    generation_config: GenerationConfigLike | None = None, **keywords: Unpack[OneLinerKeywords],
 ) -> Any:
     """Generate and return the validated value: a Pydantic instance, a parsed JSON value, or a `str` for a regex.
 
@@ -87,19 +85,14 @@ def generate(
     `InvalidOutput` when the spec's validator rejects the output, and `UnspellableError` (carrying the
     partial result too) when the output reaches a character the vocabulary cannot spell.
     """
-    compiled, options = _compiled(locals())
-    return compiled(prompt, streamer=streamer, **as_keywords(options))
+    compiled, options = _compiled(model, spec, prompt, checked_keywords(keywords, OneLinerKeywords,
+                                                                        generation_config, streamer))
+    return value_of(decode_result(compiled, prompt, options, streamer), options)
 
 
-@takes_options
 def stream(
-    model: LM | str, spec: Any, prompt: Prompt, *, max_new_tokens: int = 512, do_sample: bool | None = None,
-    temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-    fast_forward: FastForward = "exact", draft: Draft = "prompt_lookup", output_logprobs: bool = False,
-    whitespace_pattern: str = COMPACT, strict: bool = True, max_integer_digits: int | None = MAX_INTEGER_DIGITS,
-    max_fraction_digits: int | None = MAX_FRACTION_DIGITS, eos_token_id: int | list[int] | None = None,
-    max_recursion_depth: int = MAX_RECURSION_DEPTH, open_objects: bool | None = None,
-    generation_config: GenerationConfigLike | None = None,
+    model: LM | str, spec: Any, prompt: Prompt, *, generation_config: GenerationConfigLike | None = None,
+    **keywords: Unpack[OneLinerKeywords],
 ) -> Iterator[StreamEvent]:
     """`generate_result` as events: a `TextChunk` per turn that accepted tokens, a `FieldDone` each time a
     top-level member of a JSON object closes, then one `Finished` with the `Result` (whatever the stop reason).
@@ -117,36 +110,31 @@ def stream(
             if isinstance(event, structspec.FieldDone):
                 print(event.name, "=", event.value)
     """
-    compiled, options = _compiled(locals())
-    return compiled.stream(prompt, **as_keywords(options))
+    compiled, options = _compiled(model, spec, prompt, checked_keywords(keywords, OneLinerKeywords,
+                                                                        generation_config))
+    return decode_stream(compiled, prompt, options)
 
 
-@takes_options
 def iter_batch(
-    model: LM | str, spec: Any, prompts: list[Prompt], *, batch_size: int = 8, max_new_tokens: int = 512,
-    do_sample: bool | None = None, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
-    seed: int | None = None, fast_forward: FastForward = "exact", draft: Draft = "prompt_lookup",
-    whitespace_pattern: str = COMPACT, strict: bool = True, max_integer_digits: int | None = MAX_INTEGER_DIGITS,
-    max_fraction_digits: int | None = MAX_FRACTION_DIGITS, eos_token_id: int | list[int] | None = None,
-    max_recursion_depth: int = MAX_RECURSION_DEPTH, open_objects: bool | None = None,
-    generation_config: GenerationConfigLike | None = None,
+    model: LM | str, spec: Any, prompts: list[Prompt], *, batch_size: int = 8,
+    generation_config: GenerationConfigLike | None = None, **keywords: Unpack[BatchOneLinerKeywords],
 ) -> Iterator[tuple[int, Result]]:
     """Decode ``prompts`` ``batch_size`` rows per target pass; yields ``(index, Result)`` as each row finishes.
 
     ``spec`` is one spec for every row or a list with one spec per prompt (each distinct spec compiled once).
-    The options are `generate_result`'s but ``output_logprobs`` and ``streamer``, checked in this call; the
-    model runs as the results are read. A finished row's place is refilled with the next prompt; the prompts'
-    shared token prefix is prefilled once. A row that cannot run (an empty prompt, a prompt longer than the
-    context, a bad spec) is a `Result` with ``stop_reason="error"`` and the `StructspecError` in ``error``;
-    other rows are unaffected. So is a row that reaches a character the vocabulary cannot spell: its `Result`
-    is the partial output, with the `UnspellableError` (naming the row) in ``error``. When sampling, row ``i``
-    draws from its own generator seeded with ``seed + i``, so its sample does not depend on ``batch_size`` or
-    refill order. ``draft`` is a name or a loaded LM (each row gets its own drafter); a draft model with the
-    target's tokenizer and self-draft draft for all rows in one draft pass per round, another tokenizer row by
-    row.
+    The keywords (`BatchOneLinerKeywords`) are `generate_result`'s but ``output_logprobs`` and ``streamer``,
+    checked in this call; the model runs as the results are read. A finished row's place is refilled with the
+    next prompt; the prompts' shared token prefix is prefilled once. A row that cannot run (an empty prompt, a
+    prompt longer than the context, a bad spec) is a `Result` with ``stop_reason="error"`` and the
+    `StructspecError` in ``error``; other rows are unaffected. So is a row that reaches a character the
+    vocabulary cannot spell: its `Result` is the partial output, with the `UnspellableError` (naming the row) in
+    ``error``. When sampling, row ``i`` draws from its own generator seeded with ``seed + i``, so its sample does
+    not depend on ``batch_size`` or refill order. ``draft`` is a name or a loaded LM (each row gets its own
+    drafter); a draft model with the target's tokenizer and self-draft draft for all rows in one draft pass per
+    round, another tokenizer row by row.
     """
-    options = options_in(GenerateOptions, {**locals(), "output_logprobs": False})
-    compile_options = as_keywords(options_in(CompileOptions, locals()))
+    checked = checked_keywords(keywords, BatchOneLinerKeywords, generation_config)
+    options, compile_options = options_in(GenerateOptions, checked), options_in(CompileOptions, checked)
     _check_order(spec, prompts)
     batch_size = check_batch(prompts, options, batch_size)
     specs = spec if isinstance(spec, list) else [spec] * len(prompts)
@@ -159,26 +147,31 @@ def iter_batch(
     for row_spec in specs:
         try:  # a spec that fails is tried again for each of its rows: each row's error is its own, naming it
             if id(row_spec) not in done:
-                done[id(row_spec)] = compile(row_spec, lm, **compile_options)
+                done[id(row_spec)] = compile_with(row_spec, lm, compile_options)
             rows.append(done[id(row_spec)])
         except StructspecError as error:
             rows.append(error)
     return decode_rows(lm, rows, prompts, options, batch_size)
 
 
-@takes_options
 def generate_batch(
-    model: LM | str, spec: Any, prompts: list[Prompt], *, batch_size: int = 8, max_new_tokens: int = 512,
-    do_sample: bool | None = None, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
-    seed: int | None = None, fast_forward: FastForward = "exact", draft: Draft = "prompt_lookup",
-    whitespace_pattern: str = COMPACT, strict: bool = True, max_integer_digits: int | None = MAX_INTEGER_DIGITS,
-    max_fraction_digits: int | None = MAX_FRACTION_DIGITS, eos_token_id: int | list[int] | None = None,
-    max_recursion_depth: int = MAX_RECURSION_DEPTH, open_objects: bool | None = None,
-    generation_config: GenerationConfigLike | None = None,
+    model: LM | str, spec: Any, prompts: list[Prompt], *, batch_size: int = 8,
+    generation_config: GenerationConfigLike | None = None, **keywords: Unpack[BatchOneLinerKeywords],
 ) -> list[Result]:
     """`iter_batch`, collected: one `Result` per prompt, in the prompts' order."""
-    results = iter_batch(**locals())  # the same parameters, by name
+    results = iter_batch(model, spec, prompts, batch_size=batch_size, generation_config=generation_config,
+                         **keywords)
     return collected(len(prompts), results)
+
+
+def calibrate(model: LM | str, *, store_busy: bool = False) -> Calibration:
+    """Measure ``model``'s (a loaded `LM`, or a name to `load`) packed pass cost — seconds of one pass against
+    the tokens it feeds, a few seconds of passes on a CPU — and store it for its name, dtype, device, kernels
+    and thread count: later decoding with the model drafts by it. Decoding never measures; a model without a
+    stored curve drafts by `structspec.decoding.budget.DEFAULT_COST`. Measured beside other busy work, the
+    curve is not stored unless ``store_busy`` (a `RuntimeWarning` says so; ``Calibration.stored`` is False).
+    Runs the model; writes the cache. Also ``structspec calibrate --model NAME``."""
+    return _calibrate(load(model) if isinstance(model, str) else model, store_busy)
 
 
 def clear_cache(disk: bool = False) -> None:
@@ -188,14 +181,14 @@ def clear_cache(disk: bool = False) -> None:
     clear_prefix_caches()
 
 
-def _compiled(arguments: Mapping[str, Any]) -> tuple[Compiled, GenerateOptions]:
-    """The spec of a one-liner's ``arguments`` compiled, and its decode options: every check before the model
-    loads (the options, the arguments' order, the prompt's shape)."""
-    options = options_in(GenerateOptions, arguments)
-    compile_options = options_in(CompileOptions, arguments)
-    _check_order(arguments["spec"], arguments["prompt"])
-    check_prompt(arguments["prompt"])
-    return compile(arguments["spec"], arguments["model"], **as_keywords(compile_options)), options
+def _compiled(model: LM | str, spec: Any, prompt: Any, keywords: Mapping[str, Any]) -> tuple[Compiled,
+                                                                                          GenerateOptions]:
+    """The spec compiled for a one-liner, and its decode options made of its checked ``keywords``: every check
+    before the model loads (the options, the arguments' order, the prompt's shape)."""
+    options, compile_options = options_in(GenerateOptions, keywords), options_in(CompileOptions, keywords)
+    _check_order(spec, prompt)
+    check_prompt(prompt)
+    return compile_with(spec, model, compile_options), options
 
 
 def _check_order(spec: Any, prompt: Any) -> None:
@@ -210,4 +203,3 @@ def _check_order(spec: Any, prompt: Any) -> None:
             "the spec goes): structspec takes the spec first, unlike outlines' generator(prompt); call "
             "structspec.generate(model, spec, prompt), or generate_batch(model, spec, prompts)"
         )
-

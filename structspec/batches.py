@@ -4,7 +4,7 @@ cannot run is a `Result` with ``stop_reason="error"``, the other rows unaffected
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -12,15 +12,12 @@ from structspec.decoding.batch import decode_batch, spec_prefixes
 from structspec.decoding.factory import check_row_draft, make_row_drafter
 from structspec.decoding.row import RowInput
 from structspec.errors import OptionError, StructspecError
-from structspec.events import prompt_ids_of, result_of
+from structspec.events import CompiledSpec, prompt_ids_of, result_of
 from structspec.models.protocol import Prompt
 from structspec.models.transformers_lm import LM
 from structspec.options import check_option, check_prompt
 from structspec.result import Result, Stats
-
-if TYPE_CHECKING:
-    from structspec.compiled import Compiled
-    from structspec.settings import GenerateOptions
+from structspec.settings import GenerateOptions
 
 
 def check_batch(prompts: Any, options: GenerateOptions, batch_size: Any) -> int:
@@ -33,12 +30,13 @@ def check_batch(prompts: Any, options: GenerateOptions, batch_size: Any) -> int:
 
 
 def decode_rows(
-    lm: LM, specs: list[Compiled | StructspecError], prompts: list[Prompt], options: GenerateOptions,
+    lm: LM, specs: list[CompiledSpec | StructspecError], prompts: list[Prompt], options: GenerateOptions,
     batch_size: int,
 ) -> Iterator[tuple[int, Result]]:
     """Yield ``(index, Result)`` as each row finishes, prompt ``i`` decoded under ``specs[i]`` (an error there
     is that row's `Result`). A finished row's place is refilled with the next prompt; the shared token prefix of
-    each spec's prompts is prefilled once where the model allows (`decode_batch`). Row ``i`` samples from its own generator seeded with ``seed + i``."""
+    each spec's prompts is prefilled once where the model allows (`decode_batch`). Row ``i`` samples from its own
+    generator seeded with ``seed + i``. Runs the model as the results are read."""
     rows: list[RowInput] = []
     for i, (compiled, prompt) in enumerate(zip(specs, prompts)):
         try:
@@ -53,8 +51,8 @@ def decode_rows(
     prefixes = spec_prefixes(rows)
     for i, decoded in decode_batch(lm, iter(rows), options.decode_options(), batch_size, prefixes):
         result = result_of(specs[i], decoded)  # type: ignore[arg-type]
-        if decoded.error is not None:
-            in_row(decoded.error, i)
+        if result.stop_reason == "error":
+            in_row(result.error, i)  # type: ignore[arg-type]
         yield i, result
 
 
@@ -67,7 +65,8 @@ def collected(count: int, results: Iterator[tuple[int, Result]]) -> list[Result]
 
 
 def in_row(error: StructspecError, row: int) -> StructspecError:
-    """``error`` with the batch row it concerns in its message (its type and fields unchanged)."""
+    """``error``, changed to name the batch row it concerns in its message and ``row`` (its type and other fields
+    unchanged)."""
     error.args = (f"row {row}: {error}",)
     error.row = row  # type: ignore[attr-defined]
     return error

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Unpack
 
 from structspec.automaton.fsm import TokenFSM
 from structspec.automaton.nfa import gc_paused
 from structspec.batches import check_batch, collected, decode_rows
-from structspec.decoding.fastforward import FastForward
 from structspec.errors import OptionError, TokenBudgetExceeded
 from structspec.events import Streamer, decode_events, prompt_ids_of, put_to
 from structspec.models.loading import load
@@ -24,22 +23,22 @@ from structspec.models.protocol import Prompt
 from structspec.models.transformers_lm import LM
 from structspec.options import GenerationConfigLike, check_prompt, from_generation_config
 from structspec.result import Finished, Result, StreamEvent
-from structspec.schema import COMPACT, Constraint, constraint_of
+from structspec.schema import Constraint, constraint_of
 from structspec.schema.agents import agent_constraint, chat_tools, constraint_fsm, is_agent_spec
-from structspec.schema.bounds import MAX_FRACTION_DIGITS, MAX_INTEGER_DIGITS
-from structspec.schema.recursion import MAX_RECURSION_DEPTH
-from structspec.settings import CompileOptions, Draft, GenerateOptions, options_in, takes_options
+from structspec.settings import (
+    BatchKeywords,
+    CompileKeywords,
+    CompileOptions,
+    GenerateKeywords,
+    GenerateOptions,
+    checked_keywords,
+    options_in,
+)
 
 
-@takes_options
-def compile(  # noqa: A001
-    spec: Any, model: LM | str, *, whitespace_pattern: str = COMPACT, strict: bool = True,
-    max_integer_digits: int | None = MAX_INTEGER_DIGITS, max_fraction_digits: int | None = MAX_FRACTION_DIGITS,
-    eos_token_id: int | list[int] | None = None, max_recursion_depth: int = MAX_RECURSION_DEPTH,
-    open_objects: bool | None = None,
-) -> Compiled:
+def compile(spec: Any, model: LM | str, **keywords: Unpack[CompileKeywords]) -> Compiled:  # noqa: A001
     """Compile ``spec`` into a token FSM for ``model`` (a loaded `LM`, or a name to `load`) and return it ready to
-    generate: call the result to decode. The options are `CompileOptions`' (checked before the model loads, as
+    generate: call the result to decode. The keywords are `CompileOptions`' (checked before the model loads, as
     is every spec but an agent's: tool calls, reasoning and tags are read with the tokenizer).
 
     The FSM is cached in memory, and on disk where its automaton took 5 ms or more to build
@@ -54,7 +53,11 @@ def compile(  # noqa: A001
     ``eos_token_id`` (an id or a list) names the tokens that end the output, each allowed exactly where the
     output may end (default: the tokenizer's EOS); each must be the tokenizer's EOS or a special token.
     """
-    options = options_in(CompileOptions, locals())  # locals(): this call's parameters, by name
+    return compile_with(spec, model, options_in(CompileOptions, checked_keywords(keywords, CompileKeywords)))
+
+
+def compile_with(spec: Any, model: LM | str, options: CompileOptions) -> Compiled:
+    """`compile` with its options built (and checked) already: the one-liners build them once per call."""
 
     def resolve(inner: Any, whitespace: str | None = None) -> Constraint:
         return constraint_of(inner, options.whitespace_pattern if whitespace is None else whitespace, options.strict,
@@ -80,9 +83,9 @@ class Compiled:
     options it was compiled with. Calling it decodes with the FSM it holds; no call compiles again, and none
     changes what it holds (but the FSM's cache of the states and masks decoding reaches).
 
-    The calls take `GenerateOptions`' keywords; ``generation_config`` (a transformers ``GenerationConfig``)
-    fills those a call leaves unset (see `structspec.generate_result`). A compile option given to a call is an
-    `OptionError`: compile again with it.
+    The calls take `GenerateOptions`' keywords (typed as `GenerateKeywords`, a batch's as `BatchKeywords`);
+    ``generation_config`` (a transformers ``GenerationConfig``) fills those a call leaves unset (see
+    `structspec.generate_result`). A compile option given to a call is an `OptionError`: compile again with it.
     """
 
     constraint: Constraint
@@ -96,82 +99,88 @@ class Compiled:
         """Where the constraint admits less than the schema (``"pointer: what"``), e.g. digit bounds."""
         return self.constraint.narrowings
 
-    @takes_options
     def __call__(
-        self, prompt: Prompt, *, max_new_tokens: int = 512, do_sample: bool | None = None, temperature: float = 1.0,
-        top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-        fast_forward: FastForward = "exact", draft: Draft = "prompt_lookup", output_logprobs: bool = False,
-        streamer: Streamer | None = None, generation_config: GenerationConfigLike | None = None,
+        self, prompt: Prompt, *, streamer: Streamer | None = None,
+        generation_config: GenerationConfigLike | None = None, **keywords: Unpack[GenerateKeywords],
     ) -> Any:
         """Generate and return the validated value: a Pydantic instance, a parsed JSON value, or a `str` for a
         regex. Takes `result`'s arguments; raises `TokenBudgetExceeded` (carrying the partial result) when
         ``max_new_tokens`` (or the model's context) runs out, `InvalidOutput` when the spec's validator
-        rejects the output, `UnspellableError` when the output reaches a character the vocabulary cannot spell.
+        rejects the output, `UnspellableError` (carrying the partial result) when the output reaches a character
+        the vocabulary cannot spell.
         """
-        options = self._options(locals())
-        result = self._run(prompt, options, streamer)
-        if result.stop_reason == "invalid":
-            raise result.error  # type: ignore[misc]
-        if not result.complete:
-            raise TokenBudgetExceeded(options.max_new_tokens, result)
-        return result.value
+        options = self._options(keywords, GenerateKeywords, generation_config, streamer)
+        check_prompt(prompt)
+        return value_of(decode_result(self, prompt, options, streamer), options)
 
-    @takes_options
     def result(
-        self, prompt: Prompt, *, max_new_tokens: int = 512, do_sample: bool | None = None, temperature: float = 1.0,
-        top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-        fast_forward: FastForward = "exact", draft: Draft = "prompt_lookup", output_logprobs: bool = False,
-        streamer: Streamer | None = None, generation_config: GenerationConfigLike | None = None,
+        self, prompt: Prompt, *, streamer: Streamer | None = None,
+        generation_config: GenerationConfigLike | None = None, **keywords: Unpack[GenerateKeywords],
     ) -> Result:
         """Generate output that matches the spec and return it with its tokens and stats; see
-        `structspec.generate_result` (the same, less the compile). Stopping is a result."""
-        return self._run(prompt, self._options(locals()), streamer)
+        `structspec.generate_result` (the same, less the compile). Stopping is a result, and so is a state the
+        vocabulary cannot spell on from (``stop_reason="error"``)."""
+        options = self._options(keywords, GenerateKeywords, generation_config, streamer)
+        check_prompt(prompt)
+        return decode_result(self, prompt, options, streamer)
 
-    @takes_options
     def stream(
-        self, prompt: Prompt, *, max_new_tokens: int = 512, do_sample: bool | None = None, temperature: float = 1.0,
-        top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-        fast_forward: FastForward = "exact", draft: Draft = "prompt_lookup", output_logprobs: bool = False,
-        generation_config: GenerationConfigLike | None = None,
+        self, prompt: Prompt, *, generation_config: GenerationConfigLike | None = None,
+        **keywords: Unpack[GenerateKeywords],
     ) -> Iterator[StreamEvent]:
         """`result` as events (see `structspec.stream`): the options and the prompt are checked in this call; the
         model runs as the events are read."""
-        options = self._options(locals())
+        options = self._options(keywords, GenerateKeywords, generation_config)
         check_prompt(prompt)
-        return decode_events(self, prompt_ids_of(self, prompt), options,
-                             fields=self.constraint.json_schema is not None or self.constraint.events is not None)
+        return decode_stream(self, prompt, options)
 
-    @takes_options
     def batch(
-        self, prompts: list[Prompt], *, batch_size: int = 8, max_new_tokens: int = 512, do_sample: bool | None = None,
-        temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-        fast_forward: FastForward = "exact", draft: Draft = "prompt_lookup",
-        generation_config: GenerationConfigLike | None = None,
+        self, prompts: list[Prompt], *, batch_size: int = 8, generation_config: GenerationConfigLike | None = None,
+        **keywords: Unpack[BatchKeywords],
     ) -> list[Result]:
         """One `Result` per prompt, in the prompts' order, decoded ``batch_size`` rows per target pass; see
         `structspec.iter_batch` (a row that cannot run is a `Result` with ``stop_reason="error"``)."""
-        options = self._options({**locals(), "output_logprobs": False})
+        options = self._options(keywords, BatchKeywords, generation_config)
         batch_size = check_batch(prompts, options, batch_size)
         return collected(len(prompts), decode_rows(self.lm, [self] * len(prompts), prompts, options, batch_size))
 
-    def _options(self, arguments: dict[str, Any]) -> GenerateOptions:
-        """The `GenerateOptions` among a call's ``arguments``; `OptionError` where its ``generation_config``
-        names other end tokens than this spec was compiled with."""
-        config = arguments["generation_config"]
+    def _options(
+        self, keywords: dict[str, Any], taken: type[Any], config: GenerationConfigLike | None, streamer: Any = None,
+    ) -> GenerateOptions:
+        """The `GenerateOptions` of a call's ``keywords`` (``taken``'s names) and ``config``; `OptionError` where
+        the config names other end tokens than this spec was compiled with."""
         eos = None if config is None else from_generation_config(config).get("eos_token_id")
         if eos is not None and tuple(dict.fromkeys(eos if isinstance(eos, list) else [eos])) != self.fsm.eos_token_ids:
             raise OptionError(f"generation_config.eos_token_id={eos!r} is a compile option, and this spec was compiled "
                               f"for {list(self.fsm.eos_token_ids)}: compile with structspec.compile(spec, lm, "
                               f"eos_token_id={eos!r})")
-        return options_in(GenerateOptions, arguments)
+        return options_in(GenerateOptions, checked_keywords(keywords, taken, config, streamer))
 
-    def _run(self, prompt: Prompt, options: GenerateOptions, streamer: Streamer | None) -> Result:
-        """Decode one output, putting its tokens to ``streamer`` as they are accepted."""
-        check_prompt(prompt)
-        prompt_ids = prompt_ids_of(self, prompt)
-        events = decode_events(self, prompt_ids, options, fields=False)
-        if streamer is not None:
-            events = put_to(events, prompt_ids, streamer)
-        *_, finished = events
-        assert isinstance(finished, Finished), "the last event is Finished"
-        return finished.result
+
+def decode_result(compiled: Compiled, prompt: Prompt, options: GenerateOptions, streamer: Streamer | None) -> Result:
+    """Decode one output of ``compiled`` for ``prompt`` (checked already) with ``options`` (built already), putting
+    its tokens to ``streamer`` as they are accepted; its `Result`, whatever the stop reason. Runs the model."""
+    prompt_ids = prompt_ids_of(compiled, prompt)
+    events = decode_events(compiled, prompt_ids, options, fields=False)
+    if streamer is not None:
+        events = put_to(events, prompt_ids, streamer)
+    *_, finished = events
+    assert isinstance(finished, Finished), "the last event is Finished"
+    return finished.result
+
+
+def decode_stream(compiled: Compiled, prompt: Prompt, options: GenerateOptions) -> Iterator[StreamEvent]:
+    """`decode_result` as events, member events where the spec has an object or events of its own; the model
+    runs as they are read."""
+    fields = compiled.constraint.json_schema is not None or compiled.constraint.events is not None
+    return decode_events(compiled, prompt_ids_of(compiled, prompt), options, fields=fields)
+
+
+def value_of(result: Result, options: GenerateOptions) -> Any:
+    """``result``'s value; its error (`InvalidOutput`, `UnspellableError`, carrying the result) or
+    `TokenBudgetExceeded` where it has none. Changes nothing."""
+    if result.stop_reason in ("invalid", "error"):
+        raise result.error  # type: ignore[misc]
+    if not result.complete:
+        raise TokenBudgetExceeded(options.max_new_tokens, result)
+    return result.value

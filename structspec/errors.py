@@ -80,13 +80,14 @@ class UnspellableError(StructspecError, ValueError):
     """Decoding reached a state where the constraint needs a character no token of this vocabulary (within
     the model's logits) can start: masking would leave nothing to choose.
 
-    Raised when the output first reaches the state (the automaton stays lazy; drafts and forced runs stop
+    Met when the output first reaches the state (the automaton stays lazy; drafts and forced runs stop
     short of such states, so only the output itself reaches one); ``characters`` are some of those it needs
-    next. Raised mid-decode by `generate`, `generate_result` and `stream`, it carries the partial `Result`
-    (``stop_reason="error"``) of the output that reached the state, forced text included: ``text``,
+    next. A decode that meets it stops with the partial `Result` (``stop_reason="error"``) of the output that
+    reached the state, forced text included, holding the error in ``error``: `generate_result`, `stream`'s
+    `Finished` and each batch row return it (a row's error names it in ``row``; the other rows are
+    unaffected), and `generate`, which must return a value, raises it. It carries that result: ``text``,
     ``token_ids``, ``sources`` and ``stats`` (the decode's passes, drafts and timings); these are None when
-    it is raised outside a decode. In a batch, the row's `Result` holds it in ``error``, with the row in
-    ``row``, and the other rows are unaffected.
+    it is raised outside a decode (`TokenFSM.allowed_token_ids`).
     """
 
     def __init__(self, state: int, characters: list[str]) -> None:
@@ -99,13 +100,16 @@ class UnspellableError(StructspecError, ValueError):
         self.stats: Any = None
         super().__init__(self._message())
 
-    def attach(self, result: Any) -> None:
-        """Carry ``result``, the output that reached the state, and quote its text in the message. Changes the
-        error (and sets ``result.error`` to it)."""
-        self.result, self.text, self.token_ids = result, result.text, result.token_ids
-        self.sources, self.stats = result.sources, result.stats
-        result.error = self
-        self.args = (self._message(),)
+    def carrying(self, result: Any) -> UnspellableError:
+        """A new error of this state and characters that carries ``result``, the output that reached the state,
+        and quotes its text in its message (``result.error`` is set to it). This error is unchanged: a verdict
+        on a state may be shared by every output that reaches it."""
+        error = UnspellableError(self.state, self.characters)
+        error.result, error.text, error.token_ids = result, result.text, result.token_ids
+        error.sources, error.stats = result.sources, result.stats
+        error.args = (error._message(),)
+        result.error = error
+        return error
 
     def _message(self) -> str:
         shown = ", ".join(repr(c) for c in self.characters) or "nothing"

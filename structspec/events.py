@@ -1,28 +1,46 @@
 """One output decoded as stream events: a `TextChunk` per turn that accepted tokens, a `FieldDone` per closed
-top-level member of a JSON object, then `Finished` with the `Result`; and the `Result` made of a decode."""
+top-level member of a JSON object, then `Finished` with the `Result` (whatever the stop reason, "error"
+included); and the `Result` made of a decode. Reads a compiled spec through `CompiledSpec`, so it imports
+nothing above it."""
 
 from __future__ import annotations
 
 import codecs
 import json
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Generator, Iterator
+from typing import Any, Protocol
 
 import jsonschema
 import pydantic
 import torch
 
+from structspec.automaton.fsm import TokenFSM
 from structspec.decoding.factory import make_drafter
 from structspec.decoding.loop import decode_steps
 from structspec.decoding.row import Decoded, RowInput
 from structspec.errors import InvalidOutput, PromptError
 from structspec.models.protocol import LanguageModel, Prompt
 from structspec.result import FieldDone, Finished, Result, StreamEvent, TextChunk
+from structspec.schema import Constraint
 from structspec.schema.toolcalls import showing_tools
+from structspec.settings import GenerateOptions
 
-if TYPE_CHECKING:
-    from structspec.compiled import Compiled
-    from structspec.settings import GenerateOptions
+
+class CompiledSpec(Protocol):
+    """What decoding reads of a compiled spec (`structspec.Compiled` is one): its constraint, token FSM, model
+    and the tools a chat prompt's template is given."""
+
+    @property
+    def constraint(self) -> Constraint: ...
+
+    @property
+    def fsm(self) -> TokenFSM: ...
+
+    @property
+    def lm(self) -> LanguageModel: ...
+
+    @property
+    def tools(self) -> list[dict[str, Any]] | None: ...
 
 
 class Streamer(Protocol):
@@ -47,32 +65,36 @@ def put_to(events: Iterator[StreamEvent], prompt_ids: list[int], streamer: Strea
 
 
 def decode_events(
-    compiled: Compiled, prompt_ids: list[int], options: GenerateOptions, fields: bool,
+    compiled: CompiledSpec, prompt_ids: list[int], options: GenerateOptions, fields: bool,
 ) -> Iterator[StreamEvent]:
     """Decode, yielding a `TextChunk` per turn that accepted tokens, a `FieldDone` per closed top-level
-    member when ``fields``, then `Finished`."""
+    member when ``fields``, then `Finished` with the `Result`: a state the vocabulary cannot spell on from is its
+    stop reason ``"error"``, with the `UnspellableError` in ``Result.error`` (raised by no event)."""
     lm = compiled.lm
     utf8 = codecs.getincrementaldecoder("utf-8")("replace")  # as `TokenVocab.decode`, but holds split characters
     # (a spec with events of its own, such as a tool call's `CallDone`, reads them itself)
     members = (compiled.constraint.events or _Members)() if fields else None
     row = RowInput(0, compiled.fsm, prompt_ids, make_drafter(options.draft, lm), None)
-    turns = decode_steps(lm, row, options.decode_options())
-    while True:
-        try:
-            ids, sources = next(turns)
-        except StopIteration as stop:
-            decoded: Decoded = stop.value
-            break
+    turns = _Returning(decode_steps(lm, row, options.decode_options()))
+    for ids, sources in turns:
         chunk = TextChunk(utf8.decode(compiled.fsm.vocab.text_bytes(ids)), ids, sources)
         yield chunk
         if members is not None:
             yield from members.read(chunk.text)
     if tail := utf8.decode(b"", final=True):  # a character the budget cut short, as its replacement character
         yield TextChunk(tail, [], [])
-    result = result_of(compiled, decoded)
-    if decoded.error is not None:  # the output that reached the state goes with it, with the loop's stats
-        raise decoded.error
-    yield Finished(result)
+    yield Finished(result_of(compiled, turns.value))
+
+
+class _Returning:
+    """A decode's turns to iterate over, and then (``value``) the `Decoded` its generator returned."""
+
+    def __init__(self, turns: Generator[tuple[list[int], list[str]], None, Decoded]) -> None:
+        self.turns = turns
+        self.value: Decoded
+
+    def __iter__(self) -> Generator[tuple[list[int], list[str]], None, None]:
+        self.value = yield from self.turns
 
 
 class _Members:
@@ -135,7 +157,7 @@ def chat_prompt_ids(lm: LanguageModel, prompt: Prompt, tools: list[dict[str, Any
     return lm.encode_prompt(showing_tools(prompt, tools)) if ids == bare else ids
 
 
-def prompt_ids_of(compiled: Compiled, prompt: Prompt) -> list[int]:
+def prompt_ids_of(compiled: CompiledSpec, prompt: Prompt) -> list[int]:
     """The prompt's token ids on the compiled spec's model (chat messages get the spec's tools:
     `chat_prompt_ids`); `PromptError` if it leaves no room for output in the model's context."""
     lm = compiled.lm
@@ -148,9 +170,10 @@ def prompt_ids_of(compiled: Compiled, prompt: Prompt) -> list[int]:
     return ids
 
 
-def result_of(compiled: Compiled, decoded: Decoded) -> Result:
+def result_of(compiled: CompiledSpec, decoded: Decoded) -> Result:
     """The `Result` of ``decoded``: its text, the parsed value where it is complete (``"invalid"`` with
-    `InvalidOutput` where the spec's validator rejects it), and the compile's cost in its stats."""
+    `InvalidOutput` where the spec's validator rejects it), the decode's error where it stopped on one (carrying
+    the result), and the compile's cost in its stats. Changes ``decoded``'s stats and error."""
     decoded.stats.compile_seconds = compiled.fsm.info.seconds
     decoded.stats.compile_source = compiled.fsm.info.source
     text = compiled.fsm.vocab.decode(decoded.token_ids)  # (special tokens a spec placed, as their text)
@@ -159,7 +182,7 @@ def result_of(compiled: Compiled, decoded: Decoded) -> Result:
     if compiled.constraint.thinking is not None:
         result.thinking = compiled.constraint.thinking(text)
     if decoded.error is not None:
-        decoded.error.attach(result)  # (sets result.error)
+        decoded.error.carrying(result)  # (sets result.error: its own error, the decode's may be shared)
     if result.complete:
         try:
             result.value = compiled.constraint.parse(text)

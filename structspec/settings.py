@@ -1,6 +1,8 @@
-"""The options of a call, as two frozen dataclasses: `CompileOptions` (what the token FSM depends on) and
-`GenerateOptions` (how one compiled spec decodes), and `takes_options`, which checks keywords by name and reads
-a transformers ``GenerationConfig`` into them.
+"""The options of a call, said once: `CompileOptions` (what the token FSM depends on) and `GenerateOptions` (how
+one compiled spec decodes), frozen dataclasses with each option's default; the keywords every entry point takes,
+typed once as `CompileKeywords`, `GenerateKeywords` and `BatchKeywords` (``**keywords: Unpack[...]``); and
+`call_options`, which each entry point calls once to check its keywords by name, read a transformers
+``GenerationConfig`` into them and build the dataclasses.
 
 Each option's type and range is checked by the rule table in `structspec.options`, when the dataclass is made:
 before any model loads.
@@ -9,11 +11,9 @@ before any model loads.
 from __future__ import annotations
 
 import difflib
-import functools
-import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from structspec.decoding.factory import Draft, check_draft
 from structspec.decoding.fastforward import FastForward
@@ -33,6 +33,7 @@ from structspec.options import (
 from structspec.schema import COMPACT
 from structspec.schema.bounds import MAX_FRACTION_DIGITS, MAX_INTEGER_DIGITS
 from structspec.schema.recursion import MAX_RECURSION_DEPTH
+
 
 def _checked_fields(options: Any, rules: Mapping[str, Rule] = RULES) -> None:
     """Check (and convert, as its rule in ``rules`` takes it) each field of the frozen ``options`` that has one."""
@@ -105,7 +106,13 @@ class GenerateOptions:
         greedy = self.do_sample is False
         _checked_fields(self, {**RULES, "temperature": GREEDY_TEMPERATURE} if greedy else RULES)
         check_draft(self.draft)
-        self.decode_options()  # checks fast_forward now
+        do_sample = self.do_sample
+        if do_sample is None:
+            do_sample = implies_sampling(self.temperature, self.top_k, self.top_p)
+        sampling = SamplingConfig(True, self.temperature, self.top_k, self.top_p) if do_sample else SamplingConfig()
+        # made once, here (it checks fast_forward): not a field, so `fields` lists the options only
+        object.__setattr__(self, "_decode", DecodeOptions(self.max_new_tokens, sampling, self.seed,
+                                                          self.fast_forward, self.output_logprobs))
 
     @classmethod
     def of(cls, keywords: Mapping[str, Any], generation_config: GenerationConfigLike | None = None) -> GenerateOptions:
@@ -115,54 +122,72 @@ class GenerateOptions:
         return cls(**_given(cls, keywords, generation_config))
 
     def decode_options(self) -> DecodeOptions:
-        """What the decode loop needs of these options."""
-        do_sample = self.do_sample
-        if do_sample is None:
-            do_sample = implies_sampling(self.temperature, self.top_k, self.top_p)
-        sampling = SamplingConfig(True, self.temperature, self.top_k, self.top_p) if do_sample else SamplingConfig()
-        return DecodeOptions(self.max_new_tokens, sampling, self.seed, self.fast_forward, self.output_logprobs)
+        """What the decode loop needs of these options (made once, with them). Changes nothing."""
+        return self._decode  # type: ignore[attr-defined,no-any-return]
+
+
+class CompileKeywords(TypedDict, total=False):
+    """The keywords of `structspec.compile`, typed: `CompileOptions`' fields (their defaults and meaning)."""
+
+    whitespace_pattern: str
+    strict: bool
+    max_integer_digits: int | None
+    max_fraction_digits: int | None
+    eos_token_id: int | list[int] | None
+    max_recursion_depth: int
+    open_objects: bool | None
+
+
+class BatchKeywords(TypedDict, total=False):
+    """The decode keywords of a batch (`Compiled.batch`): `GenerateOptions`' fields but ``output_logprobs``."""
+
+    max_new_tokens: int
+    do_sample: bool | None
+    temperature: float
+    top_k: int | None
+    top_p: float | None
+    seed: int | None
+    fast_forward: FastForward
+    draft: Draft
+
+
+class GenerateKeywords(BatchKeywords, total=False):
+    """The keywords of a compiled spec's call (`Compiled.result`), typed: `GenerateOptions`' fields."""
+
+    output_logprobs: bool
+
+
+class OneLinerKeywords(GenerateKeywords, CompileKeywords, total=False):
+    """The keywords of `structspec.generate_result`, `generate` and `stream`: compile and decode options."""
+
+
+class BatchOneLinerKeywords(BatchKeywords, CompileKeywords, total=False):
+    """The keywords of `structspec.generate_batch` and `iter_batch`: compile and a batch's decode options."""
+
+
+def checked_keywords(
+    keywords: Mapping[str, Any], taken: type[Any], generation_config: GenerationConfigLike | None = None,
+    streamer: Any = None,
+) -> dict[str, Any]:
+    """A call's ``keywords`` checked by name against those of ``taken`` (one of the keyword TypedDicts), completed
+    from ``generation_config``'s honoured fields where unset; ``streamer`` checked too. An unknown keyword is an
+    `OptionError` naming the options (a compile option given to a compiled spec's call, one saying to compile
+    again), not Python's TypeError. Values are checked when `options_in` builds the options. Changes nothing."""
+    names = list(taken.__annotations__)  # (a TypedDict's annotations include its bases')
+    for name in keywords:
+        if name not in names:
+            raise _unknown(name, names)
+    check_streamer(streamer)
+    return dict(keywords) if generation_config is None else with_config(keywords, generation_config, names)
 
 
 Options = TypeVar("Options", CompileOptions, GenerateOptions)
 
 
-def options_in(cls: type[Options], arguments: Mapping[str, Any]) -> Options:
-    """``cls`` made of the fields ``arguments`` (a call's parameters by name, all of ``cls``'s among them) hold."""
-    return cls(**{f.name: arguments[f.name] for f in fields(cls)})
-
-
-def as_keywords(options: CompileOptions | GenerateOptions) -> dict[str, Any]:
-    """``options`` as the keywords that make them (a shallow copy: a draft LM is passed, not copied)."""
-    return {f.name: getattr(options, f.name) for f in fields(options)}
-
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-def takes_options(function: Callable[P, R]) -> Callable[P, R]:
-    """``function`` whose keywords are checked by name and completed from ``generation_config=``.
-
-    An unknown keyword is an `OptionError` naming the options (a compile option given to a compiled spec's call,
-    one saying to compile again), not Python's TypeError; so is a ``streamer`` without ``put``/``end``. The
-    honoured fields of a ``generation_config`` keyword (a ``GenerationConfig`` or a dict of its fields) fill the
-    keywords the call leaves unset.
-    """
-    parameters = inspect.signature(function).parameters
-    names = [name for name, p in parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY]
-
-    @functools.wraps(function)
-    def checked(*args: P.args, **keywords: P.kwargs) -> R:
-        for name in keywords:
-            if name not in parameters:
-                raise _unknown(name, names)
-        check_streamer(keywords.get("streamer"))
-        config = keywords.get("generation_config")
-        if config is not None:
-            keywords = with_config(keywords, config, names)  # type: ignore[assignment]
-        return function(*args, **keywords)
-
-    return checked
+def options_in(cls: type[Options], keywords: Mapping[str, Any]) -> Options:
+    """``cls`` made of the fields among ``keywords`` (checked by `checked_keywords`), defaults elsewhere."""
+    names = {f.name for f in fields(cls)}
+    return cls(**{name: value for name, value in keywords.items() if name in names})
 
 
 def with_config(keywords: Mapping[str, Any], config: GenerationConfigLike, names: list[str]) -> dict[str, Any]:

@@ -13,16 +13,17 @@ drafter for the length with the most expected output tokens per unit of the row'
 A pass packs every row's window into one sequence
 (`structspec.models.packed_slots`), so it costs what the tokens fed cost, not
 rows × the longest window; a row alone is a batch of one. `choose_widths` cuts each greedy row's window
-(`structspec.decoding.row.RowDecode.fit`)
 to the length whose expected kept tokens — drafted ones and the forced text a finished value lets the candidate
-splice in after them — pay for what they add to the pass, on the packed curve (`packed_cost`): the cost of a pass
-against the tokens it feeds, measured for the model, dtype and device on its first decode (seconds, once;
-`calibrate`) and stored beside the padded curves. Where drafted tokens cost more than they keep, every row is fed
-its pending tokens only: plain masked decoding's pass, the crossover where drafting turns itself off.
+splice in after them — pay for what they add to the pass, on the packed curve: the cost of a pass against the
+tokens it feeds, measured for the model, dtype, device, kernels and threads by an explicit calibration
+(`structspec.decoding.calibrate`, ``structspec calibrate``) and stored beside the padded curves. Where drafted
+tokens cost more than they keep, every row is fed its pending tokens only: plain masked decoding's pass, the
+crossover where drafting turns itself off. A model without a stored curve drafts by `DEFAULT_COST`.
 
-No clock is read while decoding, and a sampled row's draft depends only on its own history and the stored curve:
-it always chooses as if alone and is never cut, so a seed reproduces its sample in any batch and at every run. A
-greedy row's output never depends on its drafts, so cutting it by a measured curve changes passes, not tokens.
+No clock is read while decoding and nothing is measured: a run's passes depend only on the stored curves, and a
+sampled row's draft only on its own history and the stored curve: it always chooses as if alone and is never
+cut, so a seed reproduces its sample in any batch and at every run. A greedy row's output never depends on its
+drafts, so cutting it by a measured curve changes passes, not tokens.
 """
 
 from __future__ import annotations
@@ -78,17 +79,18 @@ class PassCost:
         return pts[0][1]  # a single point: flat
 
 
-# Where no curve is stored (or measured: a nameless model), a fed token costs nothing: drafts are as long as the
-# drafter makes them, and a pass feeds them whole.
 DEFAULT_COST = PassCost.linear(0.0)
+"""The curve of a model without a stored one (never calibrated, or nameless): a fed token costs nothing, so
+drafts are as long as the drafter makes them and a pass feeds them whole (what a GPU's pass costs, up to hundreds
+of tokens; on a CPU, calibrate: ``structspec calibrate --model NAME``)."""
 
 
 def choose_widths(gains: list[list[float]], cost: PassCost, floors: list[int], cap: int | None = None) -> list[int]:
     """Each row's tokens fed in one packed pass: from ``floors[b]`` up, the extension with the most expected tokens
     per fed token first, taken while the pass's expected tokens per unit of its cost (``cost(total tokens)``, a
-    packed curve: `packed_cost`) do not fall, ``cap`` tokens in all at most. ``gains[b][w − 1]``: row ``b``'s
-    expected tokens when fed its window's first ``w`` tokens. Ties go to the wider, so a flat curve
-    (`DEFAULT_COST`) feeds every window whole. Changes nothing."""
+    packed curve: `structspec.decoding.calibrate.packed_cost`) do not fall, ``cap`` tokens in all at most.
+    ``gains[b][w − 1]``: row ``b``'s expected tokens when fed its window's first ``w`` tokens. Ties go to the
+    wider, so a flat curve (`DEFAULT_COST`) feeds every window whole. Changes nothing."""
     widths = list(floors)
     total, got = sum(widths), sum(g[w - 1] for g, w in zip(gains, widths))
 
@@ -141,12 +143,23 @@ def pass_cost(lm: LanguageModel, packed: bool = False) -> PassCost:
 
 
 def store_pass_cost(lm: LanguageModel, seconds: dict[tuple[int, int], float], packed: bool = False) -> Path:
-    """Store ``lm``'s curves from measured ``seconds`` per pass by (rows, tokens fed per row); must include
-    one row's one-token pass (``packed``: the packed curve, rows 1, tokens fed in all). Later decoding with the
-    model drafts by them. Writes the cache."""
+    """Store ``lm``'s curves (`curve_of`) from measured ``seconds`` per pass by (rows, tokens fed per row); must
+    include one row's one-token pass (``packed``: the packed curve, rows 1, tokens fed in all). Later decoding
+    with the model drafts by them. Writes the cache."""
     path = curve_path(lm, packed)
-    if path is None or (1, 1) not in seconds:
-        raise ValueError("curves are stored for a named model on a device, and need one row's one-token pass")
+    if path is None:
+        raise ValueError("curves are stored for a named model on a device")
+    curves = curve_of(seconds).curves
+    raw = {f"{rows}x{fed}": s for (rows, fed), s in seconds.items()}
+    write_atomic(path, json.dumps({"curves": curves, "seconds": raw}).encode())
+    return path
+
+
+def curve_of(seconds: dict[tuple[int, int], float]) -> PassCost:
+    """The curves of measured ``seconds`` per pass by (rows, tokens fed per row), relative to one row's one-token
+    pass (which they must include), each point capped by the cheapest wider pass. Changes nothing."""
+    if (1, 1) not in seconds:
+        raise ValueError("a pass-cost curve needs one row's one-token pass")
     capped: dict[tuple[int, int], float] = {}
     cheapest: dict[int, float] = {}  # per row count: the cheapest pass at least as wide as the current one
     for rows, fed in sorted(seconds, reverse=True):
@@ -156,9 +169,7 @@ def store_pass_cost(lm: LanguageModel, seconds: dict[tuple[int, int], float], pa
     curves: dict[int, list[tuple[int, float]]] = {}
     for rows, fed in sorted(capped):  # the unit stays one row's one-token pass, capped too
         curves.setdefault(rows, []).append((fed, capped[rows, fed] / capped[1, 1]))
-    raw = {f"{rows}x{fed}": s for (rows, fed), s in seconds.items()}
-    write_atomic(path, json.dumps({"curves": curves, "seconds": raw}).encode())
-    return path
+    return PassCost({rows: tuple(points) for rows, points in curves.items()})
 
 
 @dataclass

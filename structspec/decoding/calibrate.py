@@ -1,28 +1,33 @@
-"""The packed pass-cost curve, measured on a model's first decode: what drafting weighs its fed tokens by.
+"""The packed pass-cost curve: measured by an explicit calibration, stored, and read by decoding.
 
 A batch's rows draft only where the tokens they add to a packed pass
 (`structspec.models.packed_slots`) are expected to keep more than they cost
-(`structspec.decoding.budget.choose_widths`). What a token costs depends on the
-model, dtype, device and kernels, so the first decode with a named model (one row or a batch)
-measures it: passes of 1 to 64 tokens spread over `ROWS` rows of 256 kept slots
-each, as the batch loop runs them (`LanguageModel.forward_slots` over a packed
-window: each query attends to its own row's slots, gathered where attention runs
-by row), a few seconds once, stored under ``$STRUCTSPEC_CACHE/pass-cost`` for
-every later run. A curve measured while another process was busy on the machine
-is a curve of that moment, not of the model: it is discarded (the call drafts by
-`DEFAULT_COST`, and the process does not measure that model again), so what a
-later run feeds does not depend on what the machine did the first time.
+(`structspec.decoding.budget.choose_widths`). What a token costs depends on the model, dtype, device, kernels
+and (on the CPU) torch's thread count, so it is measured for them by `calibrate` (``structspec.calibrate(lm)``,
+``structspec calibrate --model NAME``): passes of 1 to 64 tokens spread over `ROWS` rows of 256 kept slots
+each, as the batch loop runs them (`LanguageModel.forward_slots` over a packed window: each query attends to its
+own row's slots, gathered where attention runs by row), a few seconds, stored under
+``$STRUCTSPEC_CACHE/pass-cost`` (`structspec.decoding.budget.curve_path`). Decoding only reads it
+(`packed_cost`): no decode measures anything, and a model without a stored curve drafts by `DEFAULT_COST`.
+
+A curve measured while another process was busy on the machine is a curve of that moment, not of the model:
+`calibrate` stores it only when told to (``store_busy=True``), and otherwise says so (a warning, and
+``Calibration.stored`` false), so what a later run feeds does not depend on what the machine did when it was
+calibrated.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from structspec.decoding.budget import DEFAULT_COST, PassCost, curve_path, pass_cost, store_pass_cost
+from structspec.decoding.budget import DEFAULT_COST, PassCost, curve_of, curve_path, pass_cost, store_pass_cost
+from structspec.errors import OptionError
 from structspec.models.packed_slots import PackedSlots
 from structspec.models.protocol import LanguageModel
 
@@ -32,24 +37,53 @@ ROWS = 8  # rows the measured passes spread their tokens over (the first row alo
 REPEATS = 3  # timed passes per point (the median is stored), after one untimed
 
 
-def packed_cost(lm: LanguageModel) -> PassCost:
-    """``lm``'s packed curve: stored, else measured now (`measure`) and stored; `DEFAULT_COST` for a model
-    without a name or that cannot batch. May run passes on ``lm`` (a fresh cache of their own) and write the
-    cache; changes nothing else."""
+@dataclass(frozen=True)
+class Calibration:
+    """What `calibrate` measured: the curve (``cost``, relative to a one-token pass), the median seconds per
+    ``(1, tokens fed)``, where it was stored (None: not stored, the machine was busy), and how many threads of
+    other work ran beside the measurement (0: an idle machine)."""
+
+    cost: PassCost
+    seconds: dict[tuple[int, int], float]
+    path: Path | None
+    busy: int
+
+    @property
+    def stored(self) -> bool:
+        """Whether decoding with the model now reads this curve."""
+        return self.path is not None
+
+
+def calibrate(lm: LanguageModel, store_busy: bool = False) -> Calibration:
+    """Measure ``lm``'s packed pass-cost curve (`measure`: 8 × 4 passes on a fresh cache of their own, a few
+    seconds on a CPU) and store it for its name, dtype, device, kernels and thread count, replacing any stored
+    one; later decoding with the model drafts by it. Measured beside other busy work, the curve is not stored
+    unless ``store_busy``: a `RuntimeWarning` says so, and decoding keeps what it read before. `OptionError`
+    for a model without a name of its own or that cannot run packed passes. Runs the model; writes the cache."""
     path = curve_path(lm, packed=True)
-    if path is None or not lm.batchable or path in _DISCARDED:
-        return DEFAULT_COST
-    if not path.exists():
-        before = others_running()
-        seconds = measure(lm)
-        if max(before, others_running()) > 0:  # measured beside another busy process: not the model's curve
-            _DISCARDED.add(path)
-            return DEFAULT_COST
-        store_pass_cost(lm, seconds, packed=True)
-    return pass_cost(lm, packed=True)
+    if path is None:
+        raise OptionError(f"{type(lm).__name__} {lm.name!r} has no name of its own (a model built in memory), and a "
+                          "curve is stored by the model's name: load it by name or directory (structspec.load)")
+    if not lm.batchable:
+        raise OptionError(f"{lm.name} runs one row per pass (sliding-window layers), so it has no packed pass to "
+                          "calibrate: decoding drafts by the default curve; nothing to do")
+    before = others_running()
+    seconds = measure(lm)
+    busy = max(before, others_running())
+    if busy and not store_busy:
+        warnings.warn(f"{lm.name}: another process ran {busy} thread(s) while the pass cost was measured, so the "
+                      "curve is that moment's, not the model's: not stored (decoding keeps "
+                      f"{'the stored curve' if path.exists() else 'the default curve'}); calibrate again on an idle "
+                      "machine, or pass store_busy=True (--store-busy) to keep it anyway", RuntimeWarning,
+                      stacklevel=2)
+        return Calibration(curve_of(seconds), seconds, None, busy)
+    return Calibration(curve_of(seconds), seconds, store_pass_cost(lm, seconds, packed=True), busy)
 
 
-_DISCARDED: set[Path] = set()  # curves measured under load in this process: not measured again until it ends
+def packed_cost(lm: LanguageModel) -> PassCost:
+    """``lm``'s stored packed curve (`calibrate`), else `DEFAULT_COST` (also for a model that cannot batch).
+    Reads the cache; measures nothing, changes nothing."""
+    return pass_cost(lm, packed=True) if lm.batchable else DEFAULT_COST
 
 
 def others_running(samples: int = 5, every: float = 0.01) -> int:

@@ -1,5 +1,5 @@
-"""Command line: ``structspec demo``, ``extract``, ``compare``, ``bench``, ``toolbench``, ``throughput`` and
-``pass-cost``.
+"""Command line: ``structspec demo``, ``extract``, ``calibrate``, ``compare``, ``bench``, ``toolbench``,
+``throughput`` and ``pass-cost``.
 
 Parsing imports neither torch nor transformers: a command's options are added only when that command is on the
 command line (their defaults and choices live in modules that import torch), and what runs a model is imported
@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import structspec
-from structspec.tools.command import EXIT_CODES, Formatter, budget, model_options, positive, run_command
+from structspec.tools.command import (EXIT_BUSY, EXIT_CODES, EXIT_INTERRUPTED, EXIT_OK, Formatter, budget,
+                                      load_model, model_options, positive, run_command)
 
 DESCRIPTION = ("Constrained structured generation for Hugging Face causal LMs, with exact forward-pass "
                "accounting. Start with `structspec demo`, then `structspec extract`; `structspec COMMAND --help` "
@@ -110,6 +111,22 @@ def _extract_arguments(p: argparse.ArgumentParser) -> None:
                        help="GPUs per actor (default: 0); the model goes on it with --device auto")
 
 
+def _calibrate_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("Measure the model's packed pass cost (seconds of one pass against the tokens it feeds, a few "
+                     "seconds of passes) and store it for its name, dtype, device, kernels and threads: decoding "
+                     "with that model then drafts by it (structspec.calibrate(lm) in Python). Decoding never "
+                     "measures; a model never calibrated drafts as if a fed token cost nothing. Run it on an idle "
+                     "machine, with the --threads your runs use.")
+    p.epilog = EXIT_CODES.replace(f"\n  {EXIT_INTERRUPTED} ", f"\n  {EXIT_BUSY}    measured beside other busy work: "
+                                  "nothing stored (calibrate again when the machine is idle, or --store-busy)"
+                                  f"\n  {EXIT_INTERRUPTED} ")
+    model_options(p)
+    p.add_argument("--verbose", action="store_true", help="show transformers' loading messages and warnings")
+    p.add_argument("--store-busy", action="store_true",
+                   help="store the curve even when other work ran beside the measurement (it is then that "
+                        "moment's curve, not the model's)")
+
+
 def _compare_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tasks", help="JSONL of {id, schema, text, expected}, the schema named in --schemas "
                                    "(default: the shipped example tasks, examples/tasks.jsonl in a clone)")
@@ -175,6 +192,26 @@ def _run_extract(args: argparse.Namespace) -> int:
     return extract.run(args)
 
 
+def _run_calibrate(args: argparse.Namespace) -> int:
+    import warnings
+
+    lm = load_model(args)
+    with warnings.catch_warnings():  # the busy machine is said below, with the exit code
+        warnings.simplefilter("ignore", RuntimeWarning)
+        calibration = structspec.calibrate(lm, store_busy=args.store_busy)
+    one = calibration.seconds[1, 1]
+    print(f"{lm.name}, {str(lm.dtype).removeprefix('torch.')} on {lm.device}, {lm.kernels} kernels")
+    print(f"{'tokens fed':>10} {'ms/pass':>9} {'× 1 token':>10}")
+    for (_, fed), seconds in sorted(calibration.seconds.items()):
+        print(f"{fed:>10} {seconds * 1e3:>9.2f} {calibration.cost(fed):>10.2f}")
+    if calibration.stored:
+        print(f"stored in {calibration.path}")
+        return EXIT_OK
+    print(f"not stored: {calibration.busy} thread(s) of other work ran beside the measurement ({one * 1e3:.1f} ms "
+          "a one-token pass); calibrate again when the machine is idle, or pass --store-busy", file=sys.stderr)
+    return EXIT_BUSY
+
+
 def _run_compare(args: argparse.Namespace) -> int:
     from structspec.tools import compare
 
@@ -225,6 +262,8 @@ COMMANDS = {
                     _demo_arguments, _run_demo),
     "extract": Command("extract one record per document into a JSONL file (resumable; --ray for a cluster)",
                        _extract_arguments, _run_extract),
+    "calibrate": Command("measure and store the model's pass cost, which decoding drafts by",
+                         _calibrate_arguments, _run_calibrate),
     "compare": Command("forward passes and seconds per valid record against unconstrained decoding: table, "
                        "chart, HTML report", _compare_arguments, _run_compare),
     "bench": Command("structspec against outlines and transformers on the example tasks: speed, passes, compile",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -19,7 +20,7 @@ from structspec.jobs.errors import JobConfigError
 if TYPE_CHECKING:
     from structspec.models.transformers_lm import LM
 
-EXIT_OK, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 2, 130
+EXIT_OK, EXIT_CONFIG, EXIT_BUSY, EXIT_INTERRUPTED = 0, 2, 3, 130
 EXIT_CODES = f"""exit codes:
   {EXIT_OK}    done (also when some records failed: they are in the output with their reason)
   1    an unexpected error (a bug: please report it with the traceback)
@@ -104,6 +105,25 @@ def load_model(args: argparse.Namespace, name: str | None = None) -> LM:
     except structspec.StructspecError as e:
         option = "--model" if name == args.model else "--draft-model"
         raise JobConfigError(f"{option} {name}: {e}") from None
+
+
+def calibrated(lm: LM) -> None:
+    """Give ``lm`` a stored packed pass-cost curve before a benchmark times it, as a user's earlier ``structspec
+    calibrate`` would have: the stored one, else one measured now (`structspec.calibrate`) and stored; measured
+    beside other busy work, it is not stored (said on stderr) and the run drafts by the default curve. Nothing
+    for a model without a name of its own or that cannot batch (they draft by the default). May run the model
+    and write the cache."""
+    from structspec.decoding.budget import curve_path
+
+    path = curve_path(lm, packed=True)
+    if path is None or not lm.batchable or path.exists():
+        return
+    with warnings.catch_warnings():  # said below, in the benchmark's words
+        warnings.simplefilter("ignore", RuntimeWarning)
+        calibration = structspec.calibrate(lm)
+    if not calibration.stored:
+        print(f"{lm.name}: {calibration.busy} thread(s) of other work ran while calibrating, so the pass-cost curve "
+              "was not stored: this run drafts by the default curve", file=sys.stderr)
 
 
 def run_command(name: str, run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:

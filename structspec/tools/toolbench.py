@@ -22,11 +22,11 @@ from typing import Any
 import jsonschema
 
 import structspec
-from structspec.decoding.calibrate import packed_cost
 from structspec.events import chat_prompt_ids
 from structspec.models.transformers_lm import LM
 from structspec.tools.peers import PeerRun, hf_prompt_lookup, unconstrained_greedy
 from structspec.tools.arguments import toolbench_arguments
+from structspec.tools.command import calibrated
 from structspec.tools.prefill import prefill_seconds
 from structspec.tools.tasks import example_file
 
@@ -153,10 +153,10 @@ def add_peer(tally: Tally, conversation: Conversation, run: PeerRun) -> None:
 
 
 def run(lm: LM, conversations: list[Conversation], max_new_tokens: int, batch_size: int) -> dict[str, Tally]:
-    """Every mode over ``conversations`` (greedy), after a warm-up of each (first calls' one-off costs, and the
-    pass-cost curve a named model's first decode measures); the tallies by mode. Runs the model; changes nothing
-    else but the curve's cache."""
-    packed_cost(lm)
+    """Every mode over ``conversations`` (greedy), after the model's pass-cost curve (`calibrated`) and a warm-up
+    of each mode (first calls' one-off costs); the tallies by mode. Runs the model; changes nothing else but the
+    curve's cache."""
+    calibrated(lm)
     warm = conversations[0]
     for peer in PEERS.values():
         peer(lm, chat_prompt_ids(lm, warm.messages, warm.spec().chat_tools()), 2)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import typing
 from typing import Any
 
 import pytest
@@ -12,7 +13,10 @@ from pydantic import BaseModel, Field
 
 import structspec
 import structspec.compiled
-from structspec import CompileOptions, GenerateOptions, OptionError, SpecError
+from structspec import CompileOptions, GenerateOptions, OptionError, SpecError, settings
+from structspec.decoding.row import DecodeOptions
+from structspec.settings import (BatchKeywords, BatchOneLinerKeywords, CompileKeywords, GenerateKeywords,
+                                 OneLinerKeywords)
 
 MISSING = "no-such-model"  # loading it raises ModelNotFoundError: an OptionError first shows no model was loaded
 PROMPTS = ["Alice is 31. As JSON:", "Bob, 45:"]
@@ -140,26 +144,60 @@ def test_a_call_checks_its_options_and_prompt(byte_lm: structspec.LM) -> None:
 
 
 def _keywords(function: Any) -> dict[str, Any]:
+    """A call's keyword-only parameters with their defaults, and its ``**keywords``' TypedDict as ``"**"``."""
     parameters = inspect.signature(function).parameters.values()
-    assert all(p.kind is not inspect.Parameter.VAR_KEYWORD for p in parameters)  # no **options: every one typed
-    return {p.name: p.default for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    out = {p.name: p.default for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    hints = typing.get_type_hints(function, include_extras=True)
+    (var,) = [p.name for p in parameters if p.kind is inspect.Parameter.VAR_KEYWORD]  # one typed **keywords
+    assert typing.get_origin(hints[var]) is typing.Unpack
+    return out | {"**": typing.get_args(hints[var])[0]}
 
 
-def _defaults(*options: type[Any], but: tuple[str, ...] = ()) -> dict[str, Any]:
-    return {f.name: f.default for cls in options for f in dataclasses.fields(cls) if f.name not in but}
+def _fields(*options: type[Any], but: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The options' fields, in order, with their types."""
+    return {f.name: typing.get_type_hints(cls)[f.name] for cls in options for f in dataclasses.fields(cls)
+            if f.name not in but}
 
 
-def test_the_signatures_are_the_options_dataclasses() -> None:
-    """Each public call lists the dataclasses' fields with their defaults, and nothing else but its own."""
+@pytest.mark.parametrize("keywords", [CompileKeywords, GenerateKeywords, BatchKeywords, OneLinerKeywords,
+                                      BatchOneLinerKeywords])
+def test_each_keyword_set_is_the_options_dataclasses_fields_with_their_types(keywords: type[Any]) -> None:
+    taken = {"CompileKeywords": (CompileOptions,), "GenerateKeywords": (GenerateOptions,),
+             "BatchKeywords": (GenerateOptions,), "OneLinerKeywords": (GenerateOptions, CompileOptions),
+             "BatchOneLinerKeywords": (GenerateOptions, CompileOptions)}[keywords.__name__]
+    but = ("output_logprobs",) if "Batch" in keywords.__name__ else ()
+    hints = typing.get_type_hints(keywords)
+    assert list(hints) == list(_fields(*taken, but=but))  # the same names, in order
+    assert hints == _fields(*taken, but=but)  # with the same types
+    assert not keywords.__required_keys__
+
+
+def test_the_signatures_take_one_typed_keyword_set_each() -> None:
+    """Each public call takes its keyword set (`Unpack`), and nothing else but its own keywords."""
     person = structspec.Compiled
     call = {"streamer": None, "generation_config": None}
     batch = {"batch_size": 8, "generation_config": None}
-    assert _keywords(structspec.compile) == _defaults(CompileOptions)
-    assert _keywords(person.__call__) == _keywords(person.result) == _defaults(GenerateOptions) | call
-    assert _keywords(person.stream) == _defaults(GenerateOptions) | {"generation_config": None}
-    assert _keywords(person.batch) == _defaults(GenerateOptions, but=("output_logprobs",)) | batch
-    both = _defaults(GenerateOptions, CompileOptions)
-    assert _keywords(structspec.generate) == _keywords(structspec.generate_result) == both | call
-    assert _keywords(structspec.stream) == both | {"generation_config": None}
+    assert _keywords(structspec.compile) == {"**": CompileKeywords}
+    assert _keywords(person.__call__) == _keywords(person.result) == call | {"**": GenerateKeywords}
+    assert _keywords(person.stream) == {"generation_config": None, "**": GenerateKeywords}
+    assert _keywords(person.batch) == batch | {"**": BatchKeywords}
+    assert _keywords(structspec.generate) == _keywords(structspec.generate_result) == call | {"**": OneLinerKeywords}
+    assert _keywords(structspec.stream) == {"generation_config": None, "**": OneLinerKeywords}
     for function in (structspec.generate_batch, structspec.iter_batch):
-        assert _keywords(function) == _defaults(GenerateOptions, CompileOptions, but=("output_logprobs",)) | batch
+        assert _keywords(function) == batch | {"**": BatchOneLinerKeywords}
+
+
+@pytest.mark.parametrize("call", ["generate_result", "generate", "stream", "generate_batch", "compiled"])
+def test_the_options_are_built_and_checked_once_per_call(byte_lm: structspec.LM, monkeypatch, call: str) -> None:
+    checks, made = [], []
+    monkeypatch.setattr(settings, "check_draft", lambda draft: checks.append(draft))
+    monkeypatch.setattr(settings, "DecodeOptions", lambda *a: made.append(a) or DecodeOptions(*a))
+    person = structspec.compile(Person, byte_lm)
+    run = {"generate_result": lambda: structspec.generate_result(byte_lm, Person, PROMPTS[0], max_new_tokens=4),
+           "generate": lambda: pytest.raises(structspec.TokenBudgetExceeded, structspec.generate, byte_lm, Person,
+                                             PROMPTS[0], max_new_tokens=4),
+           "stream": lambda: list(structspec.stream(byte_lm, Person, PROMPTS[0], max_new_tokens=4)),
+           "generate_batch": lambda: structspec.generate_batch(byte_lm, Person, PROMPTS, max_new_tokens=4),
+           "compiled": lambda: person.result(PROMPTS[0], max_new_tokens=4, draft="lookahead")}[call]
+    run()
+    assert len(checks) == len(made) == 1 and made[0][0] == 4

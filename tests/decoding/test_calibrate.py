@@ -1,5 +1,5 @@
-"""The packed pass-cost curve: measured once on a named model's first batch, stored, read back after; discarded
-when measured beside another busy process; keyed by what it depends on."""
+"""The packed pass-cost curve is an input: measured only by an explicit calibration, stored with what it depends
+on, read by decoding (which never measures); a curve measured beside busy work is reported, not stored."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from structspec.decoding import calibrate
 from structspec.decoding.budget import DEFAULT_COST, curve_path
 from structspec.testing import CountingLM, tiny_lm
 
+SPEC = structspec.Regex(r"[a-z]{3,8}")
+
 
 @pytest.fixture(autouse=True)
 def idle_machine(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -22,30 +24,53 @@ def idle_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(calibrate, "others_running", lambda: 0)
 
 
-def test_the_packed_curve_is_measured_once_then_read_back(monkeypatch) -> None:
-    lm = tiny_lm("byte_level")
-    lm.name = "calibrate-once-test"
-    passes = []
+def _counting_passes(lm: structspec.LM, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The tokens each of ``lm``'s packed passes feeds, from now on."""
+    passes: list[int] = []
     forward_slots = lm.forward_slots
     monkeypatch.setattr(lm, "forward_slots", lambda windows, *a, **k: (passes.append(sum(map(len, windows))),
                                                                        forward_slots(windows, *a, **k))[1])
-    cost = calibrate.packed_cost(lm)
+    return passes
+
+
+def test_decoding_a_model_without_a_curve_measures_nothing_and_drafts_by_the_default(monkeypatch) -> None:
+    lm = tiny_lm("byte_level")
+    lm.name = "calibrate-never-test"  # named and batchable: a curve of its own could be stored, and is not
+    monkeypatch.setattr(calibrate, "measure", lambda lm: pytest.fail("a decode measured the pass cost"))
+    monkeypatch.setattr(calibrate, "others_running", lambda: pytest.fail("a decode read the machine's load"))
+    alone = structspec.generate_result(lm, SPEC, "abc abc", max_new_tokens=8)
+    rows = structspec.generate_batch(lm, SPEC, ["abc", "defg"], batch_size=2, max_new_tokens=8)
+    assert alone.error is None and all(r.error is None for r in rows)
+    assert not curve_path(lm, packed=True).exists() and calibrate.packed_cost(lm) == DEFAULT_COST
+
+
+def test_calibrate_measures_and_stores_the_curve_decoding_then_reads(monkeypatch) -> None:
+    lm = tiny_lm("byte_level")
+    lm.name = "calibrate-stores-test"
+    passes = _counting_passes(lm, monkeypatch)
+    calibration = structspec.calibrate(lm)
     # every point timed after a warm-up pass
     assert passes == [n for n in calibrate.TOKENS for _ in range(calibrate.REPEATS + 1)]
-    assert curve_path(lm, packed=True).exists() and not curve_path(lm).exists()  # its own file
+    assert calibration.stored and calibration.path == curve_path(lm, packed=True) and calibration.busy == 0
+    assert calibration.path.exists() and not curve_path(lm).exists()  # its own file
+    cost = calibration.cost
     assert [n for n, _ in cost.curves[1]] == list(calibrate.TOKENS) and cost(1) == 1.0
-    assert calibrate.packed_cost(lm) == cost and len(passes) == len(calibrate.TOKENS) * (calibrate.REPEATS + 1)
+    assert sorted(calibration.seconds) == [(1, n) for n in calibrate.TOKENS]
     # a curve never falls: a wider pass costs at least a narrower one (a stall does not steer drafting)
     assert [c for _, c in cost.curves[1]] == sorted(c for _, c in cost.curves[1])
+    assert calibrate.packed_cost(lm) == cost
+    monkeypatch.setattr(calibrate, "measure", lambda lm: pytest.fail("a decode measured the pass cost"))
+    rows = structspec.generate_batch(lm, SPEC, ["abc", "defg"], batch_size=2, max_new_tokens=8)
+    assert all(r.error is None for r in rows) and calibrate.packed_cost(lm) == cost
 
 
-def test_no_curve_is_measured_for_a_nameless_model_and_a_batch_still_runs(monkeypatch) -> None:
+def test_a_model_without_a_name_of_its_own_is_refused_and_a_batch_still_runs() -> None:
     lm = tiny_lm("byte_level")
     lm.name = ""
-    monkeypatch.setattr(calibrate, "measure", lambda lm: (_ for _ in ()).throw(AssertionError("measured")))
+    with pytest.raises(structspec.OptionError, match="no name of its own .*: load it by name or directory"):
+        structspec.calibrate(lm)
     assert calibrate.packed_cost(lm) == DEFAULT_COST
-    rows = structspec.generate_batch(lm, structspec.Regex(r"[a-z]{3,8}"), ["abc", "defg"], batch_size=2,
-                                     max_new_tokens=8)
+    rows = structspec.generate_batch(lm, SPEC, ["abc", "defg"], batch_size=2, max_new_tokens=8)
     assert all(r.error is None and 3 <= len(r.text) <= 8 for r in rows)
 
 
@@ -56,27 +81,36 @@ def test_a_capped_model_is_measured_within_its_cap() -> None:
     fed = []
     forward_slots = lm.forward_slots
     lm.forward_slots = lambda windows, *a, **k: (fed.append(sum(map(len, windows))), forward_slots(windows, *a, **k))[1]
-    cost = calibrate.packed_cost(lm)
+    cost = calibrate.calibrate(lm).cost
     assert max(fed) == 16 and max(n for n, _ in cost.curves[1]) == 16
 
 
-def test_a_curve_measured_beside_a_busy_process_is_discarded_and_not_measured_again(monkeypatch) -> None:
+def test_a_curve_measured_beside_a_busy_process_is_reported_and_not_stored(monkeypatch) -> None:
     lm = tiny_lm("byte_level")
     lm.name = "calibrate-busy-test"
-    measured = []
-    monkeypatch.setattr(calibrate, "measure", lambda lm: measured.append(1) or {(1, 1): 1.0, (1, 2): 9.0})
-    monkeypatch.setattr(calibrate, "others_running", lambda: 1)
-    assert calibrate.packed_cost(lm) == DEFAULT_COST and not curve_path(lm, packed=True).exists()
-    assert calibrate.packed_cost(lm) == DEFAULT_COST and measured == [1]  # once a process, not every call
+    monkeypatch.setattr(calibrate, "measure", lambda lm: {(1, 1): 1.0, (1, 2): 9.0})
+    monkeypatch.setattr(calibrate, "others_running", lambda: 2)
+    with pytest.warns(RuntimeWarning, match="ran 2 thread.*not stored .*the default curve.*store_busy=True"):
+        busy = structspec.calibrate(lm)
+    assert not busy.stored and busy.busy == 2 and busy.cost(2) == 9.0
+    assert not curve_path(lm, packed=True).exists() and calibrate.packed_cost(lm) == DEFAULT_COST
+    kept = structspec.calibrate(lm, store_busy=True)  # told to: stored, busy as it was
+    assert kept.stored and kept.busy == 2 and calibrate.packed_cost(lm) == kept.cost
 
 
-def test_the_curve_is_keyed_by_the_thread_count(monkeypatch) -> None:
+def test_the_curve_is_keyed_by_the_thread_count_and_the_dtype(monkeypatch) -> None:
     lm = tiny_lm("byte_level")
-    lm.name = "calibrate-threads-test"
+    lm.name = "calibrate-key-test"
+    monkeypatch.setattr(calibrate, "measure", lambda lm: {(1, 1): 1.0, (1, 4): 3.0})
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
-    one = curve_path(lm, packed=True)
+    one = structspec.calibrate(lm)
+    assert one.path.name.endswith("-float32-cpu-t1-packed.json") and calibrate.packed_cost(lm) == one.cost
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
-    assert curve_path(lm, packed=True) != one and one.name.endswith("-t1-packed.json")
+    assert curve_path(lm, packed=True) != one.path and calibrate.packed_cost(lm) == DEFAULT_COST  # not this one's
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    half = tiny_lm("byte_level", dtype=torch.bfloat16)
+    half.name = lm.name
+    assert curve_path(half, packed=True) != one.path and calibrate.packed_cost(half) == DEFAULT_COST
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/stat, which only Linux has")

@@ -1,5 +1,6 @@
 """A vocabulary that cannot spell a character the output needs mid-decode: `UnspellableError` names the
-character and carries the partial output, from `generate`, `generate_result`, `stream` and each batch row."""
+character and carries the partial output; it is raised by `generate` (which must return a value) and is the
+stop reason "error" of the `Result` of `generate_result`, `stream` and each batch row."""
 
 from __future__ import annotations
 
@@ -35,16 +36,17 @@ FORCED = {"type": "object", "properties": {"id": {"type": "integer", "minimum": 
 @pytest.mark.parametrize("draft", ["prompt_lookup", None])
 def test_the_error_names_the_character_and_carries_the_partial_output(byte_lm, fast_forward, draft) -> None:
     lm = _NoAt(byte_lm)
-    for call in (structspec.generate, structspec.generate_result):
-        with pytest.raises(UnspellableError, match=r"needs '@' after the partial output '[a-z]{3}'") as caught:
-            call(lm, EMAIL, "Mail:", fast_forward=fast_forward, draft=draft)
-        error = caught.value
+    with pytest.raises(UnspellableError, match=r"needs '@' after the partial output '[a-z]{3}'") as caught:
+        structspec.generate(lm, EMAIL, "Mail:", fast_forward=fast_forward, draft=draft)
+    returned = structspec.generate_result(lm, EMAIL, "Mail:", fast_forward=fast_forward, draft=draft)
+    for error, result in ((caught.value, caught.value.result), (returned.error, returned)):
+        assert isinstance(error, UnspellableError) and error.result is result
         assert error.characters == ["@"] and re.fullmatch("[a-z]{3}", error.text)
-        result = error.result
         assert (result.stop_reason, result.value, result.error) == ("error", None, error)
         assert lm.vocab.decode(error.token_ids) == error.text == result.text
         assert len(error.sources) == len(error.token_ids) == result.stats.output_tokens > 0
         assert result.stats.target_forward_passes >= result.stats.model_tokens > 0  # the decode's own stats
+    assert returned.token_ids == caught.value.token_ids and not hasattr(returned.error, "row")  # a row alone
 
 
 @pytest.mark.parametrize("draft", ["prompt_lookup", "lookahead", None])
@@ -58,12 +60,12 @@ def test_forced_text_up_to_the_state_is_in_the_partial_output_with_the_decode_st
     assert "forced" in error.sources
 
 
-def test_stream_raises_it_after_the_chunks_it_streamed(byte_lm) -> None:
-    texts = []
-    with pytest.raises(UnspellableError) as caught:
-        for event in structspec.stream(_NoAt(byte_lm), EMAIL, "Mail:"):
-            texts.append(event.text)
-    assert "".join(texts) == caught.value.text and len(caught.value.text) == 3
+def test_stream_ends_in_the_error_result_after_the_chunks_it_streamed(byte_lm) -> None:
+    *chunks, finished = structspec.stream(_NoAt(byte_lm), EMAIL, "Mail:")
+    assert isinstance(finished, structspec.Finished) and finished.result.stop_reason == "error"
+    error = finished.result.error
+    assert isinstance(error, UnspellableError) and "".join(c.text for c in chunks) == error.text
+    assert len(error.text) == 3
 
 
 @pytest.mark.slow
@@ -101,12 +103,11 @@ def test_a_draft_into_a_state_the_vocabulary_cannot_leave_is_not_drafted(byte_lm
     for good, bad in (("b", "d"), ("d", "b")):
         spec = Regex(f"a({bad}@x|{good}{good}{good})")
         prompt = f"a{bad}a{bad}a{bad}a{bad} a{bad}a{bad}a"
-        try:
-            plain = structspec.generate_result(lm, spec, prompt, fast_forward="off", draft=None)
-        except UnspellableError:
-            outcomes.append("raised")
+        plain = structspec.generate_result(lm, spec, prompt, fast_forward="off", draft=None)
+        if plain.stop_reason == "error":
+            outcomes.append("unspellable")
             continue
         result = structspec.generate_result(lm, spec, prompt, draft=draft)
         assert result.token_ids == plain.token_ids and result.text == f"a{good * 3}"
         outcomes.append("finished")
-    assert sorted(outcomes) == ["finished", "raised"]  # the model's letter leads to "@" in exactly one
+    assert sorted(outcomes) == ["finished", "unspellable"]  # the model's letter leads to "@" in exactly one

@@ -19,7 +19,9 @@ from rich.console import Console
 
 import structspec
 from structspec.tools.cli import main
-from structspec.tools.command import EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK
+from structspec.decoding import calibrate
+from structspec.decoding.budget import curve_path
+from structspec.tools.command import EXIT_BUSY, EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK
 from structspec.tools.demo import DEMO_DOCUMENT, demo
 from structspec.jobs.runner import load_model
 from structspec.testing import save_tiny_model
@@ -155,7 +157,7 @@ def test_help_documents_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> No
     assert "max_context" in text and "8 on the CPU, 32 on CUDA" in text and "--dtype" in text
 
 
-@pytest.mark.parametrize("command", ["demo", "extract", "compare", "bench"])
+@pytest.mark.parametrize("command", ["demo", "extract", "calibrate", "compare", "bench"])
 def test_every_command_that_loads_a_model_takes_device_and_dtype(command: str,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
@@ -182,6 +184,22 @@ def test_fast_forward_is_off_or_exact(job: dict[str, Path], tmp_path: Path, caps
 def test_compare_with_an_unreadable_schemas_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["compare", "--schemas", str(tmp_path / "missing.py")]) == EXIT_CONFIG
     assert "structspec compare: cannot load the tasks: no Python file" in capsys.readouterr().err
+
+
+def test_calibrate_stores_the_curve_and_says_when_the_machine_was_busy(
+        job: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    command = ["calibrate", "--model", str(job["model"]), "--device", "cpu", "--dtype", "float32"]
+    monkeypatch.setattr(calibrate, "others_running", lambda: 1)  # another process spinning beside it
+    assert main(command) == EXIT_BUSY
+    captured = capsys.readouterr()
+    assert "not stored: 1 thread(s) of other work" in captured.err and "--store-busy" in captured.err
+    lm = structspec.load(str(job["model"]), "cpu", "float32")
+    assert not curve_path(lm, packed=True).exists()
+    monkeypatch.setattr(calibrate, "others_running", lambda: 0)
+    assert main(command) == EXIT_OK
+    out = capsys.readouterr().out
+    assert f"stored in {curve_path(lm, packed=True)}" in out and re.search(r"\n\s+64\s+[0-9.]+\s+[0-9.]+\n", out)
+    assert calibrate.packed_cost(lm).curves[1][-1][0] == 64  # what decoding with that model now reads
 
 
 @pytest.mark.slow
