@@ -4,17 +4,21 @@ A model drafter of a batched row (`ModelDrafter`, self-draft) draws its logits
 from a `DraftRow` of this cache. When they are not computed yet the row answers
 a `DraftRequest`, which the drafter returns and `RowDecode.prepare` hands to the
 batch driver; it runs one draft pass for every row that asked and calls
-`RowDecode.prepare` again, which drafts on from where the chain stopped. Rows'
-rejected drafts become holes, as in the target's cache.
+`RowDecode.prepare` again, which drafts on from where the chain stopped. The
+cache is packed as the target's is (`structspec.models.packed_slots`): a draft
+pass feeds only the asking rows' new tokens, in one sequence, and rows'
+rejected drafts become holes.
 """
 
 from __future__ import annotations
 
+from itertools import accumulate
+
 import torch
 
 from structspec.decoding.candidate import DraftRequest
+from structspec.models.packed_slots import PackedSlots
 from structspec.models.protocol import LanguageModel
-from structspec.models.slot_cache import SlotCache
 
 _PREFILL_ALONE = 32  # a row with more new tokens than this (a fresh prompt) is prefilled on its own
 
@@ -24,7 +28,7 @@ class DraftBatch:
 
     def __init__(self, lm: LanguageModel, rows: int) -> None:
         self.lm = lm
-        self.slots = SlotCache(lm.new_cache(), rows)
+        self.slots = PackedSlots(lm.new_cache(), rows)
         self.seen: list[list[int]] = [[] for _ in range(rows)]
         self.last: list[torch.Tensor | None] = [None] * rows
         self.wanted: dict[int, list[int]] = {}
@@ -44,15 +48,15 @@ class DraftBatch:
         return DraftRequest()
 
     def run(self) -> None:
-        """One draft pass over the requested rows (the others feed one padding token they drop), plus a
-        prefill for rows with a fresh prompt, each counted in the row's `passes`. Changes the cache."""
-        windows, kept, positions = [], [], []
+        """One draft pass over the requested rows' new tokens, packed into one sequence (the other rows feed
+        nothing), plus a prefill for rows with a fresh prompt, each counted in the row's `passes`. Changes the
+        cache."""
+        windows: list[list[int]] = []
+        positions: list[int] = []
         for row in range(len(self.seen)):
             context = self.wanted.get(row)
             if context is None:
-                windows.append([0])
-                kept.append(0)
-                positions.append(len(self.seen[row]))
+                windows.append([])
                 continue
             seen = self.seen[row]
             n = next((i for i, (a, b) in enumerate(zip(seen, context)) if a != b), min(len(seen), len(context)))
@@ -65,13 +69,14 @@ class DraftBatch:
             else:
                 self.slots.truncate(row, n)
             windows.append(context[n:])
-            kept.append(len(context) - n)
-            positions.append(n)
-        wanted = [(row, len(windows[row]) - 1) for row in sorted(self.wanted)]
-        logits = self.lm.forward_slots(windows, positions, self.slots.window_mask([len(w) for w in windows]),
-                                       self.slots.kv, wanted)
-        self.slots.keep(kept, max(len(w) for w in windows))
-        for (row, _), row_logits in zip(wanted, logits):
+            positions += range(n, len(context))
+        widths = [len(w) for w in windows]
+        ends = list(accumulate(widths))
+        wanted = sorted(self.wanted)
+        logits = self.lm.forward_slots([[t for w in windows for t in w]], [positions], self.slots.window_mask(widths),
+                                       self.slots.kv, [(0, ends[row] - 1) for row in wanted])
+        self.slots.keep(widths, widths)
+        for row, row_logits in zip(wanted, logits):
             self.seen[row], self.last[row] = self.wanted[row], row_logits
         self.wanted.clear()
         self.slots.compact()
@@ -83,11 +88,12 @@ class DraftBatch:
 
     def reset(self, row: int) -> None:
         """Row ``row`` starts a new prompt: nothing of the old one is kept (changes the table)."""
-        self.slots.truncate(row, 0)
+        self.slots.place(row, 0)
         self.seen[row], self.last[row] = [], None
 
     def select(self, rows: list[int]) -> None:
-        """Keep only batch rows ``rows``, as the target's cache does (changes the cache)."""
+        """Keep only batch rows ``rows``, as the target's slots do (changes the table; the rows that left leave
+        holes)."""
         self.slots.select(rows)
         self.seen = [self.seen[r] for r in rows]
         self.last = [self.last[r] for r in rows]

@@ -10,23 +10,24 @@ order), so a query sees its own row's past and its in-window ancestors and
 nothing else: a block-diagonal mask over the packed window. A pass then costs
 what the tokens fed cost. Rejected drafts, the slots of rows that left and
 refilled rows' old slots are holes; `compact` gathers the used slots to the
-front when holes pile up. The table is plain torch on the CPU.
+front when holes pile up. The table is plain torch on the CPU; the cache is the model's own, moved only through
+the `structspec.models.protocol.KVCache` calls (append, gather), so any `LanguageModel` that batches fits.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
+
+from structspec.models.protocol import KVCache
 
 
 class PackedSlots:
-    """``kv``, the model's KV cache (`LanguageModel.new_cache`) holding one sequence of slots (batch dimension 1),
+    """``kv``, the model's KV cache (`LanguageModel.new_cache`, a `KVCache`) holding one sequence of slots,
     and ``valid[b, t]``: whether row ``b`` may attend to slot ``t``."""
 
     slack = 256  # holes tolerated beyond the used slots before compacting (a gather copies the whole cache)
 
-    def __init__(self, kv: Any, rows: int) -> None:
+    def __init__(self, kv: KVCache, rows: int) -> None:
         self.kv = kv
         self.valid = torch.zeros(rows, 0, dtype=torch.bool)
         self.shared: list[torch.Tensor] = []  # per shared prefix (`place_shared`): its slots, kept by `compact`
@@ -36,17 +37,17 @@ class PackedSlots:
         """Slots in the cache (used by some row, and holes)."""
         return self.valid.shape[1]
 
-    def place_shared(self, source: Any, length: int) -> int:
+    def place_shared(self, source: KVCache, length: int) -> int:
         """Append the first ``length`` positions of the one-row cache ``source`` as slots no row owns, kept while
         the batch runs (a spec's shared prompt prefix); returns its handle for `place`. Changes the cache and
         the table."""
         start = self.width
-        self._append(source, length)
+        self.kv.append_slots([source], length)
         self._grow(start + length)
         self.shared.append(torch.arange(start, start + length))
         return len(self.shared) - 1
 
-    def place(self, row: int, length: int, source: Any = None, shared: int | None = None) -> None:
+    def place(self, row: int, length: int, source: KVCache | None = None, shared: int | None = None) -> None:
         """Row ``row`` now holds a fresh sequence of ``length`` slots (its old slots become holes): the first
         ``length`` positions of the one-row cache ``source``, appended, or, without one, the last ``length`` slots
         a forward already appended to the cache; ``length`` 0: none, the decode passes feed the row's prompt
@@ -59,7 +60,7 @@ class PackedSlots:
             return
         start = self.width
         if source is not None:
-            self._append(source, length)
+            self.kv.append_slots([source], length)
         self._grow(start + length)
         self.valid[row, start:] = True
 
@@ -95,6 +96,12 @@ class PackedSlots:
             self.valid[b, start + offsets] = True
             start += widths[b]
 
+    def truncate(self, row: int, n: int) -> None:
+        """Row ``row`` keeps only its first ``n`` valid slots; the rest become holes (a rollback; changes the
+        table)."""
+        kept = self.valid[row].nonzero().flatten()
+        self.valid[row, kept[n:]] = False
+
     def select(self, rows: list[int]) -> None:
         """Keep only batch rows ``rows``, in that order (finished rows leave; their slots become holes). Changes
         the table."""
@@ -110,22 +117,11 @@ class PackedSlots:
         if self.width <= 2 * count + self.slack:
             return False
         index = used.nonzero().flatten()
-        for layer in self.kv.layers:
-            if layer.is_initialized:
-                where = index.to(layer.keys.device)
-                layer.keys, layer.values = layer.keys[:, :, where], layer.values[:, :, where]
+        self.kv.gather_slots(index)
         self.valid = self.valid[:, index]
         moved = torch.cumsum(used, 0) - 1  # each used slot's place after the gather
         self.shared = [moved[slots] for slots in self.shared]
         return True
-
-    def _append(self, source: Any, length: int) -> None:
-        """Append the first ``length`` positions of the one-row cache ``source`` to the cache (changes it)."""
-        for dst, src in zip(self.kv.layers, source.layers):
-            k, v = src.keys[:, :, :length], src.values[:, :, :length]
-            if not dst.is_initialized:
-                dst.lazy_initialization(k, v)
-            dst.keys, dst.values = torch.cat([dst.keys, k], dim=2), torch.cat([dst.values, v], dim=2)
 
     def _grow(self, width: int) -> None:
         """Widen the table to ``width`` slots with holes (changes the table)."""

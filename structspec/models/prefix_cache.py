@@ -21,10 +21,8 @@ from array import array
 from collections import OrderedDict
 from typing import Any
 
-import torch
-
 from structspec.errors import OptionError
-from structspec.models.protocol import LanguageModel
+from structspec.models.protocol import KVCache, LanguageModel
 
 CHUNK = 128
 """Tokens per prefill chunk. A whole chunk is one pass of the whole-prompt kernels (more than `WHOLE_ROWS` rows,
@@ -33,7 +31,6 @@ CHUNK = 128
 DEFAULT_BYTES = 256 * 2**20
 """The default bound of a model's `PrefixCache` (SmolLM2-135M's chunk in bfloat16: 2.9 MB; Qwen2.5-0.5B's: 1.5 MB)."""
 
-Chunk = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: a chunk's keys and values [1, kv heads, CHUNK, d]
 
 
 class PrefixCache:
@@ -43,7 +40,7 @@ class PrefixCache:
 
     def __init__(self, max_bytes: int = DEFAULT_BYTES) -> None:
         self.max_bytes = max_bytes
-        self._chunks: OrderedDict[bytes, tuple[Chunk, int]] = OrderedDict()  # key -> (chunk, its bytes)
+        self._chunks: OrderedDict[bytes, tuple[KVCache, int]] = OrderedDict()  # key -> (chunk, its bytes)
         self.bytes = 0  # held now
         self._lock = threading.Lock()  # calls on one model from several threads share its cache
 
@@ -64,7 +61,7 @@ class PrefixCache:
         """Chunks held."""
         return len(self._chunks)
 
-    def lookup(self, keys: list[bytes]) -> list[Chunk]:
+    def lookup(self, keys: list[bytes]) -> list[KVCache]:
         """The held chunks of ``keys`` from the first on, up to the first that is not held; marks them recently
         used (changes the LRU order only)."""
         found = []
@@ -76,10 +73,10 @@ class PrefixCache:
                 found.append(self._chunks[key][0])
         return found
 
-    def put(self, key: bytes, chunk: Chunk) -> None:
-        """Hold ``chunk`` under ``key``, evicting the least recently used chunks past `max_bytes` (changes the
-        cache). A chunk larger than the bound is not held."""
-        size = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in chunk)
+    def put(self, key: bytes, chunk: KVCache) -> None:
+        """Hold ``chunk`` (a chunk's slots, `KVCache.copy_slots`) under ``key``, evicting the least recently used
+        chunks past `max_bytes` (changes the cache). A chunk larger than the bound is not held."""
+        size = chunk.nbytes
         with self._lock:
             if key in self._chunks or size > self.max_bytes:
                 return
@@ -133,7 +130,7 @@ def on_grid(lm: LanguageModel) -> bool:
     return lm.batch_invariant and lm.batchable
 
 
-def prefill_prompt(lm: LanguageModel, token_ids: list[int], cache: Any) -> int:
+def prefill_prompt(lm: LanguageModel, token_ids: list[int], cache: KVCache) -> int:
     """Feed ``token_ids`` into the empty ``cache`` (changes it, and ``lm``'s `prefix_cache`): on a model
     `on_grid`, chunk by chunk on the grid, the leading chunks held in its prefix cache copied in, and every whole
     chunk it computes held there; elsewhere in one pass. Returns how many tokens were reused."""
@@ -143,15 +140,12 @@ def prefill_prompt(lm: LanguageModel, token_ids: list[int], cache: Any) -> int:
     store = prefix_cache(lm)
     keys = chunk_keys(token_ids) if store.max_bytes else []
     found = store.lookup(keys)
-    for layer in range(len(found[0]) if found else 0):
-        keys_, values = (torch.cat([chunk[layer][i] for chunk in found], dim=2) for i in (0, 1))
-        cache.update(keys_, values, layer)
+    if found:
+        cache.append_slots(found)
     reused = len(found) * CHUNK
     for start in range(reused, len(token_ids), CHUNK):
         end = start + CHUNK
         lm.forward(token_ids[start:end], cache)
         if end <= len(token_ids) and keys:
-            store.put(keys[start // CHUNK],
-                      [(layer.keys[:, :, start:end].clone(), layer.values[:, :, start:end].clone())
-                       for layer in cache.layers])
+            store.put(keys[start // CHUNK], cache.copy_slots(start, end))
     return reused

@@ -1,6 +1,7 @@
-"""What the decode loop and the drafters need of a model: the `LanguageModel` protocol and the types its calls
-take. Declares every member they use, so they never probe a model with ``getattr``; a fake model for tests
-implements these and nothing else (`structspec.models.transformers_lm.LM` is the transformers one)."""
+"""What the decode loop and the drafters need of a model: the `LanguageModel` protocol, its cache's `KVCache`
+protocol and the types their calls take. Declares every member they use, so they never probe a model or a cache
+with ``getattr``; a fake model for tests implements these and nothing else (`structspec.models.transformers_lm.LM`
+is the transformers one, `structspec.testing.FakeLM` one without a network)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,33 @@ Prompt = str | list[dict[str, str]]
 Allowed = list[torch.Tensor | None]
 """Per kept logits row: the token ids it may hold (the LM head computes only those, every other logit is
 -inf; a single id gets logit 0 and no computation), or None for a full row the caller masks."""
+
+
+@runtime_checkable
+class KVCache(Protocol):
+    """A model's KV cache (`LanguageModel.new_cache`) as a sequence of slots, one per position fed, in the order
+    fed: what a batch's slot table (`structspec.models.packed_slots.PackedSlots`) and the prefix cache
+    (`structspec.models.prefix_cache`) do to it, each model on its own cache type, so neither knows the type.
+    `LanguageModel.forward` and `forward_slots` append slots; `LanguageModel.crop` drops the last ones."""
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the cached slots hold. Changes nothing."""
+        ...
+
+    def append_slots(self, sources: list[Any], length: int | None = None) -> None:
+        """Append the slots of each of ``sources`` (one-row caches of this type), in order: all of them, or the first
+        ``length`` of each. Changes this cache, not the sources."""
+        ...
+
+    def gather_slots(self, index: torch.Tensor) -> None:
+        """Keep only the slots ``index`` (long, on the CPU), in that order: one gather of the whole cache. Changes
+        the cache."""
+        ...
+
+    def copy_slots(self, start: int, end: int) -> KVCache:
+        """A new one-row cache holding a copy of slots ``[start, end)``. Changes nothing."""
+        ...
 
 
 @runtime_checkable
@@ -77,8 +105,8 @@ class LanguageModel(Protocol):
 
     def encode_prompt(self, prompt: Prompt, tools: list[dict[str, Any]] | None = None) -> list[int]: ...
 
-    def new_cache(self) -> Any:
-        """An empty KV cache for `forward`, or for a `PackedSlots` or `SlotCache` to own."""
+    def new_cache(self) -> KVCache:
+        """An empty KV cache for `forward`, or for a `PackedSlots` to own."""
         ...
 
     def forward(

@@ -8,7 +8,7 @@ import copy
 import importlib.metadata as md
 import inspect
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -17,6 +17,9 @@ from structspec.models.invariance import BY_ROW, INVARIANT_TOKENS, PackedLinear,
 from structspec.models.prefix_cache import PrefixCache, prefix_cache
 from structspec.models.protocol import Allowed, Prompt
 from structspec.vocab import TokenVocab, vocab_from_tokenizer
+
+if TYPE_CHECKING:
+    from structspec.models.transformers_kv import SlotKV
 
 _TRANSFORMERS_MAJOR = int(md.version("transformers").split(".")[0])
 
@@ -84,10 +87,11 @@ class LM:
                                                   **({"tools": tools} if tools else {}))
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def new_cache(self) -> Any:
-        from transformers import DynamicCache
+    def new_cache(self) -> SlotKV:
+        """An empty `SlotKV` (a `DynamicCache` with the `KVCache` slot moves) for this model's layers."""
+        from structspec.models.transformers_kv import SlotKV
 
-        cache = DynamicCache(config=self.model.config)
+        cache = SlotKV(config=self.model.config)
         # Sliding-window layers (Gemma 3) drop states older than the window as they go,
         # so rolling back rejected drafts past the window fails unless they keep them until `crop`.
         cache.activate_past_recording()

@@ -119,23 +119,65 @@ class CountingLM:
         return self.lm.early_exit(layers)
 
 
-class FakeLM:
-    """A `structspec.models.protocol.LanguageModel` with made-up logits and no network: deterministic, fast, and it counts
-    its forward passes (``passes``) and the tokens fed to each (``fed``), as `CountingLM` does.
+class FakeKV:
+    """`FakeLM`'s cache, a `structspec.models.protocol.KVCache`: per slot, the token fed there and the prefix hash of
+    the slots its position attended to (its own included)."""
 
-    Its cache holds one prefix hash per position fed: position t's hash combines
-    position t − 1's with token t (from ``seed`` at position 0), and seeds the
-    standard normal draw (times 3, as `tiny_llama`'s logits) of the logits that
-    follow it. So every position's logits depend on the whole prefix, prompt
-    included: a cache that keeps a rejected token, or loses an accepted one,
-    changes every later choice. The tokenizer is `byte_level_tokenizer`; the
-    logits are 8 ids wider than its 500 tokens, as `tiny_llama`'s are.
+    def __init__(self, tokens: list[int] | None = None, hashes: list[int] | None = None) -> None:
+        self.tokens = tokens if tokens is not None else []
+        self.hashes = hashes if hashes is not None else []
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes a real cache would say it holds: 16 per slot (a token and a hash). Changes nothing."""
+        return 16 * len(self.tokens)
+
+    def append_slots(self, sources: list[Any], length: int | None = None) -> None:
+        """Append the slots of each of ``sources``, all or the first ``length`` of each. Changes this cache."""
+        for source in sources:
+            self.tokens += source.tokens[:length]
+            self.hashes += source.hashes[:length]
+
+    def gather_slots(self, index: torch.Tensor) -> None:
+        """Keep only the slots ``index``, in that order. Changes the cache."""
+        order = index.tolist()
+        self.tokens = [self.tokens[i] for i in order]
+        self.hashes = [self.hashes[i] for i in order]
+
+    def copy_slots(self, start: int, end: int) -> FakeKV:
+        """A new cache holding slots ``[start, end)``. Changes nothing."""
+        return FakeKV(self.tokens[start:end], self.hashes[start:end])
+
+
+class FakeLM:
+    """A `structspec.models.protocol.LanguageModel` with made-up logits and no network: deterministic, fast, and it
+    counts its forward passes (``passes``) and the tokens fed to each (``fed``), as `CountingLM` does.
+
+    A position's logits are a standard normal draw (times 3, as `tiny_llama`'s
+    logits) seeded by the prefix hash of the slots it attends to, in cache
+    order, itself last: ``h = hash((h, token))`` from ``seed``, folded with its
+    position where that is not the count of slots attended less one. In a
+    single-row `forward` it attends to every cached slot; in `forward_slots`
+    to exactly the slots ``attend`` allows (a packed batch's rows, a token
+    tree's paths), so the logits depend on the whole prefix, prompt included,
+    and on nothing else: a cache that keeps a rejected token or loses an
+    accepted one, a mask that lets a row see another's slots, or a wrong
+    position changes every later choice, as it would in a real model; and a
+    row gets the logits it gets alone whatever shares its pass
+    (batch-invariant by construction). The tokenizer is `byte_level_tokenizer`;
+    the logits are 8 ids wider than its 500 tokens, as `tiny_llama`'s are.
+    Nameless by default, so no pass-cost curve is measured or read for it
+    (`structspec.decoding.budget.curve_path`): what a pass feeds does not
+    depend on the machine.
     """
 
-    # The capabilities the protocol declares: one row per pass (no slot cache, so no token trees and no
-    # batched passes), the prompt prefilled with its last token, no cap on a pass, and every position's logits
-    # its own whatever else a pass feeds (batch-invariant by construction), on the CPU in float32.
-    batchable = False
+    # The capabilities the protocol declares: rows share passes over one packed slot cache (`forward_slots`, so
+    # token trees and batches run on it), the prompt prefilled with its last token, no cap on a pass, and every
+    # position's logits its own whatever else a pass feeds, on the CPU in float32.
+    batchable = True
     prefills_apart = False
     max_pass_tokens: int | None = None
     batch_invariant = True
@@ -143,50 +185,79 @@ class FakeLM:
     device = torch.device("cpu")
     dtype = torch.float32
 
-    def __init__(self, seed: int = 0, max_context: int | None = 2048, tokenizer: Any = None) -> None:
+    def __init__(self, seed: int = 0, max_context: int | None = 2048, tokenizer: Any = None, name: str = "") -> None:
         self.tokenizer = tokenizer if tokenizer is not None else byte_level_tokenizer()
         self.vocab = vocab_from_tokenizer(self.tokenizer)
         self.logits_width = len(self.tokenizer) // 8 * 8 + 8
         self.max_context = max_context
         self.seed = seed
-        self.name = f"fake-lm-{seed}"
+        self.name = name
         self.passes = 0
         self.fed: list[int] = []
 
     encode_prompt = LM.encode_prompt  # a str as is, chat messages through the template; refusals as `LM`'s
 
-    def new_cache(self) -> list[int]:
-        """An empty cache: the list of prefix hashes, one per position fed."""
-        return []
+    def new_cache(self) -> FakeKV:
+        """An empty cache (`FakeKV`)."""
+        return FakeKV()
 
-    def forward(self, token_ids: list[int], cache: list[int], logits_to_keep: int = 1,
-                allowed: Any = None) -> torch.Tensor:
-        """Feed ``token_ids`` after what ``cache`` holds (appends their prefix hashes to it); returns the float32
-        logits of the last ``logits_to_keep`` positions [k, logits_width], restricted by ``allowed`` as
-        `LM.forward` restricts them. Counts one pass."""
+    def forward(self, token_ids: list[int], cache: FakeKV, logits_to_keep: int = 1,
+                allowed: Allowed | None = None) -> torch.Tensor:
+        """Feed ``token_ids`` after what ``cache`` holds, each attending to every slot before it (appends their
+        slots); returns the float32 logits of the last ``logits_to_keep`` positions [k, logits_width], restricted
+        by ``allowed`` as `LM.forward` restricts them. Counts one pass."""
         self.passes += 1
         self.fed.append(len(token_ids))
         for token in token_ids:
-            cache.append(hash((cache[-1] if cache else self.seed, token)))  # ints hash alike in every process
-        rows = [torch.randn(self.logits_width, generator=torch.Generator().manual_seed(h)) * 3
-                for h in cache[len(cache) - logits_to_keep:]]
-        return restricted(torch.stack(rows), allowed)
+            cache.hashes.append(hash((cache.hashes[-1] if cache.hashes else self.seed, token)))
+            cache.tokens.append(token)
+        return restricted(torch.stack([self._logits(h) for h in cache.hashes[len(cache) - logits_to_keep:]]), allowed)
 
     def forward_slots(self, windows: list[list[int]], positions: list[int] | list[list[int]], attend: torch.Tensor,
-                      cache: Any, rows: list[tuple[int, int]], allowed: Any = None) -> torch.Tensor:
-        """Not available: a `FakeLM` runs one row per pass (``batchable`` is False, so the loop never calls
-        this). Raises NotImplementedError."""
-        raise NotImplementedError("FakeLM runs one row per pass (batchable=False): use tiny_lm for batches")
+                      cache: FakeKV, rows: list[tuple[int, int]], allowed: Allowed | None = None) -> torch.Tensor:
+        """One pass over one packed window (a `PackedSlots`' ``windows`` of one) appended to ``cache`` (appends its
+        slots): token ``j`` at ``positions[0][j]`` (or ``positions[0] + j``) attends to the slots ``attend[0, j]``
+        allows, cached then in-window. Returns the float32 logits of the (0, window index) pairs ``rows``,
+        restricted by ``allowed``. Counts one pass. Padded windows of several rows raise NotImplementedError."""
+        if len(windows) != 1:
+            raise NotImplementedError("FakeLM runs one packed window per pass (PackedSlots), not padded rows")
+        window, start = windows[0], positions[0]
+        where = list(range(start, start + len(window))) if isinstance(start, int) else start
+        if attend.shape[-1] != len(cache) + len(window):
+            raise ValueError(f"the mask covers {attend.shape[-1]} slots; the cache and the window hold "
+                             f"{len(cache) + len(window)}")
+        self.passes += 1
+        self.fed.append(len(window))
+        tokens = cache.tokens + window
+        attended: list[list[int]] = [[] for _ in window]
+        for j, slot in attend[0].nonzero().tolist():  # row-major: each query's slots in cache order
+            attended[j].append(slot)
+        for j, (token, seen) in enumerate(zip(window, attended)):
+            h = self.seed
+            for slot in seen:
+                h = hash((h, tokens[slot]))
+            if where[j] != len(seen) - 1:  # a position other than the prefix attended gives other logits
+                h = hash((h, -1, where[j]))  # (ints only: a str hashes apart per process)
+            cache.hashes.append(h)
+            cache.tokens.append(token)
+        base = len(cache) - len(window)
+        if not rows:
+            return torch.empty(0, self.logits_width)
+        return restricted(torch.stack([self._logits(cache.hashes[base + j]) for _, j in rows]), allowed)
+
+    def _logits(self, prefix_hash: int) -> torch.Tensor:
+        """The logits after a prefix of hash ``prefix_hash`` [logits_width] (ints hash alike in every process)."""
+        return torch.randn(self.logits_width, generator=torch.Generator().manual_seed(prefix_hash)) * 3
 
     @staticmethod
-    def crop(cache: list[int], length: int) -> None:
+    def crop(cache: FakeKV, length: int) -> None:
         """Drop cached positions from ``length`` on (in place)."""
-        del cache[length:]
+        del cache.tokens[length:], cache.hashes[length:]
 
     def early_exit(self, layers: int | None = None) -> FakeLM:
         """A draft model for ``draft=SelfDraft()``: a `FakeLM` with the same tokenizer and seed ``seed + layers``
         (default 1), so its logits are unrelated to this one's and its drafts mostly rejected."""
-        return FakeLM(self.seed + (layers or 1), self.max_context, self.tokenizer)
+        return FakeLM(self.seed + (layers or 1), self.max_context, self.tokenizer, self.name)
 
 
 def restricted(logits: torch.Tensor, allowed: Any) -> torch.Tensor:
