@@ -15,7 +15,9 @@ StopReason = Literal["eos", "fsm_complete", "max_new_tokens", "max_context", "in
 """``eos``: the model chose EOS in a final state; ``fsm_complete``: the FSM allowed nothing but EOS;
 ``max_new_tokens``: the budget ran out first; ``max_context``: the model's context filled up first (in
 both, the output is a valid prefix, not a value); ``invalid``: the output is complete but its validator
-rejected it (`InvalidOutput` in ``Result.error``); ``error``: the row could not run (``Result.error``)."""
+rejected it (`InvalidOutput` in ``Result.error``); ``error``: the output could not go on or the row could not run
+(``Result.error``: the `UnspellableError` of a state the vocabulary cannot spell on from, alone or in a batch,
+or a batch row's bad prompt or spec)."""
 
 
 @dataclass
