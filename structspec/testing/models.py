@@ -120,36 +120,32 @@ class CountingLM:
 
 
 class FakeKV:
-    """`FakeLM`'s cache, a `structspec.models.protocol.KVCache`: per slot, the token fed there and the prefix hash of
-    the slots its position attended to (its own included)."""
+    """`FakeLM`'s cache, a `structspec.models.protocol.KVCache`: the token fed at each slot, in cache order (the
+    fake computes every position's logits from the tokens its position attends to)."""
 
-    def __init__(self, tokens: list[int] | None = None, hashes: list[int] | None = None) -> None:
+    def __init__(self, tokens: list[int] | None = None) -> None:
         self.tokens = tokens if tokens is not None else []
-        self.hashes = hashes if hashes is not None else []
 
     def __len__(self) -> int:
         return len(self.tokens)
 
     @property
     def nbytes(self) -> int:
-        """Bytes a real cache would say it holds: 16 per slot (a token and a hash). Changes nothing."""
-        return 16 * len(self.tokens)
+        """Bytes the slots' token ids would take as int64. Changes nothing."""
+        return 8 * len(self.tokens)
 
     def append_slots(self, sources: list[Any], length: int | None = None) -> None:
         """Append the slots of each of ``sources``, all or the first ``length`` of each. Changes this cache."""
         for source in sources:
             self.tokens += source.tokens[:length]
-            self.hashes += source.hashes[:length]
 
     def gather_slots(self, index: torch.Tensor) -> None:
         """Keep only the slots ``index``, in that order. Changes the cache."""
-        order = index.tolist()
-        self.tokens = [self.tokens[i] for i in order]
-        self.hashes = [self.hashes[i] for i in order]
+        self.tokens = [self.tokens[i] for i in index.tolist()]
 
     def copy_slots(self, start: int, end: int) -> FakeKV:
         """A new cache holding slots ``[start, end)``. Changes nothing."""
-        return FakeKV(self.tokens[start:end], self.hashes[start:end])
+        return FakeKV(self.tokens[start:end])
 
 
 class FakeLM:
@@ -157,9 +153,11 @@ class FakeLM:
     counts its forward passes (``passes``) and the tokens fed to each (``fed``), as `CountingLM` does.
 
     A position's logits are a standard normal draw (times 3, as `tiny_llama`'s
-    logits) seeded by the prefix hash of the slots it attends to, in cache
-    order, itself last: ``h = hash((h, token))`` from ``seed``, folded with its
-    position where that is not the count of slots attended less one. In a
+    logits) seeded by the prefix hash of the tokens of the slots it attends
+    to, in cache order (a real model's attention does not see slot order; a
+    row's slots are always in order), itself last: ``h = hash((h, token))``
+    from ``seed``, folded with its position where that is not the count of
+    slots attended less one. In a
     single-row `forward` it attends to every cached slot; in `forward_slots`
     to exactly the slots ``attend`` allows (a packed batch's rows, a token
     tree's paths), so the logits depend on the whole prefix, prompt included,
@@ -208,10 +206,15 @@ class FakeLM:
         by ``allowed`` as `LM.forward` restricts them. Counts one pass."""
         self.passes += 1
         self.fed.append(len(token_ids))
+        h = self.seed
+        for token in cache.tokens:  # every cached slot, as a real model's query attends to them all
+            h = hash((h, token))
+        hashes = []
         for token in token_ids:
-            cache.hashes.append(hash((cache.hashes[-1] if cache.hashes else self.seed, token)))
-            cache.tokens.append(token)
-        return restricted(torch.stack([self._logits(h) for h in cache.hashes[len(cache) - logits_to_keep:]]), allowed)
+            h = hash((h, token))
+            hashes.append(h)
+        cache.tokens += token_ids
+        return restricted(torch.stack([self._logits(h) for h in hashes[len(hashes) - logits_to_keep:]]), allowed)
 
     def forward_slots(self, windows: list[list[int]], positions: list[int] | list[list[int]], attend: torch.Tensor,
                       cache: FakeKV, rows: list[tuple[int, int]], allowed: Allowed | None = None) -> torch.Tensor:
@@ -232,18 +235,18 @@ class FakeLM:
         attended: list[list[int]] = [[] for _ in window]
         for j, slot in attend[0].nonzero().tolist():  # row-major: each query's slots in cache order
             attended[j].append(slot)
-        for j, (token, seen) in enumerate(zip(window, attended)):
+        hashes = []
+        for j, seen in enumerate(attended):
             h = self.seed
             for slot in seen:
                 h = hash((h, tokens[slot]))
             if where[j] != len(seen) - 1:  # a position other than the prefix attended gives other logits
                 h = hash((h, -1, where[j]))  # (ints only: a str hashes apart per process)
-            cache.hashes.append(h)
-            cache.tokens.append(token)
-        base = len(cache) - len(window)
+            hashes.append(h)
+        cache.tokens += window
         if not rows:
             return torch.empty(0, self.logits_width)
-        return restricted(torch.stack([self._logits(cache.hashes[base + j]) for _, j in rows]), allowed)
+        return restricted(torch.stack([self._logits(hashes[j]) for _, j in rows]), allowed)
 
     def _logits(self, prefix_hash: int) -> torch.Tensor:
         """The logits after a prefix of hash ``prefix_hash`` [logits_width] (ints hash alike in every process)."""
@@ -252,7 +255,7 @@ class FakeLM:
     @staticmethod
     def crop(cache: FakeKV, length: int) -> None:
         """Drop cached positions from ``length`` on (in place)."""
-        del cache.tokens[length:], cache.hashes[length:]
+        del cache.tokens[length:]
 
     def early_exit(self, layers: int | None = None) -> FakeLM:
         """A draft model for ``draft=SelfDraft()``: a `FakeLM` with the same tokenizer and seed ``seed + layers``

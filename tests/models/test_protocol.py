@@ -8,7 +8,7 @@ import inspect
 import torch
 
 import structspec
-from structspec.models.protocol import LanguageModel
+from structspec.models.protocol import KVCache, LanguageModel
 from structspec.testing import CountingLM, FakeLM
 
 MEMBERS = sorted(
@@ -43,3 +43,27 @@ def test_counting_lm_reports_the_wrapped_model_and_counts_its_passes(byte_lm: st
     logits = counting.forward(ids, counting.new_cache(), logits_to_keep=2)
     assert torch.equal(logits, byte_lm.forward(ids, byte_lm.new_cache(), logits_to_keep=2))
     assert (counting.passes, counting.fed) == (1, [len(ids)])
+
+
+def test_each_models_cache_moves_its_slots_as_the_cache_protocol_says(byte_lm: structspec.LM) -> None:
+    # What a batch's slot table and the prefix cache do to a cache, on both models' own caches: a copy of some
+    # slots appended after others gives the logits the same tokens fed in that order give.
+    ids = byte_lm.encode_prompt("Alice is 31 and lives in Paris")
+    for lm in (byte_lm, FakeLM()):
+        members = {name for name, value in vars(KVCache).items() if not name.startswith("_")}
+        assert isinstance(lm.new_cache(), KVCache) and members == {"nbytes", "append_slots", "gather_slots",
+                                                                   "copy_slots"}
+        whole = lm.new_cache()
+        expected = lm.forward(ids, whole, logits_to_keep=1)
+        cache = lm.new_cache()
+        cache.append_slots([whole.copy_slots(0, 4), whole.copy_slots(4, len(ids) - 1)])
+        assert cache.nbytes == whole.nbytes * (len(ids) - 1) // len(ids)
+        assert torch.allclose(lm.forward(ids[-1:], cache), expected, atol=1e-5)
+        gathered = lm.new_cache()
+        lm.forward(ids[:3] + [7], gathered)  # a rejected draft after three kept tokens, gathered away
+        gathered.gather_slots(torch.tensor([0, 1, 2]))
+        assert torch.allclose(lm.forward(ids[3:], gathered), expected, atol=1e-5)
+        lost = lm.new_cache()
+        lm.forward(ids[:3], lost)
+        lost.gather_slots(torch.tensor([0, 2]))  # a kept token lost: another prefix
+        assert not torch.allclose(lm.forward(ids[3:], lost), expected, atol=1e-3)
