@@ -102,37 +102,49 @@ def others_running(samples: int = 5, every: float = 0.01) -> int:
     return max(0, min(counts))
 
 
-@torch.no_grad()
 def measure(lm: LanguageModel) -> dict[tuple[int, int], float]:
     """Median seconds of a packed pass feeding each of `TOKENS` (up to ``lm.max_pass_tokens``), round-robin over
-    `ROWS` rows of `CONTEXT` kept slots, keyed ``(1, tokens)``, logits read for every fed token's row as a verify
-    pass reads them. Runs passes on fresh caches; changes nothing else."""
+    `ROWS` rows of `CONTEXT` kept slots, keyed ``(1, tokens)`` (`packed_seconds`). Runs passes on fresh caches;
+    changes nothing else."""
     cap = lm.max_pass_tokens
     sizes = [n for n in TOKENS if cap is None or n <= cap]
+    return {(1, n): seconds for n, seconds in packed_seconds(lm, ROWS, sizes).items()}
+
+
+@torch.no_grad()
+def packed_seconds(lm: LanguageModel, rows: int, sizes: list[int], context: int = CONTEXT,
+                   repeats: int = REPEATS) -> dict[int, float]:
+    """Median seconds of a packed pass (`LanguageModel.forward_slots`) feeding each of ``sizes`` tokens in all,
+    round-robin over ``rows`` rows of ``context`` kept slots each (the first rows alone in a pass of fewer
+    tokens), logits read for every fed token's row as a verify pass reads them; ``repeats`` timed passes per size
+    after one untimed. Runs passes on fresh caches; changes nothing else."""
     generator = torch.Generator().manual_seed(0)
     vocab = min(len(lm.vocab), lm.logits_width)
+    cuda = lm.device.type == "cuda"
 
     def ids(n: int) -> list[int]:
         return torch.randint(3, vocab, (n,), generator=generator).tolist()
 
     prompt = lm.new_cache()
-    lm.forward(ids(CONTEXT), prompt)
-    slots = PackedSlots(lm.new_cache(), ROWS)
-    for row in range(ROWS):
-        slots.place(row, CONTEXT, prompt)
-    seconds: dict[tuple[int, int], float] = {}
+    lm.forward(ids(context), prompt)
+    slots = PackedSlots(lm.new_cache(), rows)
+    for row in range(rows):
+        slots.place(row, context, prompt)
+    seconds: dict[int, float] = {}
     for n in sizes:
-        widths = [n // ROWS + (row < n % ROWS) for row in range(ROWS)]
+        widths = [n // rows + (row < n % rows) for row in range(rows)]
         parents = [list(range(-1, w - 1)) for w in widths]
-        positions = [[CONTEXT + j for j in range(w)] for w in widths]
+        positions = [[context + j for j in range(w)] for w in widths]
         times = []
-        for repeat in range(REPEATS + 1):
+        for repeat in range(repeats + 1):
             attend = slots.window_mask(widths, parents)
+            if cuda:
+                torch.cuda.synchronize()  # the pass alone: nothing queued before it is timed
             t0 = time.perf_counter()
             logits = lm.forward_slots([ids(n)], [sum(positions, [])], attend, slots.kv, [(0, j) for j in range(n)])
             logits.argmax(-1).tolist()  # the pass's read-back: on a GPU, the wait for it
             if repeat:
                 times.append(time.perf_counter() - t0)
-            slots.keep([0] * ROWS, widths)  # holes: every pass attends to the same slots
-        seconds[1, n] = statistics.median(times)
+            slots.keep([0] * rows, widths)  # holes: every pass attends to the same slots
+        seconds[n] = statistics.median(times)
     return seconds
