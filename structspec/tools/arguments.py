@@ -1,5 +1,5 @@
-"""The options of ``structspec bench``, ``toolbench``, ``throughput`` and ``pass-cost``, apart from the modules that run them
-(which import torch), so that ``structspec COMMAND --help`` and a bad option answer at once. Spelled as every
+"""The options of ``structspec bench``, ``toolbench``, ``throughput`` and ``pass-cost``, apart from the modules
+that run them (which import torch), so that ``structspec COMMAND --help`` and a bad option answer at once. Spelled as every
 command spells them: the model options and the token budget of `structspec.tools.command`, a metavar and a
 help line for each."""
 
@@ -13,7 +13,7 @@ from typing import Any
 from structspec.tools.command import budget, model_options, positive
 
 THROUGHPUT_MODEL = "qwen2.5-coder-0.5b"  # the model the throughput pages were measured on
-# Architectures for pass-cost's random-weight models (the published configs' shapes).
+# Architectures for the random-weight models of pass-cost and gpucheck (the published configs' shapes).
 CONFIGS: dict[str, dict[str, Any]] = {
     "qwen2.5-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
                          num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768,

@@ -20,7 +20,8 @@ Each ``--dtypes`` entry loads the model again and runs every row in it.
 Throughput is wall-clock time around each row's calls: a batch's records share
 their passes, so no per-record time adds up to what a user waits for. Compiling
 is paid before any timing (structspec's FSMs cached in memory, outlines' Indexes
-built once). Passes per output token count, per record, the passes that chose
+built once), and so is the model's pass-cost curve where none is stored
+(`structspec.tools.command.calibrated`). Passes per output token count, per record, the passes that chose
 its tokens (structspec's `Stats.target_forward_passes`, the peers' tokens plus
 EOS); model calls are forward calls of the model body, each over a whole batch.
 Every structspec row is checked token for token against plain masked decoding at
