@@ -4,7 +4,8 @@ Each row is a `RowDecode` (plain values: FSM state, output, its own forcer,
 drafter and generator). A turn:
 
 1. every row `prepare`s its window (pending tokens, forced text, draft, drafted
-   as if the row were alone); a row that stopped leaves and its slot is refilled
+   as if the row were alone: a frozen `structspec.decoding.window.Window`); a row
+   that stopped hands back its `Decoded` and leaves, and its slot is refilled
    with the next prompt (`decode_batch`'s ``prefill``: chunked into the decode
    passes, or from its spec's shared prefix, or in a prefill pass of its own), so
    a job never waits for its slowest document;
@@ -13,20 +14,20 @@ drafter and generator). A turn:
    drafted and spliced tokens whose expected kept tokens pay for what they add
    to the pass on the model's packed pass-cost curve
    (`structspec.decoding.calibrate.packed_cost`); a greedy row's window is cut to
-   them (`RowDecode.fit`); the model's `max_pass_tokens` bounds the pass;
+   them (`Window.first`); the model's `max_pass_tokens` bounds the pass;
 3. one target pass over all windows packed into one sequence
-   (`structspec.decoding.loop.slot_pass`): explicit positions, a block-diagonal
+   (`structspec.decoding.passes.run_pass` on `Slots`): explicit positions, a block-diagonal
    mask over the shared slot cache (`structspec.models.packed_slots`), no
    padding; a greedy row with a tree drafter feeds a token tree, its siblings at
    one position; logits only for each row's candidate and bonus positions, and of
    those only the allowed ids' where the FSM allows few
-   (`structspec.decoding.verify.restrict`);
+   (`structspec.decoding.masks.restrict`);
 4. one packed bitmask for the full logits rows, filled while the model runs
    where that pays (`structspec.decoding.masks.MaskFill`), applied in one
    operation; greedy rows read one argmax per logits row, sampled rows verify on
    the CPU with their own generator;
-5. each row `accept`s; its rejected slots (a chain's tail, a tree's other
-   branches) become holes.
+5. each row `commit`s its logits rows (verify, accept, record the pass); its
+   rejected slots (a chain's tail, a tree's other branches) become holes.
 
 A row's tokens equal the row decoded alone (`structspec.decoding.loop`) bit for
 bit where the model is batch-invariant (`LM.batch_invariant`: every pass gives
@@ -48,8 +49,10 @@ from structspec.decoding.candidate import DraftRequest
 from structspec.decoding.draft_batch import DraftBatch
 from structspec.decoding.draft_model import ModelDrafter
 from structspec.decoding.drafter import Drafter
-from structspec.decoding.loop import decode, slot_pass
+from structspec.decoding.loop import decode
+from structspec.decoding.passes import Slots, run_pass
 from structspec.decoding.row import Decoded, DecodeOptions, RowDecode, RowInput
+from structspec.decoding.window import Window
 from structspec.models.protocol import LanguageModel
 from structspec.models.packed_slots import PackedSlots
 from structspec.models.prefix_cache import prefill_prompt
@@ -93,9 +96,9 @@ def decode_batch(
             yield item.index, decode(lm, item, options)
         return
     queue = iter(rows)
-    first = [item for _, item in zip(range(batch_size), queue)]
-    index = [item.index for item in first]
-    slots = PackedSlots(lm.new_cache(), len(first))
+    items = [item for _, item in zip(range(batch_size), queue)]
+    size = len(items)  # the batch's rows, before finished rows leave it
+    slots = PackedSlots(lm.new_cache(), size)
     cost, packed = pass_cost(lm), packed_cost(lm)
     shared: dict[int, int] = {}  # per FSM id: its prefix's handle in the slots (`PackedSlots.place_shared`)
 
@@ -125,15 +128,15 @@ def decode_batch(
             slots.place(slot, len(ids) - 1, own)
             row.prefilled(len(ids) - 1 - reused, time.perf_counter() - t0, reused)
         if drafter := _batchable_drafter(item.drafter):
-            batch = drafts.setdefault(id(drafter.lm), DraftBatch(drafter.lm, len(first)))
+            batch = drafts.setdefault(id(drafter.lm), DraftBatch(drafter.lm, size))
             batch.reset(slot)
             drafter.attach(batch.row(slot))
         return row
 
-    live: list[RowDecode] = [prefill(slot, item) for slot, item in enumerate(first)]
+    live: list[RowDecode] = [prefill(slot, item) for slot, item in enumerate(items)]
 
     while live:
-        windows: dict[int, list[int]] = {}
+        windows: dict[int, Window] = {}
         todo = list(range(len(live)))
         while todo:  # each round drafts one more token for rows waiting on a batched draft pass
             retry = []
@@ -142,12 +145,12 @@ def decode_batch(
                 if isinstance(window, DraftRequest):  # drafts on once the draft pass below ran
                     retry.append(slot)
                     continue
-                if window is not None:
+                if isinstance(window, Window):
                     windows[slot] = window
                     continue
-                yield index[slot], live[slot].decoded()
+                yield items[slot].index, window  # the row stopped: its `Decoded`
                 if (item := next(queue, None)) is not None:
-                    index[slot] = item.index
+                    items[slot] = item
                     live[slot] = prefill(slot, item)
                     retry.append(slot)
             for batch in drafts.values():
@@ -156,31 +159,31 @@ def decode_batch(
             todo = retry
         if len(windows) < len(live):  # finished rows with nothing to refill leave the batch
             keep = sorted(windows)
-            live, index = [live[s] for s in keep], [index[s] for s in keep]
+            live, items = [live[s] for s in keep], [items[s] for s in keep]
             slots.select(keep)
             for batch in drafts.values():
                 batch.select(keep)
-            for new, row in enumerate(live):
-                if drafter := _batchable_drafter(row.item.drafter):
+            for new, item in enumerate(items):
+                if drafter := _batchable_drafter(item.drafter):
                     drafter.attach(drafts[id(drafter.lm)].row(new))
             windows = {new: windows[old] for new, old in enumerate(keep)}
         if not live:
             break
-        floors = _floors(live, [len(windows[s]) for s in range(len(live))], lm.max_pass_tokens)
-        widths = choose_widths([row.window_gains() for row in live], packed, floors, lm.max_pass_tokens)
-        slot_pass(lm, slots, [(row, row.fit(width)) for row, width in zip(live, widths)])
+        offered = [windows[s] for s in range(len(live))]
+        floors = _floors(offered, lm.max_pass_tokens)
+        widths = choose_widths([list(w.gains) for w in offered], packed, floors, lm.max_pass_tokens)
+        run_pass(lm, Slots(slots), [(row, window.first(width)) for row, window, width in zip(live, offered, widths)])
 
 
-def _floors(live: list[RowDecode], lengths: list[int], cap: int | None) -> list[int]:
-    """The tokens each row is fed at least: a sampled row its whole window (its draft was drawn with its
-    generator), a greedy row its pending tokens (output or prompt already: fed now or later, they cost the same),
-    cut longest first to fit ``cap`` in all, one token each at least. Changes nothing."""
-    floors = [n if row.options.sampling.do_sample else max(len(row.pending), 1) for row, n in zip(live, lengths)]
+def _floors(windows: list[Window], cap: int | None) -> list[int]:
+    """The tokens each window is fed at least (`Window.floor`), cut longest first to fit ``cap`` in all, a
+    greedy row's only, one token each at least. Changes nothing."""
+    floors = [window.floor for window in windows]
     excess = sum(floors) - cap if cap is not None else 0
-    for b in sorted(range(len(live)), key=lambda b: -floors[b]):
+    for b in sorted(range(len(windows)), key=lambda b: -floors[b]):
         if excess <= 0:
             break
-        if not live[b].options.sampling.do_sample:
+        if not windows[b].sampled:
             cut = min(excess, floors[b] - 1)
             floors[b], excess = floors[b] - cut, excess - cut
     return floors

@@ -23,7 +23,7 @@ siblings, merged into a trie where they share a prefix:
    iteration always has guesses to start from.
 
 After the pass the row shows the drafter the target's masked argmax at every node (`observe`, called by
-`structspec.decoding.row.RowDecode.verify`). Along the Jacobi branch those choices are one Jacobi step:
+`structspec.decoding.row.RowDecode.commit`). Along the Jacobi branch those choices are one Jacobi step:
 each guess's successor, computed from the guesses before it. They become the next guess window, which the
 next tree takes from past the tokens the row committed in between (accepted, the target's own, forced).
 At every node the last tokens and the target's choice after them are an n-gram the target produced; the
@@ -203,7 +203,7 @@ class LookaheadDrafter:
                 self._pool[tail[-n:]] = choice
         while len(self._pool) > self.max_pool:
             del self._pool[next(iter(self._pool))]  # the oldest
-        branch = [i for i in self._branch if i < len(candidate.tokens)]  # a batch may cut the tree (`RowDecode.fit`)
+        branch = [i for i in self._branch if i < len(candidate.tokens)]  # a batch may cut the tree (`Window.first`)
         self._origin, self._guesses = list(context), [choices[0]] + [choices[1 + i] for i in branch]
 
     def begin(self) -> None:

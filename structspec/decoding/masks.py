@@ -1,7 +1,11 @@
-"""The bitmask of a target pass's full logits rows, filled while the model runs.
+"""A target pass's masks: which logits rows need the whole LM head, and the bitmask of those, filled while the
+model runs.
 
-A pass's rows are known before it runs, so their masks need not wait for its
-logits: `MaskFill.start` packs them on a worker thread (on CUDA into pinned
+A pass's logits rows are known before it runs (`pass_masks`: per window, a row per
+state in `Window.states`), so their masks need not wait for its logits. A row whose
+state allows few ids gets logits for those ids only (`restrict`: the LM head computes
+only them, and no mask is needed); the rest get the whole head and a bitmask.
+`MaskFill.start` packs that bitmask on a worker thread (on CUDA into pinned
 memory, copied to the device on a side stream) during the forward pass, and
 `MaskFill.apply` masks the logits when they come back. Passes with fewer than
 `THREAD_ROWS` full rows are filled by `apply` itself, after the forward: there
@@ -10,9 +14,8 @@ the kernels the forward queued.
 
 Typical use, around one pass::
 
-    allowed = restrict(rows, lm.logits_width)
-    masks = MaskFill.start(rows, allowed, lm.device)
-    logits = lm.forward(window, cache, len(rows), allowed)
+    allowed, masks = pass_masks(windows, lm.logits_width, lm.device)
+    logits = lm.forward(window.tokens, cache, len(window.states), allowed)
     masks.apply(logits)
 """
 
@@ -25,7 +28,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import torch
 
 from structspec.automaton.fsm import TokenFSM, apply_token_bitmask_inplace
+from structspec.decoding.window import Window
 from structspec.models.protocol import Allowed
+
+FEW = 1 / 16  # a state allowing under this share of the logits gets logits for its allowed ids only
 
 THREAD_ROWS = 64
 """Full rows from which `MaskFill.start` fills on the worker thread; fewer are filled by `apply`. Measured on the
@@ -41,6 +47,25 @@ Filled = tuple[torch.Tensor, torch.cuda.Event | None]
 _worker: ThreadPoolExecutor | None = None  # one thread for every pass, started by the first that needs it
 _worker_lock = threading.Lock()
 _side_streams: dict[torch.device, torch.cuda.Stream] = {}  # per CUDA device, the stream the masks are copied on
+
+
+def pass_masks(windows: list[Window], width: int, device: torch.device) -> tuple[Allowed, MaskFill]:
+    """The masks of one pass over ``windows`` (packed in order) with logits ``width`` wide on ``device``: per logits
+    row, `restrict`'s answer, and the `MaskFill` of the full rows, begun. Changes nothing the caller holds."""
+    rows = [(window.fsm, state) for window in windows for state in window.states]
+    allowed = restrict(rows, width)
+    return allowed, MaskFill.start(rows, allowed, device)
+
+
+def restrict(rows: list[tuple[TokenFSM, int]], width: int) -> Allowed:
+    """Per logits row (its FSM and the state it is masked by): the allowed ids where they are few, so the
+    LM head computes only those and the row needs no mask; None where the row needs the whole head and
+    the bitmask. A state allowing one token needs no logits at all (`Allowed`). Changes nothing."""
+    out: Allowed = []
+    for fsm, state in rows:
+        ids = fsm.allowed_token_ids(state)
+        out.append(torch.tensor(ids, dtype=torch.long) if len(ids) < FEW * width else None)
+    return out
 
 
 class MaskFill:

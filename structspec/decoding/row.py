@@ -1,45 +1,45 @@
-"""One output's decode as plain values: fast-forward, draft, then verify what a target pass computed.
+"""One output's decode as plain values: fast-forward, draft, then commit what a target pass computed.
 
 `RowDecode` is the algorithm of one row; the drivers (`structspec.decoding.loop`
 for one sequence, `structspec.decoding.batch` for many per pass) own the model,
-its KV cache and the masks. Each turn:
+its KV cache and the masks, and run a turn in two calls:
 
 1. `prepare`: fast-forward the tokens the FSM forces (no model call), stop if
    the output is complete or a budget is spent, and draft a candidate under the
    FSM — forced text in its canonical spelling (spliced for free) and the
-   drafter's tokens. Returns the window to feed: pending tokens + candidate.
-2. the driver runs one target pass over the window, keeping logits for the
-   candidate positions and the bonus position, masked by `mask_states`;
-3. `accept`: verify (greedy match or speculative sampling,
-   `structspec.decoding.verify`), keep the accepted path and the target's own
-   token. FSM states are kept per output position, so rollback is indexing;
-   the driver drops the rejected rest from its cache.
+   drafter's tokens. Returns a frozen `structspec.decoding.window.Window`
+   (pending tokens + candidate, their positions, parents, mask states and
+   gains), or the `Decoded` once the row stopped;
+2. the driver cuts the window to the width its pass pays for (`Window.first`),
+   runs one target pass over it (`structspec.decoding.passes.run_pass`) and
+   hands the masked logits to `commit`: verify (greedy match or speculative
+   sampling, `structspec.decoding.verify`), keep the accepted path and the
+   target's own token, record the pass in the stats. FSM states are kept per
+   output position, so rollback is indexing; `commit` says which window tokens
+   stay in the cache and the driver drops the rest.
 
-A batch driver may `fit` a greedy row's window to the width its pass takes
-(`structspec.decoding.budget.choose_widths`): the candidate cut to its first
-nodes, or, where the pending tokens alone are longer (a long forced run), a
-chunk of them fed with no logits and nothing to verify (`accept_chunk`).
-Pending tokens are output already and greedy output never depends on drafts,
-so neither changes the row's tokens.
+A window cut short of its pending tokens is a chunk of them, fed with no logits
+and nothing to verify. Pending tokens are output already and greedy output
+never depends on drafts, so no cut changes a greedy row's tokens; a sampled
+row's draft was drawn with its generator, so it is fed whole.
 
 A candidate is a chain (`structspec.decoding.chain.Chain`), or a token tree (`TreeDrafting`,
-`structspec.decoding.tree`)
-when the driver runs the slot path (``trees``) and the row is greedy: its window
-then carries each token's parent (`window_parents`) and position
-(`window_positions`), and the verified path is one branch of it. A greedy row
-shows the target's choice at every candidate position to a drafter that learns
-from them (`Observing`, `structspec.decoding.lookahead`). A chain whose drafter waits on a batched draft
-pass makes `prepare` return that `DraftRequest`: the batch driver runs the pass and calls `prepare` again,
+`structspec.decoding.tree`) when the driver runs the slot path (``trees``) and the row is greedy: the verified
+path is then one branch of it. A greedy row shows the target's choice at every candidate position to a drafter
+that learns from them (`Observing`, `structspec.decoding.lookahead`). A chain whose drafter waits on a batched
+draft pass makes `prepare` return that `DraftRequest`: the batch driver runs the pass and calls `prepare` again,
 which drafts on from where the chain stopped.
 
-The row is the one writer of its `Stats`: the drivers hand it what a pass cost (`record_pass`, `prefilled`).
+The row is the one writer of its `Stats`: the drivers hand it what a pass cost (`commit`, `prefilled`).
 A row whose output reaches a state the vocabulary cannot spell on from stops with ``"error"`` and the
-`UnspellableError` in ``error``, checked once per turn in `prepare`, before anything reads the state.
+`UnspellableError` in ``error``, checked in `prepare` before anything reads the state (the verdict is kept
+per FSM state).
 """
 
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -52,6 +52,7 @@ from structspec.decoding.drafter import Drafter, Observing, TreeDrafting, Turn
 from structspec.decoding.fastforward import FastForward, Forcer
 from structspec.decoding.sampling import SamplingConfig, token_logprobs
 from structspec.decoding.verify import accept_tree, verify_sampled
+from structspec.decoding.window import Window
 from structspec.errors import OptionError, UnspellableError
 from structspec.models.protocol import LanguageModel
 from structspec.result import DraftStats, Stats, StopReason
@@ -102,10 +103,37 @@ class RowInput:
     generator: torch.Generator | None
 
 
+@dataclass(frozen=True)
+class Committed:
+    """What a row kept of a pass: ``kept``, the window offsets whose KV stays in the cache (the pending tokens fed,
+    then the verified path: a prefix for a chain), and the output tokens (with their sources) the turn added:
+    forced, accepted drafts and the target's own."""
+
+    kept: list[int]
+    token_ids: list[int]
+    sources: list[str]
+
+
+_SPELLABLE: weakref.WeakKeyDictionary[TokenFSM, dict[int, UnspellableError | None]] = weakref.WeakKeyDictionary()
+"""Per FSM and state the output reached: the `UnspellableError` the vocabulary meets there, or None."""
+
+
+def unspellable(fsm: TokenFSM, state: int) -> UnspellableError | None:
+    """Why the vocabulary cannot spell on from ``state`` (None: it can), asked of ``fsm`` once per state and kept.
+    Reads the FSM's caches; changes nothing else."""
+    verdicts = _SPELLABLE.setdefault(fsm, {})
+    if state not in verdicts:
+        try:
+            fsm.allowed_token_ids(state)
+            verdicts[state] = None
+        except UnspellableError as error:
+            verdicts[state] = error
+    return verdicts[state]
+
+
 @dataclass(eq=False)
 class RowDecode:
-    """The decode state of one output (``item``); changed by `prepare`, `fit`, the ``accept`` calls
-    and the stats writers (`record_pass`, `prefilled`, `decoded`).
+    """The decode state of one output (``item``); changed by `prepare`, `commit` and `prefilled`.
 
     ``cached`` counts the positions the target's KV cache holds for this row
     (prompt and output tokens it has seen); ``pending`` are tokens it has not
@@ -121,15 +149,14 @@ class RowDecode:
     trees: bool = False  # the driver verifies token trees (the slot path): a greedy `TreeDrafting` row drafts them
     cached: int = 0
     pending: list[int] = field(default_factory=list)
-    chunk: int = 0  # pending tokens the next pass feeds with no logits (`fit`); 0: all of them and the candidate
     out: list[int] = field(default_factory=list)
     states: list[int] = field(default_factory=list)  # states[i]: the FSM state after out[i]
     sources: list[str] = field(default_factory=list)
     logprobs: list[float] | None = None  # per output token, kept only with ``options.output_logprobs``
     stop: StopReason | None = None
     error: UnspellableError | None = None  # why the row stopped with "error"
-    candidate: Candidate = field(default_factory=Candidate)
     chain: Chain | None = None  # a chain still being drafted (its drafter waits on a batched draft pass)
+    told: int = 0  # output tokens a `Committed` has handed out already
 
     @classmethod
     def start(cls, item: RowInput, options: DecodeOptions, lm: LanguageModel, cost: PassCost) -> RowDecode:
@@ -148,26 +175,24 @@ class RowDecode:
     def state(self) -> int:
         return self.states[-1] if self.states else self.item.fsm.initial_state
 
-    def prepare(self) -> list[int] | DraftRequest | None:
-        """Fast-forward and draft; the window to feed next (pending + candidate), None once stopped, or the
-        `DraftRequest` of a drafter waiting on a batched draft pass (call again once it ran: the chain goes on
-        from there). The draft is as long as it pays for a row alone; a batch then feeds it as far as it pays
-        there (`fit`). Changes the row and its drafter."""
+    def prepare(self) -> Window | DraftRequest | Decoded:
+        """Fast-forward and draft: the `Window` to feed next (pending + candidate), the `Decoded` once stopped,
+        or the `DraftRequest` of a drafter waiting on a batched draft pass (call again once it ran: the chain
+        goes on from there). The draft is as long as it pays for a row alone; a batch then feeds it as far as it
+        pays there (`Window.first`). Changes the row and its drafter."""
         if self.stop is not None:
-            return None
+            return self._decoded()
         if self.chain is None:
             turn = self._turn()
             if turn is None:
-                return None
+                return self._decoded()
             if self.trees and isinstance(self.item.drafter, TreeDrafting) and not self.options.sampling.do_sample:
-                self.candidate = self.item.drafter.draft_tree(turn)
-            else:
-                self.chain = Chain(self.item.drafter, turn)
-        if self.chain is not None:
-            if (request := self.chain.extend()) is not None:
-                return request
-            self.candidate, self.chain = self.chain.candidate, None
-        return self.pending + self.candidate.tokens
+                return self._window(self.item.drafter.draft_tree(turn))
+            self.chain = Chain(self.item.drafter, turn)
+        if (request := self.chain.extend()) is not None:
+            return request
+        candidate, self.chain = self.chain.candidate, None
+        return self._window(candidate)
 
     def _turn(self) -> Turn | None:
         """Fast-forward the forced tokens, then stop the row (None) or say what its next candidate may be."""
@@ -187,9 +212,8 @@ class RowDecode:
             if self.logprobs is not None:
                 del self.logprobs[budget:]
             return self._finish("max_new_tokens")
-        try:  # the one place an unspellable state is met: drafts never enter one, only the output does
-            self.item.fsm.allowed_token_ids(self.state)
-        except UnspellableError as error:
+        # the one place an unspellable state is met: drafts never enter one, only the output does
+        if (error := unspellable(self.item.fsm, self.state)) is not None:
             self.error = error
             return self._finish("error")
         if self.item.fsm.is_complete(self.state):
@@ -205,53 +229,42 @@ class RowDecode:
         context = item.prompt_ids + self.out
         return Turn(item.fsm, self.forcer, self.options.sampling, item.generator, context, self.state, limit, drafted)
 
-    def window_gains(self) -> list[float]:
-        """Expected tokens the last window adds to the row's cache when only its first ``w`` tokens are fed
-        (entry ``w − 1``, for every ``w`` up to its length; `fit`): the pending tokens fed, then, once all are,
-        the candidate's expected kept path (`DraftLength.expected_kept`). Changes nothing."""
-        cand, fed = self.candidate, len(self.pending)
+    def _window(self, cand: Candidate) -> Window:
+        """``cand`` after the pending tokens, as a window with its gains: the pending tokens fed, then, once all
+        are, the candidate's expected kept path (`DraftLength.expected_kept`). Changes nothing."""
+        fed = len(self.pending)
         kept = (self.lengths.expected_kept(cand.parent_indices(), [s != FORCED for s in cand.sources]) if self.lengths
                 else [float(n) for n in range(1, len(cand.tokens) + 1)])  # no drafter: forced text only
-        return [float(w) for w in range(1, fed + 1)] + [fed + k for k in kept]
+        gains = tuple([float(w) for w in range(1, fed + 1)] + [fed + k for k in kept])
+        return Window(self.item.fsm, tuple(self.pending), cand, self.cached, self.state, gains,
+                      self.options.sampling.do_sample)
 
-    def fit(self, width: int) -> list[int]:
-        """The last window cut to its first ``width`` tokens (whole where it fits): the candidate keeps its first
-        nodes (a chain's prefix; a tree's topological prefix is a tree), or, where the pending tokens alone are
-        longer, the pass feeds a chunk of them with no candidate and no logits. Cuts greedy rows only: a sampled
-        row's draft was drawn with its generator, so the driver's width fits it. Changes the candidate and `chunk`."""
-        fed = len(self.pending)
-        if width < fed:
-            self.chunk, self.candidate = width, self.candidate.first(0)
-            return self.pending[:width]
-        self.candidate = self.candidate.first(width - fed)
-        return self.pending + self.candidate.tokens
+    def commit(self, window: Window, logits: torch.Tensor, choices: list[int] | None = None,
+               model_seconds: float = 0.0, constraint_seconds: float = 0.0) -> Committed:
+        """A target pass fed ``window`` (this row's last, maybe cut: `Window.first`) and computed its masked
+        ``logits`` [len(window.states), vocab] (``choices``: each row's argmax, where the driver read them
+        already), costing the row these seconds (its share of a batched pass). Verifies the candidate, keeps
+        the verified path and the target's own token (EOS ends the row), records the pass. A chunk is kept
+        whole with nothing to verify. Changes the row, its stats, generator, forcer and drafter."""
+        self.stats.target_forward_passes += 1
+        self.stats.tokens_fed.append(len(window.tokens))
+        self.stats.model_seconds += model_seconds
+        self.stats.constraint_seconds += constraint_seconds
+        if window.chunk:
+            self.cached += window.chunk
+            del self.pending[: window.chunk]
+            kept = list(range(window.chunk))
+        else:
+            path, token = self._verify(window.candidate, logits, choices)
+            kept = self._accept(window, path, token, self._path_logprobs(window.candidate, logits, path, token))
+        told, self.told = self.told, len(self.out)
+        return Committed(kept, self.out[told:], self.sources[told:])
 
-    def mask_states(self) -> list[int]:
-        """The FSM state each logits row of the last window is masked by: the state before each candidate
-        token, then the bonus row's; none for a chunk. Changes nothing."""
-        return [] if self.chunk else [self.state] + self.candidate.states
-
-    def window_parents(self) -> list[int]:
-        """Each token's parent as an offset in the last window (−1 for the first, which follows the cache):
-        the pending tokens fed form a chain, the candidate's roots follow the last of them. Changes nothing."""
-        fed = self.chunk or len(self.pending)
-        return list(range(-1, fed - 1)) + [fed + p for p in self.candidate.parent_indices()]
-
-    def window_positions(self) -> list[int]:
-        """Each token's position in the last window: one past its parent's (siblings share one). Changes
-        nothing."""
-        positions: list[int] = []
-        for p in self.window_parents():
-            positions.append(positions[p] + 1 if p >= 0 else self.cached)
-        return positions
-
-    def verify(self, logits: torch.Tensor, choices: list[int] | None = None) -> tuple[list[int], int]:
-        """The target's verdict on the candidate from its masked ``logits`` [len(candidate) + 1, vocab]:
-        (verified path as candidate indices, next token). A sampled row draws from its generator (which
-        advances); a greedy row takes each logits row's argmax (``choices``, where the driver read them already)
-        and shows them to an `Observing` drafter, which learns from them. Changes the generator and the
-        drafter, not the row."""
-        cand = self.candidate
+    def _verify(self, cand: Candidate, logits: torch.Tensor, choices: list[int] | None) -> tuple[list[int], int]:
+        """The target's verdict on ``cand`` from its masked ``logits`` [len(cand) + 1, vocab]: (verified path as
+        candidate indices, next token). A sampled row draws from its generator (which advances); a greedy row
+        takes each logits row's argmax (``choices``, where the driver read them already) and shows them to an
+        `Observing` drafter, which learns from them. Changes the generator and the drafter, not the row."""
         if self.options.sampling.do_sample:  # sampled rows draft chains only
             accepted, token = verify_sampled(logits, cand.tokens, cand.q, self.options.sampling, self.item.generator)
             return list(range(accepted)), token
@@ -261,23 +274,22 @@ class RowDecode:
             self.item.drafter.observe(self.item.prompt_ids + self.out, cand, choices)
         return accept_tree(choices, cand.tokens, cand.parent_indices())
 
-    def path_logprobs(self, logits: torch.Tensor, path: list[int], token: int) -> list[float] | None:
+    def _path_logprobs(self, cand: Candidate, logits: torch.Tensor, path: list[int], token: int) -> list[float] | None:
         """With ``options.output_logprobs``, the log-probabilities of the ``path``'s tokens and ``token`` under
-        the masked ``logits`` of the last window (rows: the root's, then the one after each path node); else
-        None. Changes nothing."""
+        the masked ``logits`` (rows: the root's, then the one after each path node); else None. Changes
+        nothing."""
         if self.logprobs is None:
             return None
         rows = [0] + [1 + i for i in path]
-        return token_logprobs(logits[rows], [self.candidate.tokens[i] for i in path] + [token], self.options.sampling)
+        return token_logprobs(logits[rows], [cand.tokens[i] for i in path] + [token], self.options.sampling)
 
-    def accept(self, path: list[int], token: int, scores: list[float] | None = None) -> list[int]:
+    def _accept(self, window: Window, path: list[int], token: int, scores: list[float] | None) -> list[int]:
         """Keep the candidate's tokens on ``path`` (candidate indices from the root; a chain's accepted prefix
         is ``range(accepted)``) and the target's ``token`` (EOS ends the row). ``scores`` are their
-        ``len(path) + 1`` log-probabilities (`path_logprobs`), kept when the row keeps log-probabilities.
-        Returns the window offsets whose KV stays in the cache (the pending tokens, then the path's: a prefix
-        for a chain); the driver drops the rest. Changes the row, its stats, forcer and drafter."""
+        ``len(path) + 1`` log-probabilities, kept when the row keeps log-probabilities. Returns the window offsets
+        whose KV stays in the cache. Changes the row, its stats, forcer and drafter."""
         t0 = time.perf_counter()
-        cand, fed, accepted = self.candidate, len(self.pending), len(path)
+        cand, fed, accepted = window.candidate, len(window.pending), len(path)
         parents = cand.parent_indices()
         last = path[-1] if path else -1
         rejected = next((i for i, p in enumerate(parents) if p == last and cand.sources[i] == FORCED), None)
@@ -292,14 +304,13 @@ class RowDecode:
             self.logprobs += scores[:accepted]
         self.cached += fed + accepted
         self.pending = []
-        self._count_drafts(path)
+        self._count_drafts(cand, path)
         if self.lengths is not None:
             drafted = [s != FORCED for s in cand.sources]
             depth: list[int] = []  # drafter tokens from the root to each node: a chain's deepest is all of them
             for i, p in enumerate(parents):
                 depth.append((depth[p] if p >= 0 else 0) + drafted[i])
             self.lengths.record(max(depth, default=0), sum(drafted[i] for i in path))
-        self.candidate = Candidate()
         if accepted:
             state = self.states[-1]
         if self.item.fsm.is_complete(state):  # the candidate finished the output; the target's token is EOS
@@ -318,22 +329,6 @@ class RowDecode:
         self.stats.constraint_seconds += time.perf_counter() - t0
         return list(range(fed)) + [fed + i for i in path]
 
-    def accept_chunk(self) -> list[int]:
-        """After a pass that fed a chunk (`fit`): those pending tokens are in the cache, the rest stay
-        pending. Returns their window offsets, all kept (changes the row)."""
-        fed, self.chunk = self.chunk, 0
-        self.cached += fed
-        del self.pending[:fed]
-        return list(range(fed))
-
-    def record_pass(self, fed: int, model_seconds: float, constraint_seconds: float) -> None:
-        """A target pass fed the row ``fed`` tokens and cost it these seconds (its share of a batched pass).
-        Changes the stats."""
-        self.stats.target_forward_passes += 1
-        self.stats.tokens_fed.append(fed)
-        self.stats.model_seconds += model_seconds
-        self.stats.constraint_seconds += constraint_seconds
-
     def prefilled(self, fed: int, seconds: float, reused: int = 0) -> None:
         """The prompt but its last token is in the cache: ``reused`` tokens from held chunks or the prompts' shared
         prefix and ``fed`` from a prefill of its own that took ``seconds`` (with the copy of what was reused); the
@@ -344,10 +339,9 @@ class RowDecode:
         self.stats.prefix_tokens_reused = reused
         self.stats.model_seconds += seconds
 
-    def decoded(self) -> Decoded:
-        """The row's output so far as a `Decoded` (call once stopped). Fills the output counts of the row's
-        stats; changes nothing else."""
-        assert self.stop is not None, "decoded() is called on a stopped row"
+    def _decoded(self) -> Decoded:
+        """The stopped row's output as a `Decoded`. Fills the output counts of the row's stats; changes nothing
+        else."""
         stats, out, sources = self.stats, self.out, self.sources
         stats.output_tokens = len(out)
         stats.forced_tokens = sources.count(FORCED)
@@ -360,10 +354,10 @@ class RowDecode:
         """Stop the row with ``reason`` (changes the row)."""
         self.stop = reason
 
-    def _count_drafts(self, path: list[int]) -> None:
-        """Per-source drafted/accepted counts and drafting time of the verified candidate (a tree's every node
-        is drafted, its path accepted); tells the drafter how it did. Changes the stats and the drafter."""
-        cand, stats = self.candidate, self.stats
+    def _count_drafts(self, cand: Candidate, path: list[int]) -> None:
+        """Per-source drafted/accepted counts and drafting time of the verified candidate ``cand`` (a tree's every
+        node is drafted, its ``path`` accepted); tells the drafter how it did. Changes the stats and the drafter."""
+        stats = self.stats
         for source, seconds in cand.seconds.items():  # (forced text spliced: constraint time)
             if source == FORCED:
                 stats.constraint_seconds += seconds

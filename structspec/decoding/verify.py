@@ -26,22 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from structspec.automaton.fsm import TokenFSM
 from structspec.decoding.sampling import SamplingConfig, probabilities, sample
-from structspec.models.protocol import Allowed
-
-FEW = 1 / 16  # a state allowing under this share of the logits gets logits for its allowed ids only
-
-
-def restrict(rows: list[tuple[TokenFSM, int]], width: int) -> Allowed:
-    """Per logits row (its FSM and the state it is masked by): the allowed ids where they are few, so the
-    LM head computes only those and the row needs no mask; None where the row needs the whole head and
-    the bitmask. A state allowing one token needs no logits at all (`Allowed`). Changes nothing."""
-    out: Allowed = []
-    for fsm, state in rows:
-        ids = fsm.allowed_token_ids(state)
-        out.append(torch.tensor(ids, dtype=torch.long) if len(ids) < FEW * width else None)
-    return out
 
 
 def verify_greedy(logits: torch.Tensor, candidate: list[int]) -> tuple[int, int]:

@@ -16,6 +16,7 @@ from structspec.decoding.batch import shared_prefix
 from structspec.decoding.budget import DEFAULT_COST, PassCost
 from structspec.decoding.factory import SelfDraft
 from structspec.decoding.row import DecodeOptions, RowDecode, RowInput
+from structspec.decoding.window import Window
 from structspec.decoding.tree import TreeDrafter
 from structspec.models.packed_slots import PackedSlots
 from structspec.models.slot_cache import SlotCache
@@ -269,13 +270,14 @@ FORCED_PROMPTS = [f'Copy: {{"customer_name": "{name}", "destination_city": "{cit
 
 
 def spy_fits(monkeypatch) -> tuple[list[tuple[int, int, int]], list[int]]:
-    """(window length, width, pending tokens) of every `RowDecode.fit`, and the pending tokens before every chunk
-    accepted."""
+    """(window length, width, pending tokens) of every window a batch cut (`Window.first`), and the pending tokens
+    before every chunk committed."""
     fits, chunks = [], []
-    fit, accept_chunk = RowDecode.fit, RowDecode.accept_chunk
-    monkeypatch.setattr(RowDecode, "fit", lambda self, width: (
-        fits.append((len(self.pending) + len(self.candidate.tokens), width, len(self.pending))), fit(self, width))[1])
-    monkeypatch.setattr(RowDecode, "accept_chunk", lambda self: (chunks.append(len(self.pending)), accept_chunk(self))[1])
+    first, commit = Window.first, RowDecode.commit
+    monkeypatch.setattr(Window, "first", lambda self, width: (
+        fits.append((len(self.tokens), width, len(self.pending))), first(self, width))[1])
+    monkeypatch.setattr(RowDecode, "commit", lambda self, window, *args: (
+        window.chunk and chunks.append(len(window.pending)), commit(self, window, *args))[1])
     return fits, chunks
 
 
@@ -316,16 +318,21 @@ def test_a_chunk_feeds_pending_tokens_with_no_logits(byte_lm) -> None:
     prompt = byte_lm.encode_prompt("Ship the order now, please:")
     row = RowDecode.start(RowInput(0, fsm, prompt, None, None), DecodeOptions(), byte_lm, DEFAULT_COST)  # all pending
     window = row.prepare()
-    assert len(prompt) > 4 and row.candidate.sources == ["forced"] * (len(window) - len(prompt)) != []
-    assert row.window_gains() == [float(w) for w in range(1, len(window) + 1)]  # pending and forced text: certain
-    assert row.fit(3) == prompt[:3]
-    assert row.mask_states() == [] and row.window_parents() == [-1, 0, 1] and row.window_positions() == [0, 1, 2]
-    assert row.accept_chunk() == [0, 1, 2]
-    assert row.cached == 3 and row.pending == prompt[3:] and row.chunk == 0 and row.out == []
-    assert row.prepare() == window[3:]  # the rest of the prompt, then the same candidate
-    assert row.fit(len(prompt) - 1) == window[3 : len(prompt) + 2]  # the candidate cut to its first two nodes
-    assert row.mask_states() == [row.state] + row.candidate.states and len(row.candidate.tokens) == 2
-    assert row.window_positions() == list(range(3, len(prompt) + 2))
+    assert isinstance(window, Window) and window.start == 0 and list(window.pending) == prompt
+    assert len(prompt) > 4 and window.candidate.sources == ["forced"] * (len(window.tokens) - len(prompt)) != []
+    assert window.gains == tuple(float(w) for w in range(1, len(window.tokens) + 1))  # pending, forced: certain
+    chunk = window.first(3)
+    assert chunk.tokens == prompt[:3] and window.tokens[:3] == prompt[:3]  # a new window: the offer stays whole
+    assert chunk.states == [] and chunk.parents == [-1, 0, 1] and chunk.positions == [0, 1, 2]
+    done = row.commit(chunk, torch.empty(0, byte_lm.logits_width))
+    assert done.kept == [0, 1, 2] and done.token_ids == [] and row.out == []
+    again = row.prepare()  # the rest of the prompt, then the same candidate
+    assert isinstance(again, Window) and again.tokens == window.tokens[3:]
+    assert again.start == 3 and list(again.pending) == prompt[3:]
+    cut = again.first(len(prompt) - 1)
+    assert cut.tokens == window.tokens[3 : len(prompt) + 2]  # the candidate cut to its first two nodes
+    assert cut.states == [again.state] + cut.candidate.states and len(cut.candidate.tokens) == 2
+    assert cut.positions == list(range(3, len(prompt) + 2))
 
 
 @pytest.mark.slow

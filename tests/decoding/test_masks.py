@@ -12,8 +12,7 @@ import torch
 
 from structspec.automaton.fsm import TokenFSM
 from structspec.decoding import masks
-from structspec.decoding.masks import MaskFill
-from structspec.decoding.verify import restrict
+from structspec.decoding.masks import MaskFill, restrict
 from structspec.models.protocol import Allowed
 from structspec.testing import FakeLM
 

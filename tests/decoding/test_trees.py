@@ -17,11 +17,11 @@ from structspec.decoding.batch import decode_batch, spec_prefixes
 from structspec.decoding.budget import DEFAULT_COST
 from structspec.decoding.candidate import Candidate
 from structspec.decoding.factory import make_drafter, make_row_drafter
-from structspec.decoding.row import DecodeOptions, RowDecode, RowInput
+from structspec.decoding.row import DecodeOptions, RowInput
 from structspec.models.slot_cache import SlotCache
 from structspec.decoding.tree import TreeDrafter
 from structspec.decoding.verify import accept_greedy, accept_tree
-from structspec.result import Stats
+from structspec.decoding.window import Window
 
 
 class Character(BaseModel):
@@ -135,14 +135,14 @@ def test_accept_tree_follows_the_targets_choice_from_the_root() -> None:
 
 
 def test_tree_window_mask_positions_and_keep() -> None:
-    row = RowDecode(RowInput(0, None, [], None, None), DecodeOptions(), None, Stats(), cached=2, pending=[11],  # type: ignore[arg-type]
-                    candidate=Candidate([5, 7, 9], [0, 0, 0], ["tree"] * 3, [None] * 3, parents=[-1, -1, 0]))
-    assert row.window_parents() == [-1, 0, 0, 1]  # both roots follow the pending token
-    assert row.window_positions() == [2, 3, 3, 4]  # siblings share a position
+    tree = Candidate([5, 7, 9], [0, 0, 0], ["tree"] * 3, [None] * 3, parents=[-1, -1, 0])
+    window = Window(None, (11,), tree, start=2, state=0)  # type: ignore[arg-type]  # no FSM: nothing masks here
+    assert window.parents == [-1, 0, 0, 1]  # both roots follow the pending token
+    assert window.positions == [2, 3, 3, 4]  # siblings share a position
     slots = SlotCache(None, 2)  # the hole table alone: nothing here touches the KV
     slots.place(0, 2)
     slots.place(1, 1)
-    mask = slots.window_mask([4, 2], [row.window_parents(), [-1, 0]])  # [rows, W=4, 2 + 4]
+    mask = slots.window_mask([4, 2], [window.parents, [-1, 0]])  # [rows, W=4, 2 + 4]
     T, F = True, False
     assert mask[0].tolist() == [[T, T, T, F, F, F],
                                 [T, T, T, T, F, F],

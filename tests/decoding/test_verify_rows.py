@@ -9,8 +9,8 @@ from pydantic import BaseModel
 from typing import Literal
 
 import structspec
-from structspec.decoding import verify
-from structspec.decoding.verify import restrict
+from structspec.decoding import masks
+from structspec.decoding.masks import restrict
 
 
 class Order(BaseModel):
@@ -53,12 +53,12 @@ def test_restrict_keeps_full_rows_where_most_tokens_are_allowed(byte_lm: structs
 def test_restricted_rows_decode_as_full_masked_rows(kind: str, draft: object, request,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     lm = request.getfixturevalue(kind)
-    few = verify.FEW * lm.logits_width
+    few = masks.FEW * lm.logits_width
     options = {"draft": draft, "max_new_tokens": 60, "output_logprobs": True}
     restricted = structspec.generate_result(lm, Order, PROMPT, **options)
     batched = structspec.generate_batch(lm, Order, [PROMPT, PROMPT + " "], batch_size=2, draft=draft,
                                         max_new_tokens=60)
-    monkeypatch.setattr(verify, "FEW", 0.0)  # every row full: the whole LM head, then the bitmask
+    monkeypatch.setattr(masks, "FEW", 0.0)  # every row full: the whole LM head, then the bitmask
     full = structspec.generate_result(lm, Order, PROMPT, **options)
     full_batched = structspec.generate_batch(lm, Order, [PROMPT, PROMPT + " "], batch_size=2, draft=draft,
                                              max_new_tokens=60)
