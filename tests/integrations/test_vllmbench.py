@@ -1,0 +1,172 @@
+"""The engine benchmark's parts that run without vLLM: its options, the report's arithmetic on made-up counts,
+the step counting on hand-made scheduler outputs, and how outputs are judged valid."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from structspec.result import DraftStats, Stats
+from structspec.tools import vllmbench as bench
+from structspec.tools.toolbench import Conversation
+
+WEATHER = {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+           "required": ["city", "unit"]}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}}]
+REQUIRED = {"type": "array", "minItems": 1, "items": {
+    "type": "object", "properties": {"name": {"enum": ["get_weather"]}, "parameters": WEATHER},
+    "required": ["name", "parameters"]}}  # the shape vLLM's get_json_schema_from_tools gives for "required"
+
+
+def conversation(choice: str, calls: int = 1) -> Conversation:
+    expected = [{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "celsius"}}] * calls
+    return Conversation("c", TOOLS, [{"role": "user", "content": "weather in Oslo?"}], choice, calls > 1, expected)
+
+
+# ---- options ----
+
+def test_defaults_run_every_configuration_on_both_sets_at_batch_32() -> None:
+    args = bench.arguments([])
+    assert args.configs == list(bench.CONFIGS) and args.tasks == "both" and args.batch_size == 32
+    assert args.max_new_tokens == 256 and not args.prefix_job
+    assert bench.arguments(["--prefix-job"]).max_new_tokens == bench.JOB_MAX_NEW_TOKENS
+    assert bench.arguments(["--prefix-job", "--max-new-tokens", "40"]).max_new_tokens == 40
+
+
+def test_configs_keep_the_order_given() -> None:
+    assert bench.arguments(["--configs", "own,xgrammar"]).configs == ["own", "xgrammar"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--configs", "xgrammar,vllm"], "unknown configuration vllm; choose among xgrammar"),
+    (["--configs", "own,own"], "name each configuration once"),
+    (["--records", "0"], "must be ≥ 1"),
+    (["--tasks", "chat"], "invalid choice: 'chat'"),
+    (["--prefix-job", "--records", "3"], "--prefix-job runs its own job: drop --records"),
+])
+def test_bad_options_exit_2_naming_the_option(argv: list[str], message: str, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        bench.arguments(argv)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+# ---- the report's arithmetic ----
+
+def test_rates_ratios_and_shares() -> None:
+    t = bench.Tally(records=4, seconds=10.0, output_tokens=200, steps=50)
+    assert bench.seconds_per_record(t) == 2.5 and bench.records_per_second(t) == 0.4
+    assert bench.speedup(2.5, 5.0, lower_is_faster=True) == 2.0  # half the seconds: twice as fast
+    assert bench.speedup(0.8, 0.4, lower_is_faster=False) == 2.0
+    assert bench.share(50, 200) == 0.25 and bench.share(None, 200) is None and bench.share(3, 0) is None
+    assert math.isnan(bench.seconds_per_record(bench.Tally()))
+
+
+def test_table_rows_compare_each_configuration_with_the_first() -> None:
+    base = (bench.Tally(records=2, seconds=8.0, output_tokens=100, steps=102, valid=2),
+            bench.Tally(records=2, seconds=2.0, output_tokens=100, steps=102, valid=2))
+    faster = (bench.Tally(records=2, seconds=4.0, output_tokens=100, steps=40, forced=30, drafted=50, accepted=20,
+                          valid=2),
+              bench.Tally(records=2, seconds=4.0, output_tokens=100, steps=40, forced=30, drafted=30, accepted=10,
+                          valid=1))
+    rows = bench.table_rows({"A": base, "B": faster, "C": (None, None)}, {"C": "not installed"})
+    assert rows[0] == ["A", "4.000", "×1.00", "1.000", "×1.00", "1.020", "–", "–", "2/2", "2/2"]
+    # B: 2 s a record against 4 (×2.00), 0.5 records/s against 1 (×0.50); acceptance over both runs: 30 of 80
+    assert rows[1] == ["B", "2.000", "×2.00", "0.500", "×0.50", "0.400", "30.0%", "37.5% of 80", "2/2", "1/2"]
+    assert rows[2][:2] == ["C", "skipped: not installed"] and len(rows[2]) == len(bench.HEADER)
+
+
+def test_ratios_are_against_the_first_configuration_that_ran() -> None:
+    ran = (bench.Tally(records=1, seconds=3.0), bench.Tally(records=1, seconds=1.0))
+    rows = bench.table_rows({"skipped": (None, None), "A": ran, "B": ran}, {"skipped": "why"})
+    assert rows[1][2] == rows[2][2] == "×1.00"
+
+
+def test_markdown_has_a_header_row_per_column_and_the_totals() -> None:
+    t = bench.Tally(records=1, seconds=1.5, output_tokens=30, steps=31, engine_steps=31)
+    text = bench.markdown("extraction", {"A": (t, t)}, {}, 32)
+    lines = text.splitlines()
+    assert lines[0] == "### extraction"
+    assert lines[2].count("|") == len(bench.HEADER) + 1 and "records/s (B=32)" in lines[2]
+    assert "- A: B=1: 30 output tokens, 31 record-steps, 31 engine steps, 1.5 s" in text
+
+
+# ---- step counting ----
+
+def step(scheduled: dict[str, int], drafts: dict[str, int], sampled: dict[str, int],
+         invalid: dict[str, int] | None = None) -> tuple[SimpleNamespace, SimpleNamespace]:
+    """A SchedulerOutput and a ModelRunnerOutput with just what `observe` reads."""
+    ids = list(scheduled)
+    return (SimpleNamespace(num_scheduled_tokens=scheduled, total_num_scheduled_tokens=sum(scheduled.values()),
+                            scheduled_spec_decode_tokens={r: [7] * n for r, n in drafts.items()},
+                            num_invalid_spec_tokens=invalid),
+            SimpleNamespace(req_id_to_index={r: i for i, r in enumerate(ids)},
+                            sampled_token_ids=[[1] * sampled[r] for r in ids]))
+
+
+def test_steps_drafts_and_accepted_tokens_are_counted_as_vllm_counts_them() -> None:
+    counts = bench.StepCounts()
+    bench.observe(counts, *step({}, {}, {}), 1)  # an empty step: no model ran
+    bench.observe(counts, *step({"a": 17, "b": 9}, {}, {"a": 1, "b": 1}), 1)  # two prefills, one step
+    bench.observe(counts, *step({"a": 5, "b": 1}, {"a": 4}, {"a": 3, "b": 1}), 1)  # a: 2 of 4 drafts accepted
+    bench.observe(counts, *step({"a": 5}, {"a": 4}, {"a": 5}, invalid={"a": 1}), 1)  # 3 valid drafts, all taken
+    assert counts.engine_steps == 3 and counts.request_steps == 5
+    assert counts.per_request == {"a": 3, "b": 2}
+    assert counts.drafted == 4 + 3 and counts.accepted == 2 + 4
+
+
+def test_an_output_counts_its_tokens_without_the_eos_that_ended_it() -> None:
+    out = lambda reason, stop: SimpleNamespace(token_ids=[5, 6, 2], finish_reason=reason, stop_reason=stop)  # noqa: E731
+    assert bench.output_tokens(out("stop", None)) == 2  # EOS
+    assert bench.output_tokens(out("length", None)) == 3  # the budget ran out: every token is output
+    assert bench.output_tokens(out("stop", "</s>")) == 3  # a stop string: not an EOS token
+
+
+# ---- validity ----
+
+def test_extraction_output_is_valid_when_it_validates() -> None:
+    assert bench.valid_json('{"city": "Oslo", "unit": "celsius"}', WEATHER)
+    assert not bench.valid_json('{"city": "Oslo", "unit": "kelvin"}', WEATHER)
+    assert not bench.valid_json('{"city": "Oslo", ', WEATHER)
+
+
+def test_required_calls_parse_as_vllm_writes_them() -> None:
+    text = '[{"name": "get_weather", "parameters": {"city": "Oslo", "unit": "celsius"}}]'
+    calls = bench.vllm_calls(conversation("required"), text, REQUIRED)
+    assert calls == [{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "celsius"}}]
+    assert bench.valid_calls(conversation("required"), calls)
+    assert not bench.valid_calls(conversation("required", calls=2), calls)  # one call where two were expected
+    assert bench.vllm_calls(conversation("required"), text.replace("celsius", "kelvin"), REQUIRED) is None
+
+
+def test_named_and_auto_calls() -> None:
+    named = bench.vllm_calls(conversation("get_weather"), '{"city": "Oslo", "unit": "celsius"}', WEATHER)
+    assert named == [{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "celsius"}}]
+    tagged = '<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "celsius"}}</tool_call>'
+    assert bench.vllm_calls(conversation("auto"), tagged, None) == named
+    assert not bench.valid_calls(conversation("auto"), bench.vllm_calls(conversation("auto"), "It is sunny.", None))
+
+
+def test_own_loop_tally_reads_the_results_stats() -> None:
+    item = bench.Item("x", [], None, schema=WEATHER)
+    stats = Stats(output_tokens=20, target_forward_passes=6, prefill_passes=1, forced_tokens=9,
+                  drafts={"prompt_lookup": DraftStats(drafted=10, accepted=4), "forced": DraftStats(drafted=5,
+                                                                                                     accepted=5)})
+    good = SimpleNamespace(stats=stats, complete=True, text='{"city": "Oslo", "unit": "celsius"}', stop_reason="eos")
+    cut = SimpleNamespace(stats=stats, complete=False, text='{"city": "Os', stop_reason="max_new_tokens")
+    t = bench.own_tally([item, item], [good, cut], 3.0)
+    assert (t.records, t.seconds, t.output_tokens, t.steps, t.forced) == (2, 3.0, 40, 14, 18)
+    assert (t.drafted, t.accepted, t.valid) == (20, 8, 1)  # forced splices are not drafts here
+    assert t.invalid == ["x (stopped: max_new_tokens, 20 tokens): '{\"city\": \"Os'"]
+    assert "    - invalid at B=1: x (stopped: max_new_tokens" in bench.markdown("t", {"own": (t, None)}, {}, 32)
+
+
+def test_records_spread_over_each_set() -> None:
+    assert bench.evenly(list(range(26)), 4) == [0, 6, 13, 19]
+    assert bench.evenly([1, 2], 5) == [1, 2]
+    calls = bench.toolcall_items(4)
+    assert {item.conversation.choice for item in calls} >= {"auto", "required"}
+    tasks = bench.extraction_items(3)
+    assert len({item.spec for item in tasks}) == 3 and all(item.schema["type"] == "object" for item in tasks)
