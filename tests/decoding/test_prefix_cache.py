@@ -3,11 +3,17 @@ across calls, outputs token-identical with and without reuse, hits counted exact
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
 import pytest
 import torch
 from pydantic import BaseModel
 
 import structspec
+from structspec.errors import ModelNotFoundError
+from structspec.events import chat_prompt_ids
 from structspec.result import TextChunk
 from structspec.models.prefix_cache import CHUNK, prefill_prompt, prefix_cache
 from structspec.testing import save_tiny_model, tiny_lm
@@ -21,15 +27,60 @@ class Ticket(BaseModel):
 
 INSTRUCTION = ("You extract support tickets as JSON with a title, a priority from 1 to 5 and a list of tags. "
                "Keep the title short and the tags lower case. ") * 4
+# ChatML that shows the tools and writes out an assistant's calls, as Qwen's template does: a conversation's next
+# prompt holds each earlier call and its result
+TOOL_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}\n"
+    "{% endif %}Tools:\n{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}<eos>\n{% endif %}"
+    "{% for m in messages %}{% if not (tools and loop.first and m['role'] == 'system') %}"
+    "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}{% for call in m.get('tool_calls', []) %}"
+    "<tool_call>\n{{ call['function'] | tojson }}\n</tool_call>{% endfor %}<eos>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+Room = Literal["kitchen", "hall", "study"]
+
+
+def set_light(room: Room, on: bool) -> str:
+    """Switch the light of a room."""
+    raise AssertionError("not called: the conversation answers with RESULTS")
+
+
+def set_heating(room: Room, level: Literal["off", "low", "high"]) -> str:
+    """Set the heating of a room."""
+    raise AssertionError("not called: the conversation answers with RESULTS")
+
+
+RESULTS = {"set_light": "done: the light is switched", "set_heating": {"ok": True, "temperature_c": 21}}
 
 
 @pytest.fixture(scope="module", params=[torch.float32, torch.bfloat16, "loaded"])
 def grid_lm(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> structspec.LM:
     """A tiny batch-invariant model, which prefills on the chunk grid: made so in float32 and bfloat16 on torch's
-    kernels, or saved and loaded by `structspec.load` (its kernels and default dtype on this CPU)."""
+    kernels, or saved and loaded by `structspec.load` (its kernels and default dtype on this CPU); its chat
+    template is `TOOL_TEMPLATE`."""
     if request.param == "loaded":
-        return structspec.load(str(save_tiny_model(tmp_path_factory.mktemp("tiny"))))
-    return tiny_lm(dtype=request.param, batch_invariant=True)
+        lm = structspec.load(str(save_tiny_model(tmp_path_factory.mktemp("tiny"))))
+    else:
+        lm = tiny_lm(dtype=request.param, batch_invariant=True)
+    lm.tokenizer.chat_template = TOOL_TEMPLATE
+    return lm
+
+
+@pytest.fixture(scope="module", params=["float32", "bfloat16"])
+def smollm2_in(request: pytest.FixtureRequest, isolated_cache: str) -> structspec.LM:
+    """SmolLM2-135M in float32 (the suite's `smollm2`) and in bfloat16 (`load`'s default on a CPU with AVX-512
+    BF16), from the developer's cache; skips where it is not installed."""
+    if request.param == "float32":
+        return request.getfixturevalue("smollm2")
+    from tests import conftest
+
+    conftest._set_cache(conftest._USER_CACHE)
+    try:
+        return structspec.load("smollm2-135m", dtype="bfloat16")
+    except ModelNotFoundError as e:
+        pytest.skip(f"smollm2-135m is not available: {e}")
+    finally:
+        conftest._set_cache(isolated_cache)
 
 
 def _held(prompts: list[list[int]], ids: list[int]) -> int:
@@ -168,6 +219,82 @@ def test_a_negative_bound_is_an_option_error() -> None:
         prefix_cache(lm).max_bytes = -1
 
 
+def test_a_batch_of_mixed_specs_with_reuse_is_each_row_decoded_alone_without(grid_lm) -> None:
+    specs = [Ticket, structspec.Regex(r"(low|high) priority: [a-z ]{1,20}\."),
+             structspec.ToolCalls([set_light, set_heating], choice="required"), Ticket]
+    prompts = [f"{INSTRUCTION}Ticket: {document}\nJSON:" for document in ["the printer is on fire", "my password",
+                                                                          "the hall is dark", "no sound"]]
+    grid_lm.prefix_cache.max_bytes = 0
+    alone = [structspec.generate_result(grid_lm, spec, prompt, max_new_tokens=24)
+             for spec, prompt in zip(specs, prompts)]
+    grid_lm.prefix_cache.max_bytes = 2**28
+    batch = structspec.generate_batch(grid_lm, specs, prompts, batch_size=2, max_new_tokens=24)
+    assert [r.token_ids for r in batch] == [r.token_ids for r in alone]
+    seen = [grid_lm.encode_prompt(prompt) for prompt in prompts]  # (a str prompt carries no tools)
+    assert [r.stats.prefix_tokens_reused for r in batch] == [_held(seen[:i], ids) for i, ids in enumerate(seen)]
+    assert batch[-1].stats.prefix_tokens_reused >= CHUNK
+
+
+def _converse(lm: structspec.LM, reuse: bool) -> tuple[list[list[int]], list[list[int]], list[int]]:
+    """Three tool-call turns from an empty prefix cache, each prompt the one before it, the assistant's call and the
+    tool's result (`RESULTS`): each turn's output ids, prompt ids and reused prompt tokens."""
+    prefix_cache(lm).clear()
+    lm.prefix_cache.max_bytes = 2**28 if reuse else 0
+    spec = structspec.ToolCalls([set_light, set_heating], choice="required")
+    messages = [{"role": "system", "content": INSTRUCTION},
+                {"role": "user", "content": "Make the study warm and switch the hall light off."}]
+    outputs, prompts, reused = [], [], []
+    for _ in range(3):
+        result = structspec.generate_result(lm, spec, messages, max_new_tokens=160)
+        assert result.complete, result.stop_reason  # else the conversation has no next turn
+        outputs.append(result.token_ids)
+        prompts.append(chat_prompt_ids(lm, messages, spec.chat_tools()))
+        reused.append(result.stats.prefix_tokens_reused)
+        turn = result.value
+        messages = [*messages, turn.assistant_message(), *turn.tool_messages([RESULTS[c.name] for c in turn.calls])]
+    return outputs, prompts, reused
+
+
+def _check_conversation(lm: structspec.LM) -> None:
+    """A three-turn tool-call conversation: the same calls with and without reuse, and each turn reuses exactly
+    the whole chunks of the prompts before it."""
+    off, prompts, none = _converse(lm, reuse=False)
+    on, same_prompts, reused = _converse(lm, reuse=True)
+    assert on == off and same_prompts == prompts and none == [0, 0, 0]
+    assert all(later[:len(earlier)] == earlier for earlier, later in zip(prompts, prompts[1:]))  # each extends
+    assert reused == [_held(prompts[:i], ids) for i, ids in enumerate(prompts)]
+    assert reused[0] == 0 and reused[2] >= reused[1] >= CHUNK
+
+
+def test_a_three_turn_tool_call_conversation_reuses_each_earlier_prompt(grid_lm) -> None:
+    _check_conversation(grid_lm)
+
+
+def test_a_ray_actor_reuses_the_template_across_its_records(tmp_path: Path) -> None:
+    pytest.importorskip("ray.data")  # the optional extra; the Extractor runs here without a cluster
+    from structspec.jobs.prompts import build_prompt
+    from structspec.jobs.ray import Extractor
+
+    schema = {"type": "object", "properties": {"flag": {"type": "boolean"}, "size": {"enum": ["small", "large"]}},
+              "required": ["flag", "size"], "additionalProperties": False}
+    template = INSTRUCTION + "Ticket: {document}\nJSON:"
+    extractor = Extractor(str(save_tiny_model(tmp_path / "model")), schema, device="cpu", template=template,
+                          batch_size=2, max_new_tokens=24)
+    texts = ["the printer is on fire", "my password", "the VPN drops every hour", "no sound"]
+    reused = []
+    for call in (texts[:2], texts[2:]):  # two of the actor's calls, as Ray makes them: one model between them
+        columns = extractor({"id": np.array([f"t-{text}" for text in call]), "text": np.array(call)})
+        reused += [stats["prefix_tokens_reused"] for stats in columns["stats"]]
+    seen = [extractor.lm.encode_prompt(build_prompt(extractor.lm, template, text)) for text in texts]
+    assert reused == [_held(seen[:i], ids) for i, ids in enumerate(seen)]
+    assert min(reused[1:]) >= CHUNK
+
+
 @pytest.mark.real_model
-def test_smollm2_reuse_is_token_identical(smollm2) -> None:
-    _check_documents(smollm2, ["the printer is on fire", "my password expired again"])
+def test_smollm2_reuse_is_token_identical(smollm2_in) -> None:
+    _check_documents(smollm2_in, ["the printer is on fire", "my password expired again"])
+
+
+@pytest.mark.real_model
+def test_smollm2_conversation_reuse_is_token_identical(smollm2_in) -> None:
+    _check_conversation(smollm2_in)
