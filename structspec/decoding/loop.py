@@ -45,7 +45,8 @@ def decode_steps(lm: LanguageModel, item: RowInput, options: DecodeOptions) -> G
     pays, as a batch of one (`choose_widths` on the model's packed pass-cost curve:
     `structspec.decoding.calibrate.packed_cost`).
     """
-    row, cache, fit = _alone(lm, item, options)
+    row = RowDecode.start(_seeded(item, options), options, lm, pass_cost(lm))
+    cache, fit = _own_cache(lm, row, item), _fit_alone(lm, options)
     told = 0  # output tokens already yielded
     while not isinstance(window := row.prepare(), Decoded):
         (done,) = run_pass(lm, cache, [(row, fit(window))])  # the row commits the pass's logits
@@ -60,25 +61,34 @@ def decode_steps(lm: LanguageModel, item: RowInput, options: DecodeOptions) -> G
 def decode(lm: LanguageModel, item: RowInput, options: DecodeOptions) -> Decoded:
     """Constrained decoding of ``item`` with ``lm``: `decode_steps`' turns run out, nothing yielded. Changes the
     item's drafter and generator."""
-    row, cache, fit = _alone(lm, item, options)
+    row = RowDecode.start(_seeded(item, options), options, lm, pass_cost(lm))
+    cache, fit = _own_cache(lm, row, item), _fit_alone(lm, options)
     while not isinstance(window := row.prepare(), Decoded):
         run_pass(lm, cache, [(row, fit(window))])
     return window
 
 
-def _alone(lm: LanguageModel, item: RowInput, options: DecodeOptions) -> tuple[
-        RowDecode, TargetCache, Callable[[Window | DraftRequest], Window]]:
-    """``item``'s row before its first turn, its prompt prefilled apart where the model wants that; the KV cache of
-    its own it runs on (slots, for token trees); and how a window it offers is cut: a greedy row's to what pays
-    as a batch of one, a sampled row's kept whole (its draft was drawn). Changes the model's prefix cache."""
+def _seeded(item: RowInput, options: DecodeOptions) -> RowInput:
+    """``item``, with a generator seeded by ``options.seed`` where it has none. Changes nothing."""
     if item.generator is None and options.seed is not None:
-        item = replace(item, generator=torch.Generator().manual_seed(options.seed))
-    trees = isinstance(item.drafter, TreeDrafting) and lm.batchable
-    row = RowDecode.start(item, options, lm, pass_cost(lm))
+        return replace(item, generator=torch.Generator().manual_seed(options.seed))
+    return item
+
+
+def _own_cache(lm: LanguageModel, row: RowDecode, item: RowInput) -> TargetCache:
+    """A KV cache of the row's own, cropped back over rejected drafts; slots of its own where ``item``'s tree
+    drafter drafts token trees (on a model that batches). Its prompt but the last token prefilled where the
+    model prefills apart. Changes the row and the model's prefix cache."""
     kv = lm.new_cache()
-    slots = PackedSlots(kv, 1) if trees else None
+    slots = PackedSlots(kv, 1) if isinstance(item.drafter, TreeDrafting) and lm.batchable else None
     if lm.prefills_apart and len(item.prompt_ids) > 1:
         _prefill_apart(lm, kv, slots, row, item.prompt_ids)
+    return Slots(slots) if slots is not None else Cropped(kv)
+
+
+def _fit_alone(lm: LanguageModel, options: DecodeOptions) -> Callable[[Window | DraftRequest], Window]:
+    """How a row alone's window is cut: a greedy row's to what pays as a batch of one (`choose_widths` on the
+    packed curve), a sampled row's kept whole (its draft was drawn with its generator). Changes nothing."""
     packed, cap = packed_cost(lm), lm.max_pass_tokens
 
     def fit(window: Window | DraftRequest) -> Window:
@@ -88,7 +98,7 @@ def _alone(lm: LanguageModel, item: RowInput, options: DecodeOptions) -> tuple[
         limit = cap if cap is not None and len(window.pending) < cap else None
         return window.first(choose_widths([list(window.gains)], packed, [len(window.pending)], limit)[0])
 
-    return row, Slots(slots) if slots is not None else Cropped(kv), fit
+    return fit
 
 
 def _prefill_apart(lm: LanguageModel, cache: object, slots: PackedSlots | None, row: RowDecode,
