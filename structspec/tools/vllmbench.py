@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import json
 import os
 import platform
@@ -41,9 +42,9 @@ import jsonschema
 
 from structspec.tools.command import DEFAULT_MAX_NEW_TOKENS, positive
 from structspec.tools.tasks import extraction_prompt, load_tasks
-from structspec.tools.toolbench import Conversation, load_conversations, parse_text_calls, value_calls
+from structspec.tools.toolbench import Conversation, load_conversations, parse_text_calls
 
-PROPOSER_MODULE = "structspec.integrations.vllm_proposer"
+PROPOSER_MODULE, PROPOSER_CLASS = "structspec.integrations.vllm_proposer", "GrammarProposer"
 JOB_MAX_NEW_TOKENS = 300  # the prefix job's budget, as `structspec.tools.prefix_reuse` runs it
 
 
@@ -129,6 +130,7 @@ class Tally:
     accepted: int = 0
     valid: int = 0
     invalid: list[str] = field(default_factory=list)  # each invalid output: its record, why it stopped, its start
+    expected_calls: int | None = None  # tool calls: turns whose calls are the expected ones (`judge_calls`)
     prompt_tokens: int = 0  # the prefix job's prompts' tokens
     cached_prompt_tokens: int = 0  # vLLM: prompt tokens its prefix cache supplied
 
@@ -197,6 +199,7 @@ def markdown(title: str, tallies: dict[str, tuple[Tally | None, Tally | None]], 
             continue
         parts = [f"{name}: {t.output_tokens:,} output tokens, {t.steps:,} record-steps"
                  + (f", {t.engine_steps:,} engine steps" if t.engine_steps else "") + f", {t.seconds:.1f} s"
+                 + ("" if t.expected_calls is None else f", the expected calls in {t.expected_calls}/{t.records}")
                  for name, t in (("B=1", one), (f"B={batch_size}", many)) if t]
         lines.append(f"- {label}: " + "; ".join(parts))
         lines += [f"    - invalid at {name}: {why}" for name, t in (("B=1", one), (f"B={batch_size}", many)) if t
@@ -283,10 +286,29 @@ def invalid(record: str, stop: str | None, tokens: int, text: str) -> str:
     return f"{record} (stopped: {stop}, {tokens} tokens): {text[:100]!r}"
 
 
-def valid_calls(conversation: Conversation, calls: list[dict[str, Any]] | None) -> bool:
-    """A turn is valid when its calls parse and validate and there are as many as expected (as toolbench
-    scores it)."""
-    return calls is not None and len(calls) == len(conversation.expected)
+Verdict = tuple[bool, bool | None]
+"""How an output is judged: whether it is valid, and (tool calls; None for extraction) whether its calls are the
+expected ones."""
+
+
+def judge_calls(conversation: Conversation, calls: list[dict[str, Any]] | None) -> Verdict:
+    """A turn is valid when its calls (None: some did not parse or validate) all parse and validate (an ``auto``
+    turn may answer in text, without calls); its calls are as expected when they name the expected tools, as
+    many times."""
+    if calls is None:
+        return False, False
+    return True, sorted(c["name"] for c in calls) == sorted(c["name"] for c in conversation.expected)
+
+
+def score(tally: Tally, record: str, verdict: Verdict, stop: str | None, tokens: int, text: str) -> None:
+    """Count one output's ``verdict`` into ``tally``, naming it among the invalid ones where it is. Changes
+    ``tally``."""
+    valid, expected = verdict
+    tally.valid += valid
+    if expected is not None:
+        tally.expected_calls = (tally.expected_calls or 0) + expected
+    if not valid:
+        tally.invalid.append(invalid(record, stop, tokens, text))
 
 
 # ---- vLLM -------------------------------------------------------------------------------------------------------
@@ -350,15 +372,12 @@ def proposer(llm: Any) -> Any:
 
 
 def proposer_config(k: int) -> dict[str, Any] | None:
-    """structspec's proposer as vLLM's ``speculative_config`` (drafting up to ``k`` tokens), None where
-    `PROPOSER_MODULE` is not installed."""
-    try:
-        from structspec.integrations.vllm_proposer import speculative_config
-    except ModuleNotFoundError as error:
-        if error.name != PROPOSER_MODULE:
-            raise
+    """structspec's proposer as vLLM's ``speculative_config`` (drafting up to ``k`` tokens), as a user writes it
+    (tools do not import the integrations: vLLM loads the class by its path); None where `PROPOSER_MODULE` is
+    not installed. Imports nothing of it."""
+    if importlib.util.find_spec(PROPOSER_MODULE) is None:
         return None
-    return speculative_config(num_speculative_tokens=k)
+    return {"method": "custom_class", "model": f"{PROPOSER_MODULE}.{PROPOSER_CLASS}", "num_speculative_tokens": k}
 
 
 def speculative(config: Config, k: int) -> dict[str, Any] | None:
@@ -372,14 +391,14 @@ def speculative(config: Config, k: int) -> dict[str, Any] | None:
 def start_engine(model_dir: str, dtype: str, backend: str, args: argparse.Namespace,
                  speculative_config: dict[str, Any] | None, prefix_caching: bool = True) -> Any:
     """A ``vllm.LLM`` over ``model_dir`` in this process: ``backend`` for structured outputs, greedy-ready,
-    eager, ``--max-model-len``. Registers structspec's backend first (vLLM checks the name before its plugins
-    load)."""
+    eager, ``--max-model-len``. Registers structspec's backend first, through vLLM's plugin loader (vLLM checks
+    the name before it loads its plugins in this process)."""
     from vllm import LLM
 
     if backend == "structspec":
-        from structspec.integrations.vllm import register
+        from structspec.jobs.vllm import register_backend
 
-        register()
+        register_backend()
     return LLM(model_dir, dtype=dtype, enforce_eager=True, max_model_len=args.max_model_len, seed=0,
                enable_prefix_caching=prefix_caching, speculative_config=speculative_config,
                structured_outputs_config={"backend": backend, "disable_any_whitespace": args.compact})
@@ -400,18 +419,18 @@ class Request:
     id: str
     prompt_ids: list[int]
     structured: dict[str, Any] | None
-    is_valid: Callable[[str], bool]
+    judge: Callable[[str], Verdict]
 
 
 def vllm_request(item: Item, prompt_ids: list[int]) -> Request:
     """``item`` as vLLM gets it (imports vLLM for a tool call's schema)."""
     if item.conversation is None:
         schema = item.schema
-        return Request(item.id, prompt_ids, {"json": schema}, lambda text: valid_json(text, schema))
+        return Request(item.id, prompt_ids, {"json": schema}, lambda text: (valid_json(text, schema), None))
     conversation = item.conversation
     tool_schema = vllm_tool_schema(conversation)
     return Request(item.id, prompt_ids, None if tool_schema is None else {"json": tool_schema},
-                   lambda text: valid_calls(conversation, vllm_calls(conversation, text, tool_schema)))
+                   lambda text: judge_calls(conversation, vllm_calls(conversation, text, tool_schema)))
 
 
 def output_tokens(output: Any) -> int:
@@ -449,10 +468,10 @@ def run_vllm(llm: Any, counts: StepCounts, requests: list[Request], batch_size: 
         tally.forced = drafter.stats.forced_drafted
     for r, o in zip(requests, outputs):
         out = o.outputs[0]
-        if r.is_valid(out.text):
-            tally.valid += 1
-        else:
-            tally.invalid.append(invalid(r.id, out.finish_reason, len(out.token_ids), out.text))
+        valid, expected = r.judge(out.text)
+        if out.finish_reason != "stop":  # cut by the budget: not valid, whatever the text so far reads as
+            valid, expected = False, expected and False
+        score(tally, r.id, (valid, expected), out.finish_reason, len(out.token_ids), out.text)
     tally.steps = counts.request_steps - before.request_steps
     tally.engine_steps = counts.engine_steps - before.engine_steps
     tally.drafted = counts.drafted - before.drafted
@@ -488,12 +507,11 @@ def own_tally(items: list[Item], results: list[Any], seconds: float) -> Tally:
         tally.drafted += sum(d.drafted for name, d in s.drafts.items() if name != "forced")
         tally.accepted += sum(d.accepted for name, d in s.drafts.items() if name != "forced")
         if item.conversation is None:
-            ok = r.complete and valid_json(r.text, item.schema)
-        else:
-            ok = valid_calls(item.conversation, value_calls(r.value) if r.complete and r.value is not None else None)
-        tally.valid += ok
-        if not ok:
-            tally.invalid.append(invalid(item.id, r.stop_reason, s.output_tokens, r.text))
+            verdict: Verdict = (r.complete and valid_json(r.text, item.schema), None)
+        else:  # the text checked on its own, as vLLM's: its calls parsed and validated against their tools
+            tools = item.conversation.tools
+            verdict = judge_calls(item.conversation, parse_text_calls(r.text, tools) if r.complete else None)
+        score(tally, item.id, verdict, r.stop_reason, s.output_tokens, r.text)
     return tally
 
 
@@ -668,8 +686,9 @@ NOTES = ("Steps / output token: the forward passes each record took part in over
          "and prefill passes (from B = 1). Forced share: the own loop's forced tokens; vLLM + structspec + "
          "proposer: the forced text its proposer drafted. Draft acceptance: accepted / drafted tokens over both "
          "runs (vLLM: as its spec-decoding stats count them; own loop: every draft source but forced splices). "
-         "Valid: outputs that validate against their JSON Schema (tool calls: calls that parse and validate, as "
-         "many as expected; vLLM leaves choice=auto unconstrained, as vllm serve does). Each distinct schema is "
+         "Valid: outputs that validate against their JSON Schema (tool calls: every call parses and validates "
+         "against its tool; an auto turn may answer in text; vLLM leaves choice=auto unconstrained, as vllm serve "
+         "does); the totals say in how many turns the calls were the expected ones. Each distinct schema is "
          "warmed up (two tokens, not timed); prefix caches are emptied before each run. Each configuration runs "
          "in a fresh process.")
 
@@ -694,10 +713,10 @@ def prefix_run(args: argparse.Namespace, job: dict[str, Any], caching: bool) -> 
     counts = count_steps(llm)
     tokenizer = llm.get_tokenizer()
     requests = [Request(f"record {i}", tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True),
-                        {"json": schema}, lambda text: valid_json(text, schema)) for i, p in enumerate(prompts)]
+                        {"json": schema}, lambda text: (valid_json(text, schema), None)) for i, p in enumerate(prompts)]
     warm = tokenizer.apply_chat_template([{"role": "user", "content": "warm-up"}], add_generation_prompt=True,
                                          tokenize=True)  # the grammar compiled; none of the job's prompt cached
-    warm_up(llm, [Request("warm-up", warm, {"json": schema}, bool)])
+    warm_up(llm, [Request("warm-up", warm, {"json": schema}, lambda text: (True, None))])
     tally = run_vllm(llm, counts, requests, 1, args.max_new_tokens)
     tally.prompt_tokens = sum(len(r.prompt_ids) for r in requests)
     stop_engine(llm)

@@ -136,8 +136,8 @@ def test_required_calls_parse_as_vllm_writes_them() -> None:
     text = '[{"name": "get_weather", "parameters": {"city": "Oslo", "unit": "celsius"}}]'
     calls = bench.vllm_calls(conversation("required"), text, REQUIRED)
     assert calls == [{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "celsius"}}]
-    assert bench.valid_calls(conversation("required"), calls)
-    assert not bench.valid_calls(conversation("required", calls=2), calls)  # one call where two were expected
+    assert bench.judge_calls(conversation("required"), calls) == (True, True)
+    assert bench.judge_calls(conversation("required", calls=2), calls) == (True, False)  # one call of two expected
     assert bench.vllm_calls(conversation("required"), text.replace("celsius", "kelvin"), REQUIRED) is None
 
 
@@ -146,7 +146,13 @@ def test_named_and_auto_calls() -> None:
     assert named == [{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "celsius"}}]
     tagged = '<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "celsius"}}</tool_call>'
     assert bench.vllm_calls(conversation("auto"), tagged, None) == named
-    assert not bench.valid_calls(conversation("auto"), bench.vllm_calls(conversation("auto"), "It is sunny.", None))
+    answered = bench.vllm_calls(conversation("auto"), "It is sunny.", None)
+    assert bench.judge_calls(conversation("auto"), answered) == (True, False)  # text, valid for auto: no call
+    assert bench.judge_calls(conversation("auto"), bench.vllm_calls(conversation("auto"), tagged[:-3], None)) == \
+        (True, False)  # a call cut before its end marker is no call
+    broken = tagged.replace("celsius", "kelvin")
+    assert bench.judge_calls(conversation("auto"), bench.vllm_calls(conversation("auto"), broken, None)) == \
+        (False, False)
 
 
 def test_own_loop_tally_reads_the_results_stats() -> None:
