@@ -266,10 +266,12 @@ def _check_conversation(lm: structspec.LM) -> None:
     assert reused[0] == 0 and reused[2] >= reused[1] >= CHUNK
 
 
+@pytest.mark.slow  # 3 to 6 s a case on the shared 2-core machine
 def test_a_three_turn_tool_call_conversation_reuses_each_earlier_prompt(grid_lm) -> None:
     _check_conversation(grid_lm)
 
 
+@pytest.mark.slow  # 3 s on the shared 2-core machine: the actor loads its model
 def test_a_ray_actor_reuses_the_template_across_its_records(tmp_path: Path) -> None:
     pytest.importorskip("ray.data")  # the optional extra; the Extractor runs here without a cluster
     from structspec.jobs.prompts import build_prompt
