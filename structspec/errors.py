@@ -38,7 +38,8 @@ class SpecError(StructspecError, TypeError):
 
 
 class OptionError(StructspecError, ValueError):
-    """A generation option out of range (``temperature=0`` with sampling, ``top_p=1.5``, ...)."""
+    """A bad option: out of range or of the wrong type (``temperature=0`` with sampling, ``top_p=1.5``, ...), a
+    keyword no call of that kind takes, or one the model cannot serve (a calibration of a model without a name)."""
 
 
 class PromptError(StructspecError, ValueError):
