@@ -48,14 +48,14 @@ def decode_steps(lm: LanguageModel, item: RowInput, options: DecodeOptions) -> G
     row = RowDecode.start(_seeded(item, options), options, lm, pass_cost(lm))
     cache, fit = _own_cache(lm, row, item), _fit_alone(lm, options)
     told = 0  # output tokens already yielded
-    while not isinstance(window := row.prepare(), Decoded):
-        (done,) = run_pass(lm, cache, [(row, fit(window))])  # the row commits the pass's logits
+    while not isinstance(offer := row.prepare(), Decoded):  # a window, until the row stops
+        (done,) = run_pass(lm, cache, [(row, fit(offer))])  # the row commits the pass's logits
         if done.token_ids:
             yield done.token_ids, done.sources
             told += len(done.token_ids)
-    if len(window.token_ids) > told:  # forced in the last `prepare`
-        yield window.token_ids[told:], window.sources[told:]
-    return window
+    if len(offer.token_ids) > told:  # forced in the last `prepare`
+        yield offer.token_ids[told:], offer.sources[told:]
+    return offer
 
 
 def decode(lm: LanguageModel, item: RowInput, options: DecodeOptions) -> Decoded:
@@ -63,9 +63,9 @@ def decode(lm: LanguageModel, item: RowInput, options: DecodeOptions) -> Decoded
     item's drafter and generator."""
     row = RowDecode.start(_seeded(item, options), options, lm, pass_cost(lm))
     cache, fit = _own_cache(lm, row, item), _fit_alone(lm, options)
-    while not isinstance(window := row.prepare(), Decoded):
-        run_pass(lm, cache, [(row, fit(window))])
-    return window
+    while not isinstance(offer := row.prepare(), Decoded):
+        run_pass(lm, cache, [(row, fit(offer))])
+    return offer
 
 
 def _seeded(item: RowInput, options: DecodeOptions) -> RowInput:
