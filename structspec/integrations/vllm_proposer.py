@@ -40,6 +40,8 @@ from structspec.integrations.vllm import NAME, request_fsm, whitespace_of
 from structspec.options import as_int
 from structspec.vocab import vocab_from_tokenizer
 
+_WHITESPACE = frozenset(b" \t\n\r")
+
 DEFAULT_DRAFT = 8
 """The default ``num_speculative_tokens``: the longest draft a row gets in one step."""
 
@@ -68,6 +70,20 @@ def prompt_lookup(token_ids: np.ndarray, min_n: int, max_n: int, count: int) -> 
     return []
 
 
+def forced_spelling(forcer: Forcer, state: int) -> tuple[list[int], list[int]]:
+    """The forced text from ``state`` and, where it stops only because JSON whitespace may come next, the one other
+    byte allowed there (a key's ``"`` and its ``:``, which models write as one token ``":``), in their canonical
+    spelling with ``forcer``'s learned splits; the FSM states after each token. The whitespace is skipped in a
+    draft only: the target's pass decides. Fills ``forcer``'s cache; changes nothing else."""
+    fsm = forcer.fsm
+    text, end = forcer.forced_bytes(state)
+    allowed = fsm.next_bytes(end) if not fsm.is_final(end) else []
+    other = [b for b in allowed if b not in _WHITESPACE]
+    if len(other) == 1 and len(other) < len(allowed):
+        text += bytes(other)
+    return forcer.spell_text(state, text) if text else ([], [])
+
+
 @dataclass
 class ProposerStats:
     """What a proposer drafted since it was built (or last `GrammarProposer.reset_stats`)."""
@@ -89,6 +105,7 @@ class _Request:
     forcer: Forcer | None
     consumed: int = 0
     forced: list[int] = field(default_factory=list)
+    spelled: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)  # `forced_spelling` per state
 
 
 class GrammarProposer:
@@ -168,10 +185,11 @@ class GrammarProposer:
         return forced + lookup
 
     def _request(self, sampling_params: Any) -> _Request:
-        """A new request's grammar state: its structspec FSM's start, or none (not a structspec request, or a
-        spec the backend refuses too: vLLM fails that request itself). Changes nothing."""
+        """A new request's grammar state: its structspec FSM's start, or none (no structured output, or a spec
+        the backend refuses too: vLLM fails that request itself). Under the structspec backend every structured
+        request is structspec's (`structspec.integrations.vllm.check_request` refuses another). Changes nothing."""
         params = getattr(sampling_params, "structured_outputs", None)
-        if not self._grammars or params is None or params._backend != NAME:
+        if not self._grammars or params is None:
             return _Request(None, None)
         from vllm.v1.structured_output.request import get_structured_output_key
 
@@ -196,6 +214,7 @@ class GrammarProposer:
             i = next((i for i, (a, b) in enumerate(zip(sampled, request.forced)) if a != b), None)
             if i is not None:
                 forcer.learn(request.forced[i], sampled[i])
+                request.spelled.clear()  # (spelled with the splits learned so far)
         if len(output) < request.consumed:  # (vLLM never shortens an output; a reset keeps the state exact)
             matcher.reset()
             request.consumed = 0
@@ -206,7 +225,9 @@ class GrammarProposer:
         if matcher.is_terminated():
             request.forced = []
             return [], None
-        tokens, states = forcer.spelled(matcher.state)
+        if matcher.state not in request.spelled:
+            request.spelled[matcher.state] = forced_spelling(forcer, matcher.state)
+        tokens, states = request.spelled[matcher.state]
         request.forced = tokens[:room]
         return request.forced, states[len(request.forced) - 1] if request.forced else matcher.state
 

@@ -30,6 +30,10 @@ from tests.conftest import _USER_CACHE
 
 pytestmark = [pytest.mark.real_model, pytest.mark.slow]
 
+NEAR_TIE = 0.5
+"""Log-probability gap under which two greedy tokens count as tied: a pass with a row's draft tokens in it rounds
+bfloat16 logits differently on vLLM's CPU build (0.25 apart measured: an integer value 20 against 10)."""
+
 # Long keys, enums: most of the output is text the grammar forces
 ACCOUNT = {
     "type": "object",
@@ -44,13 +48,18 @@ ACCOUNT = {
 }
 
 
+def smollm2_dir() -> str:
+    """SmolLM2-135M's converted directory in the developer's structspec cache (converted there on first use)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("STRUCTSPEC_CACHE", _USER_CACHE) if _USER_CACHE else patch.delenv("STRUCTSPEC_CACHE")
+        return model_path("smollm2-135m")
+
+
 @pytest.fixture(scope="module")
 def llm(isolated_cache: str) -> Iterator[LLM]:
     """One engine under the structspec backend with structspec's proposer, the engine core in this process
     (SmolLM2-135M from the developer's structspec cache; its FSMs in the test session's cache)."""
-    with pytest.MonkeyPatch.context() as patch:  # (the developer's cache while the model's path is found)
-        patch.setenv("STRUCTSPEC_CACHE", _USER_CACHE) if _USER_CACHE else patch.delenv("STRUCTSPEC_CACHE")
-        model = model_path("smollm2-135m")
+    model = smollm2_dir()
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         backend.register()  # (vLLM validates the config before it loads plugins in the process that builds it)
@@ -135,20 +144,36 @@ def test_speculative_config_names_the_proposer_vllm_loads() -> None:
     assert speculative_config(prompt_lookup=False)["model"].endswith(".ForcedProposer")
 
 
+def parting(on: Any, off: Any) -> str | None:
+    """None where two greedy outputs (with and without drafts, log-probabilities kept) are the same tokens, or
+    part where the two tokens are a near tie in the run without drafts (`NEAR_TIE`); else where and how they part.
+    """
+    if on.token_ids == off.token_ids:
+        return None
+    i = next((i for i, (a, b) in enumerate(zip(on.token_ids, off.token_ids)) if a != b), None)
+    if i is None:
+        return f"one output is a prefix of the other: {on.text!r} vs {off.text!r}"
+    ranked = off.logprobs[i]
+    a, b = on.token_ids[i], off.token_ids[i]
+    if a in ranked and ranked[b].logprob - ranked[a].logprob <= NEAR_TIE:
+        return None
+    return f"token {i} differs: {on.text!r} with drafts vs {off.text!r} without, not at a near tie"
+
+
 def test_greedy_outputs_are_the_same_with_and_without_drafts(llm: LLM) -> None:
     prompts = ["A user record as JSON:", "An order as JSON:", "Call a tool to get the weather in Oslo:",
                "The customer Ada Lovelace, two open tickets, as JSON:"]
     constraints = [StructuredOutputsParams(json=s) for s in (PERSON, ORDER, tool_call_schema(), ACCOUNT)]
     drafter = proposer(llm)
     drafter.reset_stats()
-    on = generate(llm, prompts, constraints, max_tokens=200)
+    on = generate(llm, prompts, constraints, max_tokens=200, logprobs=5)
     assert drafter.stats.forced_drafted > 0
     with drafts_off(llm):
-        off = generate(llm, prompts, constraints, max_tokens=200)
-    for prompt, a, b in zip(prompts, on, off):
-        assert a.token_ids == b.token_ids, (prompt, a.text, b.text)
-        assert a.finish_reason == "stop", a.text
-    jsonschema.validate(json.loads(on[3].text), ACCOUNT)
+        off = generate(llm, prompts, constraints, max_tokens=200, logprobs=5)
+    assert [parting(a, b) for a, b in zip(on, off)] == [None] * len(prompts)
+    for out, schema in zip(on, (PERSON, ORDER, tool_call_schema(), ACCOUNT)):
+        assert out.finish_reason == "stop", out.text
+        jsonschema.validate(json.loads(out.text), schema)
 
 
 def test_every_draft_passes_validate_tokens_whole(llm: LLM) -> None:
@@ -165,18 +190,17 @@ def test_forced_drafts_cut_the_engine_steps_per_output_token(llm: LLM) -> None:
     prompt, constraint = "The customer Ada Lovelace, two open tickets, as JSON:", StructuredOutputsParams(json=ACCOUNT)
     drafter = proposer(llm)
     drafter.reset_stats()
-    on = generate(llm, [prompt], constraint, max_tokens=200)[0]
+    on = generate(llm, [prompt], constraint, max_tokens=200, logprobs=5)[0]
     stats = drafter.stats
     with drafts_off(llm) as steps:
-        off = generate(llm, [prompt], constraint, max_tokens=200)[0]
-    assert on.token_ids == off.token_ids
-    tokens = len(on.token_ids)
-    assert len(steps) == tokens  # one step a token without drafts (the prefill's step samples the first)
-    print(f"\n{tokens} output tokens: {stats.steps} engine steps with the proposer ({stats.steps / tokens:.3f} a "
-          f"token; {stats.forced_drafted} forced and {stats.lookup_drafted} lookup tokens drafted), {len(steps)} "
-          f"without ({len(steps) / tokens:.3f})")
+        off = generate(llm, [prompt], constraint, max_tokens=200, logprobs=5)[0]
+    assert parting(on, off) is None
+    assert len(steps) == len(off.token_ids)  # one step a token without drafts (the prefill's step samples the first)
+    print(f"\n{stats.steps} engine steps for {len(on.token_ids)} output tokens with the proposer "
+          f"({stats.steps / len(on.token_ids):.3f} a token; {stats.forced_drafted} forced and {stats.lookup_drafted} "
+          f"lookup tokens drafted), {len(steps)} for {len(off.token_ids)} without")
     assert stats.forced_drafted > 0
-    assert stats.steps < 0.8 * tokens
+    assert stats.steps < 0.7 * len(on.token_ids)
 
 
 def test_a_request_without_a_grammar_gets_prompt_lookup_drafts_alone(llm: LLM) -> None:
