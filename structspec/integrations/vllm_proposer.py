@@ -127,10 +127,11 @@ class GrammarProposer:
         self.runner: Any = None  # the model runner, set before each propose (see _hand_runner_to_proposer)
         self.stats = ProposerStats()
         # grammars start after the reasoning under a reasoning parser: the FSM would not match the output there
-        self._grammars = structured.backend == NAME and not structured.reasoning_parser
-        self._tokenizer = None if model_config.skip_tokenizer_init or not self._grammars \
-            else cached_tokenizer_from_config(model_config=model_config)
-        self._vocab = vocab_from_tokenizer(self._tokenizer) if self._tokenizer is not None else None
+        # (structured outputs need the tokenizer: vLLM refuses them under skip_tokenizer_init)
+        self._grammars = (structured.backend == NAME and not structured.reasoning_parser
+                          and not model_config.skip_tokenizer_init)
+        self._tokenizer = cached_tokenizer_from_config(model_config=model_config) if self._grammars else None
+        self._vocab = vocab_from_tokenizer(self._tokenizer) if self._grammars else None
         self._vocab_size: int = model_config.get_vocab_size()
         self._whitespace = whitespace_of(structured)
         self._requests: dict[str, _Request] = {}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any
 
 import jsonschema
@@ -22,7 +23,7 @@ from tests.integrations.test_vllm import ORDER, PERSON, TOOLS, generate  # isort
 from vllm import LLM, SamplingParams
 from vllm.sampling_params import StructuredOutputsParams
 
-from structspec.errors import OptionError
+from structspec.errors import OptionError, StructspecError
 from structspec.integrations import vllm as backend
 from structspec.integrations.vllm_proposer import GrammarProposer, prompt_lookup, speculative_config
 from structspec.models.shipped import model_path
@@ -212,3 +213,40 @@ def test_a_request_without_a_grammar_gets_prompt_lookup_drafts_alone(llm: LLM) -
     assert out.token_ids
     assert seen == []  # (no grammar: vLLM validates nothing)
     assert drafter.stats.forced_drafted == 0 and drafter.stats.lookup_drafted > 0
+
+
+def fake_runner(outputs: dict[str, tuple[list[int], StructuredOutputsParams | None]]) -> SimpleNamespace:
+    """What the proposer reads of vLLM's model runner: the batch's request ids, each request's output tokens and
+    sampling parameters (rows in the order given)."""
+    requests = {req_id: SimpleNamespace(output_token_ids=tokens, sampling_params=SamplingParams(structured_outputs=c))
+                for req_id, (tokens, c) in outputs.items()}
+    return SimpleNamespace(input_batch=SimpleNamespace(req_ids=list(outputs)), requests=requests)
+
+
+def test_each_row_drafts_from_its_own_request(llm: LLM) -> None:
+    tokenizer = llm.get_tokenizer()
+    own = GrammarProposer(llm.llm_engine.vllm_config)  # (beside the engine's: the same config, its own states)
+    prompt = tokenizer.encode("Ada Lovelace is a customer of ours. Ada Lovelace", add_special_tokens=False)
+    written = tokenizer.encode('{"customer_full_name": "Ada Lovelace", "cust', add_special_tokens=False)
+    own.runner = fake_runner({"json": (written, StructuredOutputsParams(json=ACCOUNT)), "text": (prompt, None),
+                              "prefill": ([], None)})
+    rows = np.zeros((3, 2048), dtype=np.int32)
+    rows[0, : len(written)], rows[1, : len(prompt)] = written, prompt
+    drafts = own.propose([written[-1:], prompt[-1:], []], np.array([len(written), len(prompt), 0]), rows)
+    assert tokenizer.decode(drafts[0]).startswith("omer_account_status")  # the one key left that starts "cust"
+    assert tokenizer.decode(drafts[1]).startswith(" is a customer")  # prompt lookup alone, without a grammar
+    assert drafts[2] == []  # (a prefill chunk samples nothing)
+    # "json" leaves the batch; a new request under the same id is drafted from its own schema's start
+    del own.runner.requests["json"]
+    own.propose([[]], np.array([0]), rows[1:])
+    note = {"type": "object", "properties": {"customer_note": {"type": "string"}}, "required": ["customer_note"]}
+    again = tokenizer.encode('{"cust', add_special_tokens=False)
+    own.runner = fake_runner({"json": (again, StructuredOutputsParams(json=note))})
+    drafts = own.propose([again[-1:]], np.array([len(again)]), rows)
+    assert tokenizer.decode(drafts[0]).startswith('omer_note":')
+
+
+def test_propose_without_the_model_runner_names_the_fix(llm: LLM) -> None:
+    own = GrammarProposer(llm.llm_engine.vllm_config)
+    with pytest.raises(StructspecError, match="unset VLLM_USE_V2_MODEL_RUNNER"):
+        own.propose([[1]], np.array([1]), np.zeros((1, 8), dtype=np.int32))
