@@ -27,6 +27,9 @@ Typical use::
     llm = LLM(model_dir, structured_outputs_config={"backend": "structspec"})
     params = SamplingParams(max_tokens=200, structured_outputs=StructuredOutputsParams(json=schema))
     text = llm.generate([prompt], params)[0].outputs[0].text
+
+Add ``speculative_config=structspec.integrations.vllm_proposer.speculative_config()`` to draft the tokens each
+request's grammar forces (`structspec.integrations.vllm_proposer`).
 """
 
 from __future__ import annotations
