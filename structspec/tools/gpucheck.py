@@ -14,7 +14,8 @@ one), so the masks cover a real 151,665-token vocabulary. Three measurements per
   `structspec calibrate` stores, over more rows;
 - a decode turn against its forward: plain masked decoding (no drafts, no fast-forward) of one row and of a
   batch, every forward timed where it runs (synchronised before and after), the rest of the wall time (masks,
-  token choice, bookkeeping, synchronisations) as the share outside the model;
+  token choice, bookkeeping, synchronisations) as the share outside the model; per pass of the difference
+  between a long and a half-as-long decode, so the prefill does not count;
 - transformers' own greedy step (one token fed, its cache, the argmax read back), the floor a decode turn is
   compared with.
 
@@ -108,30 +109,37 @@ def timed_forwards(lm: LM) -> Iterator[list[float]]:
             delattr(lm, name)  # the class's own methods again
 
 
-def decode_turns(lm: LM, rows: int, chars: int, prompt_words: int) -> dict[str, Any]:
-    """Plain masked decoding (no drafts, no fast-forward) of ``rows`` rows of ``chars`` letters after a prompt of
-    ``prompt_words`` words, after one untimed run: wall ms per pass, forward ms per pass, and the share outside
-    the model. Runs the model."""
-    spec = structspec.Regex(f"[a-z ]{{{chars}}}")
+def decode_turns(lm: LM, rows: int, chars: int, prompt_words: int, repeats: int) -> dict[str, Any]:
+    """Plain masked decoding (no drafts, no fast-forward) of ``rows`` rows of ``chars`` letters, and of half as
+    many, after a prompt of ``prompt_words`` words, after one untimed run, each the fastest of ``repeats``: the
+    difference of the two, per pass (so the prefill and a call's fixed costs cancel out), in wall ms, forward ms
+    and the share outside the model; and the first row's prompt and output tokens. Runs the model."""
     prompts = [f"Row {i}: " + " ".join(["letters"] * prompt_words) for i in range(rows)]
-    options = dict(draft=None, fast_forward="off", max_new_tokens=chars + 8)
 
-    def run() -> None:
-        if rows == 1:
-            structspec.generate_result(lm, spec, prompts[0], **options)
-        else:
-            structspec.generate_batch(lm, spec, prompts, batch_size=rows, **options)
+    def run(length: int) -> tuple[float, list[float], structspec.Result]:
+        """Wall seconds, each forward's seconds, and the first row's result, of a decode of ``length`` letters."""
+        spec = structspec.Regex(f"[a-z ]{{{length}}}")
+        options = dict(draft=None, fast_forward="off", max_new_tokens=length + 8)
+        with timed_forwards(lm) as forwards:
+            _sync(lm.device)
+            t0 = time.perf_counter()
+            if rows == 1:
+                first = structspec.generate_result(lm, spec, prompts[0], **options)
+            else:
+                first = structspec.generate_batch(lm, spec, prompts, batch_size=rows, **options)[0]
+            _sync(lm.device)
+        return time.perf_counter() - t0, forwards, first
 
-    run()  # compile, first kernels
-    with timed_forwards(lm) as forwards:
-        _sync(lm.device)
-        t0 = time.perf_counter()
-        run()
-        _sync(lm.device)
-        wall = time.perf_counter() - t0
-    passes = len(forwards)
+    run(chars)  # compile, first kernels
+    (wall, forwards, first), (short_wall, short_forwards, _) = (
+        min((run(length) for _ in range(repeats)), key=lambda timed: timed[0]) for length in (chars, chars // 2))
+    passes = len(forwards) - len(short_forwards)
+    if passes <= 0:  # (tokens of random lengths): the long run alone, prefill included
+        passes, short_wall, short_forwards = len(forwards), 0.0, []
+    wall, forward = wall - short_wall, sum(forwards) - sum(short_forwards)
     return {"rows": rows, "passes": passes, "ms_per_pass": wall / passes * 1e3,
-            "forward_ms_per_pass": sum(forwards) / passes * 1e3, "outside_share": 1 - sum(forwards) / wall}
+            "forward_ms_per_pass": forward / passes * 1e3, "outside_share": 1 - forward / wall,
+            "prompt_tokens": first.stats.prompt_tokens, "output_tokens": first.stats.output_tokens}
 
 
 @torch.no_grad()
@@ -157,9 +165,9 @@ def transformers_step_ms(lm: LM, context: int, steps: int) -> float:
     return statistics.median(times) * 1e3
 
 
-def check(lm: LM, quick: bool, context: int, repeats: int) -> dict[str, Any]:
-    """The three measurements of one model (module doc), printed as they come; their numbers."""
-    rows_grid, fed_grid = ((1, 2), (1, 2)) if quick else ((1, 8, 32, 64), (1, 4, 16))
+def check(lm: LM, quick: bool, context: int, repeats: int, rows_grid: list[int], fed_grid: list[int]) -> dict[str, Any]:
+    """The three measurements of one model (module doc), the packed pass at each of ``rows_grid`` × ``fed_grid``
+    (tokens per row), printed as they come; their numbers."""
     print(f"\n{lm.name}: {sum(p.numel() for p in lm.model.parameters()) / 1e9:.2f} B parameters, "
           f"{str(lm.dtype).removeprefix('torch.')} on {_device_name(lm.device)}, context {context}", flush=True)
     print(f"{'rows':>5} {'fed/row':>8} {'ms/pass':>9} {'× 1×1':>7}")
@@ -171,13 +179,14 @@ def check(lm: LM, quick: bool, context: int, repeats: int) -> dict[str, Any]:
             base = base or ms
             passes.append({"rows": rows, "fed_per_row": fed, "ms": ms, "relative": ms / base})
             print(f"{rows:>5} {fed:>8} {ms:>9.2f} {ms / base:>7.2f}", flush=True)
-    chars, words = (8, 8) if quick else (160, 200)
-    turns = [decode_turns(lm, rows, chars, words) for rows in ((1, 2) if quick else (1, 8))]
+    chars, words = (24, 8) if quick else (160, 200)
+    turns = [decode_turns(lm, rows, chars, words, repeats) for rows in ((1, 2) if quick else (1, 8))]
     print(f"{'decode':>7} {'rows':>5} {'passes':>7} {'ms/pass':>9} {'forward ms':>11} {'outside':>8}")
     for turn in turns:
         print(f"{'':>7} {turn['rows']:>5} {turn['passes']:>7} {turn['ms_per_pass']:>9.2f} "
               f"{turn['forward_ms_per_pass']:>11.2f} {turn['outside_share']:>8.0%}", flush=True)
-    step = transformers_step_ms(lm, min(context, 256), 2 if quick else 32)
+    alone = turns[0]  # transformers' step at the context of its turns' middle
+    step = transformers_step_ms(lm, alone["prompt_tokens"] + alone["output_tokens"] // 2, 2 if quick else 32)
     print(f"transformers one-token step: {step:.2f} ms (structspec's one-row turn: "
           f"{turns[0]['ms_per_pass'] / step:.2f}×)", flush=True)
     return {"model": lm.name, "dtype": str(lm.dtype).removeprefix("torch."), "device": _device_name(lm.device),
@@ -200,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="a tiny model and the byte-level tokenizer, small grids: seconds, to check it runs")
     parser.add_argument("--context", type=int, default=512, help="kept KV slots per row before the timed passes")
     parser.add_argument("--repeats", type=int, default=5, help="timed passes per cell (the median)")
+    parser.add_argument("--rows", default="1,8,32,64", metavar="B,...", help="rows of the packed passes")
+    parser.add_argument("--fed", default="1,4,16", metavar="W,...", help="tokens fed per row in the packed passes")
     parser.add_argument("--json", metavar="PATH", help="also write the numbers as JSON")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
@@ -208,16 +219,17 @@ def main(argv: list[str] | None = None) -> int:
         from structspec.testing import byte_level_tokenizer
 
         models = [("tiny", QUICK, byte_level_tokenizer())]
-        context, repeats = min(args.context, 32), 1
+        context, repeats, rows, fed = min(args.context, 32), 1, [1, 2], [1, 2]
     else:
         tokenizer = qwen_tokenizer()
         models = [(name, CONFIGS[name], tokenizer) for name in args.shapes.split(",")]
         context, repeats = args.context, args.repeats
+        rows, fed = [int(b) for b in args.rows.split(",")], [int(w) for w in args.fed.split(",")]
     print(f"torch {torch.__version__}, structspec {structspec.__version__}")
     reports = []
     for name, shape, tokenizer in models:
         lm = random_lm(shape, tokenizer, device, dtype, name)
-        reports.append(check(lm, args.quick, context, repeats))
+        reports.append(check(lm, args.quick, context, repeats, rows, fed))
         del lm  # freed before the next shape is built
         gc.collect()
         if device.type == "cuda":

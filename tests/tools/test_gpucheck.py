@@ -4,6 +4,7 @@ their forwards, transformers' step, printed and written as JSON (the real run ne
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -19,10 +20,9 @@ def test_the_quick_check_measures_every_part_on_the_cpu(tmp_path: Path, capsys: 
     assert [(p["rows"], p["fed_per_row"]) for p in report["passes"]] == [(1, 1), (1, 2), (2, 1), (2, 2)]
     assert all(p["ms"] > 0 for p in report["passes"]) and report["passes"][0]["relative"] == 1.0
     assert [turn["rows"] for turn in report["decode"]] == [1, 2]
-    for turn in report["decode"]:
-        # every pass timed, and its forward is part of the turn's wall time
-        assert turn["passes"] >= 1 and 0 < turn["forward_ms_per_pass"] <= turn["ms_per_pass"]
-        assert 0 <= turn["outside_share"] < 1
+    for turn in report["decode"]:  # (differences of two decodes: on a tiny model, noise may make either small)
+        assert turn["passes"] >= 1 and turn["prompt_tokens"] > 0 and turn["output_tokens"] > 0
+        assert all(math.isfinite(turn[k]) for k in ("ms_per_pass", "forward_ms_per_pass", "outside_share"))
     assert report["transformers_step_ms"] > 0 and report["dtype"] == "float32" and report["device"] == "cpu"
 
 
