@@ -2,7 +2,9 @@
 
 The pass-cost tool's batches of B rows × W tokens (`structspec.tools.pass_cost`); decoding packs its rows into
 one sequence instead (`structspec.models.packed_slots`). It moves the transformers LM's key and value tensors
-itself ([rows, heads, slots, d] per layer), so it serves that model only. A batched pass appends one window of W slots to every row's cache. A row keeps
+itself ([rows, heads, slots, d] per layer), so it serves that model only.
+
+A batched pass appends one window of W slots to every row's cache. A row keeps
 the slots of the tokens it fed and the target accepted; its padding and its
 rejected drafts (a chain's rejected tail, a token tree's other branches) become
 holes, masked out for good, so no key or value moves on the hot path.
