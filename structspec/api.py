@@ -25,6 +25,7 @@ from typing import Any, Unpack, get_origin
 
 from structspec.automaton import fsm as _fsm
 from structspec.batches import check_batch, collected, decode_rows
+from structspec.checks import GenerationConfigLike, check_prompt
 from structspec.compiled import Compiled, compile_with, decode_result, decode_stream, value_of
 from structspec.decoding.calibrate import Calibration
 from structspec.decoding.calibrate import calibrate as _calibrate
@@ -34,7 +35,6 @@ from structspec.models.loading import load
 from structspec.models.prefix_cache import clear_prefix_caches
 from structspec.models.protocol import Prompt
 from structspec.models.transformers_lm import LM
-from structspec.options import GenerationConfigLike, check_prompt
 from structspec.result import Result, StreamEvent
 from structspec.schema import Regex
 from structspec.settings import (

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from structspec.checks import check_option, check_prompt
 from structspec.decoding.batch import decode_batch, spec_prefixes
 from structspec.decoding.factory import check_row_draft, make_row_drafter
 from structspec.decoding.row import RowInput
@@ -15,7 +16,6 @@ from structspec.errors import OptionError, StructspecError
 from structspec.events import CompiledSpec, prompt_ids_of, result_of
 from structspec.models.protocol import Prompt
 from structspec.models.transformers_lm import LM
-from structspec.options import check_option, check_prompt
 from structspec.result import Result, Stats
 from structspec.settings import GenerateOptions
 

@@ -16,12 +16,12 @@ from typing import Any, Unpack
 from structspec.automaton.fsm import TokenFSM
 from structspec.automaton.nfa import gc_paused
 from structspec.batches import check_batch, collected, decode_rows
+from structspec.checks import GenerationConfigLike, check_prompt, from_generation_config
 from structspec.errors import OptionError, TokenBudgetExceeded
 from structspec.events import Streamer, decode_events, prompt_ids_of, put_to
 from structspec.models.loading import load
 from structspec.models.protocol import Prompt
 from structspec.models.transformers_lm import LM
-from structspec.options import GenerationConfigLike, check_prompt, from_generation_config
 from structspec.result import Finished, Result, StreamEvent
 from structspec.schema import Constraint, constraint_of
 from structspec.schema.agents import agent_constraint, chat_tools, constraint_fsm, is_agent_spec

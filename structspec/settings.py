@@ -1,10 +1,10 @@
 """The options of a call, said once: `CompileOptions` (what the token FSM depends on) and `GenerateOptions` (how
 one compiled spec decodes), frozen dataclasses with each option's default; the keywords every entry point takes,
-typed once as `CompileKeywords`, `GenerateKeywords` and `BatchKeywords` (``**keywords: Unpack[...]``); and
-`call_options`, which each entry point calls once to check its keywords by name, read a transformers
-``GenerationConfig`` into them and build the dataclasses.
+typed once as `CompileKeywords`, `GenerateKeywords`, `BatchKeywords` and the one-liners' unions of them
+(``**keywords: Unpack[...]``); and what each entry point calls once: `checked_keywords` (names checked, a
+transformers ``GenerationConfig`` read into them), then `options_in` (the dataclasses built, values checked).
 
-Each option's type and range is checked by the rule table in `structspec.options`, when the dataclass is made:
+Each option's type and range is checked by the rule table in `structspec.checks`, when the dataclass is made:
 before any model loads.
 """
 
@@ -15,12 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, TypedDict, TypeVar
 
-from structspec.decoding.factory import Draft, check_draft
-from structspec.decoding.fastforward import FastForward
-from structspec.decoding.row import DecodeOptions
-from structspec.decoding.sampling import SamplingConfig
-from structspec.errors import OptionError
-from structspec.options import (
+from structspec.checks import (
     GREEDY_TEMPERATURE,
     RULES,
     GenerationConfigLike,
@@ -30,6 +25,11 @@ from structspec.options import (
     from_generation_config,
     implies_sampling,
 )
+from structspec.decoding.factory import Draft, check_draft
+from structspec.decoding.fastforward import FastForward
+from structspec.decoding.row import DecodeOptions
+from structspec.decoding.sampling import SamplingConfig
+from structspec.errors import OptionError
 from structspec.schema import COMPACT
 from structspec.schema.bounds import MAX_FRACTION_DIGITS, MAX_INTEGER_DIGITS
 from structspec.schema.recursion import MAX_RECURSION_DEPTH

@@ -29,8 +29,8 @@ from structspec.automaton.index import TokenIndex
 from structspec.automaton.nfa import ByteNFA
 from structspec.automaton.parse import ParsedRegex
 from structspec.cache import cache_dir, write_atomic
+from structspec.checks import as_int, check_option
 from structspec.errors import OptionError, UnspellableError
-from structspec.options import as_int, check_option
 from structspec.vocab import TokenVocab
 
 # Compiled indexes kept in memory, least recently used first; each keeps the masks of the states it visited.

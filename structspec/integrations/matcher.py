@@ -59,10 +59,10 @@ import torch
 
 import structspec
 from structspec.automaton.fsm import TokenFSM
+from structspec.checks import as_int
 from structspec.decoding.fastforward import Forcer
 from structspec.errors import OptionError
 from structspec.models.transformers_lm import LM
-from structspec.options import as_int
 from structspec.schema import COMPACT, constraint_of
 from structspec.schema.agents import agent_constraint, constraint_fsm, is_agent_spec
 from structspec.vocab import vocab_from_tokenizer

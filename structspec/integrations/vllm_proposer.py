@@ -33,11 +33,11 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from structspec.checks import as_int
 from structspec.decoding.fastforward import Forcer
 from structspec.errors import OptionError, StructspecError
 from structspec.integrations.matcher import Matcher
 from structspec.integrations.vllm import NAME, request_fsm, whitespace_of
-from structspec.options import as_int
 from structspec.vocab import vocab_from_tokenizer
 
 _WHITESPACE = frozenset(b" \t\n\r")

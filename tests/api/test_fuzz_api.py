@@ -29,10 +29,10 @@ from transformers import GenerationConfig
 import structspec
 from structspec import Regex, Result, SelfDraft, Staged, TreeDrafter
 from structspec.automaton import apply_token_bitmask_inplace
+from structspec.checks import MAX_TEMPERATURE
 from structspec.errors import OptionError, PromptError, RegexError, SpecError, StructspecError
 from structspec.integrations.matcher import MAX_LOGITS_WIDTH, Matcher
 from structspec.integrations.transformers import LogitsProcessor
-from structspec.options import MAX_TEMPERATURE
 
 CASES = {"options": 300, "matcher": 300, "widths": 150, "processor": 150, "regexes": 100, "prompts": 200}
 """Examples per fuzz test (the docs quote their sum)."""

@@ -15,9 +15,9 @@ from pydantic import BaseModel
 import structspec
 from structspec import CompileOptions, GenerateOptions, OptionError, PromptError, Regex, SpecError
 from structspec.automaton.fsm import apply_token_bitmask_inplace, check_eos_token_ids
+from structspec.checks import MAX_TEMPERATURE
 from structspec.decoding.sampling import SamplingConfig
 from structspec.integrations.matcher import Matcher
-from structspec.options import MAX_TEMPERATURE
 
 SPEC = Regex(r"[ab]{1,3}")
 MISSING = "no-such-model"  # loading it raises ModelNotFoundError: an OptionError first shows no model was loaded
