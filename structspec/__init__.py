@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from structspec.result import (CallDone, FieldDone, Finished, Result, Stats, StreamEvent, TextChunk, ToolCall,
                                    ToolCallsValue)
     from structspec.schema import Regex, grammars, to_regex
-    from structspec.settings import CompileOptions, GenerateOptions
+    from structspec.options import CompileOptions, GenerateOptions
     from structspec.schema.reasoning import Reasoning
     from structspec.schema.structural import Sequence, Special, Tag, Text, Triggered
     from structspec.schema.toolcalls import ToolCalls
@@ -51,7 +51,7 @@ _LAZY = {
     "structspec.api": ("calibrate", "clear_cache", "generate", "generate_batch", "generate_result", "iter_batch",
                        "stream"),
     "structspec.compiled": ("Compiled", "compile"),
-    "structspec.settings": ("CompileOptions", "GenerateOptions"),
+    "structspec.options": ("CompileOptions", "GenerateOptions"),
     "structspec.models.loading": ("load",),
     "structspec.models.transformers_lm": ("LM", "from_transformers"),
     "structspec.decoding.factory": ("SelfDraft", "Staged"),

@@ -35,9 +35,7 @@ from structspec.models.loading import load
 from structspec.models.prefix_cache import clear_prefix_caches
 from structspec.models.protocol import Prompt
 from structspec.models.transformers_lm import LM
-from structspec.result import Result, StreamEvent
-from structspec.schema import Regex
-from structspec.settings import (
+from structspec.options import (
     BatchOneLinerKeywords,
     CompileOptions,
     GenerateOptions,
@@ -45,6 +43,8 @@ from structspec.settings import (
     checked_keywords,
     options_in,
 )
+from structspec.result import Result, StreamEvent
+from structspec.schema import Regex
 
 
 def generate_result(

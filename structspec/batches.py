@@ -16,8 +16,8 @@ from structspec.errors import OptionError, StructspecError
 from structspec.events import CompiledSpec, prompt_ids_of, result_of
 from structspec.models.protocol import Prompt
 from structspec.models.transformers_lm import LM
+from structspec.options import GenerateOptions
 from structspec.result import Result, Stats
-from structspec.settings import GenerateOptions
 
 
 def check_batch(prompts: Any, options: GenerateOptions, batch_size: Any) -> int:

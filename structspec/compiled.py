@@ -22,10 +22,7 @@ from structspec.events import Streamer, decode_events, prompt_ids_of, put_to
 from structspec.models.loading import load
 from structspec.models.protocol import Prompt
 from structspec.models.transformers_lm import LM
-from structspec.result import Finished, Result, StreamEvent
-from structspec.schema import Constraint, constraint_of
-from structspec.schema.agents import agent_constraint, chat_tools, constraint_fsm, is_agent_spec
-from structspec.settings import (
+from structspec.options import (
     BatchKeywords,
     CompileKeywords,
     CompileOptions,
@@ -34,6 +31,9 @@ from structspec.settings import (
     checked_keywords,
     options_in,
 )
+from structspec.result import Finished, Result, StreamEvent
+from structspec.schema import Constraint, constraint_of
+from structspec.schema.agents import agent_constraint, chat_tools, constraint_fsm, is_agent_spec
 
 
 def compile(spec: Any, model: LM | str, **keywords: Unpack[CompileKeywords]) -> Compiled:  # noqa: A001

@@ -20,10 +20,10 @@ from structspec.decoding.loop import decode_steps
 from structspec.decoding.row import Decoded, RowInput
 from structspec.errors import InvalidOutput, PromptError
 from structspec.models.protocol import LanguageModel, Prompt
+from structspec.options import GenerateOptions
 from structspec.result import FieldDone, Finished, Result, StreamEvent, TextChunk
 from structspec.schema import Constraint
 from structspec.schema.toolcalls import showing_tools
-from structspec.settings import GenerateOptions
 
 
 class CompiledSpec(Protocol):

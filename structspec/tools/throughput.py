@@ -58,7 +58,7 @@ import structspec
 from structspec.errors import OptionError
 from structspec.models.device import resolve_device
 from structspec.models.transformers_lm import LM
-from structspec.settings import GenerateOptions
+from structspec.options import GenerateOptions
 from structspec.tools.bench import Divergence, divergence
 from structspec.tools.arguments import throughput_arguments
 from structspec.tools.command import EXIT_CODES, Formatter, calibrated, run_command

@@ -13,9 +13,9 @@ from pydantic import BaseModel, Field
 
 import structspec
 import structspec.compiled
-from structspec import CompileOptions, GenerateOptions, OptionError, SpecError, settings
+from structspec import CompileOptions, GenerateOptions, OptionError, SpecError
 from structspec.decoding.row import DecodeOptions
-from structspec.settings import (BatchKeywords, BatchOneLinerKeywords, CompileKeywords, GenerateKeywords,
+from structspec.options import (BatchKeywords, BatchOneLinerKeywords, CompileKeywords, GenerateKeywords,
                                  OneLinerKeywords)
 
 MISSING = "no-such-model"  # loading it raises ModelNotFoundError: an OptionError first shows no model was loaded
@@ -190,8 +190,8 @@ def test_the_signatures_take_one_typed_keyword_set_each() -> None:
 @pytest.mark.parametrize("call", ["generate_result", "generate", "stream", "generate_batch", "compiled"])
 def test_the_options_are_built_and_checked_once_per_call(byte_lm: structspec.LM, monkeypatch, call: str) -> None:
     checks, made = [], []
-    monkeypatch.setattr(settings, "check_draft", lambda draft: checks.append(draft))
-    monkeypatch.setattr(settings, "DecodeOptions", lambda *a: made.append(a) or DecodeOptions(*a))
+    monkeypatch.setattr("structspec.options.check_draft", lambda draft: checks.append(draft))
+    monkeypatch.setattr("structspec.options.DecodeOptions", lambda *a: made.append(a) or DecodeOptions(*a))
     person = structspec.compile(Person, byte_lm)
     run = {"generate_result": lambda: structspec.generate_result(byte_lm, Person, PROMPTS[0], max_new_tokens=4),
            "generate": lambda: pytest.raises(structspec.TokenBudgetExceeded, structspec.generate, byte_lm, Person,

@@ -11,7 +11,7 @@ import pytest
 
 import structspec
 from structspec.models.device import native_bf16
-from structspec.settings import GenerateOptions
+from structspec.options import GenerateOptions
 from structspec.tools import throughput
 from structspec.tools.harness import PLAIN
 from structspec.tools.throughput_report import (
