@@ -38,6 +38,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from structspec.automaton.dfa import DEAD, LazyDFA
+from structspec.automaton.nfa import gc_paused
 from structspec.cache import cache_dir, write_atomic
 from structspec.errors import UnspellableError
 from structspec.vocab import TokenVocab
@@ -336,10 +337,11 @@ class TokenIndex:
         found = np.zeros(size, dtype=np.uint8)
         if state != DEAD:
             vocab, dfa = self._vocab_bytes, self.dfa
-            table, regions, exits = _region(dfa, state, self._successors)
-            shape = vocab.shape(table, regions)
-            found[: len(shape.base)] = shape.base
-            _set(found, vocab.walk(dfa, shape, exits))
+            with gc_paused():
+                table, regions, exits = _region(dfa, state, self._successors)
+                shape = vocab.shape(table, regions)
+                found[: len(shape.base)] = shape.base
+                _set(found, vocab.walk(dfa, shape, exits))
         final = self.dfa.is_final(state)
         if state != DEAD and not final and not _any_below(found, self.logits_width):
             raise UnspellableError(state, self.dfa.next_characters(state))

@@ -329,35 +329,43 @@ class ByteNFA:
         fragment would pass `MAX_STATES`.
         """
         found = self._closures.get(position)
-        if found is None:
-            seen, todo = {position}, [position]
-            while todo:
-                state, stack = self._positions[todo.pop()]
-                nexts = [(t, stack) for t in self.eps[state]]
-                call = self.calls.get(state)
-                if call is not None:  # enter the fragment, to come back to the call's return state at its end
-                    fragment, back, low, _ = call
-                    nexts.append((self._span(fragment)[0], self._push(state, stack, 1)))
-                    if low == 0:
-                        nexts.append((back, stack))
-                site, below, passes = self._stacks[stack]
-                if site >= 0:
-                    fragment, back, low, high = self.calls[site]
-                    start, end = self._spans[fragment]  # (built: a position inside it is reached)
-                    if state == end:  # the fragment's end: return, or pass once more
-                        if passes >= low:
-                            nexts.append((back, below))
-                        if high is None or passes < high:  # (unbounded: every count past `low` is the same)
-                            nexts.append((start, self._push(site, below, min(passes + 1, low) if high is None
-                                                            else passes + 1)))
-                for nxt in nexts:
-                    p = self._position(*nxt)
-                    if p not in seen:
-                        seen.add(p)
-                        todo.append(p)
-            found = self._closures[position] = frozenset(
-                p for p in seen if self.edges[self._positions[p][0]] or p == self.accept
-            )
+        if found is not None:
+            return found
+        state, stack = self._positions[position]
+        if not self.eps[state] and state not in self.calls and (
+                not stack or state != self._spans[self.calls[self._stacks[stack][0]][0]][1]):
+            # (most positions: a byte edge and nothing else, not a fragment's end: the position alone)
+            found = self._closures[position] = (frozenset((position,)) if self.edges[state] or position == self.accept
+                                                else frozenset())
+            return found
+        seen, todo = {position}, [position]
+        while todo:
+            state, stack = self._positions[todo.pop()]
+            nexts = [(t, stack) for t in self.eps[state]]
+            call = self.calls.get(state)
+            if call is not None:  # enter the fragment, to come back to the call's return state at its end
+                fragment, back, low, _ = call
+                nexts.append((self._span(fragment)[0], self._push(state, stack, 1)))
+                if low == 0:
+                    nexts.append((back, stack))
+            site, below, passes = self._stacks[stack]
+            if site >= 0:
+                fragment, back, low, high = self.calls[site]
+                start, end = self._spans[fragment]  # (built: a position inside it is reached)
+                if state == end:  # the fragment's end: return, or pass once more
+                    if passes >= low:
+                        nexts.append((back, below))
+                    if high is None or passes < high:  # (unbounded: every count past `low` is the same)
+                        nexts.append((start, self._push(site, below, min(passes + 1, low) if high is None
+                                                        else passes + 1)))
+            for nxt in nexts:
+                p = self._position(*nxt)
+                if p not in seen:
+                    seen.add(p)
+                    todo.append(p)
+        found = self._closures[position] = frozenset(
+            p for p in seen if self.edges[self._positions[p][0]] or p == self.accept
+        )
         return found
 
     def moves(self, position: int) -> list[tuple[int, int, int]]:

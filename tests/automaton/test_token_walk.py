@@ -3,6 +3,8 @@ bytes through the DFA, on random regexes and both tokenizer families."""
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -98,3 +100,19 @@ def test_a_slow_shape_walk_is_read_back_from_disk_by_the_next_process_and_cleare
     assert all(np.array_equal(a, b) for x, y in zip(read.levels, walked.levels) for a, b in zip(x, y))
     clear_cache(disk=True)
     assert not list(cache_dir("shapes").glob("*.shape"))
+
+
+def test_a_first_visit_builds_without_the_cyclic_collector_and_restores_it(byte_lm, monkeypatch) -> None:
+    # What a first visit builds (DFA states, NFA positions) is all kept: the collector's passes would free nothing.
+    enabled = []
+    region = index_module._region
+
+    def spy(*args):
+        enabled.append(gc.isenabled())
+        return region(*args)
+
+    monkeypatch.setattr(index_module, "_region", spy)
+    clear_cache()
+    fsm = TokenFSM.from_regex('"[^"]*"y', byte_lm.vocab)
+    fsm.allowed_token_ids(fsm.initial_state)
+    assert enabled == [False] and gc.isenabled()
