@@ -1,7 +1,7 @@
 """What a pass costs on a lent GPU: the engine's packed pass, the share of a decode turn spent outside the model,
 and transformers' one-token step beside them, with random weights in the shapes of Qwen2.5-0.5B and 7B.
 
-    python -m structspec.tools.gpucheck                      # CUDA, bfloat16, both shapes: a few minutes
+    python -m structspec.tools.gpucheck                      # CUDA, bfloat16, both shapes (sized for < 8 min)
     python -m structspec.tools.gpucheck --device cpu --quick # a tiny model, seconds: checks that it runs
 
 Nothing is downloaded: the models are built from their published shapes (`structspec.tools.arguments.CONFIGS`,
