@@ -15,8 +15,9 @@ Every prompt is the own loop's token ids (the chat template, with the tools for 
 they are; greedy. A tool call goes to vLLM as ``vllm serve`` sends it: ``tool_choice="required"`` and a named
 function constrained by the JSON Schema vLLM builds for them (`get_json_schema_from_tools`), ``auto``
 unconstrained and parsed as Qwen's template writes calls; the own loop decodes its `structspec.ToolCalls`.
-Steps are counted exactly: each vLLM engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) and
-its scheduler's ``update_from_output`` is wrapped (`count_steps`); the own loop's come from its `Stats`.
+Each configuration runs in a fresh worker process of its own, one after another (`run_worker`). vLLM's steps
+are counted exactly: its engine core runs in the worker's process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) and its
+scheduler's ``update_from_output`` is wrapped (`count_steps`); the own loop's come from its `Stats`.
 
 ``--prefix-job`` runs issue 53's peer instead: the extraction job of `structspec.tools.prefix_reuse.job_prompts`
 through vLLM + xgrammar at B = 1, with vLLM's automatic prefix caching on, then off (an engine each).
@@ -99,6 +100,9 @@ def arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--compact", action="store_true",
                         help="vLLM's disable_any_whitespace=True (the own loop's layout) instead of its default")
     parser.add_argument("--max-model-len", type=positive, default=2048, metavar="N")
+    parser.add_argument("--preload", choices=["auto", "none"], default="auto",
+                        help="auto: vLLM's engines get the LD_PRELOAD vLLM's CPU guide asks for (tcmalloc where "
+                             "installed, the venv's libiomp5); none: the environment's as it is")
     parser.add_argument("--prefix-job", action="store_true",
                         help="issue 53's peer instead: prefix_reuse.job_prompts() on vLLM + xgrammar at B = 1, "
                              "prefix caching on, then off")
@@ -565,6 +569,8 @@ def header(args: argparse.Namespace, dtype: str, model_dir: str) -> str:
         f"VLLM_CPU_KVCACHE_SPACE={os.environ.get('VLLM_CPU_KVCACHE_SPACE')}, max_model_len={args.max_model_len}, "
         f"enforce_eager, greedy, max_new_tokens={args.max_new_tokens}, JSON layout in vLLM: "
         + ("compact (disable_any_whitespace)" if args.compact else "any whitespace (vLLM's default)"),
+        "LD_PRELOAD of vLLM's engines: " + ((vllm_preload(dict(os.environ)) or "none found") if args.preload == "auto"
+                                           else os.environ.get("LD_PRELOAD", "none")),
         f"load average before: {load_average()}",
     ])
 
@@ -576,6 +582,18 @@ def prepare_environment() -> None:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+
+
+def vllm_preload(environ: dict[str, str]) -> str:
+    """The ``LD_PRELOAD`` vLLM's CPU build asks for (its warning "libtcmalloc / libiomp is not found in
+    LD_PRELOAD"): tcmalloc where the system has it, this venv's Intel OpenMP where it has one, then ``environ``'s
+    own. Changes nothing."""
+    import ctypes.util
+
+    found = [ctypes.util.find_library("tcmalloc_minimal") or ctypes.util.find_library("tcmalloc"),
+             next((p for p in [os.path.join(sys.prefix, "lib", "libiomp5.so")] if os.path.exists(p)), None),
+             environ.get("LD_PRELOAD")]
+    return ":".join(p for p in found if p)
 
 
 def run_worker(name: str, args: argparse.Namespace, job: dict[str, Any]) -> dict[str, Any]:
@@ -592,7 +610,10 @@ def run_worker(name: str, args: argparse.Namespace, job: dict[str, Any]) -> dict
             json.dump(job, f)
         command = [sys.executable, "-m", "structspec.tools.vllmbench", *args.argv, "--worker", name, "--job",
                    job_file, "--out", out_file]
-        done = subprocess.run(command, check=False)
+        env = dict(os.environ)
+        if name != "own" and args.preload == "auto":
+            env["LD_PRELOAD"] = vllm_preload(env)
+        done = subprocess.run(command, check=False, env=env)
         if done.returncode != 0 or not os.path.exists(out_file):
             raise RuntimeError(f"the {name} worker failed (exit code {done.returncode}; its log is above on stderr)")
         with open(out_file, encoding="utf-8") as f:

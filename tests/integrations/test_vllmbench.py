@@ -117,8 +117,12 @@ def test_steps_drafts_and_accepted_tokens_are_counted_as_vllm_counts_them() -> N
     assert counts.drafted == 4 + 3 and counts.accepted == 2 + 4
 
 
+def out(reason: str, stop: str | None) -> SimpleNamespace:
+    """A vLLM CompletionOutput of three tokens that stopped for ``reason``."""
+    return SimpleNamespace(token_ids=[5, 6, 2], finish_reason=reason, stop_reason=stop)
+
+
 def test_an_output_counts_its_tokens_without_the_eos_that_ended_it() -> None:
-    out = lambda reason, stop: SimpleNamespace(token_ids=[5, 6, 2], finish_reason=reason, stop_reason=stop)  # noqa: E731
     assert bench.output_tokens(out("stop", None)) == 2  # EOS
     assert bench.output_tokens(out("length", None)) == 3  # the budget ran out: every token is output
     assert bench.output_tokens(out("stop", "</s>")) == 3  # a stop string: not an EOS token
@@ -176,3 +180,9 @@ def test_records_spread_over_each_set() -> None:
     assert {item.conversation.choice for item in calls} >= {"auto", "required"}
     tasks = bench.extraction_items(3)
     assert len({item.spec for item in tasks}) == 3 and all(item.schema["type"] == "object" for item in tasks)
+
+
+def test_vllms_preload_keeps_the_users_own_last() -> None:
+    libraries = bench.vllm_preload({"LD_PRELOAD": "/opt/mine.so"}).split(":")
+    assert libraries[-1] == "/opt/mine.so" and len(libraries) == len(set(libraries))
+    assert "/opt/mine.so" not in bench.vllm_preload({})
