@@ -167,3 +167,17 @@ def test_the_slot_pass_sees_exactly_the_slots_its_mask_allows() -> None:
     kept = _pass(lm, cache, [7], [2], torch.tensor([[T, T, F, T]]))
     assert torch.equal(kept, alone_a[2:])
     assert not torch.equal(_pass(lm, cache, [7], [2], torch.tensor([[T, T, T, F, T]])), alone_a[2:])
+
+
+def test_a_draft_model_drafts_for_all_rows_in_shared_packed_passes() -> None:
+    draft = FakeLM(seed=7)  # another fake: its drafts are mostly rejected
+    read: list[int] = []  # per draft slot pass: the rows whose logits it read
+    forward_slots = draft.forward_slots
+    draft.forward_slots = lambda *a, **k: (read.append(len(a[4])), forward_slots(*a, **k))[1]
+    single = alone(FakeLM(), draft=FakeLM(seed=7))
+    batch = batched(FakeLM(), 4, draft=draft)
+    assert [r.token_ids for r in batch] == [r.token_ids for r in single]
+    stats = [r.stats.drafts["draft_model"] for r in batch]
+    assert sum(d.drafted for d in stats) > sum(d.accepted for d in stats) > 0
+    assert max(read) == 4  # one draft pass serves every row of the batch
+    assert len(read) < sum(d.draft_passes for d in stats)
