@@ -254,7 +254,7 @@ def test_batch_size_one_and_sliding_window_models_run_the_single_row_loop() -> N
     assert [r.stats.prefill_passes for r in batch] == [0, 0, 0]
 
 
-# Each row's tokens in a packed pass (`choose_widths`, `RowDecode.fit`) by a packed curve. STEEP: a token past a
+# Each row's tokens in a packed pass (`choose_widths`, `Window.first`) by a packed curve. STEEP: a token past a
 # pass's first costs 1.5 one-token passes, so rows are fed their pending tokens only, no draft and no spliced text;
 # STORED: a CPU-like curve (the fixed part dominates up to 8 tokens), so widths vary with what the rows bring.
 STEEP = PassCost.linear(1.5)
