@@ -82,9 +82,8 @@ def check_draft(draft: object) -> None:
 
 
 def make_drafter(draft: Draft, target: LanguageModel) -> Drafter | None:
-    """The drafter for ``draft=`` (module doc) drafting for ``target``: a `Drafter` as it is, a new one
-    otherwise. `OptionError` where `check_draft` raises. Changes nothing."""
-    check_draft(draft)
+    """The drafter for ``draft=`` (module doc), already let through by `check_draft` (the options check it once
+    per call), drafting for ``target``: a `Drafter` as it is, a new one otherwise. Changes nothing."""
     if draft is None or isinstance(draft, Drafter):
         return draft
     if isinstance(draft, LanguageModel):

@@ -176,7 +176,7 @@ class LM:
     def max_pass_tokens(self) -> int | None:
         """The most tokens a choosing pass feeds where attention runs by row (`prefills_apart`): `INVARIANT_TOKENS`,
         the longest pass measured to compute every position bit for bit as one-token steps do; None elsewhere
-        (no limit). The decode cuts longer candidates to fit (`RowDecode.fit`)."""
+        (no limit). The decode cuts longer candidates to fit (`Window.first`)."""
         return INVARIANT_TOKENS if self.prefills_apart else None
 
     @cached_property

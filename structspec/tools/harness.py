@@ -27,7 +27,6 @@ from typing import Any
 from rich.console import Console
 
 import structspec
-from structspec.decoding.calibrate import packed_cost
 from structspec.decoding.factory import SelfDraft, Staged
 from structspec.decoding.tree import TreeDrafter
 from structspec.models.transformers_lm import LM
@@ -202,7 +201,6 @@ def run_tasks(lm: LM, tasks: list[Task], rows: Mapping[str, Method], max_new_tok
     """Every method on every task, in ``rows`` order, on the same prompt (`task_prompt` with ``template``): task
     by task, then each batched method on all tasks at once; a progress line per task and per batched method."""
     unconstrained_greedy(lm, lm.encode_prompt("warm-up"), 2)  # first-call overheads out of the way
-    packed_cost(lm)  # measured on a named model's first decode: not inside a timed record
     by_method: dict[str, list[Run]] = {label: [] for label in rows}
     one_by_one = {label: m for label, m in rows.items() if not (isinstance(m, dict) and "batch_size" in m)}
     for n, task in enumerate(tasks, 1):

@@ -56,7 +56,7 @@ def test_ships_every_module_and_grammar_file(wheel: zipfile.ZipFile) -> None:
 
 def test_ships_the_example_data_the_commands_default_to(wheel: zipfile.ZipFile) -> None:
     data = {"tasks.jsonl", "schemas.py", "toolcalls.jsonl", "invoices.jsonl", "invoice.schema.json",
-            "invoice_prompt.txt"}
+            "invoice_prompt.txt", "tickets.jsonl", "ticket.schema.json", "agent_conversations.jsonl"}
     assert not {f"structspec/example_data/{name}" for name in data} - set(wheel.namelist())
 
 

@@ -70,7 +70,7 @@ def test_a_draft_model_drafts_for_all_rows_in_batched_passes(byte_lm, sampled: b
     draft = tiny_lm("byte_level", seed=7, device=DEVICE)  # another random model: many rejected drafts
     passes = []
     forward_slots = draft.forward_slots
-    draft.forward_slots = lambda *a, **k: (passes.append(len(a[0])), forward_slots(*a, **k))[1]
+    draft.forward_slots = lambda *a, **k: (passes.append(len(a[4])), forward_slots(*a, **k))[1]
     options = {"temperature": 1.3} if sampled else {}
     single = [structspec.generate_result(byte_lm, s, p, max_new_tokens=40, draft=draft, **options,
                                          **({"seed": 5 + i} if sampled else {}))

@@ -82,9 +82,8 @@ def test_the_cli_writes_no_library_noise_to_stderr(smollm2: structspec.LM, tmp_p
     """`structspec demo` and `structspec extract` on the cached default model: stderr holds structspec's own lines
     (the job summary) and nothing that transformers, torch or Ray print by default."""
     converted = Path(smollm2.model.config.name_or_path)
-    # a cache of the run's own that reaches the converted model: what the run stores (compiled automata, the
-    # pass-cost curve a batch measures where the machine is idle: tests/decoding/test_calibrate.py) stays out of
-    # the developer's cache
+    # a cache of the run's own that reaches the converted model: what the run stores (compiled automata)
+    # stays out of the developer's cache
     (tmp_path / "cache").mkdir()
     (tmp_path / "cache" / "models").symlink_to(converted.parent, target_is_directory=True)
     env = {**os.environ, "STRUCTSPEC_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
