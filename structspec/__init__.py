@@ -37,8 +37,8 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from structspec.compiled import Compiled, compile
     from structspec.models.loading import load
     from structspec.models.transformers_lm import LM, from_transformers
-    from structspec.decoding.factory import SelfDraft, Staged
-    from structspec.decoding.tree import TreeDrafter
+    from structspec.decoding.drafters.factory import SelfDraft, Staged
+    from structspec.decoding.drafters.tree import TreeDrafter
     from structspec.result import (CallDone, FieldDone, Finished, Result, Stats, StreamEvent, TextChunk, ToolCall,
                                    ToolCallsValue)
     from structspec.schema import Regex, grammars, to_regex
@@ -54,8 +54,8 @@ _LAZY = {
     "structspec.options": ("CompileOptions", "GenerateOptions"),
     "structspec.models.loading": ("load",),
     "structspec.models.transformers_lm": ("LM", "from_transformers"),
-    "structspec.decoding.factory": ("SelfDraft", "Staged"),
-    "structspec.decoding.tree": ("TreeDrafter",),
+    "structspec.decoding.drafters.factory": ("SelfDraft", "Staged"),
+    "structspec.decoding.drafters.tree": ("TreeDrafter",),
     "structspec.result": ("CallDone", "FieldDone", "Finished", "Result", "Stats", "StreamEvent", "TextChunk",
                           "ToolCall", "ToolCallsValue"),
     "structspec.schema": ("Regex", "to_regex"),

@@ -10,7 +10,7 @@ import torch
 
 from structspec.checks import check_option, check_prompt
 from structspec.decoding.batch import decode_batch, spec_prefixes
-from structspec.decoding.factory import check_row_draft, make_row_drafter
+from structspec.decoding.drafters.factory import check_row_draft, make_row_drafter
 from structspec.decoding.row import RowInput
 from structspec.errors import OptionError, StructspecError
 from structspec.events import CompiledSpec, prompt_ids_of, result_of

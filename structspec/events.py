@@ -15,7 +15,7 @@ import pydantic
 import torch
 
 from structspec.automaton.fsm import TokenFSM
-from structspec.decoding.factory import make_drafter
+from structspec.decoding.drafters.factory import make_drafter
 from structspec.decoding.loop import decode_steps
 from structspec.decoding.row import Decoded, RowInput
 from structspec.errors import InvalidOutput, PromptError

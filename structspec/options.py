@@ -25,7 +25,7 @@ from structspec.checks import (
     from_generation_config,
     implies_sampling,
 )
-from structspec.decoding.factory import Draft, check_draft
+from structspec.decoding.drafters.factory import Draft, check_draft
 from structspec.decoding.fastforward import FastForward
 from structspec.decoding.row import DecodeOptions
 from structspec.decoding.sampling import SamplingConfig

@@ -9,7 +9,7 @@ drafter and generator). A turn:
    with the next prompt (`decode_batch`'s ``prefill``: chunked into the decode
    passes, or from its spec's shared prefix, or in a prefill pass of its own), so
    a job never waits for its slowest document;
-2. each row's tokens in the pass (`structspec.decoding.budget.choose_widths`):
+2. each row's tokens in the pass (`structspec.decoding.cost.choose_widths`):
    its pending tokens at least (a sampled row its whole window), then the
    drafted and spliced tokens whose expected kept tokens pay for what they add
    to the pass on the model's packed pass-cost curve
@@ -43,11 +43,11 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-from structspec.decoding.budget import choose_widths, pass_cost
+from structspec.decoding.cost import choose_widths, pass_cost
 from structspec.decoding.calibrate import packed_cost
 from structspec.decoding.candidate import DraftRequest
-from structspec.decoding.draft_batch import DraftBatch
-from structspec.decoding.draft_model import ModelDrafter
+from structspec.decoding.drafters.draft_batch import DraftBatch
+from structspec.decoding.drafters.draft_model import ModelDrafter
 from structspec.decoding.drafter import Drafter
 from structspec.decoding.loop import decode
 from structspec.decoding.passes import Slots, run_pass

@@ -2,12 +2,12 @@
 
 A batch's rows draft only where the tokens they add to a packed pass
 (`structspec.models.packed_slots`) are expected to keep more than they cost
-(`structspec.decoding.budget.choose_widths`). What a token costs depends on the model, dtype, device, kernels
+(`structspec.decoding.cost.choose_widths`). What a token costs depends on the model, dtype, device, kernels
 and (on the CPU) torch's thread count, so it is measured for them by `calibrate` (``structspec.calibrate(lm)``,
 ``structspec calibrate --model NAME``): passes of 1 to 64 tokens spread over `ROWS` rows of 256 kept slots
 each, as the batch loop runs them (`LanguageModel.forward_slots` over a packed window: each query attends to its
 own row's slots, gathered where attention runs by row), a few seconds, stored under
-``$STRUCTSPEC_CACHE/pass-cost`` (`structspec.decoding.budget.curve_path`). Decoding only reads it
+``$STRUCTSPEC_CACHE/pass-cost`` (`structspec.decoding.cost.curve_path`). Decoding only reads it
 (`packed_cost`): no decode measures anything, and a model without a stored curve drafts by `DEFAULT_COST`.
 
 A curve measured while another process was busy on the machine is a curve of that moment, not of the model:
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from structspec.decoding.budget import DEFAULT_COST, PassCost, curve_of, curve_path, pass_cost, store_pass_cost
+from structspec.decoding.cost import DEFAULT_COST, PassCost, curve_of, curve_path, pass_cost, store_pass_cost
 from structspec.errors import OptionError
 from structspec.models.packed_slots import PackedSlots
 from structspec.models.protocol import LanguageModel

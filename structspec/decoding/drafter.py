@@ -63,7 +63,7 @@ class Drafter(Protocol):
 
 @runtime_checkable
 class TreeDrafting(Drafter, Protocol):
-    """A drafter that drafts token trees for greedy rows (`structspec.decoding.tree.TreeDrafter`); a chain
+    """A drafter that drafts token trees for greedy rows (`structspec.decoding.drafters.tree.TreeDrafter`); a chain
     through `Drafter.next` elsewhere."""
 
     def draft_tree(self, turn: Turn) -> Candidate:
@@ -73,7 +73,7 @@ class TreeDrafting(Drafter, Protocol):
 
 @runtime_checkable
 class Observing(Protocol):
-    """A drafter that learns from the target's choices (`structspec.decoding.lookahead.LookaheadDrafter`)."""
+    """A drafter that learns from the target's choices (`structspec.decoding.drafters.lookahead.LookaheadDrafter`)."""
 
     def observe(self, context: list[int], candidate: Candidate, choices: list[int]) -> None:
         """The target's masked argmax at the root (``choices[0]``) and after each token ``i`` of ``candidate``

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 import torch
 
-from structspec.decoding.budget import choose_widths, pass_cost
+from structspec.decoding.cost import choose_widths, pass_cost
 from structspec.decoding.calibrate import packed_cost
 from structspec.decoding.candidate import DraftRequest
 from structspec.decoding.drafter import TreeDrafting

@@ -24,9 +24,9 @@ never depends on drafts, so no cut changes a greedy row's tokens; a sampled
 row's draft was drawn with its generator, so it is fed whole.
 
 A candidate is a chain (`structspec.decoding.chain.Chain`), or a token tree (`TreeDrafting`,
-`structspec.decoding.tree`) when the driver runs the slot path (``trees``) and the row is greedy: the verified
+`structspec.decoding.drafters.tree`) when the driver runs the slot path (``trees``) and the row is greedy: the verified
 path is then one branch of it. A greedy row shows the target's choice at every candidate position to a drafter
-that learns from them (`Observing`, `structspec.decoding.lookahead`). A chain whose drafter waits on a batched
+that learns from them (`Observing`, `structspec.decoding.drafters.lookahead`). A chain whose drafter waits on a batched
 draft pass makes `prepare` return that `DraftRequest`: the batch driver runs the pass and calls `prepare` again,
 which drafts on from where the chain stopped.
 
@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 import torch
 
 from structspec.automaton.fsm import TokenFSM
-from structspec.decoding.budget import DraftLength, PassCost
+from structspec.decoding.cost import DraftLength, PassCost
 from structspec.decoding.candidate import FORCED, MODEL, Candidate, DraftRequest
 from structspec.decoding.chain import Chain
 from structspec.decoding.drafter import Drafter, Observing, TreeDrafting, Turn
@@ -161,7 +161,7 @@ class RowDecode:
     @classmethod
     def start(cls, item: RowInput, options: DecodeOptions, lm: LanguageModel, cost: PassCost) -> RowDecode:
         """``item``'s row before its first pass on ``lm``: the whole prompt is pending. ``cost``: the target's
-        pass cost by tokens fed, which sets draft lengths (`structspec.decoding.budget`). A model that batches
+        pass cost by tokens fed, which sets draft lengths (`structspec.decoding.cost`). A model that batches
         (`LM.batchable`) runs on the slot path, where a greedy row's tree drafter drafts token trees. Changes
         nothing."""
         forcer = Forcer(item.fsm, lm.tokenizer) if options.fast_forward == "exact" else None

@@ -175,7 +175,7 @@ def resolve_draft(name: str | None, device: str = "auto", dtype: str | None = No
     (on ``device`` in ``dtype``, as the target)."""
     if name is None or name == "none":
         return None
-    from structspec.decoding.factory import DRAFT_NAMES  # imports torch
+    from structspec.decoding.drafters.factory import DRAFT_NAMES  # imports torch
 
     if name in DRAFT_NAMES:
         return name

@@ -78,7 +78,7 @@ class LanguageModel(Protocol):
     @property
     def kernels(self) -> str:
         """``"onednn"`` where the linear layers are packed for oneDNN, else ``"torch"``: its pass-cost curve is
-        another one (`structspec.decoding.budget.curve_path`)."""
+        another one (`structspec.decoding.cost.curve_path`)."""
         ...
 
     @property

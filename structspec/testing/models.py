@@ -168,7 +168,7 @@ class FakeLM:
     (batch-invariant by construction). The tokenizer is `byte_level_tokenizer`;
     the logits are 8 ids wider than its 500 tokens, as `tiny_llama`'s are.
     Nameless by default, so no pass-cost curve is measured or read for it
-    (`structspec.decoding.budget.curve_path`): what a pass feeds does not
+    (`structspec.decoding.cost.curve_path`): what a pass feeds does not
     depend on the machine.
     """
 

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 import structspec
-from structspec.decoding.factory import SelfDraft, make_drafter
+from structspec.decoding.drafters.factory import SelfDraft, make_drafter
 from structspec.decoding.sampling import SamplingConfig
 from structspec.testing import chi_square_pvalue, exact_output_distribution, sample_outputs, tiny_lm
 

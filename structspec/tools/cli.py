@@ -25,9 +25,9 @@ DESCRIPTION = ("Constrained structured generation for Hugging Face causal LMs, w
 
 
 def drafter(text: str) -> str:
-    """A drafter's name (`structspec.decoding.factory.DRAFT_NAMES` or ``none``), with a did-you-mean for a typo
+    """A drafter's name (`structspec.decoding.drafters.factory.DRAFT_NAMES` or ``none``), with a did-you-mean for a typo
     (argparse's ``type``)."""
-    from structspec.decoding.factory import DRAFT_NAMES
+    from structspec.decoding.drafters.factory import DRAFT_NAMES
 
     names = [*DRAFT_NAMES, "none"]
     if text in names:

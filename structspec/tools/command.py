@@ -113,7 +113,7 @@ def calibrated(lm: LM) -> None:
     beside other busy work, it is not stored (said on stderr) and the run drafts by the default curve. Nothing
     for a model without a name of its own or that cannot batch (they draft by the default). May run the model
     and write the cache."""
-    from structspec.decoding.budget import curve_path
+    from structspec.decoding.cost import curve_path
 
     path = curve_path(lm, packed=True)
     if path is None or not lm.batchable or path.exists():

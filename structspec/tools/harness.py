@@ -27,8 +27,8 @@ from typing import Any
 from rich.console import Console
 
 import structspec
-from structspec.decoding.factory import SelfDraft, Staged
-from structspec.decoding.tree import TreeDrafter
+from structspec.decoding.drafters.factory import SelfDraft, Staged
+from structspec.decoding.drafters.tree import TreeDrafter
 from structspec.models.transformers_lm import LM
 from structspec.result import no_pass_tokens
 from structspec.tools.peers import PeerRun, unconstrained_greedy

@@ -14,7 +14,7 @@ comes from a run on real weights: random weights rarely agree with a draft).
 
 ``--store`` measures each of ``--batch-sizes`` (1 always) at 1 to 16 tokens fed
 per row and stores the curves for the model, dtype and device: decoding then
-chooses draft lengths by them (`structspec.decoding.budget`) instead of the
+chooses draft lengths by them (`structspec.decoding.cost`) instead of the
 device type's default.
 """
 
@@ -29,7 +29,7 @@ import torch
 
 import structspec
 from structspec.automaton import apply_token_bitmask_inplace
-from structspec.decoding.budget import store_pass_cost
+from structspec.decoding.cost import store_pass_cost
 from structspec.models.device import resolve_device
 from structspec.models.invariance import pack_for_cpu, should_pack
 from structspec.models.loading import load

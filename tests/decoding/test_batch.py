@@ -13,11 +13,11 @@ import structspec
 from structspec import Regex
 from structspec.decoding import batch, loop
 from structspec.decoding.batch import shared_prefix
-from structspec.decoding.budget import DEFAULT_COST, PassCost
-from structspec.decoding.factory import SelfDraft
+from structspec.decoding.cost import DEFAULT_COST, PassCost
+from structspec.decoding.drafters.factory import SelfDraft
 from structspec.decoding.row import DecodeOptions, RowDecode, RowInput
 from structspec.decoding.window import Window
-from structspec.decoding.tree import TreeDrafter
+from structspec.decoding.drafters.tree import TreeDrafter
 from structspec.models.packed_slots import PackedSlots
 from structspec.models.slot_cache import SlotCache
 from structspec.testing import chi_square_pvalue, exact_output_distribution, tiny_lm

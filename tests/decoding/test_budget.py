@@ -6,7 +6,7 @@ import pytest
 
 import structspec
 from structspec.result import DraftStats
-from structspec.decoding.budget import (DEFAULT_COST, DraftLength, PassCost, choose_widths, curve_path, pass_cost,
+from structspec.decoding.cost import (DEFAULT_COST, DraftLength, PassCost, choose_widths, curve_path, pass_cost,
                                        store_pass_cost)
 from structspec.testing import FakeLM, save_tiny_model, tiny_lm
 from structspec.tools import pass_cost as pass_cost_tool

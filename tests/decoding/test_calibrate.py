@@ -12,7 +12,7 @@ import torch
 
 import structspec
 from structspec.decoding import calibrate
-from structspec.decoding.budget import DEFAULT_COST, curve_path
+from structspec.decoding.cost import DEFAULT_COST, curve_path
 from structspec.testing import CountingLM, tiny_lm
 
 SPEC = structspec.Regex(r"[a-z]{3,8}")

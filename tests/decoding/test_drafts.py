@@ -12,14 +12,14 @@ from pydantic import BaseModel, Field
 import structspec
 from structspec import OptionError, Regex, SelfDraft, SpecError
 from structspec.decoding.candidate import Step
-from structspec.decoding.composite import Composite
-from structspec.decoding.draft_model import ModelDrafter
+from structspec.decoding.drafters.composite import Composite
+from structspec.decoding.drafters.draft_model import ModelDrafter
 from structspec.decoding.drafter import Turn
-from structspec.decoding.factory import check_draft, make_drafter
-from structspec.decoding.lookup import PromptLookup, copied_text
-from structspec.decoding.policy import Schedule, Threshold
+from structspec.decoding.drafters.factory import check_draft, make_drafter
+from structspec.decoding.drafters.lookup import PromptLookup, copied_text
+from structspec.decoding.drafters.policy import Schedule, Threshold
 from structspec.decoding.sampling import SamplingConfig
-from structspec.decoding.values import value_starts
+from structspec.decoding.drafters.values import value_starts
 from structspec.tools.tasks import extraction_prompt, load_tasks
 from structspec.testing import (
     CountingLM, chi_square_pvalue, exact_output_distribution, restricted, sample_outputs, tiny_lm,
@@ -297,7 +297,7 @@ def test_early_exit_shares_weights_and_leaves_the_target_intact(byte_lm) -> None
         byte_lm.early_exit(layers=3)
 
 
-def test_make_drafter_names_and_errors(byte_lm, sp_lm) -> None:
+def test_make_drafter_names_and_check_draft_errors(byte_lm, sp_lm) -> None:
     assert isinstance(make_drafter("prompt_lookup", byte_lm), PromptLookup)
     # auto self-drafts only where a verify pass of several tokens costs about one step: on a GPU
     assert isinstance(make_drafter("auto", byte_lm), Composite if byte_lm.device.type == "cuda" else PromptLookup)
@@ -306,11 +306,11 @@ def test_make_drafter_names_and_errors(byte_lm, sp_lm) -> None:
     assert isinstance(make_drafter(byte_lm, byte_lm), ModelDrafter)
     assert type(make_drafter(sp_lm, byte_lm)).__name__ == "CrossTokenizerDrafter"
     with pytest.raises(OptionError, match="'medusa' is not one of 'prompt_lookup', 'lookahead', 'auto'"):
-        make_drafter("medusa", byte_lm)
+        check_draft("medusa")
     with pytest.raises(OptionError, match="did you mean 'lookahead'"):
         check_draft("lookahed")
     with pytest.raises(OptionError, match="draft= got a int: pass None, one of 'prompt_lookup'"):
-        make_drafter(3, byte_lm)
+        check_draft(3)
 
 
 @pytest.mark.parametrize("name, fix", [("tree", r"TreeDrafter\(\)"), ("self", r"SelfDraft\(\)"),

@@ -15,13 +15,13 @@ import structspec
 from structspec import Regex
 from structspec.automaton.fsm import TokenFSM
 from structspec.decoding import batch
-from structspec.decoding.budget import DEFAULT_COST
+from structspec.decoding.cost import DEFAULT_COST
 from structspec.decoding.candidate import Candidate
 from structspec.decoding.drafter import Turn
-from structspec.decoding.factory import make_drafter
+from structspec.decoding.drafters.factory import make_drafter
 from structspec.decoding.fastforward import Forcer
-from structspec.decoding.lookahead import LookaheadDrafter
-from structspec.decoding.lookup import PromptLookup
+from structspec.decoding.drafters.lookahead import LookaheadDrafter
+from structspec.decoding.drafters.lookup import PromptLookup
 from structspec.decoding.loop import decode
 from structspec.decoding.row import DecodeOptions, RowInput
 from structspec.decoding.sampling import SamplingConfig

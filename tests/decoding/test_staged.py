@@ -15,11 +15,11 @@ from pydantic import BaseModel, Field
 
 import structspec
 from structspec import Regex
-from structspec.decoding.cross_tokenizer import CrossTokenizerDrafter
-from structspec.decoding.draft_model import ModelDrafter
-from structspec.decoding.factory import DRAFT_NAMES, Staged, make_drafter
-from structspec.decoding.lookup import PromptLookup
-from structspec.decoding.staged import StagedDrafter
+from structspec.decoding.drafters.cross_tokenizer import CrossTokenizerDrafter
+from structspec.decoding.drafters.draft_model import ModelDrafter
+from structspec.decoding.drafters.factory import DRAFT_NAMES, Staged, make_drafter
+from structspec.decoding.drafters.lookup import PromptLookup
+from structspec.decoding.drafters.staged import StagedDrafter
 from structspec.testing import restricted, tiny_lm
 
 from tests.conftest import DEVICE

@@ -14,12 +14,12 @@ import structspec
 from structspec import Regex
 from structspec.decoding import batch
 from structspec.decoding.batch import decode_batch, spec_prefixes
-from structspec.decoding.budget import DEFAULT_COST
+from structspec.decoding.cost import DEFAULT_COST
 from structspec.decoding.candidate import Candidate
-from structspec.decoding.factory import make_drafter, make_row_drafter
+from structspec.decoding.drafters.factory import make_drafter, make_row_drafter
 from structspec.decoding.row import DecodeOptions, RowInput
 from structspec.models.slot_cache import SlotCache
-from structspec.decoding.tree import TreeDrafter
+from structspec.decoding.drafters.tree import TreeDrafter
 from structspec.decoding.verify import accept_greedy, accept_tree
 from structspec.decoding.window import Window
 

@@ -10,9 +10,9 @@ import pytest
 
 import structspec
 from structspec import Regex, UnspellableError
-from structspec.decoding.factory import SelfDraft
+from structspec.decoding.drafters.factory import SelfDraft
 from structspec.decoding.row import RowDecode, unspellable
-from structspec.decoding.tree import TreeDrafter
+from structspec.decoding.drafters.tree import TreeDrafter
 
 SHIPMENT = Regex(r'\{"customer_name": "[A-Z][a-z]{1,8}", "destination_city": "(Paris|London|Tokyo)", '
                  r'"number_of_items": [0-9]{1,2}\}')

@@ -179,7 +179,7 @@ def test_ragged_windows_and_chunked_prefill_keep_every_row_the_row_alone(invaria
     the worker thread while the model runs; the tokens are the row alone's whatever the packed curve cuts."""
     from structspec.decoding import batch as batch_module
     from structspec.decoding import masks
-    from structspec.decoding.budget import DEFAULT_COST, PassCost
+    from structspec.decoding.cost import DEFAULT_COST, PassCost
 
     monkeypatch.setattr(masks, "THREAD_ROWS", 1)  # every pass's masks overlap its forward
     lm = invariant_lm

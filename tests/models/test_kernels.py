@@ -9,7 +9,7 @@ from pydantic import BaseModel
 from typing import Literal
 
 import structspec
-from structspec.decoding.budget import curve_path
+from structspec.decoding.cost import curve_path
 from structspec.errors import OptionError
 from structspec.models.device import native_bf16
 from structspec.models.invariance import (

@@ -8,7 +8,7 @@ import pytest
 
 import structspec
 from structspec import Regex
-from structspec.decoding.factory import SelfDraft, make_drafter
+from structspec.decoding.drafters.factory import SelfDraft, make_drafter
 from structspec.decoding.sampling import SamplingConfig
 from structspec.testing import FakeLM, chi_square_pvalue, exact_output_distribution, sample_outputs
 

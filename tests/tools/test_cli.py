@@ -20,7 +20,7 @@ from rich.console import Console
 import structspec
 from structspec.tools.cli import main
 from structspec.decoding import calibrate
-from structspec.decoding.budget import curve_path
+from structspec.decoding.cost import curve_path
 from structspec.tools.command import EXIT_BUSY, EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK
 from structspec.tools.demo import DEMO_DOCUMENT, demo
 from structspec.jobs.runner import load_model

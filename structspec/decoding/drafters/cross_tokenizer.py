@@ -1,0 +1,91 @@
+"""A draft model with another tokenizer, translated through text."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from structspec.decoding.candidate import Step
+from structspec.decoding.drafters.draft_model import DraftModel
+from structspec.decoding.drafter import Turn
+from structspec.decoding.drafters.lookup import PromptLookup
+from structspec.decoding.drafters.policy import Schedule
+
+
+@dataclass(eq=False)
+class CrossTokenizerDrafter(DraftModel):
+    """A draft LM with a different tokenizer: it continues the text greedily (unconstrained, in its own
+    vocabulary) and the text is re-tokenized with the target's tokenizer.
+
+    The two token streams stay aligned through text: each chunk starts from the
+    target context decoded to text and re-encoded by the draft tokenizer, and
+    the draft KV cache keeps the common prefix. Drafts are deterministic, so
+    they verify as point masses. The last translated token is dropped (it may
+    merge with the text that follows).
+
+    With a ``lookup`` (staged speculation, as `StagedDrafter`), a chunk starts
+    from prompt lookup's guess in the draft tokenizer's ids over the re-encoded
+    context, checked by the draft in one pass; past the guess's first mismatch
+    it goes on one pass per token. The chunk is the same greedy text either way.
+    """
+
+    target_tokenizer: Any
+    target_vocab: Any
+    name: str = "draft_model"
+    policy: Schedule = field(default_factory=lambda: Schedule(confidence=None))
+    lookup: PromptLookup | None = None  # None: one draft pass per token
+    _buffer: list[int] = field(default_factory=list)  # translated tokens, proposed from _base on
+    _base: int = 0
+    _count: int = 0
+
+    def begin(self) -> None:
+        self._count = 0
+
+    def next(self, turn: Turn, context: list[int], state: int) -> Step | None:
+        if self._count >= self.policy.length:
+            return None
+        done = len(context) - self._base
+        if not (0 <= done < len(self._buffer) and context[self._base :] == self._buffer[:done]):
+            self._translate_chunk(context)
+            done = 0
+        if done >= len(self._buffer):
+            return None
+        self._count += 1
+        return Step(self._buffer[done], self.name)
+
+    def _translate_chunk(self, context: list[int]) -> None:
+        # HF decode keeps special tokens as text (chat markers), which the draft tokenizer parses back
+        text = self.target_tokenizer.decode(context, clean_up_tokenization_spaces=False)
+        draft_ids = list(self.lm.tokenizer(text, add_special_tokens=False)["input_ids"])
+        drafted = self._greedy(draft_ids, self.policy.length + 1)  # one spare token: the last translated is dropped
+        new_text = self.lm.vocab.spell(drafted)
+        try:
+            ids = self.target_tokenizer.encode(new_text.decode("utf-8"), add_special_tokens=False)[:-1]
+        except UnicodeDecodeError:
+            ids = []
+        spelled = self.target_vocab.spell(ids)
+        if spelled != new_text[: len(spelled)]:
+            ids = []  # the tokenizer normalized the text: no faithful translation
+        self._buffer, self._base = ids, len(context)
+
+    def _greedy(self, draft_ids: list[int], limit: int) -> list[int]:
+        """The draft's greedy continuation of ``draft_ids``, up to ``limit`` tokens and short of EOS: the first
+        pass also checks the lookup's guess, each later pass adds one token. Changes the draft cache."""
+        guess = self.lookup.guess(draft_ids, limit - 1) if self.lookup is not None else []
+        drafted: list[int] = []
+        while len(drafted) < limit:
+            rows = self._own.logits_along(draft_ids + drafted + guess, len(draft_ids) + len(drafted))
+            rows = rows[:, : len(self.lm.vocab.token_bytes)]  # ids past the vocabulary (padding) spell nothing
+            for row, proposed in zip(rows, guess + [None]):
+                token = int(row.argmax())
+                if token == self.lm.vocab.eos_token_id:
+                    return drafted
+                drafted.append(token)
+                if token != proposed:
+                    break
+            guess = []
+        return drafted
+
+    def feedback(self, drafted: dict[str, int], accepted: dict[str, int]) -> None:
+        n = drafted.get(self.name, 0)
+        self.policy.feedback([1.0] * n, accepted.get(self.name, 0))
