@@ -733,15 +733,20 @@ def prefix_run(args: argparse.Namespace, job: dict[str, Any], caching: bool) -> 
     llm = start_engine(job["model_dir"], job["dtype"], "xgrammar", args, None, prefix_caching=caching)
     counts = count_steps(llm)
     tokenizer = llm.get_tokenizer()
-    requests = [Request(f"record {i}", tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True),
-                        {"json": schema}, lambda text: (valid_json(text, schema), None)) for i, p in enumerate(prompts)]
-    warm = tokenizer.apply_chat_template([{"role": "user", "content": "warm-up"}], add_generation_prompt=True,
-                                         tokenize=True)  # the grammar compiled; none of the job's prompt cached
+    requests = [Request(f"record {i}", chat_ids(tokenizer, p), {"json": schema},
+                        lambda text: (valid_json(text, schema), None)) for i, p in enumerate(prompts)]
+    warm = chat_ids(tokenizer, [{"role": "user", "content": "warm-up"}])  # compiles the grammar, caches no job text
     warm_up(llm, [Request("warm-up", warm, {"json": schema}, lambda text: (True, None))])
     tally = run_vllm(llm, counts, requests, 1, args.max_new_tokens)
     tally.prompt_tokens = sum(len(r.prompt_ids) for r in requests)
     stop_engine(llm)
     return tally
+
+
+def chat_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+    """The token ids of chat ``messages`` through ``tokenizer``'s template, as `LM.encode_prompt` makes them."""
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def prefix_job(args: argparse.Namespace) -> int:

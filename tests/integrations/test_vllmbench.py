@@ -186,3 +186,11 @@ def test_vllms_preload_keeps_the_users_own_last() -> None:
     libraries = bench.vllm_preload({"LD_PRELOAD": "/opt/mine.so"}).split(":")
     assert libraries[-1] == "/opt/mine.so" and len(libraries) == len(set(libraries))
     assert "/opt/mine.so" not in bench.vllm_preload({})
+
+
+def test_the_prefix_jobs_prompt_ids_are_the_own_loops() -> None:
+    from structspec.testing import tiny_lm
+
+    lm = tiny_lm("byte_level")
+    messages = [{"role": "user", "content": 'Read the ticket: {"id": 7}'}]
+    assert bench.chat_ids(lm.tokenizer, messages) == lm.encode_prompt(messages)
