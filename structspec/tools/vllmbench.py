@@ -86,7 +86,8 @@ def arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     parser.add_argument("--model", default="qwen2.5-coder-0.5b", help="a shipped model name or a model directory")
     parser.add_argument("--records", type=positive, metavar="N",
-                        help="the first N records of each task set (extraction: its schemas in turn; default all)")
+                        help="N records of each task set (extraction: the first, its schemas in turn; tool calls: "
+                             "spread over the file, so each choice is in; default all)")
     parser.add_argument("--batch-size", type=positive, default=32, metavar="B",
                         help="records per call in the batched run (default 32)")
     parser.add_argument("--tasks", choices=[*TASK_SETS, "both"], default="both")
