@@ -7,17 +7,20 @@ from pathlib import Path
 
 import pytest
 
-from structspec.testing import save_tiny_model
 from structspec.tools import prefix_reuse
 
-pytestmark = pytest.mark.slow  # six records on a tiny model, twice
+pytestmark = [pytest.mark.slow, pytest.mark.real_model]  # two tickets on SmolLM2, three times
 
 
-def test_reuse_is_reported_and_outputs_agree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    model = save_tiny_model(tmp_path / "tiny")
-    assert prefix_reuse.main(["--model", str(model), "--max-new-tokens", "8"]) == 0
+def _reused(out: str, run: str) -> int:
+    row = re.search(rf"^\| structspec, {run} reuse \| [0-9.]+ \| [0-9.]+× \| ([0-9,]+) \|", out, re.M)
+    assert row, out
+    return int(row.group(1).replace(",", ""))
+
+
+def test_reuse_is_reported_and_outputs_agree(smollm2, capsys: pytest.CaptureFixture[str]) -> None:
+    model = Path(smollm2.model.config.name_or_path)
+    assert prefix_reuse.main(["--model", str(model), "--part", "a", "--records", "2", "--max-new-tokens", "8"]) == 0
     out = capsys.readouterr().out
-    without = re.search(r"^without reuse: [0-9.]+ s / record, (\d+) prompt tokens reused$", out, re.M)
-    with_ = re.search(r"^with reuse: [0-9.]+ s / record, (\d+) prompt tokens reused$", out, re.M)
-    assert without and with_ and int(without.group(1)) == 0 and int(with_.group(1)) > 0
-    assert out.rstrip().endswith("token-identical: True")
+    assert _reused(out, "without") == 0 and _reused(out, "with") > 0
+    assert "token-identical with and without reuse: True (2 of 2 records)" in out
