@@ -1,5 +1,5 @@
-"""`structspec.tools.maskbench`: every engine installed replays the same outputs; the table has a row per group and
-engine (no timing is asserted)."""
+"""`structspec.tools.benchmarks.maskbench`: every engine installed replays the same outputs; the table has a row
+per group and engine (no timing is asserted)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import argparse
 import pytest
 
 from structspec.testing import byte_level_tokenizer
-from structspec.tools import maskbench
+from structspec.tools.benchmarks import maskbench
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
-"""`python -m structspec.tools.maskbench`: a new schema's cost in a serving engine, structspec against xgrammar and
-llguidance on one tokenizer.
+"""`python -m structspec.tools.benchmarks.maskbench`: a new schema's cost in a serving engine, structspec against
+xgrammar and llguidance on one tokenizer.
 
 Each case is a JSON Schema and one valid output: the extraction schemas of ``examples/`` (with their tasks'
 expected records and a few more written here) and up to ``--count`` schemas of each JSONSchemaBench split (with
