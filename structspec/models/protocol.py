@@ -21,8 +21,11 @@ Allowed = list[torch.Tensor | None]
 class KVCache(Protocol):
     """A model's KV cache (`LanguageModel.new_cache`) as a sequence of slots, one per position fed, in the order
     fed: what a batch's slot table (`structspec.models.packed_slots.PackedSlots`) and the prefix cache
-    (`structspec.models.prefix_cache`) do to it, each model on its own cache type, so neither knows the type.
-    `LanguageModel.forward` and `forward_slots` append slots; `LanguageModel.crop` drops the last ones."""
+    (`structspec.models.prefix_cache`) and a row decoded alone (its rejected tail cropped) do to it, each model on
+    its own cache type, so none of them knows the type. `LanguageModel.forward` and `forward_slots` append slots.
+
+    Rows leave a batch through its slot table alone (`PackedSlots.select`): every row shares the one sequence, so
+    the cache has no per-row move."""
 
     @property
     def nbytes(self) -> int:
@@ -41,6 +44,11 @@ class KVCache(Protocol):
 
     def copy_slots(self, start: int, end: int) -> KVCache:
         """A new one-row cache holding a copy of slots ``[start, end)``. Changes nothing."""
+        ...
+
+    def crop_slots(self, length: int) -> None:
+        """Keep only the first ``length`` slots, in every row (a rejected chain's tail goes; a longer ``length``
+        keeps all). Changes the cache."""
         ...
 
 
@@ -125,7 +133,7 @@ class LanguageModel(Protocol):
         ...
 
     def crop(self, cache: Any, length: int) -> None:
-        """Drop ``cache``'s positions from ``length`` on (changes the cache)."""
+        """Drop ``cache``'s positions from ``length`` on: ``cache.crop_slots(length)`` (changes the cache)."""
         ...
 
     def early_exit(self, layers: int | None = None) -> LanguageModel:

@@ -1,13 +1,16 @@
-"""`SlotKV`, the transformers `LM`'s cache: a `DynamicCache` whose slots a batch's slot table and the prefix cache
-move as the `KVCache` protocol says (append, gather, copy), on its layers' key and value tensors
-[rows, kv heads, slots, d]. Imported by `LM.new_cache` on first use, as transformers is."""
+"""`SlotKV`, the transformers `LM`'s cache: a `DynamicCache` whose slots a batch's slot table, the prefix cache and a
+row decoded alone move as the `KVCache` protocol says (append, gather, copy, crop), on its layers' key and value
+tensors [rows, kv heads, slots, d]. Imported by `LM.new_cache` on first use, as transformers is."""
 
 from __future__ import annotations
 
+import importlib.metadata as md
 from typing import Any
 
 import torch
 from transformers import DynamicCache
+
+_TRANSFORMERS_MAJOR = int(md.version("transformers").split(".")[0])
 
 
 class SlotKV(DynamicCache):
@@ -44,3 +47,11 @@ class SlotKV(DynamicCache):
         """A new cache holding a copy of slots ``[start, end)`` (of every row). Changes nothing."""
         return SlotKV([(layer.keys[:, :, start:end], layer.values[:, :, start:end]) if layer.is_initialized
                        else (None, None) for layer in self.layers])
+
+    def crop_slots(self, length: int) -> None:
+        """Keep only the first ``length`` slots of every row, through `DynamicCache.crop`, so sliding-window layers
+        that record their past (`LM.new_cache`) roll back past their window too. Changes the cache."""
+        extra = self.get_seq_length() - length
+        if extra > 0:
+            # transformers 5 takes how many positions to remove (negative); 4.x took the length to keep
+            self.crop(-extra if _TRANSFORMERS_MAJOR >= 5 else length)

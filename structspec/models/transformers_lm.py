@@ -5,7 +5,6 @@ explicit KV cache; its forward passes (one row, or a batch over a slot cache), a
 from __future__ import annotations
 
 import copy
-import importlib.metadata as md
 import inspect
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -20,8 +19,6 @@ from structspec.vocab import TokenVocab, vocab_from_tokenizer
 
 if TYPE_CHECKING:
     from structspec.models.transformers_kv import SlotKV
-
-_TRANSFORMERS_MAJOR = int(md.version("transformers").split(".")[0])
 
 
 class LM:
@@ -93,7 +90,7 @@ class LM:
 
         cache = SlotKV(config=self.model.config)
         # Sliding-window layers (Gemma 3) drop states older than the window as they go,
-        # so rolling back rejected drafts past the window fails unless they keep them until `crop`.
+        # so rolling back rejected drafts past the window fails unless they keep them until `crop_slots`.
         cache.activate_past_recording()
         return cache
 
@@ -220,12 +217,9 @@ class LM:
         return self.head(hidden[index[:, 0], index[:, 1]], allowed)
 
     @staticmethod
-    def crop(cache: Any, length: int) -> None:
-        """Drop cached positions from ``length`` on (in place)."""
-        extra = cache.get_seq_length() - length
-        if extra > 0:
-            # transformers 5 takes how many positions to remove (negative); 4.x took the length to keep
-            cache.crop(-extra if _TRANSFORMERS_MAJOR >= 5 else length)
+    def crop(cache: SlotKV, length: int) -> None:
+        """Drop cached positions from ``length`` on: ``cache.crop_slots(length)`` (changes the cache)."""
+        cache.crop_slots(length)
 
     def early_exit(self, layers: int | None = None) -> LM:
         """A draft LM made of this model's first ``layers`` decoder layers (default: a quarter) and its

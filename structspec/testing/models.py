@@ -147,6 +147,10 @@ class FakeKV:
         """A new cache holding slots ``[start, end)``. Changes nothing."""
         return FakeKV(self.tokens[start:end])
 
+    def crop_slots(self, length: int) -> None:
+        """Keep only the first ``length`` slots. Changes the cache."""
+        del self.tokens[length:]
+
 
 class FakeLM:
     """A `structspec.models.protocol.LanguageModel` with made-up logits and no network: deterministic, fast, and it
@@ -254,8 +258,8 @@ class FakeLM:
 
     @staticmethod
     def crop(cache: FakeKV, length: int) -> None:
-        """Drop cached positions from ``length`` on (in place)."""
-        del cache.tokens[length:]
+        """Drop cached positions from ``length`` on: ``cache.crop_slots(length)`` (changes the cache)."""
+        cache.crop_slots(length)
 
     def early_exit(self, layers: int | None = None) -> FakeLM:
         """A draft model for ``draft=SelfDraft()``: a `FakeLM` with the same tokenizer and seed ``seed + layers``

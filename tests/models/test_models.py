@@ -81,5 +81,5 @@ def test_gemma_cache_rolls_back_past_the_sliding_window(gemma3: LM) -> None:
     cache = gemma3.new_cache()
     gemma3.forward(context, cache)
     gemma3.forward([700, 701, 702], cache, logits_to_keep=3)  # three drafts, all rejected
-    gemma3.crop(cache, len(context))
+    cache.crop_slots(len(context))
     assert torch.allclose(gemma3.forward([500, 501], cache, logits_to_keep=2), expected, atol=1e-3)

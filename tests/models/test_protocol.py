@@ -52,7 +52,7 @@ def test_each_models_cache_moves_its_slots_as_the_cache_protocol_says(byte_lm: s
     for lm in (byte_lm, FakeLM()):
         members = {name for name, value in vars(KVCache).items() if not name.startswith("_")}
         assert isinstance(lm.new_cache(), KVCache) and members == {"nbytes", "append_slots", "gather_slots",
-                                                                   "copy_slots"}
+                                                                   "copy_slots", "crop_slots"}
         whole = lm.new_cache()
         expected = lm.forward(ids, whole, logits_to_keep=1)
         cache = lm.new_cache()
@@ -67,3 +67,23 @@ def test_each_models_cache_moves_its_slots_as_the_cache_protocol_says(byte_lm: s
         lm.forward(ids[:3], lost)
         lost.gather_slots(torch.tensor([0, 2]))  # a kept token lost: another prefix
         assert not torch.allclose(lm.forward(ids[3:], lost), expected, atol=1e-3)
+
+
+def test_a_cropped_cache_gives_the_logits_of_a_cache_rebuilt_over_the_kept_tokens(byte_lm: structspec.LM) -> None:
+    # A row decoded alone crops a rejected chain's tail off its cache: the next pass must then see exactly the
+    # kept tokens, on both models' own caches.
+    ids = byte_lm.encode_prompt("Alice is 31 and lives in Paris")
+    kept, rejected = 6, [7, 8, 9]
+    for lm in (byte_lm, FakeLM()):
+        rebuilt = lm.new_cache()
+        expected = lm.forward(ids, rebuilt, logits_to_keep=len(ids) - kept)
+        cache = lm.new_cache()
+        lm.forward(ids[:kept] + rejected, cache)
+        cache.crop_slots(kept)
+        cache.crop_slots(kept + 5)  # a longer length keeps every slot
+        assert cache.nbytes == rebuilt.nbytes * kept // len(ids)
+        assert torch.allclose(lm.forward(ids[kept:], cache, logits_to_keep=len(ids) - kept), expected, atol=1e-5)
+        stale = lm.new_cache()  # the same passes without the crop: every later position sees the rejected tail
+        lm.forward(ids[:kept] + rejected, stale)
+        later = lm.forward(ids[kept:], stale, logits_to_keep=len(ids) - kept)
+        assert not torch.allclose(later, expected, atol=1e-3)
