@@ -26,8 +26,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
 
 def bench_arguments(p: argparse.ArgumentParser) -> None:
     """The extraction benchmark's description and options on ``p`` (changes the parser)."""
-    p.description = ("The benchmark (also python -m structspec.tools.bench): every structspec mode, outlines and "
-                     "transformers' own decoding on the shipped example tasks, same model, same prompts.")
+    p.description = ("The benchmark (also python -m structspec.tools.benchmarks.bench): every structspec mode, "
+                     "outlines and transformers' own decoding on the shipped example tasks, same model, same prompts.")
     model_options(p)
     p.add_argument("--draft-model", metavar="MODEL",
                    help="a shipped model or local dir as draft model (another tokenizer is translated through text)")
@@ -41,8 +41,8 @@ def toolbench_arguments(p: argparse.ArgumentParser) -> None:
     """The tool-call benchmark's description and options on ``p`` (changes the parser)."""
     from structspec.tools.tasks import example_file
 
-    p.description = ("Tool calls on a chat model (also python -m structspec.tools.toolbench): transformers' greedy "
-                     "and prompt lookup against structspec's modes and a batch, on the shipped conversations.")
+    p.description = ("Tool calls on a chat model (also python -m structspec.tools.benchmarks.toolbench): transformers' "
+                     "greedy and prompt lookup against structspec's modes and a batch, on the shipped conversations.")
     model_options(p, THROUGHPUT_MODEL)
     p.add_argument("--data", type=Path, default=example_file("toolcalls.jsonl"), metavar="PATH",
                    help="conversations, one JSON object a line")

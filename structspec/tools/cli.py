@@ -165,7 +165,7 @@ def _throughput_arguments(p: argparse.ArgumentParser) -> None:
     from structspec.tools.arguments import throughput_arguments
 
     p.description = ("Batched records/s of structspec's modes against outlines' and transformers' batched "
-                     "generation on the shipped example tasks (also python -m structspec.tools.throughput).")
+                     "generation on the shipped example tasks (also python -m structspec.tools.benchmarks.throughput).")
     throughput_arguments(p)
 
 
@@ -213,13 +213,13 @@ def _run_calibrate(args: argparse.Namespace) -> int:
 
 
 def _run_compare(args: argparse.Namespace) -> int:
-    from structspec.tools import compare
+    from structspec.tools.benchmarks import compare
 
     return compare.main(args)
 
 
 def _run_bench(args: argparse.Namespace) -> int:
-    from structspec.tools import bench
+    from structspec.tools.benchmarks import bench
 
     return bench.main(args)
 
@@ -231,13 +231,13 @@ def _toolbench_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run_toolbench(args: argparse.Namespace) -> int:
-    from structspec.tools import toolbench
+    from structspec.tools.benchmarks import toolbench
 
     return toolbench.main(args)
 
 
 def _run_throughput(args: argparse.Namespace) -> int:
-    from structspec.tools import throughput
+    from structspec.tools.benchmarks import throughput
 
     return throughput.run(args)
 

@@ -1,4 +1,5 @@
-"""The extraction task set used by the benchmarks: documents, their schema, the expected fields.
+"""The shipped example data that the commands and the benchmarks read: the extraction task set (documents, their
+schema, the expected fields), and the spec a command's ``--schema`` names.
 
 Every method in a benchmark gets the same `extraction_prompt`, so the prompt is
 short and neutral: it names the fields and asks for JSON, nothing more.

@@ -68,7 +68,8 @@ def test_the_default_tasks_and_conversations_load_from_the_installed_wheel(wheel
                     wheel.filename], check=True, capture_output=True)
     # The installed copy first on the path, run from a folder with no examples/ in it: nothing of the clone.
     code = ("import sys; sys.path.insert(0, sys.argv[1])\n"
-            "from structspec.tools import tasks, toolbench, cli, compare\n"
+            "from structspec.tools import tasks, cli\n"
+            "from structspec.tools.benchmarks import toolbench, compare\n"
             "assert tasks.__file__.startswith(sys.argv[1]), tasks.__file__\n"
             "print(len(tasks.load_tasks()), len(toolbench.load_conversations()),"
             " len(compare.load_compare_tasks(cli.parser('compare').parse_args(['compare']))))")

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from structspec.result import DraftStats, Stats
-from structspec.tools import vllmbench as bench
-from structspec.tools.toolbench import Conversation
+from structspec.tools.benchmarks import vllmbench as bench
+from structspec.tools.benchmarks.toolbench import Conversation
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}},
            "required": ["city", "unit"]}

@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 
 import structspec
 from structspec import Regex
-from structspec.tools.peers import outlines_greedy
+from structspec.tools.benchmarks.peers import outlines_greedy
 from structspec.tools.tasks import extraction_prompt, load_tasks
 
 pytestmark = pytest.mark.slow  # each case decodes with structspec and with outlines: 2 to 470 s on 2 cores

@@ -204,8 +204,8 @@ def test_calibrate_stores_the_curve_and_says_when_the_machine_was_busy(
 
 @pytest.mark.slow
 def test_the_benchmark_is_a_subcommand_and_a_module() -> None:
-    done = subprocess.run([sys.executable, "-m", "structspec.tools.bench", "--help"], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run([sys.executable, "-m", "structspec.tools.benchmarks.bench", "--help"], capture_output=True,
+                          text=True, timeout=120)
     assert done.returncode == EXIT_OK, done.stderr
     assert "usage: structspec bench" in done.stdout
     assert all(option in done.stdout for option in ("--model", "--draft-model", "--limit", "--only",

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 import structspec
-from structspec.tools import compare, tasks
+from structspec.tools import tasks
+from structspec.tools.benchmarks import compare
 from structspec.tools.cli import COMMANDS, main, parser
 from structspec.tools.command import DEFAULT_MAX_NEW_TOKENS, EXIT_CONFIG, EXIT_OK
 from structspec.jobs.errors import JobConfigError

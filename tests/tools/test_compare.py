@@ -18,9 +18,9 @@ from rich.console import Console
 import structspec
 from structspec.jobs.errors import JobConfigError
 from structspec.testing import save_tiny_model
-from structspec.tools import compare, harness
+from structspec.tools.benchmarks import compare, harness
 from structspec.tools.cli import main, parser
-from structspec.tools.harness import Run
+from structspec.tools.benchmarks.harness import Run
 from structspec.tools.tasks import Task
 
 

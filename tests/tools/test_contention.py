@@ -1,5 +1,5 @@
-"""`python -m structspec.tools.contention`: both settings run in processes of their own, alone and beside a busy
-process, and the table names the model, dtype and threads (timings are the benchmark's, not asserted)."""
+"""`python -m structspec.tools.benchmarks.contention`: both settings run in processes of their own, alone and beside a
+busy process, and the table names the model, dtype and threads (timings are the benchmark's, not asserted)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from structspec.testing import save_tiny_model
-from structspec.tools import contention
+from structspec.tools.benchmarks import contention
 
 pytestmark = pytest.mark.slow  # two child processes, each importing torch and loading a model
 

@@ -13,10 +13,10 @@ from structspec import SchemaError
 from structspec.automaton.dfa import DEAD, LazyDFA
 from structspec.automaton.nfa import ByteNFA
 from structspec.testing import in_layout
-from structspec.tools import coverage
-from structspec.tools.coverage import spread
-from structspec.tools.coverage_report import summarize
-from structspec.tools.coverage_worker import OrderSearch, _OutOfBudget
+from structspec.tools.benchmarks import coverage
+from structspec.tools.benchmarks.coverage import spread
+from structspec.tools.benchmarks.coverage_report import summarize
+from structspec.tools.benchmarks.coverage_worker import OrderSearch, _OutOfBudget
 from structspec.schema import constraint_of, validator
 
 ROWS = [json.loads(line) for line in (Path(__file__).parent.parent / "data" / "jsonschemabench_sample.jsonl").open()]

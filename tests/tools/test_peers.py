@@ -84,7 +84,7 @@ def test_field_accuracy_is_one_for_the_expected_value_itself():
 
 
 def test_a_limit_takes_every_schema_in_turn():
-    from structspec.tools.harness import spread
+    from structspec.tools.benchmarks.harness import spread
 
     tasks = load_tasks()
     assert [t.schema_name for t in spread(tasks, 7)] == [
@@ -94,7 +94,7 @@ def test_a_limit_takes_every_schema_in_turn():
 
 
 def test_bench_first_difference():
-    from structspec.tools.bench import first_difference
+    from structspec.tools.benchmarks.bench import first_difference
 
     assert first_difference([1, 2, 3], [1, 2, 3]) is None
     assert first_difference([1, 2, 3], [1, 5, 3]) == 1
@@ -102,7 +102,7 @@ def test_bench_first_difference():
 
 
 def test_a_divergence_is_a_near_tie_or_a_token_our_mask_forbids(byte_lm: structspec.LM) -> None:
-    from structspec.tools.bench import divergence
+    from structspec.tools.benchmarks.bench import divergence
 
     task = Task("box-0", "box", Box, "Item 0 is a small box.", None)
     ours = structspec.generate_result(byte_lm, Box, extraction_prompt(task.text, Box), fast_forward="off",
@@ -123,7 +123,7 @@ def test_a_divergence_is_a_near_tie_or_a_token_our_mask_forbids(byte_lm: structs
 
 @pytest.mark.slow
 def test_transformers_speculative_peers_are_counted_by_target_pass(byte_lm) -> None:
-    from structspec.tools.peers import hf_assisted, hf_prompt_lookup, unconstrained_greedy
+    from structspec.tools.benchmarks.peers import hf_assisted, hf_prompt_lookup, unconstrained_greedy
 
     ids = byte_lm.encode_prompt("Alice is 31. Alice is 31. Alice is")
     plain = unconstrained_greedy(byte_lm, ids, 24)
@@ -141,8 +141,8 @@ class Box(BaseModel):
 @pytest.mark.slow
 def test_bench_runs_every_row_and_checks_the_speed_ups_against_plain_masked_decoding(
         byte_lm: structspec.LM, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from structspec.tools import bench
-    from structspec.tools.harness import PLAIN, run_tasks
+    from structspec.tools.benchmarks import bench
+    from structspec.tools.benchmarks.harness import PLAIN, run_tasks
 
     monkeypatch.setenv("STRUCTSPEC_CACHE", str(tmp_path))  # empty, so the first compile is cold
     tasks = [Task(f"box-{i}", "box", Box, f"Item {i} is a {size} box.", {"flag": True, "size": size})
@@ -173,7 +173,7 @@ def test_bench_runs_every_row_and_checks_the_speed_ups_against_plain_masked_deco
 
 @pytest.mark.slow
 def test_batched_peers_left_pad_and_decode_each_row_as_it_decodes_alone(byte_lm: structspec.LM) -> None:
-    from structspec.tools.peers import (
+    from structspec.tools.benchmarks.peers import (
         outlines_batch,
         outlines_greedy,
         outlines_index,
@@ -200,7 +200,7 @@ def test_batched_peers_left_pad_and_decode_each_row_as_it_decodes_alone(byte_lm:
 
 def test_bench_without_outlines_names_the_install_before_any_model_loads(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from structspec.tools import bench
+    from structspec.tools.benchmarks import bench
     from structspec.tools.cli import main
     from structspec.tools.command import EXIT_CONFIG
 

@@ -12,9 +12,9 @@ import pytest
 import structspec
 from structspec.models.device import native_bf16
 from structspec.options import GenerateOptions
-from structspec.tools import throughput
-from structspec.tools.harness import PLAIN
-from structspec.tools.throughput_report import (
+from structspec.tools.benchmarks import throughput
+from structspec.tools.benchmarks.harness import PLAIN
+from structspec.tools.benchmarks.throughput_report import (
     DEFAULT,
     LOOKAHEAD,
     LOOKUP,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import structspec
-from structspec.tools.toolbench import Tally, load_conversations, parse_text_calls, score, value_calls
+from structspec.tools.benchmarks.toolbench import Tally, load_conversations, parse_text_calls, score, value_calls
 
 
 def test_the_conversations_are_the_benchmark_the_issue_asks_for() -> None:
@@ -47,7 +47,7 @@ def test_scoring_counts_valid_turns_and_exact_calls() -> None:
 def test_the_command_loads_the_model_on_the_device_dtype_and_threads_it_names(monkeypatch) -> None:
     import argparse
 
-    from structspec.tools import toolbench
+    from structspec.tools.benchmarks import toolbench
     from structspec.tools.arguments import toolbench_arguments
 
     asked = []
@@ -72,7 +72,7 @@ TEMPLATE = ("{%- if tools %}<|im_start|>system\n# Tools\n<tools>{% for tool in t
 
 
 def test_the_benchmark_runs_every_mode_end_to_end(qwen_lm, monkeypatch) -> None:
-    from structspec.tools import toolbench
+    from structspec.tools.benchmarks import toolbench
 
     monkeypatch.setattr(qwen_lm.tokenizer, "chat_template", TEMPLATE, raising=False)
     conversations = [c for c in load_conversations() if len(c.expected) == 2][:1] + [

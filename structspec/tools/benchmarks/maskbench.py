@@ -36,7 +36,7 @@ from structspec.automaton import index as token_index
 from structspec.automaton.fsm import TokenFSM
 from structspec.errors import StructspecError
 from structspec.schema import constraint_of
-from structspec.tools.coverage import load_rows
+from structspec.tools.benchmarks.coverage import load_rows
 from structspec.tools.tasks import example_file, load_schemas, load_tasks
 
 TOKENIZER = Path("tests/data/qwen2.5-tokenizer")

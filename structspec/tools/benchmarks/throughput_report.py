@@ -11,8 +11,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from structspec.tools.bench import first_difference
-from structspec.tools.harness import PLAIN
+from structspec.tools.benchmarks.bench import first_difference
+from structspec.tools.benchmarks.harness import PLAIN
 
 LOOKUP = "+ prompt lookup"
 LOOKAHEAD = "+ lookahead"

@@ -2,7 +2,7 @@
 
     structspec bench [--model smollm2-135m] [--draft-model NAME] [--limit N] [--max-new-tokens 200]
 
-(``python -m structspec.tools.bench`` takes the same options.) The runs come from
+(``python -m structspec.tools.benchmarks.bench`` takes the same options.) The runs come from
 the shared `harness`: structspec's rows are its `methods`, the peers here are
 outlines (the oracle for plain masked decoding) and transformers' own greedy,
 prompt-lookup and assisted decoding. Measuring and printing are separate:
@@ -35,8 +35,8 @@ from structspec.testing import divergence_margin
 from structspec.tools.arguments import bench_arguments
 from structspec.tools.command import EXIT_CODES, Formatter, run_command
 from structspec.tools.command import calibrated
-from structspec.tools.harness import PLAIN, Method, Run, methods, run_tasks, spread, summarize
-from structspec.tools.peers import (
+from structspec.tools.benchmarks.harness import PLAIN, Method, Run, methods, run_tasks, spread, summarize
+from structspec.tools.benchmarks.peers import (
     hf_assisted,
     hf_prompt_lookup,
     outlines_backend,
@@ -294,7 +294,7 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-if __name__ == "__main__":  # python -m structspec.tools.bench: the same as `structspec bench`
+if __name__ == "__main__":  # python -m structspec.tools.benchmarks.bench: the same as `structspec bench`
     command = argparse.ArgumentParser(prog="structspec bench", epilog=EXIT_CODES, formatter_class=Formatter,
                                       allow_abbrev=False)
     bench_arguments(command)

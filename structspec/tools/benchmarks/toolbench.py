@@ -24,10 +24,10 @@ import jsonschema
 import structspec
 from structspec.events import chat_prompt_ids
 from structspec.models.transformers_lm import LM
-from structspec.tools.peers import PeerRun, hf_prompt_lookup, unconstrained_greedy
+from structspec.tools.benchmarks.peers import PeerRun, hf_prompt_lookup, unconstrained_greedy
 from structspec.tools.arguments import toolbench_arguments
 from structspec.tools.command import calibrated
-from structspec.tools.prefill import prefill_seconds
+from structspec.tools.benchmarks.prefill import prefill_seconds
 from structspec.tools.tasks import example_file
 
 STRUCTSPEC_MODES: dict[str, dict[str, Any]] = {

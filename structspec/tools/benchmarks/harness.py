@@ -3,7 +3,7 @@
 A method is a row of a report: structspec's are `generate_result` keywords
 (`methods`), or `generate_batch` keywords with a ``batch_size`` (`batched`:
 every task in one batched call); a peer is a function that decodes the same
-prompt its own way (`structspec.tools.peers`). `run_tasks` runs every method on
+prompt its own way (`structspec.tools.benchmarks.peers`). `run_tasks` runs every method on
 every task with the same prompt (`task_prompt`: `tasks.extraction_prompt`, or a
 template of the user's) and judges each
 output as a user would read it (`judge`); `summarize` adds one method's runs up.
@@ -31,7 +31,7 @@ from structspec.decoding.drafters.factory import SelfDraft, Staged
 from structspec.decoding.drafters.tree import TreeDrafter
 from structspec.models.transformers_lm import LM
 from structspec.result import no_pass_tokens
-from structspec.tools.peers import PeerRun, unconstrained_greedy
+from structspec.tools.benchmarks.peers import PeerRun, unconstrained_greedy
 from structspec.tools.tasks import Task, extraction_prompt, field_accuracy
 
 PLAIN = "plain masked"  # plain masked decoding: the row every speed-up must match token for token

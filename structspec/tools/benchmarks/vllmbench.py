@@ -1,7 +1,7 @@
 """structspec against vLLM's CPU build, one model and the same prompts: the engine benchmark.
 
-    python -m structspec.tools.vllmbench [--records N] [--batch-size 32] [--tasks both] [--configs NAME,...]
-    python -m structspec.tools.vllmbench --prefix-job
+    python -m structspec.tools.benchmarks.vllmbench [--records N] [--batch-size 32] [--tasks both] [--configs NAME,...]
+    python -m structspec.tools.benchmarks.vllmbench --prefix-job
 
 Run it from vLLM's venv (``.ci/vllm-check`` builds ``.venv-vllm``), alone on the machine. The configurations
 (`CONFIGS`, in table order; each ratio is against the first one run): vLLM + xgrammar, vLLM + xgrammar + n-gram
@@ -19,8 +19,9 @@ Each configuration runs in a fresh worker process of its own, one after another 
 are counted exactly: its engine core runs in the worker's process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) and its
 scheduler's ``update_from_output`` is wrapped (`count_steps`); the own loop's come from its `Stats`.
 
-``--prefix-job`` runs issue 53's peer instead: the extraction job of `structspec.tools.prefix_reuse.job_prompts`
-through vLLM + xgrammar at B = 1, with vLLM's automatic prefix caching on, then off (an engine each).
+``--prefix-job`` runs issue 53's peer instead: the extraction job of
+`structspec.tools.benchmarks.prefix_reuse.job_prompts` through vLLM + xgrammar at B = 1, with vLLM's automatic prefix
+caching on, then off (an engine each).
 """
 
 from __future__ import annotations
@@ -43,10 +44,10 @@ import jsonschema
 
 from structspec.tools.command import DEFAULT_MAX_NEW_TOKENS, positive
 from structspec.tools.tasks import extraction_prompt, load_tasks
-from structspec.tools.toolbench import Conversation, load_conversations, parse_text_calls
+from structspec.tools.benchmarks.toolbench import Conversation, load_conversations, parse_text_calls
 
 PROPOSER_MODULE, PROPOSER_CLASS = "structspec.integrations.vllm_proposer", "GrammarProposer"
-JOB_MAX_NEW_TOKENS = 300  # the prefix job's budget, as `structspec.tools.prefix_reuse` runs it
+JOB_MAX_NEW_TOKENS = 300  # the prefix job's budget, as `structspec.tools.benchmarks.prefix_reuse` runs it
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ def config_names(text: str) -> list[str]:
 
 def arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command line's options; a bad one exits 2 naming it, before anything loads."""
-    parser = argparse.ArgumentParser(prog="python -m structspec.tools.vllmbench", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m structspec.tools.benchmarks.vllmbench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     parser.add_argument("--model", default="qwen2.5-coder-0.5b", help="a shipped model name or a model directory")
     parser.add_argument("--records", type=positive, metavar="N",
@@ -234,7 +235,7 @@ def evenly(items: list[Any], n: int | None) -> list[Any]:
 
 def extraction_items(n: int | None = None) -> list[Item]:
     """The shipped extraction tasks (the first ``n``, their schemas in turn), with `extraction_prompt`."""
-    from structspec.tools.harness import spread
+    from structspec.tools.benchmarks.harness import spread
 
     return [Item(t.id, extraction_prompt(t.text, t.schema), t.schema, t.schema.model_json_schema())
             for t in spread(load_tasks(), n)]
@@ -563,7 +564,8 @@ def header(args: argparse.Namespace, dtype: str, model_dir: str) -> str:
                       if k in os.environ) or "none set"
     return "\n".join([
         f"date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
-        f"command: {shlex.join([os.path.basename(sys.executable), '-m', 'structspec.tools.vllmbench', *sys.argv[1:]])}",
+        "command: " + shlex.join([os.path.basename(sys.executable), "-m", "structspec.tools.benchmarks.vllmbench",
+                                  *sys.argv[1:]]),
         f"machine: {machine()}",
         f"model: {args.model} ({model_dir}), dtype {dtype} (structspec.load's default here; vLLM gets it too)",
         f"vLLM {vllm.__version__}, torch {torch.__version__}, python {platform.python_version()}; OpenMP: {waits}; "
@@ -609,7 +611,7 @@ def run_worker(name: str, args: argparse.Namespace, job: dict[str, Any]) -> dict
         job_file, out_file = os.path.join(folder, "job.json"), os.path.join(folder, "out.json")
         with open(job_file, "w", encoding="utf-8") as f:
             json.dump(job, f)
-        command = [sys.executable, "-m", "structspec.tools.vllmbench", *args.argv, "--worker", name, "--job",
+        command = [sys.executable, "-m", "structspec.tools.benchmarks.vllmbench", *args.argv, "--worker", name, "--job",
                    job_file, "--out", out_file]
         env = dict(os.environ)
         if name != "own" and args.preload == "auto":
@@ -728,7 +730,7 @@ def own_runs(lm: Any, items: list[Item], args: argparse.Namespace) -> tuple[Tall
 def prefix_run(args: argparse.Namespace, job: dict[str, Any], caching: bool) -> Tally:
     """The prefix job's records through vLLM + xgrammar, one after another, prefix caching on or off: their
     tally (``cached_prompt_tokens``: what vLLM's cache supplied). Starts an engine and stops it."""
-    from structspec.tools.prefix_reuse import job_prompts
+    from structspec.tools.benchmarks.prefix_reuse import job_prompts
 
     schema, prompts = job_prompts()
     llm = start_engine(job["model_dir"], job["dtype"], "xgrammar", args, None, prefix_caching=caching)
@@ -758,13 +760,13 @@ def prefix_job(args: argparse.Namespace) -> int:
 
     from structspec.models.device import default_dtype
     from structspec.models.shipped import model_path
-    from structspec.tools.prefix_reuse import job_prompts
+    from structspec.tools.benchmarks.prefix_reuse import job_prompts
 
     job = {"dtype": str(default_dtype(torch.device("cpu"))).removeprefix("torch."),
            "model_dir": model_path(args.model), "sets": []}
     print(header(args, job["dtype"], job["model_dir"]), flush=True)
-    print(f"job: structspec.tools.prefix_reuse.job_prompts(), {len(job_prompts()[1])} records under one schema, "
-          "vLLM + xgrammar, one record per call\n", flush=True)
+    print(f"job: structspec.tools.benchmarks.prefix_reuse.job_prompts(), {len(job_prompts()[1])} records under one "
+          "schema, vLLM + xgrammar, one record per call\n", flush=True)
     seconds = {}
     for caching in (True, False):
         t = Tally(**run_worker("prefix-on" if caching else "prefix-off", args, job)["tally"])

@@ -48,8 +48,8 @@ from structspec.jobs.records import InputRecord, read_inputs
 from structspec.models.transformers_lm import LM
 from structspec.tools.command import calibrated, load_model
 from structspec.tools.explain import html_page, legend_html, tokens_html, token_views
-from structspec.tools.harness import Method, Run, Summary, batched, methods, run_tasks, spread, summarize
-from structspec.tools.peers import PeerRun, unconstrained_greedy
+from structspec.tools.benchmarks.harness import Method, Run, Summary, batched, methods, run_tasks, spread, summarize
+from structspec.tools.benchmarks.peers import PeerRun, unconstrained_greedy
 from structspec.tools.tasks import Task, load_spec, load_tasks
 
 UNCONSTRAINED = "unconstrained"

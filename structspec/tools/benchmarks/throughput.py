@@ -1,10 +1,10 @@
 """Throughput benchmark: records per second of batched structspec against outlines' and transformers' batched
 generation, one run, one machine, one model, in one dtype or several in turn.
 
-    python -m structspec.tools.throughput [--model qwen2.5-coder-0.5b] [--records 16] [--b1-records N]
+    python -m structspec.tools.benchmarks.throughput [--model qwen2.5-coder-0.5b] [--records 16] [--b1-records N]
         [--batch-sizes 1,8,16] [--peer-batch-sizes 8,32] [--max-new-tokens 256] [--threads N] [--device auto]
         [--dtypes float32,bfloat16] [--json PATH]
-    python -m structspec.tools.throughput --bf16-agreement [same options]
+    python -m structspec.tools.benchmarks.throughput --bf16-agreement [same options]
 
 Rows: structspec's four greedy modes (`modes`: plain masked, exact fast-forward,
 + prompt lookup, + lookahead; the one that decodes as `generate_batch`'s defaults
@@ -30,7 +30,7 @@ so a divergence can only come from a near-tie). Ratios: each row's records/s ove
 its own method's at B = 1, over plain masked decoding's at the same B and over the
 fastest outlines row's; its output tokens/s over transformers unconstrained at its
 fastest B. Under the table, the prefill floor: every record's prompt prefilled once,
-alone (`structspec.tools.prefill`), the part of each record no method decodes away.
+alone (`structspec.tools.benchmarks.prefill`), the part of each record no method decodes away.
 
 ``--bf16-agreement`` instead decodes each record alone with plain masked decoding
 in float32, then batched with exact fast-forward and prompt lookup in bfloat16,
@@ -59,16 +59,16 @@ from structspec.errors import OptionError
 from structspec.models.device import resolve_device
 from structspec.models.transformers_lm import LM
 from structspec.options import GenerateOptions
-from structspec.tools.bench import Divergence, divergence
+from structspec.tools.benchmarks.bench import Divergence, divergence
 from structspec.tools.arguments import throughput_arguments
 from structspec.tools.command import EXIT_CODES, Formatter, calibrated, run_command
-from structspec.tools.harness import PLAIN, Keywords, judge, methods, spread
-from structspec.tools.peak_memory import PeakMemory
-from structspec.tools.peers import (PassCounter, PeerBatch, outlines_batch, outlines_index, require_outlines,
+from structspec.tools.benchmarks.harness import PLAIN, Keywords, judge, methods, spread
+from structspec.tools.benchmarks.peak_memory import PeakMemory
+from structspec.tools.benchmarks.peers import (PassCounter, PeerBatch, outlines_batch, outlines_index, require_outlines,
                                     unconstrained_batch)
-from structspec.tools.prefill import prefill_seconds
+from structspec.tools.benchmarks.prefill import prefill_seconds
 from structspec.tools.tasks import Task, extraction_prompt, load_tasks
-from structspec.tools.throughput_report import (
+from structspec.tools.benchmarks.throughput_report import (
     DEFAULT,
     LOOKAHEAD,
     LOOKUP,
@@ -331,8 +331,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m structspec.tools.throughput``: parse ``argv`` and `run`, as ``structspec throughput`` does."""
-    parser = argparse.ArgumentParser(prog="python -m structspec.tools.throughput", description=__doc__,
+    """``python -m structspec.tools.benchmarks.throughput``: parse ``argv`` and `run`, as ``structspec throughput``
+    does."""
+    parser = argparse.ArgumentParser(prog="python -m structspec.tools.benchmarks.throughput", description=__doc__,
                                      epilog=EXIT_CODES, formatter_class=Formatter, allow_abbrev=False)
     throughput_arguments(parser)
     return run_command("throughput", run, parser.parse_args(argv))
