@@ -8,7 +8,7 @@ import argparse
 import pytest
 
 from structspec.testing import byte_level_tokenizer
-from structspec.tools.benchmarks import maskbench
+from structspec.tools.benchmarks import maskbench, maskbench_engines
 
 
 @pytest.fixture(scope="module")
@@ -22,10 +22,11 @@ def _cases(tokenizer) -> list[maskbench.Case]:
 
 
 def test_every_engine_accepts_the_same_outputs_and_the_table_has_a_row_each(tokenizer) -> None:
-    engines, missing = maskbench.make_engines(tokenizer, len(tokenizer), list(maskbench.ENGINES), cold=False)
+    engines, missing = maskbench_engines.make_engines(tokenizer, len(tokenizer), list(maskbench_engines.ENGINES),
+                                                      cold=False)
     names = [e.name for e in engines]
     assert names[0] == "structspec"
-    assert len(names) + len(missing) == len(maskbench.ENGINES)  # each peer runs or is named as missing
+    assert len(names) + len(missing) == len(maskbench_engines.ENGINES)  # each peer runs or is named as missing
     cases = _cases(tokenizer)
     results = maskbench.run(cases, engines)
     assert sorted(results) == sorted(("extraction", name) for name in names)
@@ -44,8 +45,8 @@ def test_a_peer_not_installed_is_named_and_structspec_runs_alone(tokenizer, monk
     def missing(*args, **kwargs):
         raise ImportError("no module", name="xgrammar")
 
-    monkeypatch.setattr(maskbench, "XgrammarEngine", missing)
-    engines, notes = maskbench.make_engines(tokenizer, len(tokenizer), ["structspec", "xgrammar"], cold=True)
+    monkeypatch.setattr(maskbench_engines, "XgrammarEngine", missing)
+    engines, notes = maskbench_engines.make_engines(tokenizer, len(tokenizer), ["structspec", "xgrammar"], cold=True)
     assert [e.name for e in engines] == ["structspec"]
     assert len(notes) == 1 and notes[0].startswith("xgrammar is not installed")
     results = maskbench.run(_cases(tokenizer)[:1], engines)
