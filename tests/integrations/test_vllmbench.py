@@ -10,6 +10,9 @@ import pytest
 
 from structspec.result import DraftStats, Stats
 from structspec.tools.benchmarks import vllmbench as bench
+from structspec.tools.benchmarks import vllmbench_engine as engine
+from structspec.tools.benchmarks import vllmbench_records as records
+from structspec.tools.benchmarks import vllmbench_report as report
 from structspec.tools.benchmarks.toolbench import Conversation
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}},
@@ -56,40 +59,40 @@ def test_bad_options_exit_2_naming_the_option(argv: list[str], message: str, cap
 # ---- the report's arithmetic ----
 
 def test_rates_ratios_and_shares() -> None:
-    t = bench.Tally(records=4, seconds=10.0, output_tokens=200, steps=50)
-    assert bench.seconds_per_record(t) == 2.5 and bench.records_per_second(t) == 0.4
-    assert bench.speedup(2.5, 5.0, lower_is_faster=True) == 2.0  # half the seconds: twice as fast
-    assert bench.speedup(0.8, 0.4, lower_is_faster=False) == 2.0
-    assert bench.share(50, 200) == 0.25 and bench.share(None, 200) is None and bench.share(3, 0) is None
-    assert math.isnan(bench.seconds_per_record(bench.Tally()))
+    t = report.Tally(records=4, seconds=10.0, output_tokens=200, steps=50)
+    assert report.seconds_per_record(t) == 2.5 and report.records_per_second(t) == 0.4
+    assert report.speedup(2.5, 5.0, lower_is_faster=True) == 2.0  # half the seconds: twice as fast
+    assert report.speedup(0.8, 0.4, lower_is_faster=False) == 2.0
+    assert report.share(50, 200) == 0.25 and report.share(None, 200) is None and report.share(3, 0) is None
+    assert math.isnan(report.seconds_per_record(report.Tally()))
 
 
 def test_table_rows_compare_each_configuration_with_the_first() -> None:
-    base = (bench.Tally(records=2, seconds=8.0, output_tokens=100, steps=102, valid=2),
-            bench.Tally(records=2, seconds=2.0, output_tokens=100, steps=102, valid=2))
-    faster = (bench.Tally(records=2, seconds=4.0, output_tokens=100, steps=40, forced=30, drafted=50, accepted=20,
+    base = (report.Tally(records=2, seconds=8.0, output_tokens=100, steps=102, valid=2),
+            report.Tally(records=2, seconds=2.0, output_tokens=100, steps=102, valid=2))
+    faster = (report.Tally(records=2, seconds=4.0, output_tokens=100, steps=40, forced=30, drafted=50, accepted=20,
                           valid=2),
-              bench.Tally(records=2, seconds=4.0, output_tokens=100, steps=40, forced=30, drafted=30, accepted=10,
+              report.Tally(records=2, seconds=4.0, output_tokens=100, steps=40, forced=30, drafted=30, accepted=10,
                           valid=1))
-    rows = bench.table_rows({"A": base, "B": faster, "C": (None, None)}, {"C": "not installed"})
+    rows = report.table_rows({"A": base, "B": faster, "C": (None, None)}, {"C": "not installed"})
     assert rows[0] == ["A", "4.000", "×1.00", "1.000", "×1.00", "1.020", "–", "–", "2/2", "2/2"]
     # B: 2 s a record against 4 (×2.00), 0.5 records/s against 1 (×0.50); acceptance over both runs: 30 of 80
     assert rows[1] == ["B", "2.000", "×2.00", "0.500", "×0.50", "0.400", "30.0%", "37.5% of 80", "2/2", "1/2"]
-    assert rows[2][:2] == ["C", "skipped: not installed"] and len(rows[2]) == len(bench.HEADER)
+    assert rows[2][:2] == ["C", "skipped: not installed"] and len(rows[2]) == len(report.HEADER)
 
 
 def test_ratios_are_against_the_first_configuration_that_ran() -> None:
-    ran = (bench.Tally(records=1, seconds=3.0), bench.Tally(records=1, seconds=1.0))
-    rows = bench.table_rows({"skipped": (None, None), "A": ran, "B": ran}, {"skipped": "why"})
+    ran = (report.Tally(records=1, seconds=3.0), report.Tally(records=1, seconds=1.0))
+    rows = report.table_rows({"skipped": (None, None), "A": ran, "B": ran}, {"skipped": "why"})
     assert rows[1][2] == rows[2][2] == "×1.00"
 
 
 def test_markdown_has_a_header_row_per_column_and_the_totals() -> None:
-    t = bench.Tally(records=1, seconds=1.5, output_tokens=30, steps=31, engine_steps=31)
-    text = bench.markdown("extraction", {"A": (t, t)}, {}, 32)
+    t = report.Tally(records=1, seconds=1.5, output_tokens=30, steps=31, engine_steps=31)
+    text = report.markdown("extraction", {"A": (t, t)}, {}, 32)
     lines = text.splitlines()
     assert lines[0] == "### extraction"
-    assert lines[2].count("|") == len(bench.HEADER) + 1 and "records/s (B=32)" in lines[2]
+    assert lines[2].count("|") == len(report.HEADER) + 1 and "records/s (B=32)" in lines[2]
     assert "- A: B=1: 30 output tokens, 31 record-steps, 31 engine steps, 1.5 s" in text
 
 
@@ -107,11 +110,11 @@ def step(scheduled: dict[str, int], drafts: dict[str, int], sampled: dict[str, i
 
 
 def test_steps_drafts_and_accepted_tokens_are_counted_as_vllm_counts_them() -> None:
-    counts = bench.StepCounts()
-    bench.observe(counts, *step({}, {}, {}), 1)  # an empty step: no model ran
-    bench.observe(counts, *step({"a": 17, "b": 9}, {}, {"a": 1, "b": 1}), 1)  # two prefills, one step
-    bench.observe(counts, *step({"a": 5, "b": 1}, {"a": 4}, {"a": 3, "b": 1}), 1)  # a: 2 of 4 drafts accepted
-    bench.observe(counts, *step({"a": 5}, {"a": 4}, {"a": 5}, invalid={"a": 1}), 1)  # 3 valid drafts, all taken
+    counts = engine.StepCounts()
+    engine.observe(counts, *step({}, {}, {}), 1)  # an empty step: no model ran
+    engine.observe(counts, *step({"a": 17, "b": 9}, {}, {"a": 1, "b": 1}), 1)  # two prefills, one step
+    engine.observe(counts, *step({"a": 5, "b": 1}, {"a": 4}, {"a": 3, "b": 1}), 1)  # a: 2 of 4 drafts accepted
+    engine.observe(counts, *step({"a": 5}, {"a": 4}, {"a": 5}, invalid={"a": 1}), 1)  # 3 valid drafts, all taken
     assert counts.engine_steps == 3 and counts.request_steps == 5
     assert counts.per_request == {"a": 3, "b": 2}
     assert counts.drafted == 4 + 3 and counts.accepted == 2 + 4
@@ -123,62 +126,62 @@ def out(reason: str, stop: str | None) -> SimpleNamespace:
 
 
 def test_an_output_counts_its_tokens_without_the_eos_that_ended_it() -> None:
-    assert bench.output_tokens(out("stop", None)) == 2  # EOS
-    assert bench.output_tokens(out("length", None)) == 3  # the budget ran out: every token is output
-    assert bench.output_tokens(out("stop", "</s>")) == 3  # a stop string: not an EOS token
+    assert engine.output_tokens(out("stop", None)) == 2  # EOS
+    assert engine.output_tokens(out("length", None)) == 3  # the budget ran out: every token is output
+    assert engine.output_tokens(out("stop", "</s>")) == 3  # a stop string: not an EOS token
 
 
 # ---- validity ----
 
 def test_extraction_output_is_valid_when_it_validates() -> None:
-    assert bench.valid_json('{"city": "Oslo", "unit": "celsius"}', WEATHER)
-    assert not bench.valid_json('{"city": "Oslo", "unit": "kelvin"}', WEATHER)
-    assert not bench.valid_json('{"city": "Oslo", ', WEATHER)
+    assert records.valid_json('{"city": "Oslo", "unit": "celsius"}', WEATHER)
+    assert not records.valid_json('{"city": "Oslo", "unit": "kelvin"}', WEATHER)
+    assert not records.valid_json('{"city": "Oslo", ', WEATHER)
 
 
 def test_required_calls_parse_as_vllm_writes_them() -> None:
     text = '[{"name": "get_weather", "parameters": {"city": "Oslo", "unit": "celsius"}}]'
-    calls = bench.vllm_calls(conversation("required"), text, REQUIRED)
+    calls = records.vllm_calls(conversation("required"), text, REQUIRED)
     assert calls == [{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "celsius"}}]
-    assert bench.judge_calls(conversation("required"), calls) == (True, True)
-    assert bench.judge_calls(conversation("required", calls=2), calls) == (True, False)  # one call of two expected
-    assert bench.vllm_calls(conversation("required"), text.replace("celsius", "kelvin"), REQUIRED) is None
+    assert records.judge_calls(conversation("required"), calls) == (True, True)
+    assert records.judge_calls(conversation("required", calls=2), calls) == (True, False)  # one call of two expected
+    assert records.vllm_calls(conversation("required"), text.replace("celsius", "kelvin"), REQUIRED) is None
 
 
 def test_named_and_auto_calls() -> None:
-    named = bench.vllm_calls(conversation("get_weather"), '{"city": "Oslo", "unit": "celsius"}', WEATHER)
+    named = records.vllm_calls(conversation("get_weather"), '{"city": "Oslo", "unit": "celsius"}', WEATHER)
     assert named == [{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "celsius"}}]
     tagged = '<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "celsius"}}</tool_call>'
-    assert bench.vllm_calls(conversation("auto"), tagged, None) == named
-    answered = bench.vllm_calls(conversation("auto"), "It is sunny.", None)
-    assert bench.judge_calls(conversation("auto"), answered) == (True, False)  # text, valid for auto: no call
-    assert bench.judge_calls(conversation("auto"), bench.vllm_calls(conversation("auto"), tagged[:-3], None)) == \
+    assert records.vllm_calls(conversation("auto"), tagged, None) == named
+    answered = records.vllm_calls(conversation("auto"), "It is sunny.", None)
+    assert records.judge_calls(conversation("auto"), answered) == (True, False)  # text, valid for auto: no call
+    assert records.judge_calls(conversation("auto"), records.vllm_calls(conversation("auto"), tagged[:-3], None)) == \
         (True, False)  # a call cut before its end marker is no call
     broken = tagged.replace("celsius", "kelvin")
-    assert bench.judge_calls(conversation("auto"), bench.vllm_calls(conversation("auto"), broken, None)) == \
+    assert records.judge_calls(conversation("auto"), records.vllm_calls(conversation("auto"), broken, None)) == \
         (False, False)
 
 
 def test_own_loop_tally_reads_the_results_stats() -> None:
-    item = bench.Item("x", [], None, schema=WEATHER)
+    item = records.Item("x", [], None, schema=WEATHER)
     stats = Stats(output_tokens=20, target_forward_passes=6, prefill_passes=1, forced_tokens=9,
                   drafts={"prompt_lookup": DraftStats(drafted=10, accepted=4), "forced": DraftStats(drafted=5,
                                                                                                      accepted=5)})
     good = SimpleNamespace(stats=stats, complete=True, text='{"city": "Oslo", "unit": "celsius"}', stop_reason="eos")
     cut = SimpleNamespace(stats=stats, complete=False, text='{"city": "Os', stop_reason="max_new_tokens")
-    t = bench.own_tally([item, item], [good, cut], 3.0)
+    t = records.own_tally([item, item], [good, cut], 3.0)
     assert (t.records, t.seconds, t.output_tokens, t.steps, t.forced) == (2, 3.0, 40, 14, 18)
     assert (t.drafted, t.accepted, t.valid) == (20, 8, 1)  # forced splices are not drafts here
     assert t.invalid == ["x (stopped: max_new_tokens, 20 tokens): '{\"city\": \"Os'"]
-    assert "    - invalid at B=1: x (stopped: max_new_tokens" in bench.markdown("t", {"own": (t, None)}, {}, 32)
+    assert "    - invalid at B=1: x (stopped: max_new_tokens" in report.markdown("t", {"own": (t, None)}, {}, 32)
 
 
 def test_records_spread_over_each_set() -> None:
-    assert bench.evenly(list(range(26)), 4) == [0, 6, 13, 19]
-    assert bench.evenly([1, 2], 5) == [1, 2]
-    calls = bench.toolcall_items(4)
+    assert records.evenly(list(range(26)), 4) == [0, 6, 13, 19]
+    assert records.evenly([1, 2], 5) == [1, 2]
+    calls = records.toolcall_items(4)
     assert {item.conversation.choice for item in calls} >= {"auto", "required"}
-    tasks = bench.extraction_items(3)
+    tasks = records.extraction_items(3)
     assert len({item.spec for item in tasks}) == 3 and all(item.schema["type"] == "object" for item in tasks)
 
 
@@ -193,4 +196,4 @@ def test_the_prefix_jobs_prompt_ids_are_the_own_loops() -> None:
 
     lm = tiny_lm("byte_level")
     messages = [{"role": "user", "content": 'Read the ticket: {"id": 7}'}]
-    assert bench.chat_ids(lm.tokenizer, messages) == lm.encode_prompt(messages)
+    assert engine.chat_ids(lm.tokenizer, messages) == lm.encode_prompt(messages)

@@ -28,25 +28,23 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib.util
 import json
 import os
 import platform
 import shlex
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-import jsonschema
-
+from structspec.tools.benchmarks.vllmbench_engine import (PROPOSER_MODULE, count_steps, prefix_run, proposer_config,
+                                                          run_vllm, start_engine, stop_engine, vllm_request, warm_up)
+from structspec.tools.benchmarks.vllmbench_records import Item, own_tally, task_items
+from structspec.tools.benchmarks.vllmbench_report import NOTES, Tally, markdown, seconds_per_record, share, speedup
 from structspec.tools.command import DEFAULT_MAX_NEW_TOKENS, positive
-from structspec.tools.tasks import extraction_prompt, load_tasks
-from structspec.tools.benchmarks.toolbench import Conversation, load_conversations, parse_text_calls
 
-PROPOSER_MODULE, PROPOSER_CLASS = "structspec.integrations.vllm_proposer", "GrammarProposer"
 JOB_MAX_NEW_TOKENS = 300  # the prefix job's budget, as `structspec.tools.benchmarks.prefix_reuse` runs it
 
 
@@ -120,272 +118,6 @@ def arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-# ---- what is measured, and the report's arithmetic -------------------------------------------------------------
-
-@dataclass
-class Tally:
-    """One configuration's totals over one task set at one batch size."""
-
-    records: int = 0
-    seconds: float = 0.0  # wall time of the calls, warm-up excluded
-    output_tokens: int = 0  # without the final EOS
-    steps: int = 0  # forward passes each record took part in, summed (vLLM: engine steps; own loop: Stats)
-    engine_steps: int = 0  # vLLM: steps the engine ran (a batched step counts once); own loop: 0
-    forced: int | None = None  # forced tokens (own loop's Stats); None where the configuration does not say
-    drafted: int = 0
-    accepted: int = 0
-    valid: int = 0
-    invalid: list[str] = field(default_factory=list)  # each invalid output: its record, why it stopped, its start
-    expected_calls: int | None = None  # tool calls: turns whose calls are the expected ones (`judge_calls`)
-    prompt_tokens: int = 0  # the prefix job's prompts' tokens
-    cached_prompt_tokens: int = 0  # vLLM: prompt tokens its prefix cache supplied
-
-
-def seconds_per_record(t: Tally) -> float:
-    return t.seconds / t.records if t.records else float("nan")
-
-
-def records_per_second(t: Tally) -> float:
-    return t.records / t.seconds if t.seconds else float("nan")
-
-
-def share(part: int | None, whole: int) -> float | None:
-    """``part / whole``; None where ``part`` is unknown or ``whole`` is 0."""
-    return None if part is None or not whole else part / whole
-
-
-def speedup(value: float, base: float, lower_is_faster: bool) -> float:
-    """How many times faster ``value`` is than ``base``: base / value for seconds, value / base for a rate."""
-    return base / value if lower_is_faster else value / base
-
-
-HEADER = ["configuration", "s / record (B=1)", "× first", "records/s (B={batch})", "× first",
-          "steps / output token", "forced share", "draft acceptance", "valid (B=1)", "valid (B={batch})"]
-
-
-def _cell(value: float | None, fmt: str) -> str:
-    return "–" if value is None or value != value else fmt.format(value)  # (value != value: NaN)
-
-
-def table_rows(tallies: dict[str, tuple[Tally | None, Tally | None]], skipped: dict[str, str]) -> list[list[str]]:
-    """The table's rows: per configuration (label → its B = 1 and batched tallies, None where not run), the
-    cells of `HEADER`; ratios against the first configuration with both tallies. ``skipped``: label → why."""
-    base = next(((one, many) for one, many in tallies.values() if one and many), (None, None))
-    rows = []
-    for label, (one, many) in tallies.items():
-        if label in skipped:
-            rows.append([label, f"skipped: {skipped[label]}", *["–"] * (len(HEADER) - 2)])
-            continue
-        cells = [label]
-        for t, rate, base_t in ((one, seconds_per_record, base[0]), (many, records_per_second, base[1])):
-            value = rate(t) if t else None
-            cells.append(_cell(value, "{:.3f}"))
-            ratio = speedup(value, rate(base_t), rate is seconds_per_record) if value and base_t else None
-            cells.append(_cell(ratio, "×{:.2f}"))
-        steps_from = one or many
-        cells.append(_cell(share(steps_from.steps, steps_from.output_tokens) if steps_from else None, "{:.3f}"))
-        cells.append(_cell(share(steps_from.forced, steps_from.output_tokens) if steps_from else None, "{:.1%}"))
-        drafted = sum(t.drafted for t in (one, many) if t)
-        accepted = sum(t.accepted for t in (one, many) if t)
-        cells.append(f"{accepted / drafted:.1%} of {drafted:,}" if drafted else "–")
-        cells += [f"{t.valid}/{t.records}" if t else "–" for t in (one, many)]
-        rows.append(cells)
-    return rows
-
-
-def markdown(title: str, tallies: dict[str, tuple[Tally | None, Tally | None]], skipped: dict[str, str],
-             batch_size: int) -> str:
-    """One task set's table in Markdown, under ``title``, then the output tokens and steps behind it."""
-    header = [h.format(batch=batch_size) for h in HEADER]
-    lines = [f"### {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in table_rows(tallies, skipped)]
-    lines.append("")
-    for label, (one, many) in tallies.items():
-        if label in skipped:
-            continue
-        parts = [f"{name}: {t.output_tokens:,} output tokens, {t.steps:,} record-steps"
-                 + (f", {t.engine_steps:,} engine steps" if t.engine_steps else "") + f", {t.seconds:.1f} s"
-                 + ("" if t.expected_calls is None else f", the expected calls in {t.expected_calls}/{t.records}")
-                 for name, t in (("B=1", one), (f"B={batch_size}", many)) if t]
-        lines.append(f"- {label}: " + "; ".join(parts))
-        lines += [f"    - invalid at {name}: {why}" for name, t in (("B=1", one), (f"B={batch_size}", many)) if t
-                  for why in t.invalid]
-    return "\n".join(lines)
-
-
-# ---- the records ------------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Item:
-    """One record of a task set: its chat messages, the own loop's spec, and (tool calls) its conversation."""
-
-    id: str
-    messages: list[dict[str, str]]
-    spec: Any  # a Pydantic model (extraction) or a `structspec.ToolCalls`
-    schema: dict[str, Any] | None = None  # extraction: the JSON Schema every output must validate against
-    conversation: Conversation | None = None
-
-
-def evenly(items: list[Any], n: int | None) -> list[Any]:
-    """``n`` of ``items`` spread evenly over the list, in order (all without ``n``)."""
-    if n is None or n >= len(items):
-        return items
-    return [items[i * len(items) // n] for i in range(n)]
-
-
-def extraction_items(n: int | None = None) -> list[Item]:
-    """The shipped extraction tasks (the first ``n``, their schemas in turn), with `extraction_prompt`."""
-    from structspec.tools.benchmarks.harness import spread
-
-    return [Item(t.id, extraction_prompt(t.text, t.schema), t.schema, t.schema.model_json_schema())
-            for t in spread(load_tasks(), n)]
-
-
-def toolcall_items(n: int | None = None) -> list[Item]:
-    """The shipped tool-call conversations (``n`` spread over the file, so each ``choice`` is in)."""
-    return [Item(c.id, c.messages, c.spec(), conversation=c) for c in evenly(load_conversations(), n)]
-
-
-def vllm_tool_schema(conversation: Conversation) -> dict[str, Any] | None:
-    """The JSON Schema ``vllm serve`` constrains a tool call's output with: ``required`` (all calls, parallel or
-    not) and a named function; None for ``auto`` (vLLM leaves it unconstrained). Imports vLLM."""
-    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionToolsParam
-    from vllm.tool_parsers.utils import get_json_schema_from_tools
-
-    tools = [ChatCompletionToolsParam.model_validate(t) for t in conversation.tools]
-    choice: Any = conversation.choice
-    if choice not in ("auto", "required", "none"):
-        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionNamedToolChoiceParam
-
-        choice = ChatCompletionNamedToolChoiceParam.model_validate({"type": "function", "function": {"name": choice}})
-    schema = get_json_schema_from_tools(choice, tools, parallel_tool_calls=conversation.parallel)
-    return json.loads(schema) if isinstance(schema, str) else schema
-
-
-def vllm_calls(conversation: Conversation, text: str, schema: dict[str, Any] | None) -> list[dict[str, Any]] | None:
-    """The calls in a vLLM output (``schema``: `vllm_tool_schema`'s), None where it does not parse or validate:
-    ``required`` writes ``[{"name", "parameters"}, ...]``, a named function its arguments, ``auto`` free text
-    (`parse_text_calls`)."""
-    if schema is None:
-        return parse_text_calls(text, conversation.tools)
-    try:
-        value = json.loads(text)
-        jsonschema.validate(value, schema)
-    except (ValueError, jsonschema.ValidationError):
-        return None
-    if conversation.choice == "required":
-        return [{"name": call["name"], "arguments": call["parameters"]} for call in value]
-    return [{"name": conversation.choice, "arguments": value}]
-
-
-def valid_json(text: str, schema: dict[str, Any]) -> bool:
-    """Whether ``text`` is JSON that validates against ``schema``."""
-    try:
-        jsonschema.validate(json.loads(text), schema)
-    except (ValueError, jsonschema.ValidationError):
-        return False
-    return True
-
-
-def invalid(record: str, stop: str | None, tokens: int, text: str) -> str:
-    """How the report names an invalid output: its record, why it stopped, its length and its start."""
-    return f"{record} (stopped: {stop}, {tokens} tokens): {text[:100]!r}"
-
-
-Verdict = tuple[bool, bool | None]
-"""How an output is judged: whether it is valid, and (tool calls; None for extraction) whether its calls are the
-expected ones."""
-
-
-def judge_calls(conversation: Conversation, calls: list[dict[str, Any]] | None) -> Verdict:
-    """A turn is valid when its calls (None: some did not parse or validate) all parse and validate (an ``auto``
-    turn may answer in text, without calls); its calls are as expected when they name the expected tools, as
-    many times."""
-    if calls is None:
-        return False, False
-    return True, sorted(c["name"] for c in calls) == sorted(c["name"] for c in conversation.expected)
-
-
-def score(tally: Tally, record: str, verdict: Verdict, stop: str | None, tokens: int, text: str) -> None:
-    """Count one output's ``verdict`` into ``tally``, naming it among the invalid ones where it is. Changes
-    ``tally``."""
-    valid, expected = verdict
-    tally.valid += valid
-    if expected is not None:
-        tally.expected_calls = (tally.expected_calls or 0) + expected
-    if not valid:
-        tally.invalid.append(invalid(record, stop, tokens, text))
-
-
-# ---- vLLM -------------------------------------------------------------------------------------------------------
-
-@dataclass
-class StepCounts:
-    """What an engine's scheduler saw, counted as vLLM's own spec-decoding stats count it."""
-
-    engine_steps: int = 0  # steps that ran the model
-    request_steps: int = 0  # (request, step) pairs: the steps each request took part in, summed
-    drafted: int = 0  # draft tokens scheduled for verification (grammar-invalid ones excluded)
-    accepted: int = 0
-    per_request: dict[str, int] = field(default_factory=dict)  # request id → its steps
-
-
-def observe(counts: StepCounts, scheduler_output: Any, model_output: Any, sampled_per_step: int) -> None:
-    """Count one step's ``scheduler_output`` and ``model_output`` (vLLM's ``SchedulerOutput`` and
-    ``ModelRunnerOutput``) into ``counts``: as ``Scheduler.update_from_output`` counts drafts and accepted
-    tokens. Changes ``counts``."""
-    scheduled = scheduler_output.num_scheduled_tokens
-    if not scheduler_output.total_num_scheduled_tokens:
-        return
-    counts.engine_steps += 1
-    refused = scheduler_output.num_invalid_spec_tokens or {}  # drafts the grammar refused (async scheduling)
-    for request_id in scheduled:
-        counts.request_steps += 1
-        counts.per_request[request_id] = counts.per_request.get(request_id, 0) + 1
-        drafts = scheduler_output.scheduled_spec_decode_tokens.get(request_id)
-        index = model_output.req_id_to_index.get(request_id)
-        sampled = model_output.sampled_token_ids[index] if index is not None and model_output.sampled_token_ids \
-            else []
-        if drafts and sampled:
-            counts.drafted += len(drafts) - refused.get(request_id, 0)
-            counts.accepted += max(len(sampled) - sampled_per_step, 0)
-
-
-def count_steps(llm: Any) -> StepCounts:
-    """Counts that every later step of ``llm`` (a ``vllm.LLM`` whose engine core runs in this process) adds to.
-    Wraps its scheduler's ``update_from_output`` (an instance attribute: the class is unchanged)."""
-    core = getattr(llm.llm_engine.engine_core, "engine_core", None)
-    if core is None:
-        raise RuntimeError("vllmbench counts steps in the engine core, which runs apart: set "
-                           "VLLM_ENABLE_V1_MULTIPROCESSING=0 before vLLM starts")
-    scheduler = core.scheduler
-    counts = StepCounts()
-    update = scheduler.update_from_output
-
-    def counted(scheduler_output: Any, model_output: Any) -> Any:
-        observe(counts, scheduler_output, model_output, scheduler.num_sampled_tokens_per_step)
-        return update(scheduler_output, model_output)
-
-    scheduler.update_from_output = counted
-    return counts
-
-
-def proposer(llm: Any) -> Any:
-    """The engine's structspec proposer (its ``stats`` count the forced text drafted), None where it has none."""
-    runner = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
-    drafter = getattr(runner, "drafter", None)
-    return drafter if type(drafter).__module__ == PROPOSER_MODULE else None
-
-
-def proposer_config(k: int) -> dict[str, Any] | None:
-    """structspec's proposer as vLLM's ``speculative_config`` (drafting up to ``k`` tokens), as a user writes it
-    (tools do not import the integrations: vLLM loads the class by its path); None where `PROPOSER_MODULE` is
-    not installed. Imports nothing of it."""
-    if importlib.util.find_spec(PROPOSER_MODULE) is None:
-        return None
-    return {"method": "custom_class", "model": f"{PROPOSER_MODULE}.{PROPOSER_CLASS}", "num_speculative_tokens": k}
-
-
 def speculative(config: Config, k: int) -> dict[str, Any] | None:
     if config.speculation == "ngram":
         return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": k, "prompt_lookup_min": 2}
@@ -393,152 +125,6 @@ def speculative(config: Config, k: int) -> dict[str, Any] | None:
         return proposer_config(k)
     return None
 
-
-def start_engine(model_dir: str, dtype: str, backend: str, args: argparse.Namespace,
-                 speculative_config: dict[str, Any] | None, prefix_caching: bool = True) -> Any:
-    """A ``vllm.LLM`` over ``model_dir`` in this process: ``backend`` for structured outputs, greedy-ready,
-    eager, ``--max-model-len``. Registers structspec's backend first, through vLLM's plugin loader (vLLM checks
-    the name before it loads its plugins in this process)."""
-    from vllm import LLM
-
-    if backend == "structspec":
-        from structspec.jobs.vllm import register_backend
-
-        register_backend()
-    return LLM(model_dir, dtype=dtype, enforce_eager=True, max_model_len=args.max_model_len, seed=0,
-               enable_prefix_caching=prefix_caching, speculative_config=speculative_config,
-               structured_outputs_config={"backend": backend, "disable_any_whitespace": args.compact})
-
-
-def stop_engine(llm: Any) -> None:
-    """Shut ``llm``'s engine core down and collect it, so its memory is back before the next engine starts."""
-    llm.llm_engine.engine_core.shutdown()
-    del llm
-    gc.collect()
-
-
-@dataclass(frozen=True)
-class Request:
-    """One record as vLLM gets it: the prompt's token ids, the structured-output keywords (None:
-    unconstrained) and how its text is judged."""
-
-    id: str
-    prompt_ids: list[int]
-    structured: dict[str, Any] | None
-    judge: Callable[[str], Verdict]
-
-
-def vllm_request(item: Item, prompt_ids: list[int]) -> Request:
-    """``item`` as vLLM gets it (imports vLLM for a tool call's schema)."""
-    if item.conversation is None:
-        schema = item.schema
-        return Request(item.id, prompt_ids, {"json": schema}, lambda text: (valid_json(text, schema), None))
-    conversation = item.conversation
-    tool_schema = vllm_tool_schema(conversation)
-    return Request(item.id, prompt_ids, None if tool_schema is None else {"json": tool_schema},
-                   lambda text: judge_calls(conversation, vllm_calls(conversation, text, tool_schema)))
-
-
-def output_tokens(output: Any) -> int:
-    """A vLLM output's tokens without the EOS that ended it (the own loop does not count it either): vLLM keeps
-    EOS in ``token_ids`` and says it stopped there by ``finish_reason="stop"`` with no ``stop_reason``."""
-    return len(output.token_ids) - (output.finish_reason == "stop" and output.stop_reason is None
-                                    and len(output.token_ids) > 0)
-
-
-def run_vllm(llm: Any, counts: StepCounts, requests: list[Request], batch_size: int, max_new_tokens: int) -> Tally:
-    """Decode ``requests`` greedily, ``batch_size`` per ``llm.generate`` call, one call after another; their
-    tally. Resets vLLM's prefix cache (and structspec's proposer's stats, where it drafts) first, so only this
-    run's own prompts are reused."""
-    from vllm import SamplingParams, TokensPrompt
-    from vllm.sampling_params import StructuredOutputsParams
-
-    params = [SamplingParams(temperature=0, max_tokens=max_new_tokens, structured_outputs=None
-                             if r.structured is None else StructuredOutputsParams(**r.structured)) for r in requests]
-    llm.reset_prefix_cache()
-    drafter = proposer(llm)
-    if drafter is not None:
-        drafter.reset_stats()
-    before = StepCounts(counts.engine_steps, counts.request_steps, counts.drafted, counts.accepted)
-    tally = Tally()
-    start = time.perf_counter()
-    outputs = []
-    for i in range(0, len(requests), batch_size):
-        prompts = [TokensPrompt(prompt_token_ids=r.prompt_ids) for r in requests[i:i + batch_size]]
-        outputs += llm.generate(prompts, params[i:i + batch_size], use_tqdm=False)
-    tally.seconds = time.perf_counter() - start
-    tally.records = len(requests)
-    tally.output_tokens = sum(output_tokens(o.outputs[0]) for o in outputs)
-    tally.cached_prompt_tokens = sum(o.num_cached_tokens or 0 for o in outputs)
-    if drafter is not None:  # structspec's proposer: the forced text it drafted
-        tally.forced = drafter.stats.forced_drafted
-    for r, o in zip(requests, outputs):
-        out = o.outputs[0]
-        valid, expected = r.judge(out.text)
-        if out.finish_reason != "stop":  # cut by the budget: not valid, whatever the text so far reads as
-            valid, expected = False, expected and False
-        score(tally, r.id, (valid, expected), out.finish_reason, len(out.token_ids), out.text)
-    tally.steps = counts.request_steps - before.request_steps
-    tally.engine_steps = counts.engine_steps - before.engine_steps
-    tally.drafted = counts.drafted - before.drafted
-    tally.accepted = counts.accepted - before.accepted
-    return tally
-
-
-def warm_up(llm: Any, requests: list[Request]) -> None:
-    """Two tokens of each distinct structured request, so grammars compile before the clock runs."""
-    from vllm import SamplingParams, TokensPrompt
-    from vllm.sampling_params import StructuredOutputsParams
-
-    seen: dict[str, Request] = {}
-    for r in requests:
-        seen.setdefault(json.dumps(r.structured, sort_keys=True), r)
-    llm.generate([TokensPrompt(prompt_token_ids=r.prompt_ids) for r in seen.values()],
-                 [SamplingParams(temperature=0, max_tokens=2, structured_outputs=None if r.structured is None
-                                 else StructuredOutputsParams(**r.structured)) for r in seen.values()],
-                 use_tqdm=False)
-
-
-# ---- structspec's own loop ----------------------------------------------------------------------------------------
-
-def own_tally(items: list[Item], results: list[Any], seconds: float) -> Tally:
-    """The tally of the own loop's ``results`` (one per item) from their `Stats`: steps are target and prefill
-    passes; drafts every source but the FSM's forced splices (as toolbench counts them)."""
-    tally = Tally(records=len(items), seconds=seconds, forced=0)
-    for item, r in zip(items, results):
-        s = r.stats
-        tally.output_tokens += s.output_tokens
-        tally.steps += s.target_forward_passes + s.prefill_passes
-        tally.forced = (tally.forced or 0) + s.forced_tokens
-        tally.drafted += sum(d.drafted for name, d in s.drafts.items() if name != "forced")
-        tally.accepted += sum(d.accepted for name, d in s.drafts.items() if name != "forced")
-        if item.conversation is None:
-            verdict: Verdict = (r.complete and valid_json(r.text, item.schema), None)
-        else:  # the text checked on its own, as vLLM's: its calls parsed and validated against their tools
-            tools = item.conversation.tools
-            verdict = judge_calls(item.conversation, parse_text_calls(r.text, tools) if r.complete else None)
-        score(tally, item.id, verdict, r.stop_reason, s.output_tokens, r.text)
-    return tally
-
-
-def run_own(lm: Any, items: list[Item], batch_size: int, max_new_tokens: int) -> Tally:
-    """The own loop over ``items`` with default options: each alone (``batch_size`` 1) or `generate_batch`.
-    Clears the held prompt chunks first, so only this run's own prompts are reused."""
-    import structspec
-    from structspec.models.prefix_cache import clear_prefix_caches
-
-    clear_prefix_caches()
-    start = time.perf_counter()
-    if batch_size == 1:
-        results = [structspec.generate_result(lm, item.spec, item.messages, max_new_tokens=max_new_tokens)
-                   for item in items]
-    else:
-        results = structspec.generate_batch(lm, [item.spec for item in items], [item.messages for item in items],
-                                            batch_size=batch_size, max_new_tokens=max_new_tokens)
-    return own_tally(items, results, time.perf_counter() - start)
-
-
-# ---- the run ----------------------------------------------------------------------------------------------------
 
 def machine() -> str:
     """The CPU's model name and core count, from /proc/cpuinfo where there is one."""
@@ -654,10 +240,6 @@ def worker(args: argparse.Namespace) -> int:
     return 0
 
 
-def task_items(name: str, n: int | None) -> list[Item]:
-    return extraction_items(n) if name == "extraction" else toolcall_items(n)
-
-
 def engine_benchmark(args: argparse.Namespace) -> int:
     """Every configuration of ``args`` on every task set, each in a worker process of its own (`run_worker`),
     one at a time; prints the header, a line as each configuration ends, and the tables. Loads the model here
@@ -705,18 +287,6 @@ def engine_benchmark(args: argparse.Namespace) -> int:
     return 0
 
 
-NOTES = ("Steps / output token: the forward passes each record took part in over its output tokens (EOS not "
-         "counted): vLLM's engine steps that scheduled the request (its prefill included), the own loop's target "
-         "and prefill passes (from B = 1). Forced share: the own loop's forced tokens; vLLM + structspec + "
-         "proposer: the forced text its proposer drafted. Draft acceptance: accepted / drafted tokens over both "
-         "runs (vLLM: as its spec-decoding stats count them; own loop: every draft source but forced splices). "
-         "Valid: outputs that validate against their JSON Schema (tool calls: every call parses and validates "
-         "against its tool; an auto turn may answer in text; vLLM leaves choice=auto unconstrained, as vllm serve "
-         "does); the totals say in how many turns the calls were the expected ones. Each distinct schema is "
-         "warmed up (two tokens, not timed); prefix caches are emptied before each run. Each configuration runs "
-         "in a fresh process.")
-
-
 def own_runs(lm: Any, items: list[Item], args: argparse.Namespace) -> tuple[Tally, Tally]:
     """The own loop's B = 1 and batched tallies over ``items``, after two tokens of each distinct spec."""
     import structspec
@@ -727,29 +297,21 @@ def own_runs(lm: Any, items: list[Item], args: argparse.Namespace) -> tuple[Tall
     return run_own(lm, items, 1, args.max_new_tokens), run_own(lm, items, args.batch_size, args.max_new_tokens)
 
 
-def prefix_run(args: argparse.Namespace, job: dict[str, Any], caching: bool) -> Tally:
-    """The prefix job's records through vLLM + xgrammar, one after another, prefix caching on or off: their
-    tally (``cached_prompt_tokens``: what vLLM's cache supplied). Starts an engine and stops it."""
-    from structspec.tools.benchmarks.prefix_reuse import job_prompts
+def run_own(lm: Any, items: list[Item], batch_size: int, max_new_tokens: int) -> Tally:
+    """The own loop over ``items`` with default options: each alone (``batch_size`` 1) or `generate_batch`.
+    Clears the held prompt chunks first, so only this run's own prompts are reused."""
+    import structspec
+    from structspec.models.prefix_cache import clear_prefix_caches
 
-    schema, prompts = job_prompts()
-    llm = start_engine(job["model_dir"], job["dtype"], "xgrammar", args, None, prefix_caching=caching)
-    counts = count_steps(llm)
-    tokenizer = llm.get_tokenizer()
-    requests = [Request(f"record {i}", chat_ids(tokenizer, p), {"json": schema},
-                        lambda text: (valid_json(text, schema), None)) for i, p in enumerate(prompts)]
-    warm = chat_ids(tokenizer, [{"role": "user", "content": "warm-up"}])  # compiles the grammar, caches no job text
-    warm_up(llm, [Request("warm-up", warm, {"json": schema}, lambda text: (True, None))])
-    tally = run_vllm(llm, counts, requests, 1, args.max_new_tokens)
-    tally.prompt_tokens = sum(len(r.prompt_ids) for r in requests)
-    stop_engine(llm)
-    return tally
-
-
-def chat_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
-    """The token ids of chat ``messages`` through ``tokenizer``'s template, as `LM.encode_prompt` makes them."""
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    clear_prefix_caches()
+    start = time.perf_counter()
+    if batch_size == 1:
+        results = [structspec.generate_result(lm, item.spec, item.messages, max_new_tokens=max_new_tokens)
+                   for item in items]
+    else:
+        results = structspec.generate_batch(lm, [item.spec for item in items], [item.messages for item in items],
+                                            batch_size=batch_size, max_new_tokens=max_new_tokens)
+    return own_tally(items, results, time.perf_counter() - start)
 
 
 def prefix_job(args: argparse.Namespace) -> int:
