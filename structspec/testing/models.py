@@ -196,6 +196,7 @@ class FakeLM:
         self.name = name
         self.passes = 0
         self.fed: list[int] = []
+        self._early_exits: dict[int, FakeLM] = {}  # by layer count: rows of a batch share one draft model, as `LM`'s
 
     encode_prompt = LM.encode_prompt  # a str as is, chat messages through the template; refusals as `LM`'s
 
@@ -263,8 +264,12 @@ class FakeLM:
 
     def early_exit(self, layers: int | None = None) -> FakeLM:
         """A draft model for ``draft=SelfDraft()``: a `FakeLM` with the same tokenizer and seed ``seed + layers``
-        (default 1), so its logits are unrelated to this one's and its drafts mostly rejected."""
-        return FakeLM(self.seed + (layers or 1), self.max_context, self.tokenizer, self.name)
+        (default 1), so its logits are unrelated to this one's and its drafts mostly rejected. Made once per layer
+        count, as `LM.early_exit` is (rows of a batch share it); does not change this model."""
+        k = layers or 1
+        if k not in self._early_exits:
+            self._early_exits[k] = FakeLM(self.seed + k, self.max_context, self.tokenizer, self.name)
+        return self._early_exits[k]
 
 
 def restricted(logits: torch.Tensor, allowed: Any) -> torch.Tensor:

@@ -32,8 +32,8 @@ PROMPTS = ['Alice from Paris, paid: true. {"customer": "Alice", "city": "Paris",
            "Carol from London has not paid. " * 6, "x y z", "Dave, Tokyo", "Eve paid.", "Is it?",
            "Frank from Berlin, paid: false. Frank lives in Berlin."]
 MODES = {"off": {"fast_forward": "off"}, "exact": {}, "prompt_lookup": {"draft": "prompt_lookup"},
-         "self": {"draft": structspec.SelfDraft()}, "tree": {"draft": structspec.TreeDrafter()},
-         "lookahead": {"draft": "lookahead"}}
+         "self": {"draft": structspec.SelfDraft()}, "staged": {"draft": structspec.Staged()},
+         "tree": {"draft": structspec.TreeDrafter()}, "lookahead": {"draft": "lookahead"}}
 N = 32
 
 
@@ -181,3 +181,15 @@ def test_a_draft_model_drafts_for_all_rows_in_shared_packed_passes() -> None:
     assert sum(d.drafted for d in stats) > sum(d.accepted for d in stats) > 0
     assert max(read) == 4  # one draft pass serves every row of the batch
     assert len(read) < sum(d.draft_passes for d in stats)
+
+
+def test_staged_drafting_shares_the_packed_draft_passes_of_the_batch() -> None:
+    # Staged self-draft checks a prompt-lookup guess in a draft pass: in a batch every asking row's new tokens and
+    # guess ride in one pass over the batch's packed draft cache, not a pass over a cache of the row's own.
+    lm = FakeLM()
+    draft = lm.early_exit()  # the model `Staged()` drafts with: made once, so every row shares it
+    batch = batched(lm, 4, draft=structspec.Staged())
+    assert [r.token_ids for r in batch] == [r.token_ids for r in alone_in("staged")]
+    stats = [r.stats.drafts["staged_self_draft"] for r in batch]
+    assert sum(d.drafted for d in stats) > 0
+    assert 0 < draft.passes < sum(d.draft_passes for d in stats)  # shared passes, each counted once

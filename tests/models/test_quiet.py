@@ -94,8 +94,8 @@ def test_the_cli_writes_no_library_noise_to_stderr(smollm2: structspec.LM, tmp_p
         (tmp_path / "in.jsonl").write_text(json.dumps({"id": 1, "text": "Ada Lovelace, 36, London."}) + "\n")
         (tmp_path / "schema.json").write_text(json.dumps(
             {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}))
-        argv += ["--max-new-tokens", "48", "--schema", str(tmp_path / "schema.json"), "--input", str(tmp_path / "in.jsonl"),
-                 "--output", str(tmp_path / "out.jsonl")]
+        argv += ["--max-new-tokens", "48", "--schema", str(tmp_path / "schema.json"),
+                 "--input", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "out.jsonl")]
     run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
     assert not [line for line in run.stderr.lower().splitlines() if any(n in line for n in NOISE)], run.stderr

@@ -1,13 +1,14 @@
 """One draft model's KV cache shared by every row of a batch, fed in one draft pass per round.
 
-A model drafter of a batched row (`ModelDrafter`, self-draft) draws its logits
-from a `DraftRow` of this cache. When they are not computed yet the row answers
-a `DraftRequest`, which the drafter returns and `RowDecode.prepare` hands to the
-batch driver; it runs one draft pass for every row that asked and calls
-`RowDecode.prepare` again, which drafts on from where the chain stopped. The
-cache is packed as the target's is (`structspec.models.packed_slots`): a draft
-pass feeds only the asking rows' new tokens, in one sequence, and rows'
-rejected drafts become holes.
+A model drafter of a batched row (`ModelDrafter`, self-draft, and staged
+speculation's `StagedDrafter`) draws its logits from a `DraftRow` of this
+cache. When they are not computed yet the row answers a `DraftRequest`, which
+the drafter returns and `RowDecode.prepare` hands to the batch driver; it runs
+one draft pass for every row that asked and calls `RowDecode.prepare` again,
+which drafts on from where the chain stopped. The cache is packed as the
+target's is (`structspec.models.packed_slots`): a draft pass feeds only the
+asking rows' new tokens (a staged row's guess with them), in one sequence, and
+rows' rejected drafts become holes.
 """
 
 from __future__ import annotations
@@ -24,27 +25,29 @@ _PREFILL_ALONE = 32  # a row with more new tokens than this (a fresh prompt) is 
 
 
 class DraftBatch:
-    """The draft LM's cache over rows ``0..rows-1``: what each row fed (``seen``) and the logits after it."""
+    """The draft LM's cache over rows ``0..rows-1``: what each row fed (``seen``) and the logits its last pass
+    computed (``last``: the first context length they follow, and the logits rows from there)."""
 
     def __init__(self, lm: LanguageModel, rows: int) -> None:
         self.lm = lm
         self.slots = PackedSlots(lm.new_cache(), rows)
         self.seen: list[list[int]] = [[] for _ in range(rows)]
-        self.last: list[torch.Tensor | None] = [None] * rows
-        self.wanted: dict[int, list[int]] = {}
+        self.last: list[tuple[int, torch.Tensor] | None] = [None] * rows
+        self.wanted: dict[int, tuple[list[int], int]] = {}  # row -> (context, start) for the next `run`
         self.passes = [0] * rows  # draft passes each row took so far
 
     def row(self, row: int) -> DraftRow:
         """Row ``row``'s view, a model drafter's logits source. Changes nothing."""
         return DraftRow(self, row)
 
-    def logits_after(self, row: int, context: list[int]) -> torch.Tensor | DraftRequest:
-        """Logits after ``context`` if this row's last pass computed them; else a `DraftRequest`, recorded for
-        the next `run` (changes the requests)."""
+    def logits_along(self, row: int, context: list[int], start: int) -> torch.Tensor | DraftRequest:
+        """Logits after ``context[:i]`` for each ``i`` in ``start..len(context)`` [len(context) − start + 1, vocab]
+        if this row's last pass computed them (a fresh tensor); else a `DraftRequest`, recorded for the next `run`
+        (changes the requests)."""
         last = self.last[row]
-        if last is not None and self.seen[row] == context:
-            return last.clone()
-        self.wanted[row] = list(context)
+        if last is not None and self.seen[row] == context and last[0] <= start:
+            return last[1][start - last[0]:].clone()
+        self.wanted[row] = (list(context), start)
         return DraftRequest()
 
     def run(self) -> None:
@@ -54,18 +57,18 @@ class DraftBatch:
         windows: list[list[int]] = []
         positions: list[int] = []
         for row in range(len(self.seen)):
-            context = self.wanted.get(row)
-            if context is None:
+            if row not in self.wanted:
                 windows.append([])
                 continue
+            context, start = self.wanted[row]
             seen = self.seen[row]
             n = next((i for i, (a, b) in enumerate(zip(seen, context)) if a != b), min(len(seen), len(context)))
-            n = min(n, len(context) - 1)  # at least one token to feed
+            n = min(n, start - 1)  # logits after context[:start] come from position start − 1, fed again if cached
             self.passes[row] += 1
             if len(context) - n > _PREFILL_ALONE:
-                self._prefill(row, context[:-1])
+                self._prefill(row, context[:start - 1])
                 self.passes[row] += 1
-                n = len(context) - 1
+                n = start - 1
             else:
                 self.slots.truncate(row, n)
             windows.append(context[n:])
@@ -73,11 +76,14 @@ class DraftBatch:
         widths = [len(w) for w in windows]
         ends = list(accumulate(widths))
         wanted = sorted(self.wanted)
+        counts = [len(self.wanted[row][0]) - self.wanted[row][1] + 1 for row in wanted]  # logits rows per row
         logits = self.lm.forward_slots([[t for w in windows for t in w]], [positions], self.slots.window_mask(widths),
-                                       self.slots.kv, [(0, ends[row] - 1) for row in wanted])
+                                       self.slots.kv, [(0, j) for row, k in zip(wanted, counts)
+                                                       for j in range(ends[row] - k, ends[row])])
         self.slots.keep(widths, widths)
-        for row, row_logits in zip(wanted, logits):
-            self.seen[row], self.last[row] = self.wanted[row], row_logits
+        for row, rows in zip(wanted, logits.split(counts)):
+            context, start = self.wanted[row]
+            self.seen[row], self.last[row] = context, (start, rows)
         self.wanted.clear()
         self.slots.compact()
 
@@ -111,7 +117,7 @@ class DraftRow:
         """Draft passes this row took so far (the batch runs them)."""
         return self.batch.passes[self.index]
 
-    def logits_after(self, context: list[int]) -> torch.Tensor | DraftRequest:
-        """As `DraftBatch.logits_after` for this row (records a request where the logits are not computed)."""
-        return self.batch.logits_after(self.index, context)
+    def logits_along(self, context: list[int], start: int) -> torch.Tensor | DraftRequest:
+        """As `DraftBatch.logits_along` for this row (records a request where the logits are not computed)."""
+        return self.batch.logits_along(self.index, context, start)
 

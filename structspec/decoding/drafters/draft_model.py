@@ -29,8 +29,10 @@ class DraftContext(Protocol):
 
     passes: int
 
-    def logits_after(self, context: list[int]) -> torch.Tensor | DraftRequest:
-        """Next-token logits after ``context`` [vocab], or a `DraftRequest` where a batched pass must run first."""
+    def logits_along(self, context: list[int], start: int) -> torch.Tensor | DraftRequest:
+        """Next-token logits after ``context[:i]`` for each ``i`` in ``start..len(context)``
+        [len(context) − start + 1, vocab], a fresh tensor, or a `DraftRequest` where a batched pass must run
+        first."""
 
 
 class CachedContext:
@@ -42,11 +44,6 @@ class CachedContext:
         self.seen: list[int] = []
         self.last: torch.Tensor | None = None  # logits after `seen`
         self.passes = 0
-
-    def logits_after(self, context: list[int]) -> torch.Tensor:
-        """Next-token logits after ``context`` [vocab] (a fresh tensor; one pass unless already known). Changes
-        the cache."""
-        return self.logits_along(context, len(context))[-1]
 
     def logits_along(self, context: list[int], start: int) -> torch.Tensor:
         """Next-token logits after ``context[:i]`` for each ``i`` in ``start..len(context)``
@@ -127,10 +124,10 @@ class ModelDrafter(PolicyDraft):
     def next(self, turn: Turn, context: list[int], state: int) -> Step | DraftRequest | None:
         if not self.policy.keep_going(self._probs):
             return None
-        logits = self._context.logits_after(context)
+        logits = self._context.logits_along(context, len(context))
         if isinstance(logits, DraftRequest):
             return logits
-        logits = masked(logits[None], turn.fsm, [state])[0]
+        logits = masked(logits, turn.fsm, [state])[0]
         if torch.isinf(logits).all():
             return None
         if turn.sampling.do_sample:

@@ -6,14 +6,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from structspec.decoding.candidate import Step, enterable
-from structspec.decoding.drafters.draft_model import PolicyDraft, masked
+from structspec.decoding.candidate import DraftRequest, Step, enterable
+from structspec.decoding.drafters.draft_model import ModelDrafter, masked
 from structspec.decoding.drafter import Turn
 from structspec.decoding.drafters.lookup import PromptLookup
 
 
 @dataclass(eq=False)
-class StagedDrafter(PolicyDraft):
+class StagedDrafter(ModelDrafter):
     """Staged speculation (Spector & Ré 2023, "Accelerating LLM Inference with Staged Speculative Decoding"):
     a draft LM with the target's tokenizer whose own drafts come from prompt lookup.
 
@@ -26,13 +26,15 @@ class StagedDrafter(PolicyDraft):
     `ModelDrafter` takes. The tokens drafted after a context are kept, so the
     next calls along them cost no pass; ``policy`` decides where the candidate
     stops, as `ModelDrafter`'s does. The rejected guess tail leaves the draft
-    cache at the next pass (`CachedContext` keeps the common prefix).
+    cache at the next pass (`CachedContext` keeps the common prefix). In a
+    batch it draws from a row of the batch's draft cache as `ModelDrafter`
+    does (`structspec.decoding.drafters.draft_batch`): the guess rides in the
+    draft pass every asking row shares.
 
     Drafts are greedy, sampled rows included: point masses (``q`` None), which
     verification accepts iff the target's own draw equals the draft, so a
     sampled row draws exactly what plain sampling draws with the same seed
-    (`structspec.decoding.verify`). Its cache is its own: a batch drafts for it
-    row by row.
+    (`structspec.decoding.verify`).
     """
 
     name: str = "staged_draft_model"
@@ -40,27 +42,32 @@ class StagedDrafter(PolicyDraft):
     _run: list[int] = field(default_factory=list)  # a context, then the tokens drafted after it
     _run_probs: list[float] = field(default_factory=list)  # the draft's probability of each drafted token
 
-    def next(self, turn: Turn, context: list[int], state: int) -> Step | None:
+    def next(self, turn: Turn, context: list[int], state: int) -> Step | DraftRequest | None:
         if not self.policy.keep_going(self._probs):
             return None
         start = len(self._run) - len(self._run_probs)
         if not (start <= len(context) < len(self._run) and self._run[: len(context)] == context):
-            self._draft_run(turn, context, state)
+            if (request := self._draft_run(turn, context, state)) is not None:
+                return request
             start = len(context)
             if start == len(self._run):  # the FSM allows nothing but EOS
                 return None
         self._probs.append(self._run_probs[len(context) - start])
         return Step(self._run[len(context)], self.name)
 
-    def _draft_run(self, turn: Turn, context: list[int], state: int) -> None:
+    def _draft_run(self, turn: Turn, context: list[int], state: int) -> DraftRequest | None:
         """Draft the tokens after ``context`` (in ``state``) that one draft pass verifies: the guess's prefix the
-        draft agrees with, then the draft's own token (one pass; changes the run and the draft cache)."""
+        draft agrees with, then the draft's own token (one pass; changes the run and the draft cache). In a batch
+        whose draft pass has not run yet: that pass's `DraftRequest`, nothing drafted."""
         fsm = turn.fsm
         guess = self.lookup.guess(context, self.lookup.max_tokens, fsm.next_state, state)
         walked = fsm.walk(state, guess)
         keep = enterable(fsm, walked)  # (the mask of a state the vocabulary cannot leave would raise)
         guess, states = guess[:keep], [state] + walked[:keep]
-        logits = masked(self._own.logits_along(context + guess, len(context)), fsm, states)
+        logits = self._context.logits_along(context + guess, len(context))
+        if isinstance(logits, DraftRequest):
+            return logits
+        logits = masked(logits, fsm, states)
         tokens: list[int] = []
         probs: list[float] = []
         for row, proposed in zip(logits, guess + [None]):
@@ -72,3 +79,4 @@ class StagedDrafter(PolicyDraft):
             if token != proposed:
                 break
         self._run, self._run_probs = context + tokens, probs
+        return None

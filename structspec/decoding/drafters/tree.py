@@ -122,7 +122,8 @@ class TreeDrafter:
         eos = set(fsm.eos_token_ids)
         spelled = {int(t): fsm.vocab.token_bytes[int(t)] or b"" for t in allowed if int(t) not in eos}
         if len(spelled) > self.max_options:
-            spelled = {t: b for t, b in spelled.items() if not any(o != b and o.startswith(b) for o in spelled.values())}
+            spelled = {t: b for t, b in spelled.items()
+                       if not any(o != b and o.startswith(b) for o in spelled.values())}
         return list(spelled) if 1 < len(spelled) <= self.max_options else None
 
     def _add_branch(self, tree: Candidate, parent: int, token: int, branch: Turn) -> int:
