@@ -7,7 +7,8 @@ keyword and the JSON pointer of its node, for each one it would drop. On the way
 plans `Rewrites` into equivalent or narrower nodes that outlines-core gets right
 (``allOf`` and the siblings of ``$ref``, ``anyOf`` and ``oneOf`` merged, keywords of
 excluded types dropped) and the regexes structspec writes itself (numeric bounds in
-`numbers`, formats and patterns in `strings`, objects with ``patternProperties`` in `objects`).
+`numbers`, formats and patterns in `strings`, objects with ``patternProperties`` in `objects`);
+``enum`` and ``const`` values are checked in `literals`.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from structspec.schema.keywords import (
     overlap,
     type_set,
 )
+from structspec.schema.literals import check_literals
 from structspec.schema.merge import excludes, merge, opens
 from structspec.schema.numbers import check_number
 from structspec.schema.objects import UNLISTED, check_object
@@ -62,17 +64,6 @@ _COUNT_KEYWORDS = frozenset(k for pair in COUNTS for k in pair)
 def _type_keywords(types: tuple[str, ...]) -> frozenset[str]:
     """The keywords that apply to values of ``types``, 'type' included (a few type lists: computed once)."""
     return frozenset().union(*(TYPE_KEYWORDS[t] for t in types)) | {"type"}
-
-
-def _has_type(value: Any, kind: str) -> bool:
-    """Whether the JSON value ``value`` has the JSON Schema type ``kind`` (1.0 is an integer, True no number)."""
-    if kind in ("integer", "number"):
-        return not isinstance(value, bool) and (isinstance(value, int) or (
-            isinstance(value, float) and (kind == "number" or value.is_integer())))
-    return value is None if kind == "null" else isinstance(value, _PYTHON_TYPES[kind])
-
-
-_PYTHON_TYPES = {"string": str, "boolean": bool, "array": list, "object": dict}
 
 
 def _quiet(node: dict[str, Any], keys: list[str]) -> bool:
@@ -350,27 +341,10 @@ class _Checker:
             self.sub(sub, ptr, refs, "prefixItems", i)
 
     def _enum(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...]) -> None:
-        self._check_literals(node, ptr, "enum", node["enum"])
+        check_literals(self, node, ptr, "enum", node["enum"])
 
     def _const(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...]) -> None:
-        self._check_literals(node, ptr, "const", [node["const"]])
-
-    def _check_literals(self, node: dict[str, Any], ptr: str, keyword: str, values: list[Any]) -> None:
-        if not values:
-            raise SchemaError(keyword, ptr, "an empty enum admits no value; list at least one")
-        self.reject_others(node, ptr, {keyword, "type"})
-        if any(isinstance(v, (dict, list)) for v in values):
-            self.unenforced(node, keyword, ptr, "object and array values are not supported")
-            return
-        if any(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            self.rewrites.narrow(ptr, f"the numbers of {keyword} are written as the schema states them, not in "
-                                 "other spellings of the same value (1.0 or 1e0 for 1)")
-        if "type" in node:  # a value must match both: keep the values of the node's type
-            types = node["type"] if isinstance(node["type"], list) else [node["type"]]
-            typed = [v for v in values if any(_has_type(v, t) for t in types)]
-            if not typed:
-                raise SchemaError(keyword, ptr, f"no value has the node's type {node['type']!r}")
-            self.rewrites.replace(node, {"enum": typed})
+        check_literals(self, node, ptr, "const", [node["const"]])
 
     def _ref(self, node: dict[str, Any], ptr: str, refs: tuple[str, ...]) -> None:
         self.reject_others(node, ptr, {"$ref"})
