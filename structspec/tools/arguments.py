@@ -1,6 +1,6 @@
 """The options of ``structspec bench``, ``toolbench``, ``throughput`` and ``pass-cost``, apart from the modules
-that run them (which import torch), so that ``structspec COMMAND --help`` and a bad option answer at once. Spelled as every
-command spells them: the model options and the token budget of `structspec.tools.command`, a metavar and a
+that run them (which import torch), so that ``structspec COMMAND --help`` and a bad option answer at once. Spelled as
+every command spells them: the model options and the token budget of `structspec.tools.command`, a metavar and a
 help line for each."""
 
 from __future__ import annotations

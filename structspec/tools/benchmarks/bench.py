@@ -150,7 +150,8 @@ _COLUMNS = [  # header, format
     ("s /\nrecord", "{:.2f}"), ("records/s", "{:.3f}"), ("tokens/s", "{:.1f}"), ("forward\npasses", "{:,}"),
     ("passes /\nout token", "{:.3f}"), ("floor /\nout token", "{:.3f}"), ("draft\npasses", "{:,}"),
     ("output\ntokens", "{:,}"), ("constraint\nms/step", "{:.3f}"), ("model\nms/pass", "{:.1f}"),
-    ("compile\ncold s", "{:.3f}"), ("compile\ncached s", "{:.3f}"), ("valid %", "{:.1f}"), ("field\naccuracy", "{:.3f}"),
+    ("compile\ncold s", "{:.3f}"), ("compile\ncached s", "{:.3f}"), ("valid %", "{:.1f}"),
+    ("field\naccuracy", "{:.3f}"),
 ]
 
 
