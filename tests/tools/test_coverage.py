@@ -134,3 +134,8 @@ def test_a_data_folder_without_the_splits_is_a_usage_error(given: list[str], tmp
     with pytest.raises(SystemExit) as e:  # an empty table was printed, exit 0
         coverage.main(["--data", str(tmp_path), *given])
     assert e.value.code == 2 and f"--data {tmp_path}: no " in capsys.readouterr().err
+
+
+def test_the_default_data_folder_is_the_shared_one_beside_the_clone() -> None:
+    clone = Path(__file__).resolve().parents[2]  # (the module's own path decides it: a move must keep it)
+    assert coverage.DEFAULT_DATA == clone.parent / "shared" / "data" / "jsonschemabench"

@@ -26,6 +26,11 @@ def test_the_quick_check_measures_every_part_on_the_cpu(tmp_path: Path, capsys: 
     assert report["transformers_step_ms"] > 0 and report["dtype"] == "float32" and report["device"] == "cpu"
 
 
+def test_qwens_tokenizer_folder_is_the_repositorys() -> None:
+    clone = Path(__file__).resolve().parents[2]  # (the module's own path decides it: a move must keep it)
+    assert gpucheck.TOKENIZER == clone / "tests" / "data" / "qwen2.5-tokenizer" and gpucheck.TOKENIZER.is_dir()
+
+
 @pytest.mark.slow  # reads a 151,665-token tokenizer: seconds
 def test_qwens_tokenizer_is_read_from_the_repository_and_fits_both_shapes() -> None:
     tokenizer = gpucheck.qwen_tokenizer()  # no download: the GPU machine reaches nothing outside

@@ -32,7 +32,7 @@ from typing import Any
 from structspec.tools.benchmarks.coverage_report import markdown, summarize
 from structspec.tools.benchmarks.coverage_worker import Worker
 
-DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "jsonschemabench"
+DEFAULT_DATA = Path(__file__).resolve().parents[4] / "shared" / "data" / "jsonschemabench"
 ENGINES = ("structspec", "outlines-core")
 
 

@@ -43,7 +43,7 @@ from structspec.decoding.calibrate import packed_seconds
 from structspec.models.transformers_lm import LM
 from structspec.tools.arguments import CONFIGS
 
-TOKENIZER = Path(__file__).resolve().parents[2] / "tests" / "data" / "qwen2.5-tokenizer"
+TOKENIZER = Path(__file__).resolve().parents[3] / "tests" / "data" / "qwen2.5-tokenizer"
 QUICK = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
              max_position_embeddings=4096, tie_word_embeddings=True)  # a tiny Qwen2 (its vocabulary: the tokenizer's)
 

@@ -32,12 +32,12 @@ import numpy as np
 
 import structspec
 from structspec.errors import StructspecError
-from structspec.tools.benchmarks.coverage import load_rows
+from structspec.tools.benchmarks.coverage import DEFAULT_DATA, load_rows
 from structspec.tools.benchmarks.maskbench_engines import ENGINES, Engine, StructspecEngine, make_engines
 from structspec.tools.tasks import example_file, load_schemas, load_tasks
 
 TOKENIZER = Path("tests/data/qwen2.5-tokenizer")
-JSONSCHEMABENCH = Path("/work/shared/data/jsonschemabench")
+JSONSCHEMABENCH = DEFAULT_DATA  # the coverage benchmark's: the shared data beside the clone
 
 # Extraction schemas beyond examples/schemas.py, with one valid output each: dates by pattern, optional fields,
 # arrays of objects, nesting.
