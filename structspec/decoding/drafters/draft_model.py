@@ -12,7 +12,7 @@ draft model for any target. Its logits come from a KV cache of its own
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
@@ -21,7 +21,7 @@ from structspec.decoding.candidate import DraftRequest, Step
 from structspec.decoding.drafter import Turn
 from structspec.decoding.drafters.policy import Policy, Schedule
 from structspec.decoding.sampling import probabilities, sample
-from structspec.models.protocol import LanguageModel
+from structspec.models.protocol import KVCache, LanguageModel
 
 
 class DraftContext(Protocol):
@@ -40,7 +40,7 @@ class CachedContext:
 
     def __init__(self, lm: LanguageModel) -> None:
         self.lm = lm
-        self.cache: Any = None
+        self.cache: KVCache | None = None
         self.seen: list[int] = []
         self.last: torch.Tensor | None = None  # logits after `seen`
         self.passes = 0
@@ -56,7 +56,7 @@ class CachedContext:
         if self.cache is None:
             self.cache, n = self.lm.new_cache(), 0
         n = min(n, start - 1)  # logits after context[:start] come from position start − 1, fed again if cached
-        self.lm.crop(self.cache, n)
+        self.cache.crop_slots(n)
         logits = self.lm.forward(context[n:], self.cache, logits_to_keep=len(context) - start + 1)
         self.passes += 1
         self.seen, self.last = list(context), logits[-1].clone()
