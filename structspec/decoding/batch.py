@@ -12,8 +12,8 @@ drafter and generator). A turn:
 2. each row's tokens in the pass (`structspec.decoding.cost.choose_widths`):
    its pending tokens at least (a sampled row its whole window), then the
    drafted and spliced tokens whose expected kept tokens pay for what they add
-   to the pass on the model's packed pass-cost curve
-   (`structspec.decoding.calibrate.packed_cost`); a greedy row's window is cut to
+   to the pass on the model's pass-cost curve
+   (`structspec.decoding.cost.pass_cost`); a greedy row's window is cut to
    them (`Window.first`); the model's `max_pass_tokens` bounds the pass;
 3. one target pass over all windows packed into one sequence
    (`structspec.decoding.passes.run_pass` on `Slots`): explicit positions, a block-diagonal
@@ -44,7 +44,6 @@ import time
 from collections.abc import Iterator
 
 from structspec.decoding.cost import choose_widths, pass_cost
-from structspec.decoding.calibrate import packed_cost
 from structspec.decoding.candidate import DraftRequest
 from structspec.decoding.drafters.draft_batch import DraftBatch
 from structspec.decoding.drafters.draft_model import ModelDrafter
@@ -99,7 +98,7 @@ def decode_batch(
     items = [item for _, item in zip(range(batch_size), queue)]
     size = len(items)  # the batch's rows, before finished rows leave it
     slots = PackedSlots(lm.new_cache(), size)
-    cost, packed = pass_cost(lm), packed_cost(lm)
+    cost = pass_cost(lm)
     shared: dict[int, int] = {}  # per FSM id: its prefix's handle in the slots (`PackedSlots.place_shared`)
 
     drafts: dict[int, DraftBatch] = {}  # by draft LM: one batched draft cache each
@@ -171,7 +170,7 @@ def decode_batch(
             break
         offered = [windows[s] for s in range(len(live))]
         floors = _floors(offered, lm.max_pass_tokens)
-        widths = choose_widths([list(w.gains) for w in offered], packed, floors, lm.max_pass_tokens)
+        widths = choose_widths([list(w.gains) for w in offered], cost, floors, lm.max_pass_tokens)
         run_pass(lm, Slots(slots), [(row, window.first(width)) for row, window, width in zip(live, offered, widths)])
 
 

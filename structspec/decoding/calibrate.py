@@ -1,14 +1,15 @@
-"""The packed pass-cost curve: measured by an explicit calibration, stored, and read by decoding.
+"""The pass-cost curve: measured by an explicit calibration, stored, and read by decoding.
 
-A batch's rows draft only where the tokens they add to a packed pass
-(`structspec.models.packed_slots`) are expected to keep more than they cost
-(`structspec.decoding.cost.choose_widths`). What a token costs depends on the model, dtype, device, kernels
+Rows draft only as long, and a pass feeds their drafts only as far, as the tokens they add to a packed pass
+(`structspec.models.packed_slots`) are expected to keep more than they cost (`structspec.decoding.cost`:
+`DraftLength`, `choose_widths`). What a token costs depends on the model, dtype, device, kernels
 and (on the CPU) torch's thread count, so it is measured for them by `calibrate` (``structspec.calibrate(lm)``,
 ``structspec calibrate --model NAME``): passes of 1 to 64 tokens spread over `ROWS` rows of 256 kept slots
 each, as the batch loop runs them (`LanguageModel.forward_slots` over a packed window: each query attends to its
 own row's slots, gathered where attention runs by row), a few seconds, stored under
 ``$STRUCTSPEC_CACHE/pass-cost`` (`structspec.decoding.cost.curve_path`). Decoding only reads it
-(`packed_cost`): no decode measures anything, and a model without a stored curve drafts by `DEFAULT_COST`.
+(`structspec.decoding.cost.pass_cost`): no decode measures anything, and a model without a stored curve drafts by
+`structspec.decoding.cost.DEFAULT_COST`.
 
 A curve measured while another process was busy on the machine is a curve of that moment, not of the model:
 `calibrate` stores it only when told to (``store_busy=True``), and otherwise says so (a warning, and
@@ -18,6 +19,7 @@ calibrated.
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 import warnings
@@ -26,7 +28,8 @@ from pathlib import Path
 
 import torch
 
-from structspec.decoding.cost import DEFAULT_COST, PassCost, curve_of, curve_path, pass_cost, store_pass_cost
+from structspec.cache import write_atomic
+from structspec.decoding.cost import PassCost, curve_path
 from structspec.errors import OptionError
 from structspec.models.packed_slots import PackedSlots
 from structspec.models.protocol import LanguageModel
@@ -39,12 +42,12 @@ REPEATS = 3  # timed passes per point (the median is stored), after one untimed
 
 @dataclass(frozen=True)
 class Calibration:
-    """What `calibrate` measured: the curve (``cost``, relative to a one-token pass), the median seconds per
-    ``(1, tokens fed)``, where it was stored (None: not stored, the machine was busy), and how many threads of
+    """What `calibrate` measured: the curve (``cost``, relative to a one-token pass), the median seconds of a pass
+    by the tokens it feeds, where it was stored (None: not stored, the machine was busy), and how many threads of
     other work ran beside the measurement (0: an idle machine)."""
 
     cost: PassCost
-    seconds: dict[tuple[int, int], float]
+    seconds: dict[int, float]
     path: Path | None
     busy: int
 
@@ -60,7 +63,7 @@ def calibrate(lm: LanguageModel, store_busy: bool = False) -> Calibration:
     one; later decoding with the model drafts by it. Measured beside other busy work, the curve is not stored
     unless ``store_busy``: a `RuntimeWarning` says so, and decoding keeps what it read before. `OptionError`
     for a model without a name of its own or that cannot run packed passes. Runs the model; writes the cache."""
-    path = curve_path(lm, packed=True)
+    path = curve_path(lm)
     if path is None:
         raise OptionError(f"{type(lm).__name__} {lm.name!r} has no name of its own (a model built in memory), and a "
                           "curve is stored by the model's name: load it by name or directory (structspec.load)")
@@ -69,21 +72,30 @@ def calibrate(lm: LanguageModel, store_busy: bool = False) -> Calibration:
                           "calibrate: decoding drafts by the default curve; nothing to do")
     before = others_running()
     seconds = measure(lm)
-    busy = max(before, others_running())
+    busy, cost = max(before, others_running()), curve_of(seconds)
     if busy and not store_busy:
         warnings.warn(f"{lm.name}: another process ran {busy} thread(s) while the pass cost was measured, so the "
                       "curve is that moment's, not the model's: not stored (decoding keeps "
                       f"{'the stored curve' if path.exists() else 'the default curve'}); calibrate again on an idle "
                       "machine, or pass store_busy=True (--store-busy) to keep it anyway", RuntimeWarning,
                       stacklevel=2)
-        return Calibration(curve_of(seconds), seconds, None, busy)
-    return Calibration(curve_of(seconds), seconds, store_pass_cost(lm, seconds, packed=True), busy)
+        return Calibration(cost, seconds, None, busy)
+    # one curve, under "1" (a packed pass is one row): the layout `pass_cost` reads
+    write_atomic(path, json.dumps({"curves": {1: cost.points}, "seconds": seconds}).encode())
+    return Calibration(cost, seconds, path, busy)
 
 
-def packed_cost(lm: LanguageModel) -> PassCost:
-    """``lm``'s stored packed curve (`calibrate`), else `DEFAULT_COST` (also for a model that cannot batch).
-    Reads the cache; measures nothing, changes nothing."""
-    return pass_cost(lm, packed=True) if lm.batchable else DEFAULT_COST
+def curve_of(seconds: dict[int, float]) -> PassCost:
+    """The curve of measured ``seconds`` per pass by tokens fed, relative to a one-token pass (which they must
+    include), each point capped by the cheapest wider pass. Changes nothing."""
+    if 1 not in seconds:
+        raise ValueError("a pass-cost curve needs a one-token pass")
+    capped, cheapest = {}, float("inf")
+    for fed in sorted(seconds, reverse=True):
+        # A pass never costs more than a wider one: a slow outlier (a stall, a page fault) would otherwise
+        # make drafting avoid that width for good, so each point is capped by the cheapest wider one.
+        capped[fed] = cheapest = min(seconds[fed], cheapest)
+    return PassCost(tuple((fed, capped[fed] / capped[1]) for fed in sorted(capped)))
 
 
 def others_running(samples: int = 5, every: float = 0.01) -> int:
@@ -102,13 +114,11 @@ def others_running(samples: int = 5, every: float = 0.01) -> int:
     return max(0, min(counts))
 
 
-def measure(lm: LanguageModel) -> dict[tuple[int, int], float]:
+def measure(lm: LanguageModel) -> dict[int, float]:
     """Median seconds of a packed pass feeding each of `TOKENS` (up to ``lm.max_pass_tokens``), round-robin over
-    `ROWS` rows of `CONTEXT` kept slots, keyed ``(1, tokens)`` (`packed_seconds`). Runs passes on fresh caches;
-    changes nothing else."""
+    `ROWS` rows of `CONTEXT` kept slots (`packed_seconds`). Runs passes on fresh caches; changes nothing else."""
     cap = lm.max_pass_tokens
-    sizes = [n for n in TOKENS if cap is None or n <= cap]
-    return {(1, n): seconds for n, seconds in packed_seconds(lm, ROWS, sizes).items()}
+    return packed_seconds(lm, ROWS, [n for n in TOKENS if cap is None or n <= cap])
 
 
 @torch.no_grad()

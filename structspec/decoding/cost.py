@@ -1,29 +1,28 @@
-"""How many tokens a draft should have: the tokens a verify pass is expected to keep against what it costs.
+"""What a target pass costs, and the tokens a draft and a pass should have for it.
 
 A target pass costs a fixed part (reading the weights, launching kernels) plus
 a part per fed token (the matrix products). On a GPU the per-token part is
 close to nothing up to hundreds of tokens, so long drafts are free; on a CPU a
 fed token costs a sizeable share of a pass, and a 10-token draft of which two
-are kept makes a pass slower than it saves. In a batch the fixed part is shared
-and the tokens of every row add up, so a row's drafts should be shorter still.
-`PassCost` is that curve. `DraftLength` learns, per row, how often the i-th drafted token is accepted once
-the ones before it were; with padded curves stored by ``structspec pass-cost --store`` (opt-in) it asks the
-drafter for the length with the most expected output tokens per unit of the row's share of the pass.
+are kept makes a pass slower than it saves. A pass packs every row's window
+into one sequence (`structspec.models.packed_slots`), so it costs what the
+tokens it feeds in all cost, whatever the rows; a row alone is a pass of one
+row. `PassCost` is that one curve, measured for the model, dtype, device,
+kernels and threads by an explicit calibration (`structspec.decoding.calibrate`,
+``structspec calibrate``) and stored (`curve_path`); a model without a stored
+curve drafts by `DEFAULT_COST`.
 
-A pass packs every row's window into one sequence
-(`structspec.models.packed_slots`), so it costs what the tokens fed cost, not
-rows × the longest window; a row alone is a batch of one. `choose_widths` cuts each greedy row's window
-to the length whose expected kept tokens — drafted ones and the forced text a finished value lets the candidate
-splice in after them — pay for what they add to the pass, on the packed curve: the cost of a pass against the
-tokens it feeds, measured for the model, dtype, device, kernels and threads by an explicit calibration
-(`structspec.decoding.calibrate`, ``structspec calibrate``) and stored beside the padded curves. Where drafted
-tokens cost more than they keep, every row is fed its pending tokens only: plain masked decoding's pass, the
-crossover where drafting turns itself off. A model without a stored curve drafts by `DEFAULT_COST`.
+Two decisions read it. `DraftLength` learns, per row, how often the i-th drafted token is accepted once the ones
+before it were, and asks the drafter for the length with the most expected output tokens per unit of a pass that
+feeds them, as if the row were alone. `choose_widths` cuts each greedy row's window to the length whose expected
+kept tokens — drafted ones and the forced text spliced after them — pay for what they add to the pass. Where
+drafted tokens cost more than they keep, every row is fed its pending tokens only: plain masked decoding's pass,
+the crossover where drafting turns itself off.
 
-No clock is read while decoding and nothing is measured: a run's passes depend only on the stored curves, and a
-sampled row's draft only on its own history and the stored curve: it always chooses as if alone and is never
-cut, so a seed reproduces its sample in any batch and at every run. A greedy row's output never depends on its
-drafts, so cutting it by a measured curve changes passes, not tokens.
+No clock is read while decoding and nothing is measured: a run's passes depend only on the stored curve, and a
+sampled row's draft only on its own history and the curve: it always chooses as if alone and is never cut, so a
+seed reproduces its sample in any batch and at every run. A greedy row's output never depends on its drafts, so
+cutting it by a measured curve changes passes, not tokens.
 """
 
 from __future__ import annotations
@@ -35,48 +34,32 @@ from pathlib import Path
 
 import torch
 
-from structspec.cache import cache_dir, write_atomic
+from structspec.cache import cache_dir
 from structspec.models.protocol import LanguageModel
 
 PRIOR = (2.0, 1.0)  # pseudo-counts (accepted, rejected) of every position: an untried length looks decent
 
 
-Points = tuple[tuple[int, float], ...]  # (tokens fed per row, seconds relative to one row's one-token pass)
-
-
 @dataclass(frozen=True)
 class PassCost:
-    """Seconds of a pass against tokens fed per row, relative to one row's one-token pass: one curve per
-    measured batch size (``curves[rows]``), linear between its points and along its last slope beyond."""
+    """Seconds of a pass against the tokens it feeds in all, relative to a one-token pass: linear between
+    ``points`` ((tokens fed, cost) by tokens fed, the first at one token) and along the last slope beyond."""
 
-    curves: dict[int, Points]
+    points: tuple[tuple[int, float], ...]
 
     @classmethod
     def linear(cls, per_token: float) -> PassCost:
-        """One row: a one-token pass 1.0, each more token ``per_token`` (no batch curves)."""
-        return cls({1: ((1, 1.0), (2, 1.0 + per_token))})
+        """A one-token pass 1.0, each more token ``per_token``."""
+        return cls(((1, 1.0), (2, 1.0 + per_token)))
 
-    def __call__(self, fed: int, rows: int = 1) -> float:
-        """A row's share of a pass where ``rows`` rows are fed ``fed`` tokens each: the whole pass's cost,
-        linear in the row count between the two nearest measured batch sizes, divided by ``rows``; past the
-        largest measured size, that size's share. Changes nothing."""
-        sizes = sorted(self.curves)
-        below = max((n for n in sizes if n <= rows), default=sizes[0])
-        above = min((n for n in sizes if n >= rows), default=sizes[-1])
-        if below == above:  # a measured size, or outside the measured ones
-            return self._whole(below, fed) / below
-        low, high = self._whole(below, fed), self._whole(above, fed)
-        return (low + (high - low) * (rows - below) / (above - below)) / rows
-
-    def _whole(self, size: int, fed: int) -> float:
-        """The cost of a pass of ``size`` rows fed ``fed`` tokens each, on that size's curve: linear between its
-        points and along its last slope beyond."""
-        pts = self.curves[size]
-        for i in range(1, len(pts)):
-            if fed <= pts[i][0] or i == len(pts) - 1:  # between two points, or past the last one
-                (n0, c0), (n1, c1) = pts[i - 1], pts[i]
-                return c0 + (c1 - c0) * (fed - n0) / (n1 - n0)
-        return pts[0][1]  # a single point: flat
+    def __call__(self, fed: int) -> float:
+        """The cost of a pass feeding ``fed`` tokens. Changes nothing."""
+        pts = self.points
+        if len(pts) == 1:
+            return pts[0][1]  # a single point: flat
+        i = next((i for i in range(1, len(pts)) if fed <= pts[i][0]), len(pts) - 1)  # the segment, or the last
+        (n0, c0), (n1, c1) = pts[i - 1], pts[i]
+        return c0 + (c1 - c0) * (fed - n0) / (n1 - n0)
 
 
 DEFAULT_COST = PassCost.linear(0.0)
@@ -87,8 +70,8 @@ of tokens; on a CPU, calibrate: ``structspec calibrate --model NAME``)."""
 
 def choose_widths(gains: list[list[float]], cost: PassCost, floors: list[int], cap: int | None = None) -> list[int]:
     """Each row's tokens fed in one packed pass: from ``floors[b]`` up, the extension with the most expected tokens
-    per fed token first, taken while the pass's expected tokens per unit of its cost (``cost(total tokens)``, a
-    packed curve: `structspec.decoding.calibrate.packed_cost`) do not fall, ``cap`` tokens in all at most.
+    per fed token first, taken while the pass's expected tokens per unit of its cost (``cost(total tokens)``,
+    `pass_cost`) do not fall, ``cap`` tokens in all at most.
     ``gains[b][w − 1]``: row ``b``'s expected tokens when fed its window's first ``w`` tokens. Ties go to the
     wider, so a flat curve (`DEFAULT_COST`) feeds every window whole. Changes nothing."""
     widths = list(floors)
@@ -115,61 +98,30 @@ def choose_widths(gains: list[list[float]], cost: PassCost, floors: list[int], c
         offers[b] = best(b)
 
 
-def curve_path(lm: LanguageModel, packed: bool = False) -> Path | None:
-    """Where ``lm``'s stored curves live (``$STRUCTSPEC_CACHE/pass-cost``, by name, dtype, device type, kernels
-    and, on the CPU, torch's thread count; ``packed``: the packed curve's own file); None for a model without a
-    name, or whose name is only its class's (built in memory: two such models of one class would share a curve).
-    Changes nothing."""
-    name, device, dtype = lm.name, lm.device, lm.dtype
+def curve_path(lm: LanguageModel) -> Path | None:
+    """Where ``lm``'s stored curve lives (``$STRUCTSPEC_CACHE/pass-cost``, by name, dtype, device type, kernels
+    and, on the CPU, torch's thread count); None for a model without a name, or whose name is only its class's
+    (built in memory: two such models of one class would share a curve). Changes nothing."""
+    name, device = lm.name, lm.device
     if not name or name == type(getattr(lm, "model", None)).__name__:
         return None  # a model built in memory is named by its class, which names no weights: no curve of its own
     # another curve entirely; "2": oneDNN's layers take a pass in one call, not in calls of 16 rows
     kernels = "-onednn2" if lm.kernels == "onednn" else ""
-    tail = f"{kernels}-packed" if packed else kernels
     threads = f"-t{torch.get_num_threads()}" if device.type == "cpu" else ""  # a CPU pass's cost is the threads'
-    dtype_name = str(dtype).removeprefix("torch.")
-    key = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{name}-{dtype_name}-{device.type}{threads}{tail}")
+    dtype = str(lm.dtype).removeprefix("torch.")
+    # "-packed": by the tokens a packed pass feeds in all (files without it hold per-row curves, no longer read)
+    key = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{name}-{dtype}-{device.type}{threads}{kernels}-packed")
     return cache_dir("pass-cost") / f"{key}.json"
 
 
-def pass_cost(lm: LanguageModel, packed: bool = False) -> PassCost:
-    """``lm``'s stored curves (``packed``: its packed curve, a one-row curve over the tokens a packed pass feeds in
-    all), else `DEFAULT_COST`. Reads the cache; changes nothing."""
-    path = curve_path(lm, packed)
-    if path is not None and path.exists():
-        stored = json.loads(path.read_text())["curves"]
-        return PassCost({int(rows): tuple((int(n), float(c)) for n, c in pts) for rows, pts in stored.items()})
-    return DEFAULT_COST
-
-
-def store_pass_cost(lm: LanguageModel, seconds: dict[tuple[int, int], float], packed: bool = False) -> Path:
-    """Store ``lm``'s curves (`curve_of`) from measured ``seconds`` per pass by (rows, tokens fed per row); must
-    include one row's one-token pass (``packed``: the packed curve, rows 1, tokens fed in all). Later decoding
-    with the model drafts by them. Writes the cache."""
-    path = curve_path(lm, packed)
-    if path is None:
-        raise ValueError("curves are stored for a named model on a device")
-    curves = curve_of(seconds).curves
-    raw = {f"{rows}x{fed}": s for (rows, fed), s in seconds.items()}
-    write_atomic(path, json.dumps({"curves": curves, "seconds": raw}).encode())
-    return path
-
-
-def curve_of(seconds: dict[tuple[int, int], float]) -> PassCost:
-    """The curves of measured ``seconds`` per pass by (rows, tokens fed per row), relative to one row's one-token
-    pass (which they must include), each point capped by the cheapest wider pass. Changes nothing."""
-    if (1, 1) not in seconds:
-        raise ValueError("a pass-cost curve needs one row's one-token pass")
-    capped: dict[tuple[int, int], float] = {}
-    cheapest: dict[int, float] = {}  # per row count: the cheapest pass at least as wide as the current one
-    for rows, fed in sorted(seconds, reverse=True):
-        # A pass never costs more than a wider one: a slow outlier (a stall, a page fault) would otherwise
-        # make drafting avoid that width for good, so each point is capped by the cheapest wider one.
-        capped[rows, fed] = cheapest[rows] = min(seconds[rows, fed], cheapest.get(rows, float("inf")))
-    curves: dict[int, list[tuple[int, float]]] = {}
-    for rows, fed in sorted(capped):  # the unit stays one row's one-token pass, capped too
-        curves.setdefault(rows, []).append((fed, capped[rows, fed] / capped[1, 1]))
-    return PassCost({rows: tuple(points) for rows, points in curves.items()})
+def pass_cost(lm: LanguageModel) -> PassCost:
+    """``lm``'s stored curve (`structspec.decoding.calibrate.calibrate`), else `DEFAULT_COST`. Reads the cache;
+    measures nothing, changes nothing."""
+    path = curve_path(lm)
+    if path is None or not path.exists():
+        return DEFAULT_COST
+    points = json.loads(path.read_text())["curves"]["1"]  # one curve, stored under "1" (rows: a packed pass's one)
+    return PassCost(tuple((int(n), float(c)) for n, c in points))
 
 
 @dataclass
@@ -187,17 +139,10 @@ class DraftLength:
     kept: list[int] = field(default_factory=list)
 
     def choose(self, fed: int, cap: int) -> int:
-        """The draft length in ``[0, cap]`` maximizing (1 + expected accepted) / the cost of a one-row pass
-        where ``fed`` tokens go in besides the draft. Changes nothing."""
-        best, best_value = 0, 1.0 / self.cost(fed)
-        expected, survive = 0.0, 1.0
-        for k in range(1, cap + 1):
-            survive *= self.hazard(k - 1)
-            expected += survive
-            value = (1.0 + expected) / self.cost(fed + k)
-            if value > best_value:
-                best, best_value = k, value
-        return best
+        """The draft length in ``[0, cap]`` maximizing (1 + expected accepted) / the cost of a pass where ``fed``
+        tokens go in besides the draft (the row as if alone), the shortest of equals. Changes nothing."""
+        kept = [0.0, *self.expected_kept(list(range(-1, cap - 1)), [True] * cap)]  # a chain of drafter tokens
+        return max(range(cap + 1), key=lambda k: ((1.0 + kept[k]) / self.cost(fed + k), -k))
 
     def expected_kept(self, parents: list[int], drafted: list[bool]) -> list[float]:
         """Expected tokens a verify pass keeps of a candidate (a chain or a token tree, ``parents[i]``: node

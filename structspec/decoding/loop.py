@@ -19,11 +19,10 @@ from dataclasses import replace
 import torch
 
 from structspec.decoding.cost import choose_widths, pass_cost
-from structspec.decoding.calibrate import packed_cost
 from structspec.decoding.candidate import DraftRequest
 from structspec.decoding.drafter import TreeDrafting
-from structspec.decoding.passes import Cropped, Slots, TargetCache, run_pass
-from structspec.decoding.row import Decoded, DecodeOptions, RowDecode, RowInput
+from structspec.decoding.passes import Cropped, Slots, run_pass
+from structspec.decoding.row import Committed, Decoded, DecodeOptions, RowDecode, RowInput
 from structspec.decoding.window import Window
 from structspec.models.packed_slots import PackedSlots
 from structspec.models.protocol import LanguageModel
@@ -31,25 +30,19 @@ from structspec.models.prefix_cache import prefill_prompt
 
 Emitted = tuple[list[int], list[str]]
 """The output tokens one turn added (forced, accepted drafts and the target's own) and their sources."""
+Offer = Window | DraftRequest  # what a row offers a turn's pass (a row alone never waits on a batch's draft pass)
 
 
 def decode_steps(lm: LanguageModel, item: RowInput, options: DecodeOptions) -> Generator[Emitted, None, Decoded]:
     """Constrained decoding of ``item`` (its FSM's language after its prompt, its drafter and generator) with
-    ``lm``, one turn at a time.
-
-    Yields each turn's new output tokens as they are accepted (their concatenation is the output) and
-    returns the `Decoded` (stop reason "error" with its `UnspellableError` where the output reached a state the
-    vocabulary cannot spell on from). Each step runs at most one target pass. Samples with the item's
-    generator, else one seeded with ``options.seed``. A tree drafter on a model that batches (`LM.batchable`)
-    runs on the slot path, where token trees are verified; elsewhere it drafts chains. A greedy row is fed what
-    pays, as a batch of one (`choose_widths` on the model's packed pass-cost curve:
-    `structspec.decoding.calibrate.packed_cost`).
-    """
-    row = RowDecode.start(_seeded(item, options), options, lm, pass_cost(lm))
-    cache, fit = _own_cache(lm, row, item), _fit_alone(lm, options)
+    ``lm``, one turn (at most one target pass) at a time: yields each turn's new output tokens as they are
+    accepted (their concatenation is the output) and returns the `Decoded` (stop reason "error" with its
+    `UnspellableError` where the output reached a state the vocabulary cannot spell on from). Changes the item's
+    drafter and generator."""
+    row, turn = _alone(lm, item, options)
     told = 0  # output tokens already yielded
     while not isinstance(offer := row.prepare(), Decoded):  # a window, until the row stops
-        (done,) = run_pass(lm, cache, [(row, fit(offer))])  # the row commits the pass's logits
+        done = turn(offer)
         if done.token_ids:
             yield done.token_ids, done.sources
             told += len(done.token_ids)
@@ -61,44 +54,36 @@ def decode_steps(lm: LanguageModel, item: RowInput, options: DecodeOptions) -> G
 def decode(lm: LanguageModel, item: RowInput, options: DecodeOptions) -> Decoded:
     """Constrained decoding of ``item`` with ``lm``: `decode_steps`' turns run out, nothing yielded. Changes the
     item's drafter and generator."""
-    row = RowDecode.start(_seeded(item, options), options, lm, pass_cost(lm))
-    cache, fit = _own_cache(lm, row, item), _fit_alone(lm, options)
+    row, turn = _alone(lm, item, options)
     while not isinstance(offer := row.prepare(), Decoded):
-        run_pass(lm, cache, [(row, fit(offer))])
+        turn(offer)
     return offer
 
 
-def _seeded(item: RowInput, options: DecodeOptions) -> RowInput:
-    """``item``, with a generator seeded by ``options.seed`` where it has none. Changes nothing."""
+def _alone(lm: LanguageModel, item: RowInput, options: DecodeOptions) -> tuple[RowDecode, Callable[[Offer], Committed]]:
+    """``item``'s row (its generator seeded by ``options.seed`` where it has none) and its turn: the row's window
+    fed to one target pass (`run_pass`) on a KV cache of the row's own, cropped back over rejected drafts, or
+    slots of its own where the item's tree drafter drafts token trees (on a model that batches); a greedy row's
+    window cut to what pays as a batch of one (`choose_widths` on `pass_cost`), a sampled row's fed whole (its
+    draft was drawn with its generator). The prompt but its last token is prefilled where the model prefills
+    apart. Changes the model's prefix cache."""
     if item.generator is None and options.seed is not None:
-        return replace(item, generator=torch.Generator().manual_seed(options.seed))
-    return item
-
-
-def _own_cache(lm: LanguageModel, row: RowDecode, item: RowInput) -> TargetCache:
-    """A KV cache of the row's own, cropped back over rejected drafts; slots of its own where ``item``'s tree
-    drafter drafts token trees (on a model that batches). Its prompt but the last token prefilled where the
-    model prefills apart. Changes the row and the model's prefix cache."""
-    kv = lm.new_cache()
+        item = replace(item, generator=torch.Generator().manual_seed(options.seed))
+    cost, cap, kv = pass_cost(lm), lm.max_pass_tokens, lm.new_cache()
+    row = RowDecode.start(item, options, lm, cost)
     slots = PackedSlots(kv, 1) if isinstance(item.drafter, TreeDrafting) and lm.batchable else None
     if lm.prefills_apart and len(item.prompt_ids) > 1:
         _prefill_apart(lm, kv, slots, row, item.prompt_ids)
-    return Slots(slots) if slots is not None else Cropped(kv)
+    cache = Slots(slots) if slots is not None else Cropped(kv)
 
-
-def _fit_alone(lm: LanguageModel, options: DecodeOptions) -> Callable[[Window | DraftRequest], Window]:
-    """How a row alone's window is cut: a greedy row's to what pays as a batch of one (`choose_widths` on the
-    packed curve), a sampled row's kept whole (its draft was drawn with its generator). Changes nothing."""
-    packed, cap = packed_cost(lm), lm.max_pass_tokens
-
-    def fit(window: Window | DraftRequest) -> Window:
+    def turn(window: Offer) -> Committed:
         assert isinstance(window, Window), "a row alone drafts from a cache of its own: it never waits on a batch"
-        if options.sampling.do_sample:
-            return window
-        limit = cap if cap is not None and len(window.pending) < cap else None
-        return window.first(choose_widths([list(window.gains)], packed, [len(window.pending)], limit)[0])
+        if not window.sampled:
+            limit = cap if cap is not None and len(window.pending) < cap else None
+            window = window.first(choose_widths([list(window.gains)], cost, [len(window.pending)], limit)[0])
+        return run_pass(lm, cache, [(row, window)])[0]
 
-    return fit
+    return row, turn
 
 
 def _prefill_apart(lm: LanguageModel, cache: object, slots: PackedSlots | None, row: RowDecode,

@@ -28,7 +28,7 @@ from structspec.decoding.masks import pass_masks
 from structspec.decoding.row import Committed, RowDecode
 from structspec.decoding.window import Window
 from structspec.models.packed_slots import PackedSlots
-from structspec.models.protocol import Allowed, LanguageModel
+from structspec.models.protocol import Allowed, KVCache, LanguageModel
 
 
 class TargetCache(Protocol):
@@ -39,7 +39,7 @@ class TargetCache(Protocol):
         windows' KV appended. Changes the cache."""
         ...
 
-    def keep(self, lm: LanguageModel, windows: list[Window], kept: list[list[int]]) -> None:
+    def keep(self, windows: list[Window], kept: list[list[int]]) -> None:
         """Drop each window's KV but its ``kept`` offsets. Changes the cache."""
         ...
 
@@ -49,17 +49,17 @@ class Cropped:
     """One row's KV cache of its own (``lm.new_cache()``): a window is fed after what it holds, and a chain's
     rejected tail is cropped off."""
 
-    cache: object
+    cache: KVCache
 
     def forward(self, lm: LanguageModel, windows: list[Window], allowed: Allowed) -> torch.Tensor:
         (window,) = windows
         assert not window.chunk, "a row alone is fed its pending tokens whole"
         return lm.forward(window.tokens, self.cache, len(window.states), allowed)
 
-    def keep(self, lm: LanguageModel, windows: list[Window], kept: list[list[int]]) -> None:
+    def keep(self, windows: list[Window], kept: list[list[int]]) -> None:
         (window,), (offsets,) = windows, kept
         if len(offsets) < len(window.tokens):  # a chain keeps a prefix: crop the rest
-            lm.crop(self.cache, window.start + len(offsets))
+            self.cache.crop_slots(window.start + len(offsets))
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ class Slots:
         return lm.forward_slots([[t for window in windows for t in window.tokens]], [positions], attend,
                                 self.slots.kv, wanted, allowed)
 
-    def keep(self, lm: LanguageModel, windows: list[Window], kept: list[list[int]]) -> None:
+    def keep(self, windows: list[Window], kept: list[list[int]]) -> None:
         self.slots.keep(kept, [len(window.tokens) for window in windows])
         self.slots.compact()
 
@@ -110,5 +110,5 @@ def run_pass(lm: LanguageModel, cache: TargetCache, fed: list[tuple[RowDecode, W
         mine = choices[r : r + n] if choices is not None else None
         committed.append(row.commit(window, logits[r : r + n], mine, model, constraint))
         r += n
-    cache.keep(lm, windows, [c.kept for c in committed])
+    cache.keep(windows, [c.kept for c in committed])
     return committed

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import time
 import weakref
+from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
@@ -152,7 +153,7 @@ class RowDecode:
     out: list[int] = field(default_factory=list)
     states: list[int] = field(default_factory=list)  # states[i]: the FSM state after out[i]
     sources: list[str] = field(default_factory=list)
-    logprobs: list[float] | None = None  # per output token, kept only with ``options.output_logprobs``
+    logprobs: list[float] = field(default_factory=list)  # per output token, computed with ``output_logprobs``
     stop: StopReason | None = None
     error: UnspellableError | None = None  # why the row stopped with "error"
     chain: Chain | None = None  # a chain still being drafted (its drafter waits on a batched draft pass)
@@ -168,8 +169,7 @@ class RowDecode:
         stats = Stats(prompt_tokens=len(item.prompt_ids), dtype=str(lm.dtype).removeprefix("torch."),
                       batch_invariant=lm.batch_invariant)
         lengths = DraftLength(cost) if item.drafter is not None else None
-        return cls(item, options, forcer, stats, lm.max_context, lengths, lm.batchable,
-                   pending=list(item.prompt_ids), logprobs=[] if options.output_logprobs else None)
+        return cls(item, options, forcer, stats, lm.max_context, lengths, lm.batchable, pending=list(item.prompt_ids))
 
     @property
     def state(self) -> int:
@@ -197,37 +197,30 @@ class RowDecode:
     def _turn(self) -> Turn | None:
         """Fast-forward the forced tokens, then stop the row (None) or say what its next candidate may be."""
         t0 = time.perf_counter()
-        forced = self.forcer.force(self.state) if self.forcer else None
-        if forced:
+        if forced := self.forcer.force(self.state) if self.forcer else None:
+            n = len(forced.token_ids)  # the FSM allowed nothing else: probability 1
+            self._emit(forced.token_ids, forced.states, [FORCED] * n, [0.0] * n)
             self.pending += forced.token_ids
-            self.out += forced.token_ids
-            self.states += forced.states
-            self.sources += [FORCED] * len(forced.token_ids)
-            if self.logprobs is not None:  # the FSM allowed nothing else: probability 1
-                self.logprobs += [0.0] * len(forced.token_ids)
         self.stats.constraint_seconds += time.perf_counter() - t0
-        budget = self.options.max_new_tokens
+        budget, fsm, state = self.options.max_new_tokens, self.item.fsm, self.state
+        room = budget if self.max_context is None else self.max_context - self.cached - len(self.pending)
         if len(self.out) > budget:
-            del self.out[budget:], self.states[budget:], self.sources[budget:]
-            if self.logprobs is not None:
-                del self.logprobs[budget:]
-            return self._finish("max_new_tokens")
+            for values in (self.out, self.states, self.sources, self.logprobs):
+                del values[budget:]
+            self.stop = "max_new_tokens"
         # the one place an unspellable state is met: drafts never enter one, only the output does
-        if (error := unspellable(self.item.fsm, self.state)) is not None:
-            self.error = error
-            return self._finish("error")
-        if self.item.fsm.is_complete(self.state):
-            return self._finish("fsm_complete")
-        limit = budget - len(self.out)  # candidate tokens
-        if self.max_context is not None:
-            room = self.max_context - self.cached - len(self.pending)
-            if room < 0:  # the pending tokens do not fit: the context is full
-                return self._finish("max_context")
-            limit = min(limit, room)
+        elif (error := unspellable(fsm, state)) is not None:
+            self.stop, self.error = "error", error
+        elif fsm.is_complete(state):
+            self.stop = "fsm_complete"
+        elif room < 0:  # the pending tokens do not fit: the context is full
+            self.stop = "max_context"
+        if self.stop is not None:
+            return None
+        limit = min(budget - len(self.out), room)  # candidate tokens
         drafted = self.lengths.choose(len(self.pending), limit) if self.lengths else 0
-        item = self.item
-        context = item.prompt_ids + self.out
-        return Turn(item.fsm, self.forcer, self.options.sampling, item.generator, context, self.state, limit, drafted)
+        context = self.item.prompt_ids + self.out
+        return Turn(fsm, self.forcer, self.options.sampling, self.item.generator, context, state, limit, drafted)
 
     def _window(self, cand: Candidate) -> Window:
         """``cand`` after the pending tokens, as a window with its gains: the pending tokens fed, then, once all
@@ -274,34 +267,29 @@ class RowDecode:
             self.item.drafter.observe(self.item.prompt_ids + self.out, cand, choices)
         return accept_tree(choices, cand.tokens, cand.parent_indices())
 
-    def _path_logprobs(self, cand: Candidate, logits: torch.Tensor, path: list[int], token: int) -> list[float] | None:
-        """With ``options.output_logprobs``, the log-probabilities of the ``path``'s tokens and ``token`` under
-        the masked ``logits`` (rows: the root's, then the one after each path node); else None. Changes
-        nothing."""
-        if self.logprobs is None:
-            return None
+    def _path_logprobs(self, cand: Candidate, logits: torch.Tensor, path: list[int], token: int) -> list[float]:
+        """The log-probabilities of the ``path``'s tokens and ``token`` under the masked ``logits`` (rows: the
+        root's, then the one after each path node) with ``options.output_logprobs``; else zeros, never read.
+        Changes nothing."""
+        if not self.options.output_logprobs:
+            return [0.0] * (len(path) + 1)
         rows = [0] + [1 + i for i in path]
         return token_logprobs(logits[rows], [cand.tokens[i] for i in path] + [token], self.options.sampling)
 
-    def _accept(self, window: Window, path: list[int], token: int, scores: list[float] | None) -> list[int]:
+    def _accept(self, window: Window, path: list[int], token: int, scores: list[float]) -> list[int]:
         """Keep the candidate's tokens on ``path`` (candidate indices from the root; a chain's accepted prefix
-        is ``range(accepted)``) and the target's ``token`` (EOS ends the row). ``scores`` are their
-        ``len(path) + 1`` log-probabilities, kept when the row keeps log-probabilities. Returns the window offsets
-        whose KV stays in the cache. Changes the row, its stats, forcer and drafter."""
+        is ``range(accepted)``) and the target's ``token`` (EOS ends the row), with their ``len(path) + 1``
+        log-probabilities ``scores``. Returns the window offsets whose KV stays in the cache. Changes the row,
+        its stats, forcer and drafter."""
         t0 = time.perf_counter()
-        cand, fed, accepted = window.candidate, len(window.pending), len(path)
+        cand, fed, accepted, fsm = window.candidate, len(window.pending), len(path), self.item.fsm
         parents = cand.parent_indices()
         last = path[-1] if path else -1
         rejected = next((i for i, p in enumerate(parents) if p == last and cand.sources[i] == FORCED), None)
         if rejected is not None and self.forcer:
             self.forcer.learn(cand.tokens[rejected], token)
-        state = self.state
-        self.out += [cand.tokens[i] for i in path]
-        self.states += [cand.states[i] for i in path]
-        self.sources += [cand.sources[i] for i in path]
-        if self.logprobs is not None:
-            assert scores is not None, "a row keeping log-probabilities is given its scores"
-            self.logprobs += scores[:accepted]
+        self._emit([cand.tokens[i] for i in path], [cand.states[i] for i in path], [cand.sources[i] for i in path],
+                   scores[:accepted])
         self.cached += fed + accepted
         self.pending = []
         self._count_drafts(cand, path)
@@ -311,23 +299,26 @@ class RowDecode:
             for i, p in enumerate(parents):
                 depth.append((depth[p] if p >= 0 else 0) + drafted[i])
             self.lengths.record(max(depth, default=0), sum(drafted[i] for i in path))
-        if accepted:
-            state = self.states[-1]
-        if self.item.fsm.is_complete(state):  # the candidate finished the output; the target's token is EOS
-            self._finish("fsm_complete")
-        elif token in self.item.fsm.eos_token_ids:
-            self._finish("eos")
+        state = self.state
+        if fsm.is_complete(state):  # the candidate finished the output; the target's token is EOS
+            self.stop = "fsm_complete"
+        elif token in fsm.eos_token_ids:
+            self.stop = "eos"
         elif len(self.out) == self.options.max_new_tokens:
-            self._finish("max_new_tokens")
+            self.stop = "max_new_tokens"
         else:
-            self.out.append(token)
-            self.states.append(self.item.fsm.next_state(state, token))  # type: ignore[arg-type]  # allowed: a state
-            self.sources.append(MODEL)
-            if self.logprobs is not None:
-                self.logprobs.append(scores[accepted])  # type: ignore[index]
+            self._emit([token], [fsm.next_state(state, token)], [MODEL], scores[accepted:])  # type: ignore[list-item]
             self.pending = [token]
         self.stats.constraint_seconds += time.perf_counter() - t0
         return list(range(fed)) + [fed + i for i in path]
+
+    def _emit(self, tokens: list[int], states: list[int], sources: list[str], logprobs: list[float]) -> None:
+        """Append output ``tokens``, the FSM state after each, their sources and log-probabilities (changes the
+        row)."""
+        self.out += tokens
+        self.states += states
+        self.sources += sources
+        self.logprobs += logprobs
 
     def prefilled(self, fed: int, seconds: float, reused: int = 0) -> None:
         """The prompt but its last token is in the cache: ``reused`` tokens from held chunks or the prompts' shared
@@ -348,11 +339,8 @@ class RowDecode:
         stats.model_tokens = sources.count(MODEL)
         spelled = self.item.fsm.vocab.token_bytes
         stats.forced_bytes = sum(len(spelled[t] or b"") for t, s in zip(out, sources) if s == FORCED)
-        return Decoded(out, sources, self.stop, stats, self.logprobs, self.error)
-
-    def _finish(self, reason: StopReason) -> None:
-        """Stop the row with ``reason`` (changes the row)."""
-        self.stop = reason
+        logprobs = self.logprobs if self.options.output_logprobs else None
+        return Decoded(out, sources, self.stop, stats, logprobs, self.error)
 
     def _count_drafts(self, cand: Candidate, path: list[int]) -> None:
         """Per-source drafted/accepted counts and drafting time of the verified candidate ``cand`` (a tree's every
@@ -365,12 +353,7 @@ class RowDecode:
                 stats.drafts.setdefault(source, DraftStats()).seconds += seconds
         if self.item.drafter is not None and cand.draft_passes:
             stats.drafts.setdefault(self.item.drafter.name, DraftStats()).draft_passes += cand.draft_passes
-        drafted: dict[str, int] = {}
-        kept: dict[str, int] = {}
-        on_path = set(path)
-        for i, source in enumerate(cand.sources):
-            drafted[source] = drafted.get(source, 0) + 1
-            kept[source] = kept.get(source, 0) + (i in on_path)
+        drafted, kept = Counter(cand.sources), Counter(cand.sources[i] for i in path)
         for source, n in drafted.items():
             entry = stats.drafts.setdefault(source, DraftStats())
             entry.drafted += n

@@ -115,7 +115,7 @@ def calibrated(lm: LM) -> None:
     and write the cache."""
     from structspec.decoding.cost import curve_path
 
-    path = curve_path(lm, packed=True)
+    path = curve_path(lm)
     if path is None or not lm.batchable or path.exists():
         return
     with warnings.catch_warnings():  # said below, in the benchmark's words

@@ -12,10 +12,9 @@ logits row and applied, one argmax read back — as the batched loop runs it.
 Tokens/s assumes ``--accepted`` output tokens per row and pass (acceptance
 comes from a run on real weights: random weights rarely agree with a draft).
 
-``--store`` measures each of ``--batch-sizes`` (1 always) at 1 to 16 tokens fed
-per row and stores the curves for the model, dtype and device: decoding then
-chooses draft lengths by them (`structspec.decoding.cost`) instead of the
-device type's default.
+``--store`` measures and stores instead the one curve decoding reads (draft
+lengths and the tokens a pass feeds, `structspec.decoding.cost`), as
+``structspec calibrate`` does (`structspec.decoding.calibrate`).
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ import torch
 
 import structspec
 from structspec.automaton import apply_token_bitmask_inplace
-from structspec.decoding.cost import store_pass_cost
+from structspec.decoding.calibrate import calibrate
 from structspec.models.device import resolve_device
 from structspec.models.invariance import pack_for_cpu, should_pack
 from structspec.models.loading import load
@@ -37,9 +36,6 @@ from structspec.models.slot_cache import SlotCache
 from structspec.models.transformers_lm import LM
 from structspec.tools.arguments import CONFIGS, pass_cost_arguments
 from structspec.tools.command import EXIT_CODES, Formatter, run_command
-
-STORED_WINDOWS = (1, 2, 3, 4, 6, 8, 12, 16)  # tokens fed: the draft lengths decoding chooses among
-
 
 def random_model(name: str, device: torch.device, dtype: torch.dtype) -> LM:
     """A random-weight model of architecture ``name`` (see `CONFIGS`), built directly on ``device``."""
@@ -128,14 +124,10 @@ def run(args: argparse.Namespace) -> int:
         pack_for_cpu(lm.model)  # as `load` does
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"{lm.name} on {gpu}, {str(dtype).removeprefix('torch.')}, {lm.kernels} kernels, context {args.context}")
-    if args.store:
-        seconds = {}
-        for rows in sorted({1, *(int(b) for b in args.batch_sizes.split(","))}):
-            for w in STORED_WINDOWS:
-                seconds[rows, w] = pass_seconds(lm, rows, w, args.context, args.repeats)[0]
-            print(f"{rows} rows: " + " ".join(f"{w}: {seconds[rows, w] * 1e3:.1f}" for w in STORED_WINDOWS)
-                  + " ms", flush=True)
-        print(f"stored in {store_pass_cost(lm, seconds)}")
+    if args.store:  # the one curve decoding reads, as `structspec calibrate` stores it
+        calibration = calibrate(lm)
+        print(" ".join(f"{fed}: {s * 1e3:.1f}" for fed, s in calibration.seconds.items()) + " ms a packed pass")
+        print(f"stored in {calibration.path}" if calibration.stored else "not stored: the machine was busy")
         return 0
     cells = []
     sizes = [int(b) for b in args.batch_sizes.split(",")]

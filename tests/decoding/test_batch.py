@@ -258,7 +258,7 @@ def test_batch_size_one_and_sliding_window_models_run_the_single_row_loop() -> N
 # pass's first costs 1.5 one-token passes, so rows are fed their pending tokens only, no draft and no spliced text;
 # STORED: a CPU-like curve (the fixed part dominates up to 8 tokens), so widths vary with what the rows bring.
 STEEP = PassCost.linear(1.5)
-STORED = PassCost({1: ((1, 1.0), (8, 1.4), (16, 2.0), (32, 3.4), (64, 6.2))})
+STORED = PassCost(((1, 1.0), (8, 1.4), (16, 2.0), (32, 3.4), (64, 6.2)))
 # long forced runs (fast-forwarded into pending, then fed in chunks) beside rows with choices
 SHIPMENT = Regex(r'\{"customer_name": "[A-Z][a-z]{1,8}", "destination_city": "(Paris|London|Tokyo)", '
                  r'"number_of_items": [0-9]{1,2}, "shipping_is_paid": (true|false)\}')
@@ -290,7 +290,7 @@ def test_windows_fit_to_the_batch_width_keep_plain_masked_tokens(kind: str, draf
     plain = alone(lm, FORCED_SPECS, FORCED_PROMPTS, fast_forward="off", draft=None)
     assert sum(r.stats.forced_tokens for r in alone(lm, FORCED_SPECS, FORCED_PROMPTS, draft=None)) > 40
     for curve in (STEEP, STORED):
-        monkeypatch.setattr(batch, "packed_cost", lambda lm, curve=curve: curve)
+        monkeypatch.setattr(batch, "pass_cost", lambda lm, curve=curve: curve)
         fits, chunks = spy_fits(monkeypatch)
         got = structspec.generate_batch(lm, FORCED_SPECS, FORCED_PROMPTS, batch_size=4, max_new_tokens=40, draft=draft)
         assert [r.token_ids for r in got] == [r.token_ids for r in plain]
@@ -305,7 +305,7 @@ def test_windows_fit_to_the_batch_width_keep_plain_masked_tokens(kind: str, draf
             assert any(length > width for length, width, _ in fits)  # drafts and spliced text were cut
         else:  # where rows bring forced text or drafts that hold, feeding them pays
             assert any(width > max(pending, 1) for _, width, pending in fits)
-    monkeypatch.setattr(batch, "packed_cost", lambda lm: DEFAULT_COST)  # no curve: every window whole
+    monkeypatch.setattr(batch, "pass_cost", lambda lm: DEFAULT_COST)  # no curve: every window whole
     fits, chunks = spy_fits(monkeypatch)
     whole = structspec.generate_batch(lm, FORCED_SPECS, FORCED_PROMPTS, batch_size=4, max_new_tokens=40, draft=draft)
     assert [r.token_ids for r in whole] == [r.token_ids for r in plain]
@@ -337,9 +337,9 @@ def test_a_chunk_feeds_pending_tokens_with_no_logits(byte_lm) -> None:
 
 @pytest.mark.slow
 def test_sampled_rows_are_never_cut_so_their_samples_do_not_depend_on_the_batch(byte_lm, monkeypatch) -> None:
-    # alone a drafted token is nearly free, in a batch a padded one costs a whole pass: were a sampled row's
-    # draft (drawn with its generator) cut to the batch's width, its next draws would differ
-    curve = PassCost({1: ((1, 1.0), (16, 1.1)), 2: ((1, 2.0), (2, 4.0))})
+    # alone a row's drafted tokens are nearly free, past 8 tokens in a pass each costs a whole pass: were a
+    # sampled row's draft (drawn with its generator) cut to the batch's width, its next draws would differ
+    curve = PassCost(((1, 1.0), (8, 1.1), (9, 2.1)))
     for module in (batch, loop):
         monkeypatch.setattr(module, "pass_cost", lambda lm: curve)
     draft = tiny_lm("byte_level", seed=7, device=DEVICE)
@@ -354,7 +354,7 @@ def test_sampled_rows_are_never_cut_so_their_samples_do_not_depend_on_the_batch(
 def test_batched_self_draft_rows_count_the_draft_passes_they_asked_for(byte_lm, monkeypatch) -> None:
     # a batched row's self-draft waits on one shared draft pass per round (a DraftRequest, not a replay): each
     # row drafts what it drafts alone and counts one draft pass per drafted token, as alone
-    monkeypatch.setattr(batch, "packed_cost", lambda lm: DEFAULT_COST)  # every window whole, as alone
+    monkeypatch.setattr(batch, "pass_cost", lambda lm: DEFAULT_COST)  # every window whole, as alone
     prompts = ["Alice from Paris ordered 12 items.", "Bob from London, 3 items", "Carol, Paris, 7 items"]
     alone = [structspec.generate_result(byte_lm, Order, p, max_new_tokens=40, draft=SelfDraft()) for p in prompts]
     batched = structspec.generate_batch(byte_lm, Order, prompts, batch_size=3, max_new_tokens=40, draft=SelfDraft())

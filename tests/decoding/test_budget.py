@@ -6,24 +6,27 @@ import pytest
 
 import structspec
 from structspec.result import DraftStats
-from structspec.decoding.cost import (DEFAULT_COST, DraftLength, PassCost, choose_widths, curve_path, pass_cost,
-                                       store_pass_cost)
+from structspec.decoding import calibrate
+from structspec.decoding.cost import DEFAULT_COST, DraftLength, PassCost, choose_widths, curve_path, pass_cost
 from structspec.testing import FakeLM, save_tiny_model, tiny_lm
 from structspec.tools import pass_cost as pass_cost_tool
 
 
+def store(lm: structspec.LM, seconds: dict[int, float], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Store ``seconds`` per pass by tokens fed as ``lm``'s curve, as a calibration on an idle machine would."""
+    monkeypatch.setattr(calibrate, "measure", lambda lm: seconds)
+    monkeypatch.setattr(calibrate, "others_running", lambda: 0)
+    assert structspec.calibrate(lm).stored
+
+
 def test_a_curve_interpolates_between_its_points_and_extends_its_last_slope() -> None:
-    cost = PassCost({1: ((1, 1.0), (4, 1.6), (8, 2.0)), 8: ((1, 2.0), (4, 4.0))})
+    cost = PassCost(((1, 1.0), (4, 1.6), (8, 2.0)))
     assert cost(1) == 1.0
     assert cost(2) == pytest.approx(1.2)
     assert cost(6) == pytest.approx(1.8)
     assert cost(12) == pytest.approx(2.4)  # 0.1 per token past 8
     assert PassCost.linear(0.5)(5) == pytest.approx(3.0)
-    # a row's share of a batched pass: the whole pass linear in the rows between measured batch sizes
-    assert cost(4, rows=8) == pytest.approx(0.5)
-    assert cost(4, rows=12) == pytest.approx(0.5)  # past the largest measured size, its share
-    assert cost(4, rows=5) == pytest.approx((1.6 + (4.0 - 1.6) * 4 / 7) / 5)  # not the 1-row curve
-    assert PassCost.linear(0.5)(5, rows=8) == pytest.approx(3.0)  # no batch curve: alone
+    assert PassCost(((1, 1.0),))(9) == 1.0  # a single point: flat
 
 
 def test_acceptance_counts_each_position_verified_after_accepted_ones() -> None:
@@ -55,7 +58,7 @@ def test_drafts_grow_where_tokens_are_cheap_and_shrink_where_drafts_fail() -> No
 
 
 @pytest.mark.slow
-def test_a_stored_curve_sets_draft_lengths_and_never_the_output() -> None:
+def test_a_stored_curve_sets_draft_lengths_and_never_the_output(monkeypatch) -> None:
     lm = tiny_lm("byte_level")
     lm.name = "budget-test"  # a curve of its own, apart from the session's shared tiny models
     nameless = FakeLM()
@@ -64,9 +67,9 @@ def test_a_stored_curve_sets_draft_lengths_and_never_the_output() -> None:
     spec = structspec.Regex(r'\{"name": "(ada|bob) (ada|bob) (ada|bob)", "n": [0-9]{1,2}\}')
     prompt = 'Copy: {"name": "ada bob ada", "n": 12} and again {"name": "ada bob ada", "n": 12}'
     runs = {}
-    for label, seconds in (("steep", {(1, 1): 1.0, (1, 2): 3.0}), ("flat", {(1, 1): 1.0, (1, 16): 1.0})):
-        store_pass_cost(lm, seconds)
-        assert pass_cost(lm)(2) == pytest.approx(seconds.get((1, 2), 1.0))
+    for label, seconds in (("steep", {1: 1.0, 2: 3.0}), ("flat", {1: 1.0, 16: 1.0})):
+        store(lm, seconds, monkeypatch)
+        assert pass_cost(lm)(2) == pytest.approx(seconds.get(2, 1.0))
         runs[label] = structspec.generate_result(lm, spec, prompt, draft="prompt_lookup", max_new_tokens=40)
     assert runs["steep"].token_ids == runs["flat"].token_ids
     lookup = {label: r.stats.drafts.get("prompt_lookup", DraftStats()) for label, r in runs.items()}
@@ -77,37 +80,34 @@ def test_a_stored_curve_sets_draft_lengths_and_never_the_output() -> None:
 
 
 @pytest.mark.slow
-def test_pass_cost_store_writes_the_curve_decoding_reads(tmp_path) -> None:
+def test_pass_cost_store_writes_the_curve_decoding_reads(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(calibrate, "others_running", lambda: 0)  # other test workers may be busy beside this one
     model_dir = save_tiny_model(tmp_path / "tiny")
-    assert pass_cost_tool.main(["--model", str(model_dir), "--store", "--repeats", "1", "--context", "8",
-                                "--batch-sizes", "2"]) == 0
+    assert pass_cost_tool.main(["--model", str(model_dir), "--store", "--repeats", "1", "--context", "8"]) == 0
     stored = pass_cost(structspec.load(str(model_dir), device="cpu"))
-    assert sorted(stored.curves) == [1, 2]
-    assert [n for n, _ in stored.curves[2]] == list(pass_cost_tool.STORED_WINDOWS)
+    assert [n for n, _ in stored.points] == list(calibrate.TOKENS)  # calibrate's curve: one measure, one curve
     assert stored(1) == 1.0
 
 
-def test_a_stored_point_never_costs_more_than_a_wider_pass() -> None:
+def test_a_stored_point_never_costs_more_than_a_wider_pass(monkeypatch) -> None:
     lm = tiny_lm("byte_level")
     lm.name = "budget-outlier-test"
     # a stall measured the 2-token pass at twice the 4-token one: stored capped by the wider pass
-    store_pass_cost(lm, {(1, 1): 1.0, (1, 2): 3.0, (1, 4): 1.5, (1, 8): 2.0, (2, 1): 2.5, (2, 2): 2.2})
+    store(lm, {1: 1.0, 2: 3.0, 4: 1.5, 8: 2.0}, monkeypatch)
     stored = pass_cost(lm)
-    assert stored.curves[1] == ((1, 1.0), (2, 1.5), (4, 1.5), (8, 2.0))
-    assert stored.curves[2] == ((1, 2.2), (2, 2.2))
+    assert stored.points == ((1, 1.0), (2, 1.5), (4, 1.5), (8, 2.0))
     assert [stored(n) for n in (1, 2, 3, 4, 8)] == sorted(stored(n) for n in (1, 2, 3, 4, 8))
     # a one-token pass measured slower than a two-token one: capped, and the unit with it
-    store_pass_cost(lm, {(1, 1): 1.2, (1, 2): 1.0, (1, 4): 1.5})
-    assert pass_cost(lm).curves[1] == ((1, 1.0), (2, 1.0), (4, 1.5))
+    store(lm, {1: 1.2, 2: 1.0, 4: 1.5}, monkeypatch)
+    assert pass_cost(lm).points == ((1, 1.0), (2, 1.0), (4, 1.5))
 
 
 @pytest.mark.slow
-def test_with_batch_curves_greedy_rows_keep_their_tokens_and_sampled_rows_their_samples() -> None:
+def test_with_a_stored_curve_greedy_rows_keep_their_tokens_and_sampled_rows_their_samples(monkeypatch) -> None:
     lm = tiny_lm("byte_level")
     lm.name = "budget-batch-test"
-    # alone a fed token is nearly free; in a batch of 2 or more it costs a whole pass
-    store_pass_cost(lm, {(1, 1): 1.0, (1, 16): 1.1, (2, 1): 2.0, (2, 2): 4.0})
-    store_pass_cost(lm, {(1, 1): 1.0, (1, 3): 1.5, (1, 4): 4.0}, packed=True)  # a batch's 4th token costs a pass
+    # alone a row's first drafted tokens are cheap; a batch of 3 feeds 3 pending tokens, and its 4th costs a pass
+    store(lm, {1: 1.0, 3: 1.5, 4: 4.0}, monkeypatch)
     spec = structspec.Regex(r'\{"name": "(ada|bob) (ada|bob) (ada|bob)", "n": [0-9]{1,2}\}')
     prompts = [f'Copy {i}: {{"name": "ada bob ada", "n": 12}} {{"name": "ada bob ada", "n": 1{i}}}' for i in range(3)]
     alone = [structspec.generate_result(lm, spec, p, max_new_tokens=40) for p in prompts]
@@ -123,7 +123,7 @@ def test_with_batch_curves_greedy_rows_keep_their_tokens_and_sampled_rows_their_
 
 
 # a packed pass against the tokens it feeds in all: the fixed part dominates up to 8 tokens, then each costs more
-PACKED = PassCost({1: ((1, 1.0), (8, 1.4), (16, 2.0), (32, 3.4), (64, 6.2))})
+PACKED = PassCost(((1, 1.0), (8, 1.4), (16, 2.0), (32, 3.4), (64, 6.2)))
 
 
 def test_packed_widths_feed_each_row_what_pays_for_its_tokens() -> None:
@@ -160,7 +160,7 @@ def test_expected_kept_tokens_of_a_cut_chain_or_tree() -> None:
 
 
 @pytest.mark.parametrize("draft", ["prompt_lookup", "lookahead"])
-def test_a_row_alone_is_fed_what_pays_on_the_packed_curve(byte_lm, monkeypatch, draft) -> None:
+def test_a_row_alone_is_fed_what_pays_on_the_curve(byte_lm, monkeypatch, draft) -> None:
     from structspec.decoding import loop
 
     schema = {"type": "object", "properties": {"name": {"type": "string"}, "tags": {"type": "array", "items": {
@@ -169,13 +169,14 @@ def test_a_row_alone_is_fed_what_pays_on_the_packed_curve(byte_lm, monkeypatch, 
     plain = structspec.generate_result(byte_lm, schema, prompt, fast_forward="off", draft=None, max_new_tokens=60)
 
     def run(cost: PassCost, **kw) -> structspec.Result:
-        monkeypatch.setattr(loop, "packed_cost", lambda lm: cost)
+        monkeypatch.setattr(loop, "pass_cost", lambda lm: cost)
         return structspec.generate_result(byte_lm, schema, prompt, draft=draft, max_new_tokens=60, **kw)
 
     flat, steep = run(DEFAULT_COST), run(PassCost.linear(0.6))
     assert flat.token_ids == steep.token_ids == plain.token_ids  # greedy: passes change, never tokens
     assert sum(steep.stats.tokens_fed) < sum(flat.stats.tokens_fed)  # failing drafts not fed
     assert max(steep.stats.tokens_fed) < max(flat.stats.tokens_fed)
+    # a sampled row's draft (drawn with its generator) is never cut; point-mass drafts: the same sample
+    monkeypatch.setattr(loop, "choose_widths", lambda *a, **k: pytest.fail("a sampled row's window was cut"))
     sampled = [run(cost, do_sample=True, seed=3) for cost in (DEFAULT_COST, PassCost.linear(0.6))]
-    assert sampled[0].token_ids == sampled[1].token_ids  # a sampled row's draft is never cut: the same sample
-    assert sampled[0].stats.tokens_fed == sampled[1].stats.tokens_fed
+    assert sampled[0].token_ids == sampled[1].token_ids

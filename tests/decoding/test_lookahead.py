@@ -27,7 +27,7 @@ from structspec.decoding.row import DecodeOptions, RowInput
 from structspec.decoding.sampling import SamplingConfig
 from structspec.decoding.verify import accept_tree
 from structspec.testing import CountingLM, restricted
-from structspec.tools.harness import methods
+from structspec.tools.benchmarks.harness import methods
 
 
 class Hero(BaseModel):
@@ -114,7 +114,7 @@ def test_lookahead_logprobs_equal_plain_logprobs(byte_lm: structspec.LM) -> None
 def test_batched_lookahead_rows_equal_plain_and_the_row_alone(kind: str, request: pytest.FixtureRequest,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     lm = request.getfixturevalue(kind)
-    monkeypatch.setattr(batch, "packed_cost", lambda lm: DEFAULT_COST)  # every window whole, as alone
+    monkeypatch.setattr(batch, "pass_cost", lambda lm: DEFAULT_COST)  # every window whole, as alone
     rows = CASES + CASES[::-1]  # mixed specs, each beside others than the first time
     base, alone = [plain(lm, *row) for row in rows], [lookahead(lm, *row) for row in rows]
     for batch_size in (1, 3):

@@ -93,6 +93,13 @@ def test_sampled_staged_drafting_draws_the_same_sample_as_plain_sampling(which: 
         assert [r.token_ids for r in batch] == plain
 
 
+class _Tokens(list):
+    """`_CopyingLM`'s cache: the tokens fed, cropped as a KV cache is."""
+
+    def crop_slots(self, length: int) -> None:
+        del self[length:]
+
+
 class _CopyingLM:
     """An LM that copies from its context, like an induction head: where the text's last few bytes occurred
     before, it prefers the longest token that spells what followed them there. Its cache is the list of
@@ -101,8 +108,8 @@ class _CopyingLM:
     def __init__(self, lm: structspec.LM) -> None:
         self.lm, self.passes = lm, 0
 
-    def new_cache(self) -> list[int]:
-        return []
+    def new_cache(self) -> _Tokens:
+        return _Tokens()
 
     def crop(self, cache: list[int], length: int) -> None:
         del cache[length:]

@@ -82,7 +82,7 @@ def test_tree_logprobs_equal_plain_logprobs(byte_lm: structspec.LM) -> None:
 def test_batched_tree_rows_equal_plain_and_the_row_alone(kind: str, request: pytest.FixtureRequest,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     lm = request.getfixturevalue(kind)
-    monkeypatch.setattr(batch, "packed_cost", lambda lm: DEFAULT_COST)  # every window whole, as alone
+    monkeypatch.setattr(batch, "pass_cost", lambda lm: DEFAULT_COST)  # every window whole, as alone
     specs, prompts = [spec for spec, _ in CASES] * 2, [prompt for _, prompt in CASES] * 2
     base = [plain(lm, spec, prompt) for spec, prompt in zip(specs, prompts)]
     alone = [tree(lm, spec, prompt) for spec, prompt in zip(specs, prompts)]
