@@ -5,7 +5,7 @@ A pass's logits rows are known before it runs (`pass_masks`: per window, a row p
 state in `Window.states`), so their masks need not wait for its logits. A row whose
 state allows few ids gets logits for those ids only (`restrict`: the LM head computes
 only them, and no mask is needed); the rest get the whole head and a bitmask.
-`MaskFill.start` packs that bitmask on a worker thread (on CUDA into pinned
+A `MaskFill` packs that bitmask on a worker thread (on CUDA into pinned
 memory, copied to the device on a side stream) during the forward pass, and
 `MaskFill.apply` masks the logits when they come back. Passes with fewer than
 `THREAD_ROWS` full rows are filled by `apply` itself, after the forward: there
@@ -34,7 +34,7 @@ from structspec.models.protocol import Allowed
 FEW = 1 / 16  # a state allowing under this share of the logits gets logits for its allowed ids only
 
 THREAD_ROWS = 64
-"""Full rows from which `MaskFill.start` fills on the worker thread; fewer are filled by `apply`. Measured on the
+"""Full rows from which a `MaskFill` is filled on the worker thread; fewer are filled by `apply`. Measured on the
 shared 2-core CPU machine at Qwen2.5's 151,936 logits (4,748 words a row; packed rows cached), quiet to loaded:
 the fill takes 15–45 µs for 1 row, 25–155 µs for 8, 55–290 µs for 32, 100–450 µs for 64; a handoff to the idle
 worker and back 60–230 µs. The fill reaches the handoff at about 64 rows, and even there a threaded pass ranged
@@ -54,7 +54,7 @@ def pass_masks(windows: list[Window], width: int, device: torch.device) -> tuple
     row, `restrict`'s answer, and the `MaskFill` of the full rows, begun. Changes nothing the caller holds."""
     rows = [(window.fsm, state) for window in windows for state in window.states]
     allowed = restrict(rows, width)
-    return allowed, MaskFill.start(rows, allowed, device)
+    return allowed, MaskFill(rows, allowed, device)
 
 
 def restrict(rows: list[tuple[TokenFSM, int]], width: int) -> Allowed:
@@ -70,28 +70,20 @@ def restrict(rows: list[tuple[TokenFSM, int]], width: int) -> Allowed:
 
 class MaskFill:
     """The packed bitmask of one pass's full logits rows (those `restrict` leaves None), applied to its logits:
-    filled on the worker thread while the model runs (`start`, from `THREAD_ROWS` full rows on), else by
-    `apply` on the calling thread."""
+    filled on the worker thread while the model runs (from `THREAD_ROWS` full rows on), else by `apply` on the
+    calling thread."""
 
-    def __init__(self, rows: list[tuple[TokenFSM, int]], allowed: Allowed) -> None:
+    def __init__(self, rows: list[tuple[TokenFSM, int]], allowed: Allowed, device: torch.device) -> None:
         """The masks of ``rows`` (per logits row, its FSM and the state that masks it) that ``allowed``
-        (`restrict`'s answer for them) leaves full, to be filled by `apply`. Changes nothing."""
+        (`restrict`'s answer for them) leaves full, for logits on ``device``: from `THREAD_ROWS` full rows on, their
+        fill begun on the worker thread (not waited for: leave ``rows`` unchanged until `apply`). Changes nothing
+        the caller holds."""
         self._rows = rows
         self._full = [i for i, ids in enumerate(allowed) if ids is None]
-        self._filled: Future[Filled] | None = None
-
-    @classmethod
-    def start(cls, rows: list[tuple[TokenFSM, int]], allowed: Allowed, device: torch.device) -> MaskFill:
-        """`MaskFill` for logits on ``device``, its fill begun on the worker thread from `THREAD_ROWS` full rows
-        on; returns without waiting for it. Leave ``rows`` unchanged until `apply`. Changes nothing the caller
-        holds."""
-        masks = cls(rows, allowed)
-        if len(masks._full) >= THREAD_ROWS:
-            masks._filled = _submit(rows, masks._full, _indexed(device))
-        return masks
+        self._filled = _submit(rows, self._full, _indexed(device)) if len(self._full) >= THREAD_ROWS else None
 
     def apply(self, logits: torch.Tensor) -> None:
-        """Mask the full rows of ``logits`` (one row per row given, on the device given to `start`) in one
+        """Mask the full rows of ``logits`` (one row per row given, on the device given) in one
         operation; the restricted rows hold their allowed ids only already and are left alone. Waits for the
         worker's fill and raises what it raised, or fills on the calling thread. Changes ``logits``."""
         if not self._full:

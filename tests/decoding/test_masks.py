@@ -90,9 +90,11 @@ def test_overlapped_masks_equal_masks_filled_after_the_pass_bit_for_bit(walks: R
     for rows, allowed, logits in passes(walks, lm, sizes):
         logits = logits.to(device)
         ours, theirs = logits.clone(), logits.clone()
-        fill = MaskFill.start(rows, allowed, torch.device(device))
+        fill = MaskFill(rows, allowed, torch.device(device))
         fill.apply(ours)
-        MaskFill(rows, allowed).apply(theirs)  # filled on this thread, after the forward
+        with monkeypatch.context() as never:
+            never.setattr(masks, "THREAD_ROWS", len(rows) + 1)
+            MaskFill(rows, allowed, torch.device(device)).apply(theirs)  # filled on this thread, after the forward
         assert torch.equal(ours, theirs)
         assert torch.equal(ours.cpu(), expected(logits.cpu(), rows, allowed))
         mixed += any(ids is None for ids in allowed) and any(ids is not None for ids in allowed)
@@ -105,7 +107,7 @@ def test_one_worker_thread_fills_pass_after_pass(walks: Rows, lm: FakeLM, monkey
     for rows, allowed, logits in passes(walks, lm, [5, 12, 1, 30] * 15, seed=1):
         watched = [(_Index(fsm, lambda: fillers.add(threading.get_ident())), state) for fsm, state in rows]
         ours = logits.clone()
-        MaskFill.start(watched, allowed, torch.device("cpu")).apply(ours)
+        MaskFill(watched, allowed, torch.device("cpu")).apply(ours)
         assert torch.equal(ours, expected(logits, rows, allowed))
     assert len(fillers) == 1 and threading.get_ident() not in fillers
 
@@ -118,9 +120,9 @@ def test_a_pass_without_full_rows_changes_nothing(walks: Rows, lm: FakeLM, threa
     rows = narrow[:3] * 3
     logits = torch.randn(len(rows), lm.logits_width)
     ours = logits.clone()
-    MaskFill.start(rows, restrict(rows, lm.logits_width), torch.device("cpu")).apply(ours)
+    MaskFill(rows, restrict(rows, lm.logits_width), torch.device("cpu")).apply(ours)
     assert torch.equal(ours, logits)
-    MaskFill.start([], [], torch.device("cpu")).apply(torch.empty(0, lm.logits_width))
+    MaskFill([], [], torch.device("cpu")).apply(torch.empty(0, lm.logits_width))
 
 
 def _boom() -> None:
@@ -132,23 +134,23 @@ def test_a_failing_fill_raises_from_apply(walks: Rows, lm: FakeLM, thread_rows: 
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(masks, "THREAD_ROWS", thread_rows)
     fsm, state = next((fsm, state) for fsm, state in walks if restrict([(fsm, state)], lm.logits_width) == [None])
-    failing = MaskFill.start([(_Index(fsm, _boom), state)] * 3, [None] * 3, torch.device("cpu"))
+    failing = MaskFill([(_Index(fsm, _boom), state)] * 3, [None] * 3, torch.device("cpu"))
     with pytest.raises(RuntimeError, match="the fill failed"):
         failing.apply(torch.randn(3, lm.logits_width))
     logits = torch.randn(3, lm.logits_width)  # the next pass is not hurt
     ours = logits.clone()
-    MaskFill.start([(fsm, state)] * 3, [None] * 3, torch.device("cpu")).apply(ours)
+    MaskFill([(fsm, state)] * 3, [None] * 3, torch.device("cpu")).apply(ours)
     assert torch.equal(ours, expected(logits, [(fsm, state)] * 3, [None] * 3))
 
 
-def test_start_returns_before_the_fill_ends(walks: Rows, lm: FakeLM, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_mask_fill_returns_before_the_fill_ends(walks: Rows, lm: FakeLM, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(masks, "THREAD_ROWS", 1)
     fsm, state = next((fsm, state) for fsm, state in walks if restrict([(fsm, state)], lm.logits_width) == [None])
     gate, opened = threading.Event(), []
     gated = _Index(fsm, lambda: opened.append(gate.wait(timeout=10)))  # a fill on the caller's thread times out
     rows = [(gated, state), (fsm, state)]
-    fill = MaskFill.start(rows, [None, None], torch.device("cpu"))
-    gate.set()  # only once `start` has returned
+    fill = MaskFill(rows, [None, None], torch.device("cpu"))
+    gate.set()  # only once the fill was begun and `MaskFill` returned
     logits = torch.randn(2, lm.logits_width)
     ours = logits.clone()
     fill.apply(ours)
