@@ -199,10 +199,10 @@ def _run_calibrate(args: argparse.Namespace) -> int:
     with warnings.catch_warnings():  # the busy machine is said below, with the exit code
         warnings.simplefilter("ignore", RuntimeWarning)
         calibration = structspec.calibrate(lm, store_busy=args.store_busy)
-    one = calibration.seconds[1, 1]
+    one = calibration.seconds[1]
     print(f"{lm.name}, {str(lm.dtype).removeprefix('torch.')} on {lm.device}, {lm.kernels} kernels")
     print(f"{'tokens fed':>10} {'ms/pass':>9} {'× 1 token':>10}")
-    for (_, fed), seconds in sorted(calibration.seconds.items()):
+    for fed, seconds in sorted(calibration.seconds.items()):
         print(f"{fed:>10} {seconds * 1e3:>9.2f} {calibration.cost(fed):>10.2f}")
     if calibration.stored:
         print(f"stored in {calibration.path}")

@@ -20,7 +20,7 @@ from rich.console import Console
 import structspec
 from structspec.tools.cli import main
 from structspec.decoding import calibrate
-from structspec.decoding.cost import curve_path
+from structspec.decoding.cost import curve_path, pass_cost
 from structspec.tools.command import EXIT_BUSY, EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK
 from structspec.tools.demo import DEMO_DOCUMENT, demo
 from structspec.jobs.runner import load_model
@@ -194,12 +194,12 @@ def test_calibrate_stores_the_curve_and_says_when_the_machine_was_busy(
     captured = capsys.readouterr()
     assert "not stored: 1 thread(s) of other work" in captured.err and "--store-busy" in captured.err
     lm = structspec.load(str(job["model"]), "cpu", "float32")
-    assert not curve_path(lm, packed=True).exists()
+    assert not curve_path(lm).exists()
     monkeypatch.setattr(calibrate, "others_running", lambda: 0)
     assert main(command) == EXIT_OK
     out = capsys.readouterr().out
-    assert f"stored in {curve_path(lm, packed=True)}" in out and re.search(r"\n\s+64\s+[0-9.]+\s+[0-9.]+\n", out)
-    assert calibrate.packed_cost(lm).curves[1][-1][0] == 64  # what decoding with that model now reads
+    assert f"stored in {curve_path(lm)}" in out and re.search(r"\n\s+64\s+[0-9.]+\s+[0-9.]+\n", out)
+    assert pass_cost(lm).points[-1][0] == 64  # what decoding with that model now reads
 
 
 @pytest.mark.slow
