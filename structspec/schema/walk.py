@@ -1,4 +1,4 @@
-"""What the checks of one kind of node (`numbers`, `strings`, `objects`) need of the checker's walk over a
+"""What the checks of one kind of node (`numbers`, `strings`, `objects`, `literals`) need of the checker's walk over a
 schema document: the contract `checker` fulfils, so those checks never import the checker (imports run one way)."""
 
 from __future__ import annotations

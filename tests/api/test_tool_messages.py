@@ -131,7 +131,7 @@ def test_a_chat_template_renders_the_next_turn(byte_lm) -> None:
 
 
 def test_toolbench_reports_the_calls_written_as_text() -> None:
-    from structspec.tools.toolbench import Tally, markdown
+    from structspec.tools.benchmarks.toolbench import Tally, markdown
 
     shown = markdown({"plain masked": Tally(unmarked=2), "fast-forward": Tally()})
     assert "Calls written as text without the markers" in shown and "plain masked 2." in shown
