@@ -11,6 +11,14 @@ from structspec.automaton.nfa import ByteNFA
 DEAD = 0
 
 
+def _cell(state: int) -> bytes:
+    """``state`` as a row's bytes hold it (int32, little-endian)."""
+    return state.to_bytes(4, "little")
+
+
+_DEAD_CELL = _cell(DEAD)
+
+
 class LazyDFA:
     """The subset construction of a `ByteNFA`, built as states are reached.
 
@@ -22,15 +30,17 @@ class LazyDFA:
 
     def __init__(self, nfa: ByteNFA) -> None:
         self.nfa = nfa
-        self._sets: list[frozenset[int]] = [frozenset()]
-        self._ids: dict[frozenset[int], int] = {frozenset(): DEAD}
+        # A state is its NFA positions, ascending (a tuple, as `ByteNFA.closure` gives them: no set kept per state)
+        self._sets: list[tuple[int, ...]] = [()]
+        self._ids: dict[tuple[int, ...], int] = {(): DEAD}
         self.table = np.zeros((64, 256), dtype=np.int32)
         self.built = np.zeros(64, dtype=bool)
         self.built[DEAD] = True
         self._lock = threading.Lock()
         # positions a byte enters → the state of their closure: rows of one region (a string's characters, the
         # last byte of a multi-byte character) enter the same positions
-        self._entered: dict[frozenset[int], int] = {}
+        self._entered: dict[tuple[int, ...], int] = {}
+        self._entered_one: dict[int, bytes] = {}  # one position entered → its state, as a row's 4 bytes hold it
         self.initial = self._intern(nfa.closure(nfa.start))
 
     def __getstate__(self) -> dict:
@@ -45,7 +55,7 @@ class LazyDFA:
     def __len__(self) -> int:
         return len(self._sets)
 
-    def _intern(self, states: frozenset[int]) -> int:
+    def _intern(self, states: tuple[int, ...]) -> int:
         d = self._ids.get(states)
         if d is None:
             d = self._ids[states] = len(self._sets)
@@ -72,15 +82,54 @@ class LazyDFA:
                 self._build(d)
 
     def _build(self, d: int) -> None:
-        # Swept by byte range, not byte by byte: a range of bytes that enters the same NFA positions (a string's
-        # characters) is one DFA state, interned once.
+        moves = sorted([m for s in self._sets[d] for m in self.nfa.moves(s)])  # (by byte range)
+        if all(a[1] < b[0] or a[:2] == b[:2] for a, b in zip(moves, moves[1:])):  # ranges equal or disjoint
+            segments = self._partition(moves)
+        else:
+            segments = self._sweep(moves)
+        # The row is written as bytes joined once: a numpy write per range would cost more than the rest of the row.
+        parts, at = [], 0
+        for lo, end, cell in segments:
+            parts += (_DEAD_CELL * (lo - at), cell * (end - lo))
+            at = end
+        parts.append(_DEAD_CELL * (256 - at))
+        # after interning, which may have grown (and copied) the table
+        self.table[d] = np.frombuffer(b"".join(parts), dtype="<i4")
+        self.built[d] = True
+
+    def _partition(self, moves: list[tuple[int, int, int]]) -> list[tuple[int, int, bytes]]:
+        """The live (low byte, end byte, state cell) segments of sorted ``moves`` whose ranges are equal or
+        disjoint (most rows: a literal's next byte, a string's characters, alternatives on the same class)."""
+        segments: list[tuple[int, int, bytes]] = []
+        one, many, closure = self._entered_one, self._entered, self.nfa.closure
+        i, n = 0, len(moves)
+        while i < n:
+            lo, hi, to = moves[i]
+            j = i + 1
+            while j < n and moves[j][0] == lo and moves[j][1] == hi:
+                j += 1
+            if j == i + 1:  # one position entered: no set to build
+                cell = one.get(to)
+                if cell is None:
+                    cell = one[to] = _cell(self._intern(closure(to)))
+            else:
+                key = tuple(dict.fromkeys([m[2] for m in moves[i:j]]))  # (ascending: the moves are sorted)
+                state = many.get(key)
+                if state is None:
+                    state = many[key] = self._intern(self._union(key))
+                cell = _cell(state)
+            segments.append((lo, hi + 1, cell))
+            i = j
+        return segments
+
+    def _sweep(self, moves: list[tuple[int, int, int]]) -> list[tuple[int, int, bytes]]:
+        """The live (low byte, end byte, state cell) segments of overlapping ``moves``, ascending: swept by byte range,
+        not byte by byte, so a range of bytes that enters the same positions is one DFA state, interned once."""
         changes: dict[int, list[tuple[int, int]]] = {0: [], 256: []}  # byte → (position, +1 entering / -1 leaving)
-        for s in self._sets[d]:
-            for lo, hi, to in self.nfa.moves(s):
-                changes.setdefault(lo, []).append((to, 1))
-                changes.setdefault(hi + 1, []).append((to, -1))
-        row = np.empty(256, dtype=np.int32)
-        interned = self._entered
+        for lo, hi, to in moves:
+            changes.setdefault(lo, []).append((to, 1))
+            changes.setdefault(hi + 1, []).append((to, -1))
+        interned, segments = self._entered, []
         active: dict[int, int] = {}  # position → how many of the ranges covering this byte enter it
         cuts = sorted(changes)
         for lo, end in zip(cuts, cuts[1:]):
@@ -88,12 +137,20 @@ class LazyDFA:
                 active[to] = active.get(to, 0) + change
                 if not active[to]:
                     del active[to]
-            key = frozenset(active)
-            if key not in interned:
-                interned[key] = self._intern(frozenset().union(*map(self.nfa.closure, key)))
-            row[lo:end] = interned[key]
-        self.table[d] = row  # after interning, which may have grown (and copied) the table
-        self.built[d] = True
+            if active:
+                key = tuple(sorted(active))
+                state = interned.get(key)
+                if state is None:
+                    state = interned[key] = self._intern(self._union(key))
+                segments.append((lo, end, _cell(state)))
+        return segments
+
+    def _union(self, positions: tuple[int, ...]) -> tuple[int, ...]:
+        """The closures of ``positions`` together, ascending."""
+        closure = self.nfa.closure
+        if len(positions) == 1:
+            return closure(positions[0])
+        return tuple(sorted(set().union(*map(closure, positions))))
 
     def next_bytes(self, d: int) -> list[int]:
         """The bytes that can come next from ``d``, ascending.

@@ -209,7 +209,7 @@ def vocab_bytes(vocab: TokenVocab) -> _VocabBytes:
     return found
 
 
-def _region(dfa: LazyDFA, state: int, successors: dict[int, list[int]] | None = None
+def _region(dfa: LazyDFA, state: int, successors: dict[int, tuple[int, ...]] | None = None
             ) -> tuple[np.ndarray, int, list[int]]:
     """The region of ``state`` as (canonical table, its number of region states, the DFA state of each exit).
 
@@ -225,10 +225,10 @@ def _region(dfa: LazyDFA, state: int, successors: dict[int, list[int]] | None = 
     successors = {} if successors is None else successors  # state → the states its row leads to, by first byte
     explored: set[int] = set()
 
-    def nexts(d: int) -> list[int]:
+    def nexts(d: int) -> tuple[int, ...]:
         found = successors.get(d)
-        if found is None:
-            found = successors[d] = list(dict.fromkeys(dfa.table[d].tolist()))
+        if found is None:  # (a tuple: kept per state, it leaves the cyclic collector's lists, as the DFA's do)
+            found = successors[d] = tuple(dict.fromkeys(dfa.table[d].tolist()))
         return found
 
     after = [d for d in nexts(state) if d != DEAD]
@@ -300,7 +300,7 @@ class TokenIndex:
         self._eos_sorted = np.array(sorted(eos_token_ids), dtype=np.int32)
         self._vocab_bytes = vocab_bytes(vocab)
         self._bytes: dict[int, np.ndarray] = {}
-        self._successors: dict[int, list[int]] = {}  # state → the states its row leads to (rows never change)
+        self._successors: dict[int, tuple[int, ...]] = {}  # state → the states its row leads to (rows never change)
         self._allowed: dict[int, np.ndarray] = {}
         self._packed: dict[int, np.ndarray] = {}
         self._lock = threading.RLock()  # reentrant: the answers are built from a state's allowed bits

@@ -131,8 +131,10 @@ class ByteNFA:
         self._positions: list[tuple[int, int]] = []  # position → (state, stack id)
         self._position_ids: dict[tuple[int, int], int] = {}
         self.start, self.accept = self._position(start, 0), self._position(end, 0)
-        self._closures: dict[int, frozenset[int]] = {}
-        self._moves: dict[int, list[tuple[int, int, int]]] = {}
+        # (tuples, not sets or lists: tuples of ints leave the cyclic collector's lists at its next pass, and an
+        # automaton keeps hundreds of thousands of them, which full collections would otherwise walk)
+        self._closures: dict[int, tuple[int, ...]] = {}
+        self._moves: dict[int, tuple[tuple[int, int, int], ...]] = {}
 
     def __len__(self) -> int:
         """States built so far (fragments not yet entered are not)."""
@@ -320,9 +322,9 @@ class ByteNFA:
             self._stacks.append(key)
         return stack
 
-    def closure(self, position: int) -> frozenset[int]:
+    def closure(self, position: int) -> tuple[int, ...]:
         """Positions reachable from ``position`` by epsilon edges, calls and returns that match a byte or
-        accept.
+        accept, ascending.
 
         Does not change the language (memoized; builds the fragments it enters and numbers new positions as
         they are reached, so concurrent callers must hold one lock, as `LazyDFA` does). `RegexError` if a
@@ -335,8 +337,7 @@ class ByteNFA:
         if not self.eps[state] and state not in self.calls and (
                 not stack or state != self._spans[self.calls[self._stacks[stack][0]][0]][1]):
             # (most positions: a byte edge and nothing else, not a fragment's end: the position alone)
-            found = self._closures[position] = (frozenset((position,)) if self.edges[state] or position == self.accept
-                                                else frozenset())
+            found = self._closures[position] = (position,) if self.edges[state] or position == self.accept else ()
             return found
         seen, todo = {position}, [position]
         while todo:
@@ -363,16 +364,17 @@ class ByteNFA:
                 if p not in seen:
                     seen.add(p)
                     todo.append(p)
-        found = self._closures[position] = frozenset(
+        found = self._closures[position] = tuple(sorted(
             p for p in seen if self.edges[self._positions[p][0]] or p == self.accept
-        )
+        ))
         return found
 
-    def moves(self, position: int) -> list[tuple[int, int, int]]:
+    def moves(self, position: int) -> tuple[tuple[int, int, int], ...]:
         """The byte-range edges out of ``position``: (low byte, high byte, next position). Memoized, as
         `closure`."""
         found = self._moves.get(position)
         if found is None:
             state, stack = self._positions[position]
-            found = self._moves[position] = [(lo, hi, self._position(to, stack)) for lo, hi, to in self.edges[state]]
+            found = self._moves[position] = tuple([(lo, hi, self._position(to, stack))
+                                                   for lo, hi, to in self.edges[state]])
         return found
