@@ -46,7 +46,7 @@ from collections.abc import Iterator
 from structspec.decoding.cost import choose_widths, pass_cost
 from structspec.decoding.candidate import DraftRequest
 from structspec.decoding.drafters.draft_batch import DraftBatch
-from structspec.decoding.drafters.draft_model import ModelDrafter
+from structspec.decoding.drafters.draft_model import DraftModel
 from structspec.decoding.drafter import Drafter
 from structspec.decoding.loop import decode
 from structspec.decoding.passes import Slots, run_pass
@@ -188,8 +188,8 @@ def _floors(windows: list[Window], cap: int | None) -> list[int]:
     return floors
 
 
-def _batchable_drafter(drafter: Drafter | None) -> ModelDrafter | None:
-    """The model drafter inside ``drafter`` (itself, or `Composite`'s fallback) if its LM can share batched
-    passes; other drafters (prompt lookup, a cross-tokenizer draft model) work row by row."""
+def _batchable_drafter(drafter: Drafter | None) -> DraftModel | None:
+    """The draft model inside ``drafter`` (itself, or `Composite`'s fallback; the target's tokenizer or another)
+    if its LM can share batched passes; other drafters (prompt lookup, trees) work row by row."""
     inner = getattr(drafter, "fallback", drafter)
-    return inner if isinstance(inner, ModelDrafter) and inner.lm.batchable else None
+    return inner if isinstance(inner, DraftModel) and inner.lm.batchable else None
