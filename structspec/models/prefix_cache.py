@@ -5,7 +5,7 @@ Exact by construction, where the model is batch-invariant (`LM.batch_invariant`)
 by chunk at absolute positions 0, `CHUNK`, 2 × `CHUNK`, … whether or not anything is reused, and a chunk's pass is
 then the same call on the same inputs (its tokens and the KV of the chunks before it) in every prompt that starts
 with those tokens, so the KV a prompt reuses is bit for bit what its own prefill would have computed. Elsewhere a
-prompt is prefilled whole, as before, and nothing is reused.
+prompt is prefilled whole and nothing is reused.
 
 A chunk's KV is keyed by the token ids up to its end (a hash chain: each key digests the one before it and the
 chunk's ids), per model, in a store bounded in bytes that evicts the least recently used chunk first
@@ -30,7 +30,6 @@ CHUNK = 128
 1.23× the time of one whole pass in chunks of 128, 2.0× in chunks of 64 (attention by row)."""
 DEFAULT_BYTES = 256 * 2**20
 """The default bound of a model's `PrefixCache` (SmolLM2-135M's chunk in bfloat16: 2.9 MB; Qwen2.5-0.5B's: 1.5 MB)."""
-
 
 
 class PrefixCache:
