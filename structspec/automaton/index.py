@@ -113,6 +113,13 @@ class _VocabBytes:
         return np.concatenate([self.by_first[starts[b]:starts[b + 1]] for b in first_bytes.tolist()]
                               or [np.zeros(0, dtype=np.int64)])
 
+    def starting_with(self, first_bytes: np.ndarray) -> np.ndarray:
+        """The text tokens (EOS and special tokens aside) whose first byte is in ``first_bytes``, as packed bits
+        over ids (little bit order). Changes nothing."""
+        bits = np.zeros(self.size, dtype=bool)
+        bits[self.ids[self.rows_starting_with(first_bytes)]] = True
+        return np.packbits(bits, bitorder="little")
+
     def shape(self, table: np.ndarray, regions: int) -> _Shape:
         """The `_Shape` of the canonical region ``table`` (see `_region`), walked when first asked and kept.
         Threads get what one thread would."""
@@ -262,6 +269,22 @@ def _region(dfa: LazyDFA, state: int, successors: dict[int, tuple[int, ...]] | N
     return np.concatenate([np.zeros((1, 256), dtype=np.int32), recode[dfa.table[order]]]), len(order), exits
 
 
+def _equivalent(table: np.ndarray, regions: int) -> np.ndarray:
+    """Per code of the canonical ``table`` (see `_region`), a class: two region states share one exactly when
+    every byte string takes them through states of equal classes to the same exit, or to death (the coarsest
+    such partition, refined from "all region states alike"); dead and each exit are classes of their own."""
+    kinds = np.arange(max(int(table.max()), regions) + 1)
+    kinds[1: regions + 1] = 1
+    count = 0
+    while True:
+        rows = np.concatenate([kinds[1: regions + 1, None], kinds[table[1:]]], axis=1)
+        unique, inverse = np.unique(rows, axis=0, return_inverse=True)
+        kinds[1: regions + 1] = len(kinds) + inverse.reshape(-1)  # (past every code: no exit's class is reused)
+        if len(unique) == count:
+            return kinds
+        count = len(unique)
+
+
 def pack(ids: np.ndarray, logits_width: int) -> np.ndarray:
     """Token ``ids`` as ceil(logits_width / 32) int32 words: bit j of word i ⇔ token 32*i+j (ids at or past the
     width left out)."""
@@ -339,8 +362,9 @@ class TokenIndex:
             vocab, dfa = self._vocab_bytes, self.dfa
             with gc_paused():
                 table, regions, exits = _region(dfa, state, self._successors)
+                table = self._from_loop(state, table, regions, found)
                 shape = vocab.shape(table, regions)
-                found[: len(shape.base)] = shape.base
+                found[: len(shape.base)] |= shape.base
                 _set(found, vocab.walk(dfa, shape, exits))
         final = self.dfa.is_final(state)
         if state != DEAD and not final and not _any_below(found, self.logits_width):
@@ -349,6 +373,32 @@ class TokenIndex:
             _set(found, self._eos_sorted)
         found.setflags(write=False)
         return found
+
+    def _from_loop(self, state: int, table: np.ndarray, regions: int, found: np.ndarray) -> np.ndarray:
+        """Where ``state`` is a byte away from a loop whose row it shares but on a few first bytes (the first
+        character of an object's key that may be any string, or one of its properties' names: each such object
+        a region shape of its own), set in ``found`` the tokens of the loop's answer whose first byte the two rows
+        agree on, and return ``table`` with those bytes dead, so that only the tokens starting with the others are
+        walked: a few thousand, not the whole vocabulary. Elsewhere, ``table`` itself. Builds what the loop's
+        answer needs (the table grows, the language does not)."""
+        if regions < 2 or (table[1:] == 1).any() or 2 not in table[2]:  # entered again, or code 2 not a loop
+            return table
+        kinds = _equivalent(table, regions)
+        same = kinds[table[1]] == kinds[table[2]]  # the bytes on which both lead to states with the same future
+        vocab = self._vocab_bytes
+        others = np.flatnonzero(~same)
+        if (vocab.first_starts[others + 1] - vocab.first_starts[others]).sum() * 4 > len(vocab.first):
+            return table  # too many tokens start otherwise: the region's own walk is as cheap
+        loop = int(self.dfa.table[state, int(np.argmax(table[1] == 2))])
+        try:
+            answer = self._allowed_bytes(loop)
+        except UnspellableError:
+            return table
+        agreed = vocab.starting_with(np.flatnonzero(same))
+        found[: len(agreed)] = answer[: len(agreed)] & agreed
+        table = table.copy()
+        table[1, same] = 0
+        return table
 
     def _compute_allowed(self, state: int) -> np.ndarray:
         found = self._allowed_bytes(state)

@@ -79,6 +79,36 @@ def test_a_string_field_of_another_schema_walks_no_new_shape(byte_lm) -> None:
             assert walked == 0
 
 
+@pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
+@pytest.mark.parametrize("names", [["name"], ["name", "nick", "age"], ["é", "x"]])
+def test_a_key_that_may_be_any_string_walks_only_the_tokens_that_start_as_a_property_name(
+        kind: str, names: list[str], request, monkeypatch) -> None:
+    # After '{"' in an object with free keys, each object's first key character is a region shape of its own (its
+    # row is the string's but on its properties' first letters): only the tokens starting otherwise are walked,
+    # the rest read off the string's answer; the answers are those of stepping every token.
+    vocab = request.getfixturevalue(kind).vocab
+    string = r'([^"\\\x00-\x1f]|\\["\\/bfnrt])*'
+    regex = rf'\{{"({"|".join(names)}|{string})":1\}}'
+    walked: list[int] = []
+    walk = index_module._VocabBytes._walk_shape
+
+    def spy(self, table, regions):
+        walked.append(int((table[1] != 0).sum()))
+        return walk(self, table, regions)
+
+    monkeypatch.setattr(index_module._VocabBytes, "_walk_shape", spy)
+    vocab_bytes(vocab).forget_shapes()
+    clear_cache(disk=True)
+    fsm = TokenFSM.from_regex(regex, vocab)
+    key = fsm.index.dfa.step(fsm.initial_state, b'{"')
+    assert set(fsm.allowed_token_ids(key).tolist()) == _stepped(fsm, key)
+    assert walked[-1] <= 2 * len(names)  # the key's own walk: its properties' first bytes and the escape's
+    for text in [*names, "zz", "n", "\\n", "é"]:  # on into the key: each state as stepping reads it
+        state = fsm.index.dfa.step(key, text.encode())
+        if state != DEAD:
+            assert set(fsm.allowed_token_ids(state).tolist()) == _stepped(fsm, state)
+
+
 def test_a_slow_shape_walk_is_read_back_from_disk_by_the_next_process_and_cleared(byte_lm, monkeypatch) -> None:
     monkeypatch.setattr(index_module, "SHAPE_DISK_SECONDS", 0.0)  # every walk is stored
     clear_cache(disk=True)
