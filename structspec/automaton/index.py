@@ -99,6 +99,10 @@ class _VocabBytes:
         self.first_starts = np.searchsorted(first[self.by_first], np.arange(257))
         self._shapes: dict[bytes, _Shape] = {}
         self._lock = threading.RLock()
+        text = np.zeros(self.size, dtype=bool)
+        text[self.ids] = True
+        self._text = np.packbits(text, bitorder="little")  # the tokens with bytes
+        self._first_bits: dict[int, np.ndarray] = {}  # first byte → its tokens, packed
 
     def forget_shapes(self) -> None:
         """Forget the region shapes walked so far (for measuring a first walk); changes this cache only."""
@@ -113,12 +117,23 @@ class _VocabBytes:
         return np.concatenate([self.by_first[starts[b]:starts[b + 1]] for b in first_bytes.tolist()]
                               or [np.zeros(0, dtype=np.int64)])
 
-    def starting_with(self, first_bytes: np.ndarray) -> np.ndarray:
-        """The text tokens (EOS and special tokens aside) whose first byte is in ``first_bytes``, as packed bits
-        over ids (little bit order). Changes nothing."""
-        bits = np.zeros(self.size, dtype=bool)
-        bits[self.ids[self.rows_starting_with(first_bytes)]] = True
-        return np.packbits(bits, bitorder="little")
+    def starting_with_none_of(self, first_bytes: np.ndarray) -> np.ndarray:
+        """The text tokens (EOS and special tokens aside) whose first byte is not in ``first_bytes``, as packed
+        bits over ids (little bit order). Keeps each byte's tokens as packed bits once asked (a 150k vocabulary:
+        19 KB a byte); changes nothing else."""
+        found = self._text.copy()
+        for b in first_bytes.tolist():
+            tokens = self._first_bits.get(b)
+            if tokens is None:
+                bits = np.zeros(self.size, dtype=bool)
+                bits[self.ids[self.by_first[self.first_starts[b]:self.first_starts[b + 1]]]] = True
+                tokens = self._first_bits[b] = np.packbits(bits, bitorder="little")
+            found &= ~tokens
+        return found
+
+    def walked(self, table: np.ndarray) -> bool:
+        """Whether the shape of ``table`` is kept in memory (`shape` would not walk it). Changes nothing."""
+        return table.tobytes() in self._shapes
 
     def shape(self, table: np.ndarray, regions: int) -> _Shape:
         """The `_Shape` of the canonical region ``table`` (see `_region`), walked when first asked and kept.
@@ -274,15 +289,17 @@ def _equivalent(table: np.ndarray, regions: int) -> np.ndarray:
     every byte string takes them through states of equal classes to the same exit, or to death (the coarsest
     such partition, refined from "all region states alike"); dead and each exit are classes of their own."""
     kinds = np.arange(max(int(table.max()), regions) + 1)
-    kinds[1: regions + 1] = 1
-    count = 0
+    kinds[1: regions + 1] = len(kinds)  # (past every code: no exit's class is reused)
+    count = 1
     while True:
-        rows = np.concatenate([kinds[1: regions + 1, None], kinds[table[1:]]], axis=1)
-        unique, inverse = np.unique(rows, axis=0, return_inverse=True)
-        kinds[1: regions + 1] = len(kinds) + inverse.reshape(-1)  # (past every code: no exit's class is reused)
-        if len(unique) == count:
+        classes: dict[bytes, int] = {}
+        rows = kinds[table[1:]]
+        found = [classes.setdefault(kinds[i].tobytes() + rows[i - 1].tobytes(), len(kinds) + len(classes))
+                 for i in range(1, regions + 1)]
+        kinds[1: regions + 1] = found
+        if len(classes) == count:
             return kinds
-        count = len(unique)
+        count = len(classes)
 
 
 def pack(ids: np.ndarray, logits_width: int) -> np.ndarray:
@@ -381,11 +398,12 @@ class TokenIndex:
         agree on, and return ``table`` with those bytes dead, so that only the tokens starting with the others are
         walked: a few thousand, not the whole vocabulary. Elsewhere, ``table`` itself. Builds what the loop's
         answer needs (the table grows, the language does not)."""
-        if regions < 2 or (table[1:] == 1).any() or 2 not in table[2]:  # entered again, or code 2 not a loop
+        vocab = self._vocab_bytes
+        if (regions < 2 or (table[1:] == 1).any() or 2 not in table[2]  # entered again, or code 2 not a loop
+                or vocab.walked(table)):  # (then reading the walk costs less)
             return table
         kinds = _equivalent(table, regions)
         same = kinds[table[1]] == kinds[table[2]]  # the bytes on which both lead to states with the same future
-        vocab = self._vocab_bytes
         others = np.flatnonzero(~same)
         if (vocab.first_starts[others + 1] - vocab.first_starts[others]).sum() * 4 > len(vocab.first):
             return table  # too many tokens start otherwise: the region's own walk is as cheap
@@ -394,7 +412,7 @@ class TokenIndex:
             answer = self._allowed_bytes(loop)
         except UnspellableError:
             return table
-        agreed = vocab.starting_with(np.flatnonzero(same))
+        agreed = vocab.starting_with_none_of(others)
         found[: len(agreed)] = answer[: len(agreed)] & agreed
         table = table.copy()
         table[1, same] = 0
