@@ -85,7 +85,7 @@ class Forcer:
         while len(text) < _MAX_FORCED_BYTES and not self.fsm.is_final(state):
             live = self.fsm.next_bytes(state)
             if len(live) != 1 or live[0] not in self._byte_token or not self.fsm.spellable(state):
-                break  # (an unspellable state: the output raises there, not a draft)
+                break  # (an unspellable state: the output stops there with "error", a draft never enters it)
             state = self.fsm.next_state(state, self._byte_token[live[0]])
             text.append(live[0])
         self._forced_bytes[start] = (bytes(text), state)
@@ -140,8 +140,8 @@ class Forcer:
 
     def spell_text(self, state: int, text: bytes) -> tuple[list[int], list[int]]:
         """``text`` from ``state`` in its canonical spelling with the learned splits, cut where the FSM stops it
-        or before a state the vocabulary cannot spell on from (drafts never reach one: only the output raises
-        there), and the states after each token. Does not change anything."""
+        or before a state the vocabulary cannot spell on from (drafts never reach one: only the output stops
+        there, with "error"), and the states after each token. Does not change anything."""
         ids = self._respell(self._encode(text) or []) if text else []
         visited = self.fsm.walk(state, ids)
         keep = enterable(self.fsm, visited)

@@ -29,21 +29,6 @@ import torch
 from structspec.decoding.sampling import SamplingConfig, probabilities, sample
 
 
-def verify_greedy(logits: torch.Tensor, candidate: list[int]) -> tuple[int, int]:
-    """Accept the longest prefix of ``candidate`` that equals the target's argmax, then the target's own token.
-
-    ``logits`` is [len(candidate) + 1, vocab], masked. Returns (accepted count,
-    next token): the target's argmax at the first mismatch, or at the bonus row.
-    """
-    return accept_greedy(logits.argmax(-1).tolist(), candidate)
-
-
-def accept_greedy(choices: list[int], candidate: list[int]) -> tuple[int, int]:
-    """`verify_greedy` from the target's argmax at each row (``choices``, len(candidate) + 1 ids)."""
-    path, token = accept_tree(choices, candidate, list(range(-1, len(candidate) - 1)))
-    return len(path), token
-
-
 def accept_tree(choices: list[int], tokens: list[int], parents: list[int]) -> tuple[list[int], int]:
     """Greedy verification of a token tree (SpecInfer: Miao et al. 2024, "SpecInfer: Accelerating Large
     Language Model Serving with Tree-based Speculative Inference and Verification").

@@ -24,7 +24,7 @@ from structspec.tools.tasks import extraction_prompt, load_tasks
 from structspec.testing import (
     CountingLM, chi_square_pvalue, exact_output_distribution, restricted, sample_outputs, tiny_lm,
 )
-from structspec.decoding.verify import residual, verify_greedy, verify_sampled
+from structspec.decoding.verify import accept_tree, residual, verify_sampled
 
 
 class Order(BaseModel):
@@ -165,11 +165,12 @@ def test_speculative_sampling_keeps_the_constrained_distribution(draft: str, byt
     assert chi_square_pvalue(counts, exact) > 0.001
 
 
-def test_verify_greedy_takes_the_target_token_at_the_first_mismatch() -> None:
-    logits = torch.tensor([[0.0, 9, 0], [0, 0, 9], [9, 0, 0]])
-    assert verify_greedy(logits, [1, 2]) == (2, 0)  # all accepted, bonus row's argmax
-    assert verify_greedy(logits, [1, 0]) == (1, 2)
-    assert verify_greedy(logits, [0, 2]) == (0, 1)
+def test_greedy_verification_takes_the_target_token_at_the_first_mismatch() -> None:
+    choices = torch.tensor([[0.0, 9, 0], [0, 0, 9], [9, 0, 0]]).argmax(-1).tolist()
+    chain = [-1, 0]  # a chain is the tree with parents i − 1
+    assert accept_tree(choices, [1, 2], chain) == ([0, 1], 0)  # all accepted, bonus row's argmax
+    assert accept_tree(choices, [1, 0], chain) == ([0], 2)
+    assert accept_tree(choices, [0, 2], chain) == ([], 1)
 
 
 @pytest.mark.slow

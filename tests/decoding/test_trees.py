@@ -20,7 +20,7 @@ from structspec.decoding.drafters.factory import make_drafter, make_row_drafter
 from structspec.decoding.row import DecodeOptions, RowInput
 from structspec.models.slot_cache import SlotCache
 from structspec.decoding.drafters.tree import TreeDrafter
-from structspec.decoding.verify import accept_greedy, accept_tree
+from structspec.decoding.verify import accept_tree
 from structspec.decoding.window import Window
 
 
@@ -130,8 +130,8 @@ def test_accept_tree_follows_the_targets_choice_from_the_root() -> None:
     assert accept_tree([7, 0, 9, 1, 2, 8], tokens, parents) == ([1, 3], 2)
     assert accept_tree([5, 9, 0, 0, 0, 0], tokens, parents) == ([0, 2], 0)
     assert accept_tree([6, 0, 0, 0, 0, 0], tokens, parents) == ([], 6)
-    assert accept_greedy([1, 2, 3], [1, 2]) == (2, 3)  # a chain is the tree with parents i − 1
-    assert accept_greedy([1, 0, 3], [1, 2]) == (1, 0)
+    assert accept_tree([1, 2, 3], [1, 2], [-1, 0]) == ([0, 1], 3)  # a chain is the tree with parents i − 1
+    assert accept_tree([1, 0, 3], [1, 2], [-1, 0]) == ([0], 0)
 
 
 def test_tree_window_mask_positions_and_keep() -> None:
