@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import numpy as np
 
@@ -19,11 +20,28 @@ def _cell(state: int) -> bytes:
 _DEAD_CELL = _cell(DEAD)
 
 
+class _Table:
+    """A `LazyDFA`'s rows by state: ``[d, byte]`` or ``[d]``, as `LazyDFA.table` says."""
+
+    __slots__ = ("_dfa",)
+
+    def __init__(self, dfa: LazyDFA) -> None:
+        self._dfa = dfa
+
+    def __getitem__(self, key: Any) -> Any:
+        dfa = self._dfa
+        if isinstance(key, tuple):
+            d, byte = key
+            return dfa.rows[dfa.slots[d], byte]
+        return dfa.rows[dfa.slots[key]]
+
+
 class LazyDFA:
     """The subset construction of a `ByteNFA`, built as states are reached.
 
     State 0 is dead. ``table[d, byte]`` is the next state once row ``d`` is
-    built (``built[d]``); rows are built for whole batches of states at once.
+    built (``built[d]``; before, the row reads dead); rows are built for whole batches of states at once. Only
+    built rows are stored (``rows[slots[d]]``): most states are met as a row's targets and never built.
     Reads build the rows they need under a lock, so threads sharing one DFA see
     the same language as one thread would (state numbers follow the build order).
     """
@@ -33,7 +51,9 @@ class LazyDFA:
         # A state is its NFA positions, ascending (a tuple, as `ByteNFA.closure` gives them: no set kept per state)
         self._sets: list[tuple[int, ...]] = [()]
         self._ids: dict[tuple[int, ...], int] = {(): DEAD}
-        self.table = np.zeros((64, 256), dtype=np.int32)
+        self.rows = np.zeros((64, 256), dtype=np.int32)  # slot 0: the dead row, read by every state not built
+        self._rows_used = 1
+        self.slots = np.zeros(64, dtype=np.int32)  # state → its row's slot
         self.built = np.zeros(64, dtype=bool)
         self.built[DEAD] = True
         self._lock = threading.Lock()
@@ -55,14 +75,20 @@ class LazyDFA:
     def __len__(self) -> int:
         return len(self._sets)
 
+    @property
+    def table(self) -> _Table:
+        """``table[d, byte]``, ``table[d]`` (ints, arrays of states or slices for ``d``): the next states, as read
+        from the built rows (an unbuilt state's row reads dead). Does not change the DFA."""
+        return _Table(self)
+
     def _intern(self, states: tuple[int, ...]) -> int:
         d = self._ids.get(states)
         if d is None:
             d = self._ids[states] = len(self._sets)
             self._sets.append(states)
-            # Grow by doubling; the table first, so an id read from it always fits in `built`.
+            # Grow by doubling, before the id is written in a row: an id read from a row always fits.
             if d >= len(self.built):
-                self.table = np.concatenate([self.table, np.zeros_like(self.table)])
+                self.slots = np.concatenate([self.slots, np.zeros_like(self.slots)])
                 self.built = np.concatenate([self.built, np.zeros_like(self.built)])
         return d
 
@@ -93,8 +119,12 @@ class LazyDFA:
             parts += (_DEAD_CELL * (lo - at), cell * (end - lo))
             at = end
         parts.append(_DEAD_CELL * (256 - at))
-        # after interning, which may have grown (and copied) the table
-        self.table[d] = np.frombuffer(b"".join(parts), dtype="<i4")
+        slot = self._rows_used
+        if slot == len(self.rows):
+            self.rows = np.concatenate([self.rows, np.zeros_like(self.rows)])
+        self.rows[slot] = np.frombuffer(b"".join(parts), dtype="<i4")
+        self._rows_used += 1
+        self.slots[d] = slot  # after interning, which may have grown (and copied) the slots
         self.built[d] = True
 
     def _partition(self, moves: list[tuple[int, int, int]]) -> list[tuple[int, int, bytes]]:
@@ -191,7 +221,7 @@ class LazyDFA:
         for byte in data:
             if not self.built[d]:
                 self.ensure(np.array([d]))
-            d = int(self.table[d, byte])
+            d = int(self.rows[self.slots[d], byte])
             if d == DEAD:
                 return DEAD
         return d

@@ -42,8 +42,8 @@ DISK_MIN_SECONDS = 0.005
 reading it back saves a later process (about 1 ms + 0.3 of the build to write, 0.4 of the build to read, on
 JSONSchemaBench's Github_hard and Github_ultra schemas)."""
 # Bumped when the pickled automaton changes shape (or module), so stale disk entries are not read.
-_FORMAT = "lazy-dfa-9"  # 6: fragments built when first entered (the NFA keeps recipes); 7: `Stated` recipes;
-# 8: `_entered`; 9: states and closures as tuples, `_entered_one`
+_FORMAT = "lazy-dfa-10"  # 6: fragments built when first entered (the NFA keeps recipes); 7: `Stated` recipes;
+# 8: `_entered`; 9: states and closures as tuples, `_entered_one`; 10: only built rows stored (`rows`, `slots`)
 
 
 def clear_cache(disk: bool = False) -> None:

@@ -207,7 +207,7 @@ class _VocabBytes:
         for level in shape.levels:
             before = states[level.parents]
             dfa.ensure(before)
-            states = dfa.table[before, level.bytes]  # (the dead row is all dead: no need to drop dead nodes)
+            states = dfa.rows[dfa.slots[before], level.bytes]  # (the dead row is all dead: no need to drop them)
             found.append(level.ids[states[level.ends] != DEAD])
             if not states.any():
                 break
