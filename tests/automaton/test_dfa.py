@@ -60,3 +60,15 @@ def test_what_a_dfa_keeps_per_state_leaves_the_cyclic_collector() -> None:
     gc.collect()  # (a tuple of tuples leaves once its inner tuples have left, at the pass after theirs)
     kept = [*dfa._sets, *dfa._entered, *nfa._closures.values(), *nfa._moves.values()]
     assert len(kept) > 50 and not any(gc.is_tracked(x) for x in kept)
+
+
+def test_only_built_rows_take_memory_and_a_state_not_built_reads_dead() -> None:
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    dfa = LazyDFA(ByteNFA("(" + "|".join(f"{a}{b}{a}" for a in letters for b in letters) + ")#"))
+    firsts = [dfa.step(dfa.initial, a.encode()) for a in letters]
+    dfa.ensure(np.array(firsts))  # 27 rows built, whose targets are 700 states
+    assert len(dfa) > 700 and dfa.built[: len(dfa)].sum() == 28
+    assert dfa.rows.nbytes <= 64 * 256 * 4  # (a row per state would take 1,024 of them)
+    unbuilt = int(dfa.table[firsts[0], ord("q")])
+    assert not dfa.built[unbuilt] and not dfa.table[unbuilt].any()
+    assert dfa.step(dfa.initial, b"aqa#") and not dfa.step(dfa.initial, b"aqb#")
