@@ -218,10 +218,14 @@ class LazyDFA:
 
         Builds the rows it reaches: the table grows, the language does not.
         """
-        for byte in data:
-            if not self.built[d]:
+        for byte in data:  # (a decoded token's path: `item` reads a Python int without a numpy scalar)
+            slot = self.slots.item(d)
+            if not slot:  # not built (a slot is set once its row is written), or dead
+                if d == DEAD:
+                    return DEAD
                 self.ensure(np.array([d]))
-            d = int(self.rows[self.slots[d], byte])
+                slot = self.slots.item(d)
+            d = self.rows.item(slot, byte)
             if d == DEAD:
                 return DEAD
         return d
