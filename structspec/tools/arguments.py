@@ -93,5 +93,4 @@ def pass_cost_arguments(p: argparse.ArgumentParser) -> None:
                    help="output tokens per row and pass, for tokens/s")
     p.add_argument("--json", metavar="PATH", help="also write the cells as JSON")
     p.add_argument("--store", action="store_true",
-                   help="measure each batch size at 1-16 tokens fed per row and store the curves for this model, "
-                        "dtype and device; decoding drafts by them")
+                   help="measure and store the pass-cost curve decoding reads, as structspec calibrate does")

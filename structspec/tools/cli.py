@@ -172,8 +172,8 @@ def _throughput_arguments(p: argparse.ArgumentParser) -> None:
 def _pass_cost_arguments(p: argparse.ArgumentParser) -> None:
     from structspec.tools.arguments import pass_cost_arguments
 
-    p.description = ("Seconds per batched verify pass against rows and tokens fed; --store keeps the curves "
-                     "decoding drafts by (also python -m structspec.tools.pass_cost).")
+    p.description = ("Seconds per batched verify pass against rows and tokens fed; --store calibrates: keeps the "
+                     "curve decoding reads (also python -m structspec.tools.pass_cost).")
     pass_cost_arguments(p)
 
 
