@@ -54,8 +54,8 @@ class KVCache(Protocol):
 
 @runtime_checkable
 class LanguageModel(Protocol):
-    """A causal LM run with an explicit KV cache. Reading a member changes nothing; `forward`, `forward_slots` and
-    `crop` change the cache they are given."""
+    """A causal LM run with an explicit KV cache. Reading a member changes nothing; `forward` and `forward_slots`
+    change the cache they are given."""
 
     name: str
     tokenizer: Any
@@ -130,10 +130,6 @@ class LanguageModel(Protocol):
     ) -> torch.Tensor:
         """One pass over a batch of windows appended to a slot cache's ``cache`` (changes it), each query seeing
         the slots ``attend`` allows; float32 logits of the (row, window index) pairs ``rows``."""
-        ...
-
-    def crop(self, cache: Any, length: int) -> None:
-        """Drop ``cache``'s positions from ``length`` on: ``cache.crop_slots(length)`` (changes the cache)."""
         ...
 
     def early_exit(self, layers: int | None = None) -> LanguageModel:

@@ -216,11 +216,6 @@ class LM:
         index = torch.tensor(rows, device=hidden.device)  # the last layer's device under device_map
         return self.head(hidden[index[:, 0], index[:, 1]], allowed)
 
-    @staticmethod
-    def crop(cache: SlotKV, length: int) -> None:
-        """Drop cached positions from ``length`` on: ``cache.crop_slots(length)`` (changes the cache)."""
-        cache.crop_slots(length)
-
     def early_exit(self, layers: int | None = None) -> LM:
         """A draft LM made of this model's first ``layers`` decoder layers (default: a quarter) and its
         final norm and LM head. Shares every weight: no extra memory. Made once per layer count (rows of a

@@ -112,9 +112,6 @@ class CountingLM:
     def new_cache(self) -> Any:
         return self.lm.new_cache()
 
-    def crop(self, cache: Any, length: int) -> None:
-        self.lm.crop(cache, length)
-
     def early_exit(self, layers: int | None = None) -> LanguageModel:
         return self.lm.early_exit(layers)
 
@@ -256,11 +253,6 @@ class FakeLM:
     def _logits(self, prefix_hash: int) -> torch.Tensor:
         """The logits after a prefix of hash ``prefix_hash`` [logits_width] (ints hash alike in every process)."""
         return torch.randn(self.logits_width, generator=torch.Generator().manual_seed(prefix_hash)) * 3
-
-    @staticmethod
-    def crop(cache: FakeKV, length: int) -> None:
-        """Drop cached positions from ``length`` on: ``cache.crop_slots(length)`` (changes the cache)."""
-        cache.crop_slots(length)
 
     def early_exit(self, layers: int | None = None) -> FakeLM:
         """A draft model for ``draft=SelfDraft()``: a `FakeLM` with the same tokenizer and seed ``seed + layers``

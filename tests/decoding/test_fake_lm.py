@@ -69,7 +69,7 @@ def test_a_cropped_and_refed_cache_gives_the_logits_of_a_fresh_pass() -> None:
     cache = lm.new_cache()
     lm.forward(ids[:5], cache)
     lm.forward(ids[5:9] + rejected, cache)
-    lm.crop(cache, 9)
+    cache.crop_slots(9)
     assert torch.equal(lm.forward(ids[9:], cache, logits_to_keep=len(ids) - 9), fresh)
     stale = lm.new_cache()  # the same passes without the crop: every later position sees the rejected draft
     lm.forward(ids[:9] + rejected, stale)

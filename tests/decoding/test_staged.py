@@ -111,9 +111,6 @@ class _CopyingLM:
     def new_cache(self) -> _Tokens:
         return _Tokens()
 
-    def crop(self, cache: list[int], length: int) -> None:
-        del cache[length:]
-
     def forward(self, token_ids: list[int], cache: list[int], logits_to_keep: int = 1, allowed=None) -> torch.Tensor:
         self.passes += 1
         cache += token_ids

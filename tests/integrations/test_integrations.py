@@ -214,7 +214,7 @@ def engine_greedy(
         assert matcher.accept_tokens([choice[accepted]])
         out += draft[:accepted] + [choice[accepted]]
         fed = [choice[accepted]]
-        lm.crop(cache, len(prompt_ids) + len(out) - 1)
+        cache.crop_slots(len(prompt_ids) + len(out) - 1)
     # structspec's loop stops once the output is complete, without asking for EOS
     return out[:-1] if matcher.is_terminated() else out
 

@@ -22,7 +22,7 @@ DESCRIPTION = ["name", "tokenizer", "vocab", "logits_width", "max_context", "dev
 
 def test_the_protocol_declares_what_the_loop_reads() -> None:
     assert set(DESCRIPTION) < set(MEMBERS)
-    assert {"forward", "forward_slots", "crop", "new_cache", "encode_prompt", "early_exit"} < set(MEMBERS)
+    assert {"forward", "forward_slots", "new_cache", "encode_prompt", "early_exit"} < set(MEMBERS)
 
 
 def test_lm_counting_lm_and_fake_lm_have_every_member_of_their_own(byte_lm: structspec.LM) -> None:
