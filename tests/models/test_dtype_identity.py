@@ -189,8 +189,8 @@ def test_ragged_windows_and_chunked_prefill_keep_every_row_the_row_alone(invaria
                                                                        forward_slots(windows, *a, **k))[1])
     short = [len(lm.encode_prompt(p)) - 1 <= lm.max_pass_tokens for p in PROMPTS]
     assert any(short) and not all(short)
-    for curve in (DEFAULT_COST, PassCost.linear(1.5), PassCost({1: ((1, 1.0), (8, 1.4), (16, 2.0), (64, 6.2))})):
-        monkeypatch.setattr(batch_module, "packed_cost", lambda lm, curve=curve: curve)
+    for curve in (DEFAULT_COST, PassCost.linear(1.5), PassCost(((1, 1.0), (8, 1.4), (16, 2.0), (64, 6.2)))):
+        monkeypatch.setattr(batch_module, "pass_cost", lambda lm, curve=curve: curve)
         packed.clear()
         batch = structspec.generate_batch(lm, SPECS, PROMPTS, batch_size=3, max_new_tokens=40, draft=draft)
         assert [r.token_ids for r in batch] == [r.token_ids for r in alone], curve

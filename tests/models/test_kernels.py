@@ -237,7 +237,7 @@ def test_load_makes_a_cpu_model_batch_invariant_where_it_packs_it(tmp_path) -> N
 def test_load_packs_float32_cpu_models_and_names_the_curve(smollm2: structspec.LM) -> None:
     assert smollm2.kernels == "onednn"
     path = curve_path(smollm2)
-    assert path is not None and path.name.endswith("-onednn2.json")  # torch's kernels have another curve
+    assert path is not None and path.name.endswith("-onednn2-packed.json")  # torch's kernels have another curve
     with pytest.raises(OptionError, match="kernels='fast' is not one of"):
         structspec.load("smollm2-135m", kernels="fast")
     with pytest.raises(OptionError, match="float32 model on the CPU"):
