@@ -19,7 +19,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -81,6 +81,8 @@ class TokenFSM:
     pattern: str | ParsedRegex
     index: TokenIndex
     info: CompileInfo
+    # per state asked: why the vocabulary cannot spell on from it, or None (an index raises on every ask, walking)
+    _verdicts: dict[int, UnspellableError | None] = field(init=False, default_factory=dict, repr=False)
 
     @property
     def regex(self) -> str:
@@ -171,15 +173,22 @@ class TokenFSM:
         """
         return self.index.allowed_token_ids(state)
 
+    def unspellable(self, state: int) -> UnspellableError | None:
+        """The `UnspellableError` `allowed_token_ids` raises in ``state`` (the vocabulary has no token for what
+        comes next), or None where it raises none; asked once per state and kept. A drafter's token leading to
+        such a state is not drafted, so only the output itself reaching it stops a row. Caches like
+        `allowed_token_ids`."""
+        if state not in self._verdicts:
+            try:
+                self.allowed_token_ids(state)
+                self._verdicts[state] = None
+            except UnspellableError as error:
+                self._verdicts[state] = error
+        return self._verdicts[state]
+
     def spellable(self, state: int) -> bool:
-        """Whether some token of the vocabulary (or an EOS id) can follow ``state``: False exactly where
-        `allowed_token_ids` raises `UnspellableError`. A drafter's token leading to such a state is not
-        drafted, so only the output itself reaching it raises. Caches like `allowed_token_ids`."""
-        try:
-            self.allowed_token_ids(state)
-        except UnspellableError:
-            return False
-        return True
+        """Whether some token of the vocabulary (or an EOS id) can follow ``state`` (`unspellable` is None)."""
+        return self.unspellable(state) is None
 
     def is_complete(self, state: int) -> bool:
         """Whether an EOS id is the only way on: the output is finished without asking the model.

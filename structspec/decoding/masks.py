@@ -105,8 +105,8 @@ class MaskFill:
 
 
 def _fill(rows: list[tuple[TokenFSM, int]], full: list[int], device: torch.device) -> Filled:
-    """The packed masks of ``rows[i]`` for each i in ``full``, one row each, on ``device``: on CUDA filled in
-    pinned memory and copied on the device's side stream without waiting. Changes nothing."""
+    """The packed masks of ``rows[i]`` for each i in ``full``, one row each, on ``device`` (on CUDA through
+    pinned memory: `_to_device`). Changes nothing."""
     cuda = device.type == "cuda"
     words = -(-rows[full[0]][0].logits_width // 32)
     # every row is written below, so no initial value; pinned memory lets the copy run asynchronously
@@ -116,8 +116,11 @@ def _fill(rows: list[tuple[TokenFSM, int]], full: list[int], device: torch.devic
         fsm, state = rows[i]
         # the index's row as is: the decode's own states need none of `fill_next_token_bitmask`'s argument checks
         packed[r] = fsm.packed_mask(state)
-    if not cuda:
-        return bitmask, None
+    return _to_device(bitmask, device) if cuda else (bitmask, None)
+
+
+def _to_device(bitmask: torch.Tensor, device: torch.device) -> Filled:
+    """The pinned ``bitmask`` copied to the CUDA ``device`` on its side stream, not waited for. Changes nothing."""
     if device not in _side_streams:
         _side_streams[device] = torch.cuda.Stream(device)
     side = _side_streams[device]

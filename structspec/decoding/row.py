@@ -39,7 +39,6 @@ per FSM state).
 from __future__ import annotations
 
 import time
-import weakref
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -113,23 +112,6 @@ class Committed:
     kept: list[int]
     token_ids: list[int]
     sources: list[str]
-
-
-_SPELLABLE: weakref.WeakKeyDictionary[TokenFSM, dict[int, UnspellableError | None]] = weakref.WeakKeyDictionary()
-"""Per FSM and state the output reached: the `UnspellableError` the vocabulary meets there, or None."""
-
-
-def unspellable(fsm: TokenFSM, state: int) -> UnspellableError | None:
-    """Why the vocabulary cannot spell on from ``state`` (None: it can), asked of ``fsm`` once per state and kept.
-    Reads the FSM's caches; changes nothing else."""
-    verdicts = _SPELLABLE.setdefault(fsm, {})
-    if state not in verdicts:
-        try:
-            fsm.allowed_token_ids(state)
-            verdicts[state] = None
-        except UnspellableError as error:
-            verdicts[state] = error
-    return verdicts[state]
 
 
 @dataclass(eq=False)
@@ -209,7 +191,7 @@ class RowDecode:
                 del values[budget:]
             self.stop = "max_new_tokens"
         # the one place an unspellable state is met: drafts never enter one, only the output does
-        elif (error := unspellable(fsm, state)) is not None:
+        elif (error := fsm.unspellable(state)) is not None:
             self.stop, self.error = "error", error
         elif fsm.is_complete(state):
             self.stop = "fsm_complete"

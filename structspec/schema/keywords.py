@@ -104,9 +104,18 @@ def json_type(value: Any) -> str:
     """The JSON type of a value (``1.0`` is an integer, as JSON Schema says)."""
     if isinstance(value, bool):
         return "boolean"
-    if isinstance(value, (int, float)):
-        return "integer" if float(value).is_integer() else "number"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "integer" if value.is_integer() else "number"
     return {str: "string", list: "array", dict: "object"}.get(type(value), "null")
+
+
+def has_type(value: Any, kind: str) -> bool:
+    """Whether ``value`` has the JSON type ``kind`` (``1.0`` is an integer, every integer a number, ``true``
+    none)."""
+    found = json_type(value)
+    return found == kind or (kind == "number" and found == "integer")
 
 
 def same(a: Any, b: Any) -> bool:

@@ -6,18 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from structspec.errors import SchemaError
+from structspec.schema.keywords import has_type
 from structspec.schema.walk import Walk
-
-_PYTHON_TYPES = {"string": str, "boolean": bool, "array": list, "object": dict}
-
-
-def _has_type(value: Any, kind: str) -> bool:
-    """Whether the JSON value ``value`` has the JSON Schema type ``kind`` (1.0 is an integer, True no number)."""
-    if kind in ("integer", "number"):
-        return not isinstance(value, bool) and (isinstance(value, int) or (
-            isinstance(value, float) and (kind == "number" or value.is_integer())))
-    return value is None if kind == "null" else isinstance(value, _PYTHON_TYPES[kind])
-
 
 def check_literals(walk: Walk, node: dict[str, Any], ptr: str, keyword: str, values: list[Any]) -> None:
     """Check the ``values`` of ``node``'s ``enum`` or ``const`` (``keyword``): none is refused, objects and arrays
@@ -34,7 +24,7 @@ def check_literals(walk: Walk, node: dict[str, Any], ptr: str, keyword: str, val
                              "other spellings of the same value (1.0 or 1e0 for 1)")
     if "type" in node:  # a value must match both: keep the values of the node's type
         types = node["type"] if isinstance(node["type"], list) else [node["type"]]
-        typed = [v for v in values if any(_has_type(v, t) for t in types)]
+        typed = [v for v in values if any(has_type(v, t) for t in types)]
         if not typed:
             raise SchemaError(keyword, ptr, f"no value has the node's type {node['type']!r}")
         walk.rewrites.replace(node, {"enum": typed})

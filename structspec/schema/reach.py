@@ -13,12 +13,11 @@ from itertools import combinations, permutations, product
 from math import perm, prod
 from typing import Any
 
-import jsonschema
-
 from structspec.errors import SchemaError
 from structspec.schema.keywords import (
     JSON_TYPES,
     VALIDATION,
+    has_type,
     json_type,
     same,
     type_set,
@@ -128,10 +127,9 @@ def _finite_values(node: dict[str, Any]) -> list[Any] | None:
         values = node.get("enum", [node.get("const")])
         if any(isinstance(v, (dict, list)) for v in values):
             return None
-        return [v for v in values if "type" not in node or jsonschema.Draft202012Validator(
-            {"type": node["type"]}).is_valid(v)]
+        return [v for v in values if "type" not in node or any(has_type(v, t) for t in type_set(node["type"]))]
     if keys == {"type"} and type_set(node["type"]) <= {"boolean", "null"}:
-        return [v for v in (True, False, None) if jsonschema.Draft202012Validator({"type": node["type"]}).is_valid(v)]
+        return [v for v in (True, False, None) if any(has_type(v, t) for t in type_set(node["type"]))]
     return None
 
 
@@ -167,14 +165,14 @@ def without_not(node: dict[str, Any], document: Document, ptr: str) -> dict[str,
     if excluded is not None and len(types) > 1:
         branches = []
         for t in types:
-            hit = [v for v in excluded if _has_type(v, t)]
+            hit = [v for v in excluded if has_type(v, t)]
             values = _finite_values(rest | {"type": t})
             if values is not None and all(_matches(document, {"enum": hit}, v) for v in values):
                 continue  # (a boolean or null branch with every value excluded)
             branches.append(rest | {"type": t} | ({"not": {"enum": hit}} if hit else {}))
             document.adopt(branches[-1], node)
         return {"anyOf": branches}
-    if excluded is not None and not any(_has_type(v, types[0]) for v in excluded):
+    if excluded is not None and not any(has_type(v, types[0]) for v in excluded):
         return rest
     if excluded is not None and types[0] == "number":
         raise SchemaError("not", ptr, "a number has many spellings (1, 1.0, 10e-1), so 'not' removes values from "
@@ -195,7 +193,7 @@ def excluded_texts(node: dict[str, Any], document: Document, ptr: str) -> list[s
     if values is None or _finite_values(rest) is not None or rest.get("type") not in ("string", "integer"):
         return None
     kind = rest["type"]
-    hit = [v for v in values if _has_type(v, kind)]
+    hit = [v for v in values if has_type(v, kind)]
     return [text for v in hit for text in _spellings(v, kind, ptr)] or None
 
 
@@ -306,11 +304,6 @@ def _shallow_same(a: Any, b: Any, depth: int = 0) -> bool:
 
 def _not_of(node: dict[str, Any], document: Document) -> Any:
     return document.resolve(node["not"]) if isinstance(node["not"], dict) else node["not"]
-
-
-def _has_type(value: Any, kind: str) -> bool:
-    """Whether ``value`` has JSON type ``kind`` (1.0 is an integer, every integer a number)."""
-    return jsonschema.Draft202012Validator({"type": kind}).is_valid(value)
 
 
 def _matches(document: Document, schema: Any, value: Any) -> bool:

@@ -369,6 +369,19 @@ def test_a_state_the_vocabulary_cannot_leave_names_the_characters_needed() -> No
         fsm.allowed_token_ids(fsm.next_state(fsm.initial_state, 0))
 
 
+def test_an_unspellable_verdict_is_asked_of_the_index_once_per_state(monkeypatch) -> None:
+    fsm = TokenFSM.from_regex("ab*(z|é)", _toy_vocab(b"a", b"b", b"ab", "é".encode()[:1]))
+    after_a = fsm.next_state(fsm.initial_state, 0)
+    mid = fsm.next_state(after_a, 3)  # after é's first byte: the vocabulary has no token for the second
+    asked, ask = [], fsm.index.allowed_token_ids
+    monkeypatch.setattr(fsm.index, "allowed_token_ids", lambda state: asked.append(state) or ask(state))
+    verdicts = [fsm.unspellable(state) for state in (after_a, mid, after_a, mid, mid)]
+    assert verdicts[0] is verdicts[2] is None
+    assert isinstance(verdicts[1], UnspellableError) and verdicts[1] is verdicts[3] is verdicts[4]
+    assert [fsm.spellable(after_a), fsm.spellable(mid)] == [True, False]
+    assert asked == [after_a, mid]  # the index raises on every ask (a vocabulary walk): the FSM asks it once
+
+
 def test_a_final_state_with_only_eos_is_not_unspellable() -> None:
     fsm = TokenFSM.from_regex("a", _toy_vocab(b"a", b"b"))
     end = fsm.next_state(fsm.initial_state, 0)

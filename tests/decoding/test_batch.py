@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Annotated, Literal
 
 import pytest
@@ -127,48 +126,12 @@ def test_shared_prefix_leaves_every_prompt_its_last_token() -> None:
 
 def test_slots_mask_kept_slots_causal_windows_and_padding() -> None:
     slots = SlotCache(None, 2)  # the hole table alone: nothing here touches the KV
-    slots.place(0, 2)  # row 0 holds 2 prompt slots, row 1 none
+    slots.keep([2, 0], 2)  # row 0 holds 2 prompt slots, row 1 none
     mask = slots.window_mask([2, 1])  # [rows, W=2, 2 + 2]
     assert mask[0].tolist() == [[True, True, True, False], [True, True, True, True]]
     assert mask[1].tolist() == [[False, False, True, False], [False, False, False, True]]  # padding sees itself
     slots.keep([1, 1], 2)
     assert slots.valid.tolist() == [[True, True, True, False], [False, False, True, False]]
-
-
-def test_compaction_moves_kept_slots_to_the_front() -> None:
-    slot = torch.arange(200.0).expand(2, 3, 200)[..., None]  # [rows, heads, slots, d]: each slot holds its index
-    layer = SimpleNamespace(is_initialized=True, keys=slot.clone(), values=-slot)  # a transformers cache layer
-    slots = SlotCache(SimpleNamespace(layers=[layer]), 2)
-    slots.valid = torch.zeros(2, 200, dtype=torch.bool)
-    slots.valid[0, [3, 50, 199]] = True
-    slots.valid[1, [7]] = True
-    assert slots.compact()
-    assert slots.valid.tolist() == [[True, True, True], [True, False, False]]
-    # kept slots first, in order, in every head; the rest of a row points at holes
-    assert layer.keys[:, :, :, 0].tolist() == [[[3, 50, 199]] * 3, [[7, 0, 1]] * 3]
-    assert torch.equal(layer.values, -layer.keys)
-    assert not slots.compact()  # nothing left to gather
-
-
-def test_a_slot_cache_copies_prefilled_rows_in_and_selects_rows(byte_lm) -> None:
-    ids = byte_lm.encode_prompt("Alice is 31 years old and lives in Paris.")
-    source = byte_lm.new_cache()
-    byte_lm.forward(ids, source)
-    slots = SlotCache(byte_lm.new_cache(), 2)
-    slots.place(1, 3, source)
-    slots.place(0, 5, source)  # longer: every row widens, row 1 with holes
-    assert slots.valid.tolist() == [[True] * 5, [True] * 3 + [False] * 2]
-    for layer, origin in zip(slots.kv.layers, source.layers):
-        assert layer.keys.shape[2] == 5
-        assert torch.equal(layer.keys[0], origin.keys[0, :, :5])
-        assert torch.equal(layer.values[0], origin.values[0, :, :5])
-        assert torch.equal(layer.keys[1, :, :3], origin.keys[0, :, :3]) and not layer.keys[1, :, 3:].any()
-    slots.select([1])
-    assert slots.valid.tolist() == [[True] * 3 + [False] * 2]
-    for layer, origin in zip(slots.kv.layers, source.layers):  # row 1 is now row 0, keys and values
-        assert len(layer.keys) == len(layer.values) == 1
-        assert torch.equal(layer.values[0, :, :3], origin.values[0, :, :3])
-        assert torch.equal(layer.keys[0, :, :3], origin.keys[0, :, :3]) and not layer.keys[0, :, 3:].any()
 
 
 @pytest.mark.slow

@@ -140,8 +140,7 @@ def test_tree_window_mask_positions_and_keep() -> None:
     assert window.parents == [-1, 0, 0, 1]  # both roots follow the pending token
     assert window.positions == [2, 3, 3, 4]  # siblings share a position
     slots = SlotCache(None, 2)  # the hole table alone: nothing here touches the KV
-    slots.place(0, 2)
-    slots.place(1, 1)
+    slots.keep([2, 1], 2)  # row 0 holds 2 prompt slots, row 1 one
     mask = slots.window_mask([4, 2], [window.parents, [-1, 0]])  # [rows, W=4, 2 + 4]
     T, F = True, False
     assert mask[0].tolist() == [[T, T, T, F, F, F],

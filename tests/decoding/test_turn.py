@@ -1,5 +1,5 @@
 """A turn is two calls on the row: the drivers take the window `RowDecode.prepare` offers and hand the pass's
-logits to `RowDecode.commit`, and read nothing else of it; an unspellable state is asked of the FSM once."""
+logits to `RowDecode.commit`, and read nothing else of it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import structspec
 from structspec import Regex, UnspellableError
 from structspec.decoding.drafters.factory import SelfDraft
-from structspec.decoding.row import RowDecode, unspellable
+from structspec.decoding.row import RowDecode
 from structspec.decoding.drafters.tree import TreeDrafter
 
 SHIPMENT = Regex(r'\{"customer_name": "[A-Z][a-z]{1,8}", "destination_city": "(Paris|London|Tokyo)", '
@@ -54,24 +54,3 @@ def test_a_batch_reads_nothing_of_its_rows_but_their_windows(byte_lm, touched, d
     commits = sum(r.stats.target_forward_passes for r in results)
     assert {name for _, name in touched} <= {"prepare", "commit", "prefilled"}
     assert touched["passes", "commit"] == commits and touched["batch", "prepare"] >= commits + len(prompts)
-
-
-def test_an_unspellable_verdict_is_asked_once_per_state() -> None:
-    class Counting:
-        """An FSM stand-in whose state 1 the vocabulary cannot leave; it counts what it is asked."""
-
-        def __init__(self) -> None:
-            self.asked: list[int] = []
-
-        def allowed_token_ids(self, state: int) -> list[int]:
-            self.asked.append(state)
-            if state == 1:
-                raise UnspellableError(1, ["@"])
-            return [0]
-
-    fsm = Counting()
-    verdicts = [unspellable(fsm, state) for state in (0, 1, 0, 1, 1)]  # type: ignore[arg-type]
-    assert verdicts[0] is verdicts[2] is None
-    assert isinstance(verdicts[1], UnspellableError) and verdicts[1] is verdicts[3] is verdicts[4]
-    assert fsm.asked == [0, 1]
-    assert unspellable(Counting(), 1) is not verdicts[1]  # kept per FSM
