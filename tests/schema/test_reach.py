@@ -22,6 +22,7 @@ from structspec.errors import OptionError
 from structspec.schema import constraint_of, validator
 from structspec.schema.checker import check
 from structspec.schema.difference import difference
+from structspec.schema.keywords import has_type
 from structspec.schema.objects import UNLISTED
 from structspec.schema.recursion import unroll
 
@@ -539,3 +540,11 @@ def test_a_one_of_of_required_names_stays_exact_with_open_objects() -> None:
     # the branch that leaves a name out must not let it back in as an unlisted member
     schema = {"type": "object", "properties": LISTED, "oneOf": [{"required": ["a"]}, {"required": ["b"]}]}
     agrees(schema, open_objects(), open_objects=True)
+
+
+@pytest.mark.parametrize("value", [0, -3, 10**400, 1.0, -0.0, 2.5, 1e300, float("inf"), True, False, None, "1", "",
+                                   [], [1], {}, {"a": 1}])
+def test_a_values_json_type_is_jsonschemas(value: Any) -> None:
+    checker = jsonschema.Draft202012Validator.TYPE_CHECKER
+    for kind in ("null", "boolean", "object", "array", "number", "string", "integer"):
+        assert has_type(value, kind) == checker.is_type(value, kind), (value, kind)
