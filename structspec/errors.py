@@ -8,6 +8,16 @@ from typing import Any
 class StructspecError(Exception):
     """Base class of every structspec error."""
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt from its message and attributes, not by calling its __init__ again (whose arguments differ by
+        # class): an error raised in another process (a Ray actor, vLLM's engine core) arrives whole.
+        return _rebuild, (type(self), self.args), self.__dict__
+
+
+def _rebuild(cls: type[StructspecError], args: tuple[Any, ...]) -> StructspecError:
+    """An error of class ``cls`` with message ``args``, its attributes to be set by unpickling."""
+    return cls.__new__(cls, *args)
+
 
 class SchemaError(StructspecError, ValueError):
     """A schema uses a feature structspec cannot enforce exactly.
