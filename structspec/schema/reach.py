@@ -122,15 +122,16 @@ def _is_number(value: Any) -> bool:
 
 def _finite_values(node: dict[str, Any]) -> list[Any] | None:
     """Every value ``node`` admits, when it is a scalar enum, const, boolean or null; None otherwise."""
-    keys = {k for k in node if k in VALIDATION}
+    keys, types = {k for k in node if k in VALIDATION}, type_set(node.get("type", JSON_TYPES))
     if keys <= {"enum", "type"} and "enum" in node or keys <= {"const", "type"} and "const" in node:
         values = node.get("enum", [node.get("const")])
         if any(isinstance(v, (dict, list)) for v in values):
             return None
-        return [v for v in values if "type" not in node or any(has_type(v, t) for t in type_set(node["type"]))]
-    if keys == {"type"} and type_set(node["type"]) <= {"boolean", "null"}:
-        return [v for v in (True, False, None) if any(has_type(v, t) for t in type_set(node["type"]))]
-    return None
+    elif keys == {"type"} and types <= {"boolean", "null"}:
+        values = [True, False, None]
+    else:
+        return None
+    return [v for v in values if any(has_type(v, t) for t in types)]
 
 
 def without_not(node: dict[str, Any], document: Document, ptr: str) -> dict[str, Any]:
