@@ -19,7 +19,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -81,8 +81,6 @@ class TokenFSM:
     pattern: str | ParsedRegex
     index: TokenIndex
     info: CompileInfo
-    # per state asked: why the vocabulary cannot spell on from it, or None (an index raises on every ask, walking)
-    _verdicts: dict[int, UnspellableError | None] = field(init=False, default_factory=dict, repr=False)
 
     @property
     def regex(self) -> str:
@@ -175,16 +173,13 @@ class TokenFSM:
 
     def unspellable(self, state: int) -> UnspellableError | None:
         """The `UnspellableError` `allowed_token_ids` raises in ``state`` (the vocabulary has no token for what
-        comes next), or None where it raises none; asked once per state and kept. A drafter's token leading to
-        such a state is not drafted, so only the output itself reaching it stops a row. Caches like
-        `allowed_token_ids`."""
-        if state not in self._verdicts:
-            try:
-                self.allowed_token_ids(state)
-                self._verdicts[state] = None
-            except UnspellableError as error:
-                self._verdicts[state] = error
-        return self._verdicts[state]
+        comes next), or None where it raises none. A drafter's token leading to such a state is not drafted, so
+        only the output itself reaching it stops a row. Caches like `allowed_token_ids` (which keeps the error)."""
+        try:
+            self.allowed_token_ids(state)
+        except UnspellableError as error:
+            return error
+        return None
 
     def spellable(self, state: int) -> bool:
         """Whether some token of the vocabulary (or an EOS id) can follow ``state`` (`unspellable` is None)."""

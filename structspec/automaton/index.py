@@ -343,6 +343,7 @@ class TokenIndex:
         self._successors: dict[int, tuple[int, ...]] = {}  # state → the states its row leads to (rows never change)
         self._allowed: dict[int, np.ndarray] = {}
         self._packed: dict[int, np.ndarray] = {}
+        self._unspellable: dict[int, UnspellableError] = {}  # state → why no token can follow (walked once)
         self._lock = threading.RLock()  # reentrant: the answers are built from a state's allowed bits
 
     def allowed_token_ids(self, state: int) -> np.ndarray:
@@ -350,7 +351,7 @@ class TokenIndex:
 
         `UnspellableError` (naming the characters needed) if ``state`` is not final and no token the model
         can produce is allowed: the vocabulary cannot spell what comes next. Raised on every call for such a
-        state, the first included. Does not change the language; the first call per state walks the
+        state, the first included (the same error: the vocabulary is walked once). Does not change the language; the first call per state walks the
         vocabulary and builds the DFA rows it reaches (the table grows, the language does not).
         """
         return self._cached(self._allowed, state, self._compute_allowed)
@@ -370,6 +371,9 @@ class TokenIndex:
     def _allowed_bytes(self, state: int) -> np.ndarray:
         """The allowed tokens, EOS ids included in a final state, as read-only bits over ids (little bit order)
         covering both the vocabulary and ``32 * words``. `UnspellableError` as `allowed_token_ids`."""
+        error = self._unspellable.get(state)
+        if error is not None:
+            raise error.with_traceback(None)  # (a kept error raised again would grow its old traceback)
         return self._cached(self._bytes, state, self._compute_bytes)
 
     def _compute_bytes(self, state: int) -> np.ndarray:
@@ -385,7 +389,8 @@ class TokenIndex:
                 _set(found, vocab.walk(dfa, shape, exits))
         final = self.dfa.is_final(state)
         if state != DEAD and not final and not _any_below(found, self.logits_width):
-            raise UnspellableError(state, self.dfa.next_characters(state))
+            error = self._unspellable[state] = UnspellableError(state, self.dfa.next_characters(state))
+            raise error
         if final:
             _set(found, self._eos_sorted)
         found.setflags(write=False)

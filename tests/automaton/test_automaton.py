@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import re
 import sys
+import traceback
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
@@ -369,17 +370,24 @@ def test_a_state_the_vocabulary_cannot_leave_names_the_characters_needed() -> No
         fsm.allowed_token_ids(fsm.next_state(fsm.initial_state, 0))
 
 
-def test_an_unspellable_verdict_is_asked_of_the_index_once_per_state(monkeypatch) -> None:
-    fsm = TokenFSM.from_regex("ab*(z|é)", _toy_vocab(b"a", b"b", b"ab", "é".encode()[:1]))
+def test_a_state_the_vocabulary_cannot_leave_is_walked_once_however_it_is_read(monkeypatch) -> None:
+    fsm = TokenFSM.from_regex("ab*(q|é)", _toy_vocab(b"a", b"b", b"ab", "é".encode()[:1]))  # (its own index)
     after_a = fsm.next_state(fsm.initial_state, 0)
     mid = fsm.next_state(after_a, 3)  # after é's first byte: the vocabulary has no token for the second
-    asked, ask = [], fsm.index.allowed_token_ids
-    monkeypatch.setattr(fsm.index, "allowed_token_ids", lambda state: asked.append(state) or ask(state))
+    walked, walk = [], fsm.index._compute_bytes
+    monkeypatch.setattr(fsm.index, "_compute_bytes", lambda state: walked.append(state) or walk(state))
     verdicts = [fsm.unspellable(state) for state in (after_a, mid, after_a, mid, mid)]
     assert verdicts[0] is verdicts[2] is None
     assert isinstance(verdicts[1], UnspellableError) and verdicts[1] is verdicts[3] is verdicts[4]
     assert [fsm.spellable(after_a), fsm.spellable(mid)] == [True, False]
-    assert asked == [after_a, mid]  # the index raises on every ask (a vocabulary walk): the FSM asks it once
+    depths = []
+    for read in (fsm.allowed_token_ids, fsm.packed_mask, fsm.is_complete, fsm.allowed_token_ids):
+        with pytest.raises(UnspellableError) as caught:
+            read(mid)
+        assert caught.value is verdicts[1]
+        depths.append(len(traceback.extract_tb(caught.tb)))
+    assert depths[0] == depths[3]  # the kept error's old traceback does not pile up under the new one
+    assert walked == [after_a, mid]  # each state's vocabulary walk once, however often and however it is read
 
 
 def test_a_final_state_with_only_eos_is_not_unspellable() -> None:
