@@ -168,7 +168,7 @@ def calibrate(model: LM | str, *, store_busy: bool = False) -> Calibration:
     """Measure ``model``'s (a loaded `LM`, or a name to `load`) packed pass cost — seconds of one pass against
     the tokens it feeds, a few seconds of passes on a CPU — and store it for its name, dtype, device, kernels
     and thread count: later decoding with the model drafts by it. Decoding never measures; a model without a
-    stored curve drafts by `structspec.decoding.cost.DEFAULT_COST`. Measured beside other busy work, the
+    stored curve drafts by the prior for its device and dtype (`structspec.decoding.cost.prior_cost`). Measured beside other busy work, the
     curve is not stored unless ``store_busy`` (a `RuntimeWarning` says so; ``Calibration.stored`` is False).
     Runs the model; writes the cache. Also ``structspec calibrate --model NAME``."""
     return _calibrate(load(model) if isinstance(model, str) else model, store_busy)

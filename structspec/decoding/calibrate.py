@@ -9,7 +9,7 @@ each, as the batch loop runs them (`LanguageModel.forward_slots` over a packed w
 own row's slots, gathered where attention runs by row), a few seconds, stored under
 ``$STRUCTSPEC_CACHE/pass-cost`` (`structspec.decoding.cost.curve_path`). Decoding only reads it
 (`structspec.decoding.cost.pass_cost`): no decode measures anything, and a model without a stored curve drafts by
-`structspec.decoding.cost.DEFAULT_COST`.
+`structspec.decoding.cost.prior_cost`, the curve for its device and dtype.
 
 A curve measured while another process was busy on the machine is a curve of that moment, not of the model:
 `calibrate` stores it only when told to (``store_busy=True``), and otherwise says so (a warning, and

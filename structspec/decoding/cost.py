@@ -10,7 +10,8 @@ tokens it feeds in all cost, whatever the rows; a row alone is a pass of one
 row. `PassCost` is that one curve, measured for the model, dtype, device,
 kernels and threads by an explicit calibration (`structspec.decoding.calibrate`,
 ``structspec calibrate``) and stored (`curve_path`); a model without a stored
-curve drafts by `DEFAULT_COST`.
+curve drafts by `prior_cost`, a curve for its device and dtype drawn from the
+ones measured, so the defaults are fast without a calibration.
 
 Two decisions read it. `DraftLength` learns, per row, how often the i-th drafted token is accepted once the ones
 before it were, and asks the drafter for the length with the most expected output tokens per unit of a pass that
@@ -35,6 +36,7 @@ from pathlib import Path
 import torch
 
 from structspec.cache import cache_dir
+from structspec.models.device import native_bf16
 from structspec.models.protocol import LanguageModel
 
 PRIOR = (2.0, 1.0)  # pseudo-counts (accepted, rejected) of every position: an untried length looks decent
@@ -62,10 +64,46 @@ class PassCost:
         return c0 + (c1 - c0) * (fed - n0) / (n1 - n0)
 
 
-DEFAULT_COST = PassCost.linear(0.0)
-"""The curve of a model without a stored one (never calibrated, or nameless): a fed token costs nothing, so
-drafts are as long as the drafter makes them and a pass feeds them whole (what a GPU's pass costs, up to hundreds
-of tokens; on a CPU, calibrate: ``structspec calibrate --model NAME``)."""
+FLAT_COST = PassCost.linear(0.0)
+"""A fed token costs nothing: drafts are as long as the drafter makes them and a pass feeds them whole. What a GPU's
+pass costs, up to hundreds of tokens (docs/benchmarks/pass-cost.md), and a model without weights (the tests'
+fakes)."""
+
+CPU_COST = PassCost.linear(0.1)
+"""A CPU pass in float32, or in bfloat16 where the CPU multiplies it natively: each fed token 0.1 of a one-token
+pass. The curves measured on 2-core AMD EPYCs (docs/benchmarks/pass-cost.md) run 0.10–0.12 a token on AVX2 in
+float32 (oneDNN), 0.06–0.07 in bfloat16 with AVX-512 BF16, 0.02 in float32 there: the steepest common one, so a
+draft is fed only where it is kept often enough to pay on all of them."""
+
+EMULATED_COST = PassCost.linear(0.7)
+"""A CPU pass in a half-precision dtype the CPU does not multiply natively (bfloat16 without AVX-512 BF16 or AMX,
+float16): converted on every product, each fed token costs 0.6–0.8 of a one-token pass (measured on an AVX2 EPYC),
+so only drafts kept nearly every time pay."""
+
+
+def prior_cost(lm: LanguageModel) -> PassCost:
+    """The curve ``lm`` drafts by without a stored one: `FLAT_COST` off the CPU and for a model without torch
+    weights, `EMULATED_COST` for a half-precision dtype this CPU does not multiply natively, else `CPU_COST`.
+    Measures nothing, changes nothing."""
+    if lm.device.type != "cpu" or not isinstance(getattr(lm, "model", None), torch.nn.Module):
+        return FLAT_COST
+    if lm.dtype in (torch.bfloat16, torch.float16) and not (lm.dtype == torch.bfloat16 and native_bf16()):
+        return EMULATED_COST
+    return CPU_COST
+
+
+def curve_source(lm: LanguageModel) -> str:
+    """Which curve ``lm`` drafts by, in words, for a command to print: the stored file, or the prior and how to
+    measure one. Reads the cache; changes nothing."""
+    path = curve_path(lm)
+    if path is not None and path.exists():
+        return f"pass cost: the curve stored in {path}"
+    prior = prior_cost(lm)
+    if prior is FLAT_COST:
+        return "pass cost: flat (a fed token costs nearly nothing off the CPU)"
+    kind = "half precision without native support" if prior is EMULATED_COST else str(lm.dtype).removeprefix("torch.")
+    fix = " (structspec calibrate --model NAME measures this machine's)" if path is not None else ""
+    return f"pass cost: the CPU prior for {kind}, {prior(2) - 1:.2f} of a pass a fed token{fix}"
 
 
 def choose_widths(gains: list[list[float]], cost: PassCost, floors: list[int], cap: int | None = None) -> list[int]:
@@ -73,7 +111,7 @@ def choose_widths(gains: list[list[float]], cost: PassCost, floors: list[int], c
     per fed token first, taken while the pass's expected tokens per unit of its cost (``cost(total tokens)``,
     `pass_cost`) do not fall, ``cap`` tokens in all at most.
     ``gains[b][w − 1]``: row ``b``'s expected tokens when fed its window's first ``w`` tokens. Ties go to the
-    wider, so a flat curve (`DEFAULT_COST`) feeds every window whole. Changes nothing."""
+    wider, so a flat curve (`FLAT_COST`) feeds every window whole. Changes nothing."""
     widths = list(floors)
     total, got = sum(widths), sum(g[w - 1] for g, w in zip(gains, widths))
 
@@ -115,11 +153,11 @@ def curve_path(lm: LanguageModel) -> Path | None:
 
 
 def pass_cost(lm: LanguageModel) -> PassCost:
-    """``lm``'s stored curve (`structspec.decoding.calibrate.calibrate`), else `DEFAULT_COST`. Reads the cache;
+    """``lm``'s stored curve (`structspec.decoding.calibrate.calibrate`), else `prior_cost`. Reads the cache;
     measures nothing, changes nothing."""
     path = curve_path(lm)
     if path is None or not path.exists():
-        return DEFAULT_COST
+        return prior_cost(lm)
     points = json.loads(path.read_text())["curves"]["1"]  # one curve, stored under "1" (rows: a packed pass's one)
     return PassCost(tuple((int(n), float(c)) for n, c in points))
 

@@ -10,7 +10,7 @@ import difflib
 from pathlib import Path
 from typing import Any
 
-from structspec.tools.command import budget, model_options, positive
+from structspec.tools.command import budget, calibrate_option, model_options, positive
 
 THROUGHPUT_MODEL = "qwen2.5-coder-0.5b"  # the model the throughput pages were measured on
 # Architectures for the random-weight models of pass-cost and gpucheck (the published configs' shapes).
@@ -35,6 +35,7 @@ def bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--only", metavar="WORD,...", help="run only methods whose name contains one of these "
                    "comma-separated words (plus plain masked decoding and outlines, the oracle pair)")
     budget(p)
+    calibrate_option(p)
 
 
 def toolbench_arguments(p: argparse.ArgumentParser) -> None:
@@ -49,6 +50,7 @@ def toolbench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=positive, metavar="N", help="only the first N conversations (a smoke run)")
     budget(p)
     p.add_argument("--batch-size", type=positive, default=8, metavar="B", help="rows of the batched structspec row")
+    calibrate_option(p)
 
 
 def throughput_arguments(p: argparse.ArgumentParser) -> None:
@@ -65,6 +67,7 @@ def throughput_arguments(p: argparse.ArgumentParser) -> None:
     budget(p)
     p.add_argument("--json", metavar="PATH",
                    help="also write the raw numbers as JSON (with several --dtypes: {\"reports\": [one per dtype]})")
+    calibrate_option(p)
     p.add_argument("--bf16-agreement", action="store_true",
                    help="instead: float32 single-row plain masked against bfloat16 batched exact + prompt lookup "
                         "(B = the largest --batch-sizes), token identity and margins at divergences")

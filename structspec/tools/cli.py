@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import structspec
 from structspec.tools.command import (EXIT_BUSY, EXIT_CODES, EXIT_INTERRUPTED, EXIT_OK, Formatter, budget,
-                                      load_model, model_options, positive, run_command)
+                                      calibrate_option, load_model, model_options, positive, run_command)
 
 DESCRIPTION = ("Constrained structured generation for Hugging Face causal LMs, with exact forward-pass "
                "accounting. Start with `structspec demo`, then `structspec extract`; `structspec COMMAND --help` "
@@ -115,7 +115,7 @@ def _calibrate_arguments(p: argparse.ArgumentParser) -> None:
     p.description = ("Measure the model's packed pass cost (seconds of one pass against the tokens it feeds, a few "
                      "seconds of passes) and store it for its name, dtype, device, kernels and threads: decoding "
                      "with that model then drafts by it (structspec.calibrate(lm) in Python). Decoding never "
-                     "measures; a model never calibrated drafts as if a fed token cost nothing. Run it on an idle "
+                     "measures; a model never calibrated drafts by the prior for its device and dtype. Run it on an idle "
                      "machine, with the --threads your runs use.")
     p.epilog = EXIT_CODES.replace(f"\n  {EXIT_INTERRUPTED} ", f"\n  {EXIT_BUSY}    measured beside other busy work: "
                                   "nothing stored (calibrate again when the machine is idle, or --store-busy)"
@@ -152,6 +152,7 @@ def _compare_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=positive, metavar="N",
                    help="run N records, taken in turn from each schema (default: all)")
     budget(p)
+    calibrate_option(p)
     p.add_argument("--out", default="compare-report", help="folder for compare.png, compare.html, compare.json")
 
 

@@ -107,23 +107,30 @@ def load_model(args: argparse.Namespace, name: str | None = None) -> LM:
         raise JobConfigError(f"{option} {name}: {e}") from None
 
 
-def calibrated(lm: LM) -> None:
-    """Give ``lm`` a stored packed pass-cost curve before a benchmark times it, as a user's earlier ``structspec
-    calibrate`` would have: the stored one, else one measured now (`structspec.calibrate`) and stored; measured
-    beside other busy work, it is not stored (said on stderr) and the run drafts by the default curve. Nothing
-    for a model without a name of its own or that cannot batch (they draft by the default). May run the model
-    and write the cache."""
-    from structspec.decoding.cost import curve_path
+def drafting_curve(lm: LM, calibrate: bool = False) -> None:
+    """Say on stderr which pass-cost curve ``lm``'s runs draft by (`structspec.decoding.cost.curve_source`).
+    A benchmark times what a new user gets, the stored curve or the prior; with ``calibrate`` (``--calibrate``),
+    a model without a stored curve is first calibrated and the curve stored, as a user's ``structspec
+    calibrate`` would (measured beside other busy work it is not stored, and the run keeps the prior). May run
+    the model and write the cache."""
+    from structspec.decoding.cost import curve_path, curve_source
 
     path = curve_path(lm)
-    if path is None or not lm.batchable or path.exists():
-        return
-    with warnings.catch_warnings():  # said below, in the benchmark's words
-        warnings.simplefilter("ignore", RuntimeWarning)
-        calibration = structspec.calibrate(lm)
-    if not calibration.stored:
-        print(f"{lm.name}: {calibration.busy} thread(s) of other work ran while calibrating, so the pass-cost curve "
-              "was not stored: this run drafts by the default curve", file=sys.stderr)
+    if calibrate and path is not None and lm.batchable and not path.exists():
+        with warnings.catch_warnings():  # said below, in the benchmark's words
+            warnings.simplefilter("ignore", RuntimeWarning)
+            calibration = structspec.calibrate(lm)
+        if not calibration.stored:
+            print(f"{lm.name}: {calibration.busy} thread(s) of other work ran while calibrating, so the pass-cost "
+                  "curve was not stored", file=sys.stderr)
+    print(f"{lm.name}: {curve_source(lm)}", file=sys.stderr)
+
+
+def calibrate_option(p: argparse.ArgumentParser) -> None:
+    """``--calibrate`` on a benchmark's parser (changes the parser)."""
+    p.add_argument("--calibrate", action="store_true",
+                   help="calibrate a model without a stored pass-cost curve before timing (as structspec calibrate "
+                        "does); by default a run drafts by what a new user gets: the stored curve, else the prior")
 
 
 def run_command(name: str, run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:

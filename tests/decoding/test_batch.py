@@ -12,7 +12,8 @@ import structspec
 from structspec import Regex
 from structspec.decoding import batch, loop
 from structspec.decoding.batch import shared_prefix
-from structspec.decoding.cost import DEFAULT_COST, PassCost
+from structspec.decoding import cost
+from structspec.decoding.cost import FLAT_COST, PassCost
 from structspec.decoding.drafters.factory import SelfDraft
 from structspec.decoding.row import DecodeOptions, RowDecode, RowInput
 from structspec.decoding.window import Window
@@ -268,7 +269,7 @@ def test_windows_fit_to_the_batch_width_keep_plain_masked_tokens(kind: str, draf
             assert any(length > width for length, width, _ in fits)  # drafts and spliced text were cut
         else:  # where rows bring forced text or drafts that hold, feeding them pays
             assert any(width > max(pending, 1) for _, width, pending in fits)
-    monkeypatch.setattr(batch, "pass_cost", lambda lm: DEFAULT_COST)  # no curve: every window whole
+    monkeypatch.setattr(cost, "prior_cost", lambda lm: FLAT_COST)  # no curve: every window whole
     fits, chunks = spy_fits(monkeypatch)
     whole = structspec.generate_batch(lm, FORCED_SPECS, FORCED_PROMPTS, batch_size=4, max_new_tokens=40, draft=draft)
     assert [r.token_ids for r in whole] == [r.token_ids for r in plain]
@@ -279,7 +280,7 @@ def test_windows_fit_to_the_batch_width_keep_plain_masked_tokens(kind: str, draf
 def test_a_chunk_feeds_pending_tokens_with_no_logits(byte_lm) -> None:
     fsm = structspec.compile(SHIPMENT, byte_lm).fsm
     prompt = byte_lm.encode_prompt("Ship the order now, please:")
-    row = RowDecode.start(RowInput(0, fsm, prompt, None, None), DecodeOptions(), byte_lm, DEFAULT_COST)  # all pending
+    row = RowDecode.start(RowInput(0, fsm, prompt, None, None), DecodeOptions(), byte_lm, FLAT_COST)  # all pending
     window = row.prepare()
     assert isinstance(window, Window) and window.start == 0 and list(window.pending) == prompt
     assert len(prompt) > 4 and window.candidate.sources == ["forced"] * (len(window.tokens) - len(prompt)) != []
@@ -317,7 +318,7 @@ def test_sampled_rows_are_never_cut_so_their_samples_do_not_depend_on_the_batch(
 def test_batched_self_draft_rows_count_the_draft_passes_they_asked_for(byte_lm, monkeypatch) -> None:
     # a batched row's self-draft waits on one shared draft pass per round (a DraftRequest, not a replay): each
     # row drafts what it drafts alone and counts one draft pass per drafted token, as alone
-    monkeypatch.setattr(batch, "pass_cost", lambda lm: DEFAULT_COST)  # every window whole, as alone
+    monkeypatch.setattr(cost, "prior_cost", lambda lm: FLAT_COST)  # every window whole, as alone
     prompts = ["Alice from Paris ordered 12 items.", "Bob from London, 3 items", "Carol, Paris, 7 items"]
     alone = [structspec.generate_result(byte_lm, Order, p, max_new_tokens=40, draft=SelfDraft()) for p in prompts]
     batched = structspec.generate_batch(byte_lm, Order, prompts, batch_size=3, max_new_tokens=40, draft=SelfDraft())

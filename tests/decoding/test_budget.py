@@ -7,7 +7,7 @@ import pytest
 import structspec
 from structspec.result import DraftStats
 from structspec.decoding import calibrate
-from structspec.decoding.cost import DEFAULT_COST, DraftLength, PassCost, choose_widths, curve_path, pass_cost
+from structspec.decoding.cost import FLAT_COST, DraftLength, PassCost, choose_widths, curve_path, pass_cost, prior_cost
 from structspec.testing import FakeLM, save_tiny_model, tiny_lm
 from structspec.tools import pass_cost as pass_cost_tool
 
@@ -30,7 +30,7 @@ def test_a_curve_interpolates_between_its_points_and_extends_its_last_slope() ->
 
 
 def test_acceptance_counts_each_position_verified_after_accepted_ones() -> None:
-    lengths = DraftLength(DEFAULT_COST)
+    lengths = DraftLength(FLAT_COST)
     lengths.record(drafted=5, accepted=2)  # tokens 0 and 1 kept, token 2 rejected, 3 and 4 never judged
     lengths.record(drafted=2, accepted=2)
     assert lengths.tried == [2, 2, 1]
@@ -63,7 +63,7 @@ def test_a_stored_curve_sets_draft_lengths_and_never_the_output(monkeypatch) -> 
     lm.name = "budget-test"  # a curve of its own, apart from the session's shared tiny models
     nameless = FakeLM()
     nameless.name = ""
-    assert pass_cost(lm) == DEFAULT_COST and curve_path(nameless) is None  # no name, no curve of its own
+    assert pass_cost(lm) == prior_cost(lm) and curve_path(nameless) is None  # no name, no curve of its own
     spec = structspec.Regex(r'\{"name": "(ada|bob) (ada|bob) (ada|bob)", "n": [0-9]{1,2}\}')
     prompt = 'Copy: {"name": "ada bob ada", "n": 12} and again {"name": "ada bob ada", "n": 12}'
     runs = {}
@@ -135,7 +135,7 @@ def test_packed_widths_feed_each_row_what_pays_for_its_tokens() -> None:
     assert choose_widths([forced_run, draft] + [lone] * 6, PACKED, [1] * 8) == [10, 1] + [1] * 6
     assert choose_widths([forced_run, draft, good] + [lone] * 5, PACKED, [1] * 8) == [10, 1, 3] + [1] * 5  # 4th: 0.7
     # no curve: every window whole, nothing cut
-    assert choose_widths([forced_run, draft] + [lone] * 6, DEFAULT_COST, [1] * 8) == [10, 4] + [1] * 6
+    assert choose_widths([forced_run, draft] + [lone] * 6, FLAT_COST, [1] * 8) == [10, 4] + [1] * 6
     # 32 rows: a token costs 0.82 of a row's share of the pass, so failing drafts stop paying (plain decoding's
     # pass) and good ones pay for their first token (kept with 0.9), not their second (0.8)
     assert choose_widths([draft] * 32, PACKED, [1] * 32) == [1] * 32
@@ -143,12 +143,12 @@ def test_packed_widths_feed_each_row_what_pays_for_its_tokens() -> None:
     assert choose_widths([good] * 2, PACKED, [1] * 2) == [4, 4]
     # a floor (a sampled row's whole window) is kept; the cap bounds the tokens in all
     assert choose_widths([draft, lone], PACKED, [4, 1]) == [4, 1]
-    assert choose_widths([forced_run] * 3, DEFAULT_COST, [1] * 3, cap=12) == [10, 1, 1]
-    assert sum(choose_widths([forced_run] * 8, DEFAULT_COST, [1] * 8, cap=20)) == 20
+    assert choose_widths([forced_run] * 3, FLAT_COST, [1] * 3, cap=12) == [10, 1, 1]
+    assert sum(choose_widths([forced_run] * 8, FLAT_COST, [1] * 8, cap=20)) == 20
 
 
 def test_expected_kept_tokens_of_a_cut_chain_or_tree() -> None:
-    lengths = DraftLength(DEFAULT_COST)  # every position at the prior: kept with 2/3
+    lengths = DraftLength(FLAT_COST)  # every position at the prior: kept with 2/3
     p = 2 / 3
     # a chain: forced text (kept), then two drafted tokens
     assert lengths.expected_kept([-1, 0, 1], [False, True, True]) == pytest.approx([1, 1 + p, 1 + p + p * p])
@@ -172,11 +172,11 @@ def test_a_row_alone_is_fed_what_pays_on_the_curve(byte_lm, monkeypatch, draft) 
         monkeypatch.setattr(loop, "pass_cost", lambda lm: cost)
         return structspec.generate_result(byte_lm, schema, prompt, draft=draft, max_new_tokens=60, **kw)
 
-    flat, steep = run(DEFAULT_COST), run(PassCost.linear(0.6))
+    flat, steep = run(FLAT_COST), run(PassCost.linear(0.6))
     assert flat.token_ids == steep.token_ids == plain.token_ids  # greedy: passes change, never tokens
     assert sum(steep.stats.tokens_fed) < sum(flat.stats.tokens_fed)  # failing drafts not fed
     assert max(steep.stats.tokens_fed) < max(flat.stats.tokens_fed)
     # a sampled row's draft (drawn with its generator) is never cut; point-mass drafts: the same sample
     monkeypatch.setattr(loop, "choose_widths", lambda *a, **k: pytest.fail("a sampled row's window was cut"))
-    sampled = [run(cost, do_sample=True, seed=3) for cost in (DEFAULT_COST, PassCost.linear(0.6))]
+    sampled = [run(cost, do_sample=True, seed=3) for cost in (FLAT_COST, PassCost.linear(0.6))]
     assert sampled[0].token_ids == sampled[1].token_ids

@@ -12,7 +12,7 @@ import torch
 
 import structspec
 from structspec.decoding import calibrate
-from structspec.decoding.cost import DEFAULT_COST, curve_path, pass_cost
+from structspec.decoding.cost import curve_path, pass_cost, prior_cost
 from structspec.testing import CountingLM, tiny_lm
 
 SPEC = structspec.Regex(r"[a-z]{3,8}")
@@ -41,7 +41,7 @@ def test_decoding_a_model_without_a_curve_measures_nothing_and_drafts_by_the_def
     alone = structspec.generate_result(lm, SPEC, "abc abc", max_new_tokens=8)
     rows = structspec.generate_batch(lm, SPEC, ["abc", "defg"], batch_size=2, max_new_tokens=8)
     assert alone.error is None and all(r.error is None for r in rows)
-    assert not curve_path(lm).exists() and pass_cost(lm) == DEFAULT_COST
+    assert not curve_path(lm).exists() and pass_cost(lm) == prior_cost(lm)
 
 
 def test_calibrate_measures_and_stores_the_curve_decoding_then_reads(monkeypatch) -> None:
@@ -69,7 +69,7 @@ def test_a_model_without_a_name_of_its_own_is_refused_and_a_batch_still_runs() -
     lm.name = ""
     with pytest.raises(structspec.OptionError, match="no name of its own .*: load it by name or directory"):
         structspec.calibrate(lm)
-    assert pass_cost(lm) == DEFAULT_COST
+    assert pass_cost(lm) == prior_cost(lm)
     rows = structspec.generate_batch(lm, SPEC, ["abc", "defg"], batch_size=2, max_new_tokens=8)
     assert all(r.error is None and 3 <= len(r.text) <= 8 for r in rows)
 
@@ -93,7 +93,7 @@ def test_a_curve_measured_beside_a_busy_process_is_reported_and_not_stored(monke
     with pytest.warns(RuntimeWarning, match="ran 2 thread.*not stored .*the default curve.*store_busy=True"):
         busy = structspec.calibrate(lm)
     assert not busy.stored and busy.busy == 2 and busy.cost(2) == 9.0
-    assert not curve_path(lm).exists() and pass_cost(lm) == DEFAULT_COST
+    assert not curve_path(lm).exists() and pass_cost(lm) == prior_cost(lm)
     kept = structspec.calibrate(lm, store_busy=True)  # told to: stored, busy as it was
     assert kept.stored and kept.busy == 2 and pass_cost(lm) == kept.cost
 
@@ -106,11 +106,11 @@ def test_the_curve_is_keyed_by_the_thread_count_and_the_dtype(monkeypatch) -> No
     one = structspec.calibrate(lm)
     assert one.path.name.endswith("-float32-cpu-t1-packed.json") and pass_cost(lm) == one.cost
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
-    assert curve_path(lm) != one.path and pass_cost(lm) == DEFAULT_COST  # not this one's
+    assert curve_path(lm) != one.path and pass_cost(lm) == prior_cost(lm)  # not this one's
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
     half = tiny_lm("byte_level", dtype=torch.bfloat16)
     half.name = lm.name
-    assert curve_path(half) != one.path and pass_cost(half) == DEFAULT_COST
+    assert curve_path(half) != one.path and pass_cost(half) == prior_cost(half)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/stat, which only Linux has")
@@ -122,3 +122,17 @@ def test_a_busy_process_is_seen_running(monkeypatch) -> None:
         assert calibrate.others_running() >= 1
     finally:
         busy.kill()
+
+
+def test_without_a_stored_curve_a_model_drafts_by_the_prior_of_its_device_and_dtype(monkeypatch) -> None:
+    from structspec.decoding import cost
+    from structspec.testing.models import FakeLM
+
+    full, half = tiny_lm("byte_level"), tiny_lm("byte_level", dtype=torch.bfloat16)
+    assert prior_cost(full) == cost.CPU_COST and prior_cost(FakeLM()) == cost.FLAT_COST  # no weights: no cost
+    monkeypatch.setattr(cost, "native_bf16", lambda: False)
+    assert prior_cost(half) == cost.EMULATED_COST and "half precision" in cost.curve_source(half)
+    monkeypatch.setattr(cost, "native_bf16", lambda: True)
+    assert prior_cost(half) == cost.CPU_COST
+    monkeypatch.setattr(type(full), "device", property(lambda self: torch.device("cuda")), raising=False)
+    assert prior_cost(full) == cost.FLAT_COST and "flat" in cost.curve_source(full)

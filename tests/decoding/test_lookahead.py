@@ -15,7 +15,8 @@ import structspec
 from structspec import Regex
 from structspec.automaton.fsm import TokenFSM
 from structspec.decoding import batch
-from structspec.decoding.cost import DEFAULT_COST
+from structspec.decoding import cost
+from structspec.decoding.cost import FLAT_COST
 from structspec.decoding.candidate import Candidate
 from structspec.decoding.drafter import Turn
 from structspec.decoding.drafters.factory import make_drafter
@@ -114,7 +115,7 @@ def test_lookahead_logprobs_equal_plain_logprobs(byte_lm: structspec.LM) -> None
 def test_batched_lookahead_rows_equal_plain_and_the_row_alone(kind: str, request: pytest.FixtureRequest,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     lm = request.getfixturevalue(kind)
-    monkeypatch.setattr(batch, "pass_cost", lambda lm: DEFAULT_COST)  # every window whole, as alone
+    monkeypatch.setattr(cost, "prior_cost", lambda lm: FLAT_COST)  # every window whole, as alone
     rows = CASES + CASES[::-1]  # mixed specs, each beside others than the first time
     base, alone = [plain(lm, *row) for row in rows], [lookahead(lm, *row) for row in rows]
     for batch_size in (1, 3):

@@ -14,7 +14,8 @@ import structspec
 from structspec import Regex
 from structspec.decoding import batch
 from structspec.decoding.batch import decode_batch, spec_prefixes
-from structspec.decoding.cost import DEFAULT_COST
+from structspec.decoding import cost
+from structspec.decoding.cost import FLAT_COST
 from structspec.decoding.candidate import Candidate
 from structspec.decoding.drafters.factory import make_drafter, make_row_drafter
 from structspec.decoding.row import DecodeOptions, RowInput
@@ -82,7 +83,7 @@ def test_tree_logprobs_equal_plain_logprobs(byte_lm: structspec.LM) -> None:
 def test_batched_tree_rows_equal_plain_and_the_row_alone(kind: str, request: pytest.FixtureRequest,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     lm = request.getfixturevalue(kind)
-    monkeypatch.setattr(batch, "pass_cost", lambda lm: DEFAULT_COST)  # every window whole, as alone
+    monkeypatch.setattr(cost, "prior_cost", lambda lm: FLAT_COST)  # every window whole, as alone
     specs, prompts = [spec for spec, _ in CASES] * 2, [prompt for _, prompt in CASES] * 2
     base = [plain(lm, spec, prompt) for spec, prompt in zip(specs, prompts)]
     alone = [tree(lm, spec, prompt) for spec, prompt in zip(specs, prompts)]

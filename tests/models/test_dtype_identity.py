@@ -179,7 +179,7 @@ def test_ragged_windows_and_chunked_prefill_keep_every_row_the_row_alone(invaria
     the worker thread while the model runs; the tokens are the row alone's whatever the packed curve cuts."""
     from structspec.decoding import batch as batch_module
     from structspec.decoding import masks
-    from structspec.decoding.cost import DEFAULT_COST, PassCost
+    from structspec.decoding.cost import FLAT_COST, PassCost
 
     monkeypatch.setattr(masks, "THREAD_ROWS", 1)  # every pass's masks overlap its forward
     lm = invariant_lm
@@ -189,7 +189,7 @@ def test_ragged_windows_and_chunked_prefill_keep_every_row_the_row_alone(invaria
                                                                        forward_slots(windows, *a, **k))[1])
     short = [len(lm.encode_prompt(p)) - 1 <= lm.max_pass_tokens for p in PROMPTS]
     assert any(short) and not all(short)
-    for curve in (DEFAULT_COST, PassCost.linear(1.5), PassCost(((1, 1.0), (8, 1.4), (16, 2.0), (64, 6.2)))):
+    for curve in (FLAT_COST, PassCost.linear(1.5), PassCost(((1, 1.0), (8, 1.4), (16, 2.0), (64, 6.2)))):
         monkeypatch.setattr(batch_module, "pass_cost", lambda lm, curve=curve: curve)
         packed.clear()
         batch = structspec.generate_batch(lm, SPECS, PROMPTS, batch_size=3, max_new_tokens=40, draft=draft)

@@ -34,7 +34,7 @@ from structspec.models.transformers_lm import LM
 from structspec.testing import divergence_margin
 from structspec.tools.arguments import bench_arguments
 from structspec.tools.command import EXIT_CODES, Formatter, run_command
-from structspec.tools.command import calibrated
+from structspec.tools.command import drafting_curve
 from structspec.tools.benchmarks.harness import PLAIN, Method, Run, methods, run_tasks, spread, summarize
 from structspec.tools.benchmarks.peers import (
     hf_assisted,
@@ -266,7 +266,7 @@ def main(args: argparse.Namespace) -> int:
     require_outlines("structspec bench")  # before the model loads
     # before moving the cache: the converted model stays
     lm = load_model(args.model, args.device, args.dtype, args.kernels)
-    calibrated(lm)  # as a user's `structspec calibrate`: the timed records read the curve, never measure it
+    drafting_curve(lm, args.calibrate)  # the timed records read the curve, never measure it
     draft_model = load_model(args.draft_model, args.device, args.dtype, args.kernels) if args.draft_model else None
     tasks = spread(load_tasks(), args.limit)
     compared = rows(draft_model)

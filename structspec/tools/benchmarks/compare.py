@@ -46,7 +46,7 @@ from structspec.jobs.errors import JobConfigError
 from structspec.jobs.prompts import read_template
 from structspec.jobs.records import InputRecord, read_inputs
 from structspec.models.transformers_lm import LM
-from structspec.tools.command import calibrated, load_model
+from structspec.tools.command import drafting_curve, load_model
 from structspec.tools.explain import html_page, legend_html, tokens_html, token_views
 from structspec.tools.benchmarks.harness import Method, Run, Summary, batched, methods, run_tasks, spread, summarize
 from structspec.tools.benchmarks.peers import PeerRun, unconstrained_greedy
@@ -289,7 +289,7 @@ def main(args: argparse.Namespace) -> int:
     tasks = load_compare_tasks(args)
     template = read_template(args.prompt_template) if args.prompt_template else None
     lm = load_model(args)
-    calibrated(lm)  # as a user's `structspec calibrate`: the timed records read the curve, never measure it
+    drafting_curve(lm, args.calibrate)  # the timed records read the curve, never measure it
     draft = load_model(args, args.draft_model) if args.draft_model else None
     console = Console() if Console().is_terminal else Console(width=170)
     progress = Console(quiet=True) if args.quiet else console

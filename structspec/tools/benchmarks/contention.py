@@ -56,7 +56,7 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     import structspec
-    from structspec.tools.command import calibrated
+    from structspec.tools.command import drafting_curve
     from structspec.tools.tasks import extraction_prompt, load_tasks
 
     load_before = os.getloadavg()[0]
@@ -64,7 +64,7 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
     tasks = load_tasks()[: args.records]
     prompts = [(task.schema, extraction_prompt(task.text, task.schema)) for task in tasks]
     structspec.generate_result(lm, *prompts[0], max_new_tokens=4)  # compile and first-call overheads
-    calibrated(lm)  # on the idle machine, as a user's earlier `structspec calibrate` would have
+    drafting_curve(lm, calibrate=True)  # on the idle machine, as a user's earlier `structspec calibrate` would have
 
     def per_record() -> float:
         start = time.perf_counter()

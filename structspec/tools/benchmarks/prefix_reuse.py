@@ -33,7 +33,7 @@ import torch
 import structspec
 from structspec.events import chat_prompt_ids
 from structspec.models.transformers_lm import LM
-from structspec.tools.command import calibrated
+from structspec.tools.command import drafting_curve
 from structspec.tools.benchmarks.peers import unconstrained_greedy
 from structspec.tools.tasks import example_file
 
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.records is not None and args.records < 1:
         parser.error(f"--records must be ≥ 1, got {args.records}; leave it out to run every record")
     lm = structspec.load(args.model, dtype=args.dtype)
-    calibrated(lm)  # the pass-cost curve drafting reads, stored before anything is timed
+    drafting_curve(lm, calibrate=True)  # the pass-cost curve drafting reads, stored before anything is timed
     schema, prompts = job_prompts()
     chats = conversations(args.records)
     prompts = prompts[:args.records]

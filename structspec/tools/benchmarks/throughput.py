@@ -21,7 +21,7 @@ Throughput is wall-clock time around each row's calls: a batch's records share
 their passes, so no per-record time adds up to what a user waits for. Compiling
 is paid before any timing (structspec's FSMs cached in memory, outlines' Indexes
 built once), and so is the model's pass-cost curve where none is stored
-(`structspec.tools.command.calibrated`). Passes per output token count, per record, the passes that chose
+(`structspec.tools.command.drafting_curve`). Passes per output token count, per record, the passes that chose
 its tokens (structspec's `Stats.target_forward_passes`, the peers' tokens plus
 EOS); model calls are forward calls of the model body, each over a whole batch.
 Every structspec row is checked token for token against plain masked decoding at
@@ -61,7 +61,7 @@ from structspec.models.transformers_lm import LM
 from structspec.options import GenerateOptions
 from structspec.tools.benchmarks.bench import Divergence, divergence
 from structspec.tools.arguments import throughput_arguments
-from structspec.tools.command import EXIT_CODES, Formatter, calibrated, run_command
+from structspec.tools.command import EXIT_CODES, Formatter, drafting_curve, run_command
 from structspec.tools.benchmarks.harness import PLAIN, Keywords, judge, methods, spread
 from structspec.tools.benchmarks.peak_memory import PeakMemory
 from structspec.tools.benchmarks.peers import (PassCounter, PeerBatch, outlines_batch, outlines_index, require_outlines,
@@ -310,8 +310,8 @@ def run(args: argparse.Namespace) -> int:
     if args.bf16_agreement:
         full = structspec.load(args.model, args.device, "float32", kernels=args.kernels)
         half = structspec.load(args.model, args.device, "bfloat16")
-        calibrated(full)
-        calibrated(half)
+        drafting_curve(full, args.calibrate)
+        drafting_curve(half, args.calibrate)
         result = agreement(full, half, tasks, max(matrix.batch_sizes), args.max_new_tokens)
         print_agreement(console, result)
         raw: dict[str, Any] = asdict(result)
@@ -319,7 +319,7 @@ def run(args: argparse.Namespace) -> int:
         reports = []
         for dtype in dtypes:
             lm = structspec.load(args.model, args.device, dtype, kernels=args.kernels)
-            calibrated(lm)  # as a user's `structspec calibrate`: the timed rows read the curve, never measure it
+            drafting_curve(lm, args.calibrate)  # the timed rows read the curve, never measure it
             reports.append(report := benchmark(lm, tasks, matrix, console))
             print_report(console, report)
             del lm  # freed before the next dtype's copy loads

@@ -26,7 +26,7 @@ from structspec.events import chat_prompt_ids
 from structspec.models.transformers_lm import LM
 from structspec.tools.benchmarks.peers import PeerRun, hf_prompt_lookup, unconstrained_greedy
 from structspec.tools.arguments import toolbench_arguments
-from structspec.tools.command import calibrated
+from structspec.tools.command import drafting_curve
 from structspec.tools.benchmarks.prefill import prefill_seconds
 from structspec.tools.tasks import example_file
 
@@ -152,11 +152,12 @@ def add_peer(tally: Tally, conversation: Conversation, run: PeerRun) -> None:
     score(tally, conversation, parse_text_calls(run.text, conversation.tools))
 
 
-def run(lm: LM, conversations: list[Conversation], max_new_tokens: int, batch_size: int) -> dict[str, Tally]:
-    """Every mode over ``conversations`` (greedy), after the model's pass-cost curve (`calibrated`) and a warm-up
+def run(lm: LM, conversations: list[Conversation], max_new_tokens: int, batch_size: int,
+        calibrate: bool = False) -> dict[str, Tally]:
+    """Every mode over ``conversations`` (greedy), after the model's pass-cost curve (`drafting_curve`) and a warm-up
     of each mode (first calls' one-off costs); the tallies by mode. Runs the model; changes nothing else but the
     curve's cache."""
-    calibrated(lm)
+    drafting_curve(lm, calibrate)
     warm = conversations[0]
     for peer in PEERS.values():
         peer(lm, chat_prompt_ids(lm, warm.messages, warm.spec().chat_tools()), 2)
@@ -213,7 +214,7 @@ def main(args: argparse.Namespace) -> int:
     and threads) and print the Markdown table."""
     lm = structspec.load(args.model, args.device, args.dtype, args.kernels, threads=args.threads)
     conversations = load_conversations(args.data, args.limit)
-    tallies = run(lm, conversations, args.max_new_tokens, args.batch_size)
+    tallies = run(lm, conversations, args.max_new_tokens, args.batch_size, args.calibrate)
     print(f"{lm.name} ({str(lm.dtype).removeprefix('torch.')} on {lm.device}), {len(conversations)} conversations, "
           f"{sum(len(c.expected) for c in conversations)} expected calls, greedy\n")
     print(markdown(tallies))
