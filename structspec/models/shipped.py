@@ -107,8 +107,8 @@ def _converted(name: str, verbose: bool) -> Path:
     if not (converted / "model.safetensors").exists():
         gguf = SHIPPED[name]()
         print(f"structspec: converting {name} once, from its GGUF ({gguf.stat().st_size / 1e6:.0f} MB) to "
-              f"safetensors in {cache_dir('models') / name}: about {gguf.stat().st_size / 5e6:.0f} s on a CPU "
-              "(5 MB/s)", file=sys.stderr)
+              f"safetensors in {cache_dir('models') / name}: about {gguf.stat().st_size / 5e6:.0f} s on an idle CPU",
+              file=sys.stderr)
         # transformers' GGUF reader draws its progress bar with tqdm directly, past its own switch
         with open(os.devnull, "w") as sink, redirect_stderr(sys.stderr if verbose else sink):
             model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
