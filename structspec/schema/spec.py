@@ -15,7 +15,7 @@ import pydantic
 from structspec.automaton.chars import characters
 from structspec.automaton.nfa import gc_paused
 from structspec.automaton.utf8 import normalize
-from structspec.errors import OptionError, RegexError, SpecError
+from structspec.errors import OptionError, RegexError, SpecError, StructspecWarning
 from structspec.schema.bounds import MAX_FRACTION_DIGITS, MAX_INTEGER_DIGITS, Digits
 from structspec.schema.checker import check
 from structspec.schema.constraint import COMPACT, Constraint, Regex
@@ -144,14 +144,14 @@ def _json_constraint(
         warnings.warn(
             "strict=False: these schema keywords are not enforced: "
             + ", ".join(f"{key!r} at {ptr or '/'}" for key, ptr in rewrites.dropped),
-            stacklevel=3,
+            StructspecWarning, stacklevel=3,
         )
     if rewrites.unknown_formats:
         warnings.warn(
             f"formats structspec does not know (supported: {', '.join(sorted(FORMATS))}) are annotations, as "
             "JSON Schema validators read unknown formats, and are not enforced: "
             + ", ".join(f"{name!r} at {ptr or '/'}" for name, ptr in rewrites.unknown_formats),
-            stacklevel=3,
+            StructspecWarning, stacklevel=3,
         )
     if parse is None:
         # (nothing dropped: the document is what is enforced, and pruning would copy it)

@@ -12,8 +12,10 @@ from __future__ import annotations
 import argparse
 import difflib
 import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import structspec
 from structspec.tools.command import (EXIT_BUSY, EXIT_CODES, EXIT_INTERRUPTED, EXIT_OK, Formatter, budget,
@@ -93,11 +95,17 @@ def _extract_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strict", action=argparse.BooleanOptionalAction, default=True,
                    help="refuse a schema keyword structspec cannot enforce (if, uniqueItems, ...); --no-strict drops "
                         "it instead and lists it in each output line's stats.not_enforced")
-    p.add_argument("--fast-forward", choices=["off", "exact"], default="exact")
+    p.add_argument("--fast-forward", choices=["off", "exact"], default="exact",
+                   help="exact: append the tokens the schema forces without a forward pass (the output is the same); "
+                        "off: one pass per token, as plain masked decoding")
     p.add_argument("--temperature", type=float, help="sample at this temperature (default: greedy)")
-    p.add_argument("--top-k", type=int)
-    p.add_argument("--top-p", type=float)
-    p.add_argument("--seed", type=int)
+    p.add_argument("--top-k", type=int, metavar="K",
+                   help="sample among the K likeliest tokens the schema allows (sampling, at --temperature or 1)")
+    p.add_argument("--top-p", type=float, metavar="P",
+                   help="sample among the likeliest allowed tokens whose probabilities sum to P, 0 < P ≤ 1 "
+                        "(sampling, at --temperature or 1)")
+    p.add_argument("--seed", type=int, help="when sampling: seed each record's sampler, so that a rerun draws the "
+                                            "same tokens (default: torch's global generator)")
     p.add_argument("--retry-errors", action="store_true", help="run again the records whose line is an error")
     p_ray = p.add_argument_group("on Ray (the ray extra)")
     p_ray.add_argument("--ray", metavar="ADDRESS|local",
@@ -298,7 +306,28 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command = next((a for a in argv if not a.startswith("-")), None)  # no top-level option takes a value
     args = parser(command).parse_args(argv)
-    return run_command(args.command, COMMANDS[args.command].run, args)
+    with warnings.catch_warnings():
+        # structspec's warnings (a misspelled keyword, ...) once each, as one line: a job compiles its spec
+        # more than once, and a user of the command has no use for structspec's source line. (Deduplicated
+        # here: the "once" filter forgets what it showed when a nested catch_warnings sets a filter.)
+        warnings.filterwarnings("always", category=structspec.StructspecWarning)
+        warnings.showwarning = _one_line(args.command, warnings.showwarning)
+        return run_command(args.command, COMMANDS[args.command].run, args)
+
+
+def _one_line(command: str, show: Callable[..., None]) -> Callable[..., None]:
+    """A ``warnings.showwarning`` that writes each distinct `structspec.StructspecWarning` once, as ``structspec
+    COMMAND: warning: …`` on stderr, and any other warning as ``show`` does."""
+    shown: set[str] = set()
+
+    def showwarning(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+        if not issubclass(category, structspec.StructspecWarning):
+            show(message, category, *args, **kwargs)
+        elif str(message) not in shown:
+            shown.add(str(message))
+            print(f"structspec {command}: warning: {message}", file=sys.stderr)
+
+    return showwarning
 
 
 if __name__ == "__main__":

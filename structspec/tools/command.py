@@ -27,7 +27,7 @@ EXIT_CODES = f"""exit codes:
   {EXIT_CONFIG}    configuration error (bad option, schema, model or drafter name, unreadable input); nothing ran
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C); rerun the same command to resume"""
 
-DEFAULT_MAX_NEW_TOKENS = 256  # one token budget for every command, the demo's too
+DEFAULT_MAX_NEW_TOKENS = 512  # every command's token budget, the demo's too: the API's (GenerateOptions.max_new_tokens)
 
 
 class Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):

@@ -21,6 +21,7 @@ from structspec.jobs.output import JobSummary
 from structspec.jobs.prompts import default_template, read_template
 from structspec.jobs.records import read_inputs, unnamed
 from structspec.jobs.runner import DROPPED_WARNING, JobOptions, not_enforced, run_job
+from structspec.schema.checker import STRICT_FIX
 from structspec.tools.command import EXIT_OK, load_model
 from structspec.tools.tasks import load_spec
 
@@ -38,7 +39,8 @@ def check_spec(spec: Any, option: str, strict: bool = True) -> None:
         if strict and _loose(spec):
             fix = ("; or pass --no-strict to drop the keywords structspec cannot enforce (each output line lists "
                    "them in stats.not_enforced)")
-        raise JobConfigError(f"{option}: {e}{fix}") from None
+        # the fix in the CLI's words: the API's (strict=False) is not an option here
+        raise JobConfigError(f"{option}: {str(e).replace(STRICT_FIX, '')}{fix}") from None
 
 
 def _loose(spec: Any) -> bool:
@@ -85,6 +87,10 @@ def run(args: argparse.Namespace) -> int:
     spec = load_spec(args.schema)
     check_spec(spec, f"--schema {args.schema}", args.strict)
     records = read_inputs(args.input, args.text_field, args.id_field)
+    if not records:  # (a folder without .txt files is refused by read_inputs)
+        what = "a header row and no rows" if Path(args.input).suffix.lower() == ".csv" else "no JSON lines"
+        raise JobConfigError(f"--input {args.input} holds no records ({what}): nothing to extract, so no model "
+                             "was loaded; check --input")
     check_output(args.output, args.input)
     template = read_template(args.prompt_template) if args.prompt_template else default_template(spec)
     generate: dict[str, Any] = {"max_new_tokens": args.max_new_tokens}
@@ -119,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     if args.engine == "vllm":
         from structspec.jobs import vllm as vllm_jobs  # imports vLLM (its absence said by check_vllm_options)
 
-        options = JobOptions(template, generate, args.batch_size)
+        options = JobOptions(template, generate, args.batch_size, cli_words=True)
         vllm_jobs.sampling_params(spec, options)  # its refusals before the engine loads
         # the engine core in this process: a killed job leaves no engine process behind
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -132,8 +138,8 @@ def run(args: argparse.Namespace) -> int:
         if args.draft_model:
             generate["draft"] = load_model(args, args.draft_model)
         with progress:
-            summary = run_job(lm, spec, records, args.output, JobOptions(template, generate, args.batch_size), show,
-                              retry_errors=args.retry_errors)
+            options = JobOptions(template, generate, args.batch_size, cli_words=True)
+            summary = run_job(lm, spec, records, args.output, options, show, retry_errors=args.retry_errors)
     else:
         try:
             from structspec.jobs import ray as ray_jobs  # an optional extra: imported only when asked for
@@ -143,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
         # each actor loads the model itself: the names travel, a local directory as an absolute path
         draft = args.draft_model or args.draft
         draft = str(Path(draft).resolve()) if Path(draft).exists() else draft
-        options = JobOptions(template, generate | {"draft": draft}, args.batch_size)
+        options = JobOptions(template, generate | {"draft": draft}, args.batch_size, cli_words=True)
         with ray_jobs.connect(args.ray, local_cpus=math.ceil(actors * num_cpus)) as where:
             if not args.quiet:
                 err.print(f"running on {where}", highlight=False, soft_wrap=True)

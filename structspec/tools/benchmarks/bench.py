@@ -14,6 +14,7 @@ structspec itself.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import statistics
@@ -37,11 +38,11 @@ from structspec.tools.command import EXIT_CODES, Formatter, run_command
 from structspec.tools.command import drafting_curve
 from structspec.tools.benchmarks.harness import PLAIN, Method, Run, methods, run_tasks, spread, summarize
 from structspec.tools.benchmarks.peers import (
+    OUTLINES_REQUIREMENT,
     hf_assisted,
     hf_prompt_lookup,
     outlines_backend,
     outlines_greedy,
-    require_outlines,
     unconstrained_greedy,
 )
 from structspec.tools.tasks import Task, extraction_prompt, load_tasks
@@ -49,14 +50,14 @@ from structspec.tools.tasks import Task, extraction_prompt, load_tasks
 PEER = "outlines"  # plain masked decoding in both PLAIN and PEER: the oracle pair
 
 
-def rows(draft_model: LM | None = None) -> dict[str, Method]:
-    """The compared methods, in table order: plain masked decoding and outlines first (the oracle pair), then
-    structspec's speed-ups, then transformers' own (unconstrained) greedy and speculative decoding."""
+def rows(draft_model: LM | None = None, outlines: bool = True) -> dict[str, Method]:
+    """The compared methods, in table order: plain masked decoding and outlines first (the oracle pair; outlines
+    only with ``outlines``), then structspec's speed-ups, then transformers' own (unconstrained) greedy and
+    speculative decoding."""
     own = methods(draft_model, self_draft=True, trees=True)
-    out: dict[str, Method] = {
-        PLAIN: own.pop(PLAIN),
-        PEER: lambda lm, task, ids, n: outlines_greedy(lm, structspec.to_regex(task.schema), ids, n),
-    }
+    out: dict[str, Method] = {PLAIN: own.pop(PLAIN)}
+    if outlines:
+        out[PEER] = lambda lm, task, ids, n: outlines_greedy(lm, structspec.to_regex(task.schema), ids, n)
     out |= own
     out |= {
         "HF greedy (unconstrained)": lambda lm, task, ids, n: unconstrained_greedy(lm, ids, n),
@@ -73,21 +74,21 @@ def rows(draft_model: LM | None = None) -> dict[str, Method]:
 class CompileTimes:
     """Seconds to get a schema's constraint ready: structspec cold, and again as a later process (read from its
     disk cache, or built again where that is quicker than storing it: `structspec.automaton.fsm.DISK_MIN_SECONDS`),
-    outlines' Index."""
+    outlines' Index (None: outlines is not installed)."""
 
     cold: float
     cached: float
-    outlines_index: float
+    outlines_index: float | None
 
 
-def measure_compile(lm: LM, tasks: list[Task]) -> dict[str, CompileTimes]:
+def measure_compile(lm: LM, tasks: list[Task], outlines: bool = True) -> dict[str, CompileTimes]:
     """Compile each schema cold, then again as a later process would (from structspec's disk cache, or built
-    again if it was quicker to build than to store), and build outlines' Index.
+    again if it was quicker to build than to store), and build outlines' Index (with ``outlines``).
 
     Clears structspec's in-memory FSM cache before each compile. Cold needs
     ``STRUCTSPEC_CACHE`` to point at an empty directory (see `main`).
     """
-    backend = outlines_backend(lm)  # its vocabulary is built once per LM, not per schema
+    backend = outlines_backend(lm) if outlines else None  # its vocabulary is built once per LM, not per schema
     out = {}
     for name, schema in {t.schema_name: t.schema for t in tasks}.items():
         structspec.clear_cache()
@@ -97,10 +98,13 @@ def measure_compile(lm: LM, tasks: list[Task]) -> dict[str, CompileTimes]:
         if cold.source != "compiled" or cached.source == "memory":
             raise RuntimeError(f"{name}: expected a cold compile, then a disk load or a build, got {cold.source}, "
                                f"{cached.source}")
-        regex = structspec.to_regex(schema)
-        start = time.perf_counter()
-        backend.get_regex_logits_processor(regex)
-        out[name] = CompileTimes(cold.seconds, cached.seconds, time.perf_counter() - start)
+        index = None
+        if backend is not None:
+            regex = structspec.to_regex(schema)
+            start = time.perf_counter()
+            backend.get_regex_logits_processor(regex)
+            index = time.perf_counter() - start
+        out[name] = CompileTimes(cold.seconds, cached.seconds, index)
     return out
 
 
@@ -176,7 +180,8 @@ def print_report(console: Console, lm: LM, compared: Mapping[str, Method], by_me
     task_ids = [r.task_id for r in by_method[names[0]]]
     times = list(compile_times.values())
     compiles = {name: (_mean([t.cold for t in times]), _mean([t.cached for t in times])) for name in structspec_rows}
-    compiles[PEER] = (_mean([t.outlines_index for t in times]), None)
+    if PEER in by_method:
+        compiles[PEER] = (_mean([t.outlines_index for t in times]), None)
     values = {name: _row(runs, compiles.get(name, (None, None))) for name, runs in by_method.items()}
 
     table = Table(title=f"{lm.name}: {len(task_ids)} tasks, greedy, max_new_tokens={max_new_tokens}, "
@@ -219,7 +224,8 @@ def print_report(console: Console, lm: LM, compared: Mapping[str, Method], by_me
         + (f" (max_new_tokens ran out on {', '.join(budget)})." if budget else ".")
         + f" structspec: its Stats; {PEER}: generate() time outside / inside its logits processor."
         f" Compile: mean over {len(compile_times)} schemas; {PEER} builds its Index on every call (no cache)."
-        f" Load average at the end (other processes skew timings): {os.getloadavg()[0]:.2f}.",
+        + ("" if PEER in by_method else f" {PEER}: not installed, skipped.")
+        + f" Load average at the end (other processes skew timings): {os.getloadavg()[0]:.2f}.",
         highlight=False,
     )
 
@@ -227,7 +233,8 @@ def print_report(console: Console, lm: LM, compared: Mapping[str, Method], by_me
     for header in ("schema", "structspec cold", "structspec cached", f"{PEER} Index"):
         per_schema.add_column(header, justify="left" if header == "schema" else "right")
     for name, c in compile_times.items():
-        per_schema.add_row(name, f"{c.cold:.3f}", f"{c.cached:.3f}", f"{c.outlines_index:.3f}")
+        index = "—" if c.outlines_index is None else f"{c.outlines_index:.3f}"
+        per_schema.add_row(name, f"{c.cold:.3f}", f"{c.cached:.3f}", index)
     console.print(per_schema)
 
     reference = by_method.get(PLAIN)
@@ -263,13 +270,16 @@ def main(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     console = Console() if Console().is_terminal else Console(width=160)
-    require_outlines("structspec bench")  # before the model loads
+    outlines = importlib.util.find_spec("outlines") is not None
+    if not outlines:  # said before the model loads; structspec's own rows need no outlines
+        print(f"structspec bench: outlines is not installed, so its row and its Index compile times are skipped; "
+              f"pip install '{OUTLINES_REQUIREMENT}' to compare with it", file=sys.stderr)
     # before moving the cache: the converted model stays
     lm = load_model(args.model, args.device, args.dtype, args.kernels)
     drafting_curve(lm, args.calibrate)  # the timed records read the curve, never measure it
     draft_model = load_model(args.draft_model, args.device, args.dtype, args.kernels) if args.draft_model else None
     tasks = spread(load_tasks(), args.limit)
-    compared = rows(draft_model)
+    compared = rows(draft_model, outlines)
     if args.only:
         words = args.only.split(",")
         compared = {n: m for n, m in compared.items() if n in (PLAIN, PEER) or any(w in n for w in words)}
@@ -280,7 +290,7 @@ def main(args: argparse.Namespace) -> int:
         # the stored pass-cost curves stay: drafting reads them as it does in the user's own runs
         shutil.copytree(curves, cache_dir("pass-cost"), dirs_exist_ok=True)
         try:
-            compile_times = measure_compile(lm, tasks)
+            compile_times = measure_compile(lm, tasks, outlines)
             by_method = run_tasks(lm, tasks, compared, args.max_new_tokens, console)
         finally:
             os.environ.pop("STRUCTSPEC_CACHE")
