@@ -10,7 +10,8 @@
   (`read_entry`, `drop_damaged`); pickled entries carry a checksum (`write_pickle`, `read_pickle`), so a
   garbled one is never unpickled into a wrong automaton;
 - an entry slow to build (a model's conversion, a GGUF joined from its parts) is built under a lock file beside
-  it (`locked`): the first process builds it, the others wait and then read it.
+  it (`locked`): the first process builds it, the others wait and then read it; the builder first removes what
+  builders killed mid-write left (`remove_leftovers`).
 """
 
 from __future__ import annotations
@@ -57,7 +58,6 @@ def writing(path: Path) -> Iterator[IO[bytes]]:
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
-        os.chmod(tmp, 0o644)  # as a plain write would leave it (mkstemp's file is the owner's only)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
@@ -123,6 +123,19 @@ def _unpickled(data: bytes, kind: type[T]) -> T:
     if not isinstance(value, kind):
         raise TypeError(f"holds a {type(value).__name__}, not a {kind.__name__}")
     return value
+
+
+def remove_leftovers(path: Path) -> None:
+    """Remove what writers of ``path`` killed mid-write left beside it: their temporary files and directories
+    (``.<name>.*``, the lock file kept). Only under `locked` (``path``): no writer of it is running then (where
+    there are no locks, Windows, nothing is removed)."""
+    if fcntl is None:
+        return
+    for left in path.parent.glob(f".{path.name}.*"):
+        if left.is_dir():
+            shutil.rmtree(left, ignore_errors=True)
+        elif left.name != f".{path.name}.lock":
+            left.unlink(missing_ok=True)
 
 
 @contextmanager

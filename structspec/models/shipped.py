@@ -19,7 +19,7 @@ from collections.abc import Callable
 from contextlib import redirect_stderr
 from pathlib import Path
 
-from structspec.cache import cache_dir, drop_damaged, locked, write_atomic, writing
+from structspec.cache import cache_dir, drop_damaged, locked, remove_leftovers, write_atomic, writing
 from structspec.errors import ModelNotFoundError
 
 
@@ -48,6 +48,7 @@ def _concatenated(name: str, parts: list[Path]) -> Path:
         if joined.exists() and joined.stat().st_size != size:
             drop_damaged(joined, f"{joined.stat().st_size} bytes, its parts hold {size}", "joined again")
         if not joined.exists():
+            remove_leftovers(joined)
             with writing(joined) as out:
                 for p in parts:
                     with open(p, "rb") as f:
@@ -101,11 +102,15 @@ def _converted(name: str, verbose: bool) -> Path:
         if converted.exists() and (why := damage(converted)) is not None:
             drop_damaged(converted, why, "converted again from its GGUF")
         if not converted.exists():
+            remove_leftovers(converted)
             tmp = Path(tempfile.mkdtemp(dir=converted.parent, prefix=f".{name}."))
             try:
                 _convert(name, tmp, verbose)
-                os.chmod(tmp, 0o755)  # as a plain directory (mkdtemp's is the owner's only)
-                os.replace(tmp, converted)  # nothing there: no reader loses a file
+                try:
+                    os.replace(tmp, converted)  # nothing there: no reader loses a file
+                except OSError:
+                    if not converted.exists():
+                        raise  # else another's conversion landed first (no lock: Windows); it is the same
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
         settings = json.loads(config.read_text())

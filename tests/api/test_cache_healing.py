@@ -124,9 +124,11 @@ def test_a_damaged_converted_model_is_dropped_with_a_warning_and_converted_again
     monkeypatch.setenv("STRUCTSPEC_CACHE", str(tmp_path))
     monkeypatch.setattr(shipped, "_convert", tiny_convert, raising=False)
     converted = save_tiny_model(tmp_path / "models" / "smollm2-135m")  # converted before
+    killed = save_tiny_model(tmp_path / "models" / ".smollm2-135m.x1y2z3")  # a conversion killed before its rename
     DAMAGE[damage](converted / file, at)
     lm = healed(converted, lambda: structspec.load("smollm2-135m", device="cpu", kernels="torch"))
     assert _conversions() == 1 and shipped.damage(converted, thorough=True) is None
+    assert not killed.exists()  # removed by the next conversion
     assert len(lm.encode_prompt("Alice is 31")) > 0
     quiet(lambda: structspec.load("smollm2-135m", device="cpu", kernels="torch"))
     assert _conversions() == 1
@@ -138,11 +140,13 @@ def test_a_joined_gguf_of_the_wrong_size_is_joined_again(tmp_path, monkeypatch, 
     parts = _parts(tmp_path)
     joined = shipped._concatenated("model.gguf", parts)
     DAMAGE[damage](joined)
+    killed = joined.with_name(".model.gguf.x1y2z3.tmp")  # a join killed before its rename
+    killed.write_bytes(b"\0" * 1000)
     if damage == "garbled":  # the size is the parts': a garbled join is not seen (the conversion reads it)
         assert quiet(lambda: shipped._concatenated("model.gguf", parts)) == joined
         return
     assert healed(joined, lambda: shipped._concatenated("model.gguf", parts)) == joined
-    assert joined.read_bytes() == b"".join(p.read_bytes() for p in parts)
+    assert joined.read_bytes() == b"".join(p.read_bytes() for p in parts) and not killed.exists()
 
 
 def _parts(directory: Path) -> list[Path]:
