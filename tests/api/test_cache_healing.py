@@ -165,6 +165,8 @@ def _race(target: Callable[..., None], *args: object, processes: int = 2) -> Non
         p.start()
     for p in running:
         p.join(timeout=300)
+        if p.is_alive():  # hung: not left behind
+            p.kill()
     assert [p.exitcode for p in running] == [0] * processes
 
 
