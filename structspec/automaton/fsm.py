@@ -14,7 +14,6 @@ Masks follow the allocate / fill / apply trio other engines speak::
 from __future__ import annotations
 
 import hashlib
-import pickle
 import threading
 import time
 from collections import OrderedDict
@@ -28,7 +27,7 @@ from structspec.automaton.dfa import DEAD, LazyDFA
 from structspec.automaton.index import TokenIndex
 from structspec.automaton.nfa import ByteNFA
 from structspec.automaton.parse import ParsedRegex
-from structspec.cache import cache_dir, write_atomic
+from structspec.cache import cache_dir, read_pickle, write_pickle
 from structspec.checks import as_int, check_option
 from structspec.errors import OptionError, UnspellableError
 from structspec.vocab import TokenVocab
@@ -42,8 +41,9 @@ DISK_MIN_SECONDS = 0.005
 reading it back saves a later process (about 1 ms + 0.3 of the build to write, 0.4 of the build to read, on
 JSONSchemaBench's Github_hard and Github_ultra schemas)."""
 # Bumped when the pickled automaton changes shape (or module), so stale disk entries are not read.
-_FORMAT = "lazy-dfa-10"  # 6: fragments built when first entered (the NFA keeps recipes); 7: `Stated` recipes;
-# 8: `_entered`; 9: states and closures as tuples, `_entered_one`; 10: only built rows stored (`rows`, `slots`)
+_FORMAT = "lazy-dfa-11"  # 6: fragments built when first entered (the NFA keeps recipes); 7: `Stated` recipes;
+# 8: `_entered`; 9: states and closures as tuples, `_entered_one`; 10: only built rows stored (`rows`, `slots`);
+# 11: behind a checksum (`structspec.cache.write_pickle`)
 
 
 def clear_cache(disk: bool = False) -> None:
@@ -116,14 +116,14 @@ class TokenFSM:
             index = _MEMORY.get(key)
         if index is not None:
             source = "memory"
-        elif path.exists():
-            index, source = TokenIndex(pickle.loads(path.read_bytes()), vocab, width, eos), "disk"
+        elif (stored := read_pickle(path, LazyDFA, "compiled again")) is not None:  # a damaged entry: dropped
+            index, source = TokenIndex(stored, vocab, width, eos), "disk"
         else:
             built = time.perf_counter()
             dfa = LazyDFA(ByteNFA(regex))
             if time.perf_counter() - built >= DISK_MIN_SECONDS:
                 try:
-                    write_atomic(path, pickle.dumps(dfa, protocol=pickle.HIGHEST_PROTOCOL))
+                    write_pickle(path, dfa)
                 except RecursionError:  # pickling recurses once per level of the parts not built yet; too deep
                     pass  # to keep: compiled again by the next process
             index, source = TokenIndex(dfa, vocab, width, eos), "compiled"

@@ -28,7 +28,6 @@ the tokenizer's EOS), each of them is allowed exactly in final states.
 from __future__ import annotations
 
 import hashlib
-import pickle
 import threading
 import time
 from collections.abc import Callable
@@ -39,7 +38,7 @@ import numpy as np
 
 from structspec.automaton.dfa import DEAD, LazyDFA
 from structspec.automaton.nfa import gc_paused
-from structspec.cache import cache_dir, write_atomic
+from structspec.cache import cache_dir, read_pickle, write_pickle
 from structspec.errors import UnspellableError
 from structspec.vocab import TokenVocab
 
@@ -53,7 +52,7 @@ SHAPES_LIMIT = 1024
 SHAPE_DISK_SECONDS = 0.005
 """A shape walked slower than this is also kept on disk (a string's, over a 150k vocabulary: tens of ms), keyed
 by the tokenizer's fingerprint and the shape's table, so the next process reads it back."""
-_SHAPE_FORMAT = "shape-1"  # bumped when `_Shape` or the walk changes, so stale disk entries are not read
+_SHAPE_FORMAT = "shape-2"  # bumped when `_Shape` or the walk changes, so stale disk entries are not read (2: checksum)
 
 
 class _Level(NamedTuple):
@@ -153,12 +152,13 @@ class _VocabBytes:
         """The shape's walk from the disk cache, or walked (and stored when it took `SHAPE_DISK_SECONDS`)."""
         named = f"{_SHAPE_FORMAT}\0{self.fingerprint}\0".encode() + table.tobytes()
         path = cache_dir("shapes") / f"{hashlib.sha256(named).hexdigest()[:40]}.shape"
-        if path.exists():
-            return pickle.loads(path.read_bytes())
+        stored = read_pickle(path, _Shape, "walked again")  # a damaged entry: dropped
+        if stored is not None:
+            return stored
         start = time.perf_counter()
         found = self._walk_shape(table, regions)
         if time.perf_counter() - start >= SHAPE_DISK_SECONDS:
-            write_atomic(path, pickle.dumps(found, protocol=pickle.HIGHEST_PROTOCOL))
+            write_pickle(path, found)
         return found
 
     def _walk_shape(self, table: np.ndarray, regions: int) -> _Shape:

@@ -29,13 +29,14 @@ cutting it by a measured curve changes passes, not tokens.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from structspec.cache import cache_dir
+from structspec.cache import cache_dir, read_entry
 from structspec.models.device import native_bf16
 from structspec.models.protocol import LanguageModel
 
@@ -154,12 +155,21 @@ def curve_path(lm: LanguageModel) -> Path | None:
 
 def pass_cost(lm: LanguageModel) -> PassCost:
     """``lm``'s stored curve (`structspec.decoding.calibrate.calibrate`), else `prior_cost`. Reads the cache;
-    measures nothing, changes nothing."""
+    measures nothing, changes nothing but a damaged curve, which it drops with a `structspec.cache.CacheWarning`."""
     path = curve_path(lm)
-    if path is None or not path.exists():
-        return prior_cost(lm)
-    points = json.loads(path.read_text())["curves"]["1"]  # one curve, stored under "1" (rows: a packed pass's one)
-    return PassCost(tuple((int(n), float(c)) for n, c in points))
+    stored = None if path is None else read_entry(path, _stored_curve, "decoding drafts by the prior until "
+                                                                        "`structspec calibrate` stores one again")
+    return prior_cost(lm) if stored is None else stored
+
+
+def _stored_curve(data: bytes) -> PassCost:
+    """The curve a stored file holds: one curve, under "1" (rows: a packed pass's one), from a one-token pass,
+    by growing tokens fed, at finite positive costs; anything else raises."""
+    points = tuple((int(n), float(c)) for n, c in json.loads(data)["curves"]["1"])
+    fed = [n for n, _ in points]
+    if not points or fed[0] != 1 or fed != sorted(set(fed)) or not all(math.isfinite(c) and c > 0 for _, c in points):
+        raise ValueError(f"not a pass-cost curve: {points[:8]}")
+    return PassCost(points)
 
 
 @dataclass

@@ -6,12 +6,14 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 
+from structspec.cache import CacheWarning
 from structspec.models.device import resolve_device, use_threads
 from structspec.models.invariance import make_batch_invariant, pack_for_cpu, should_pack
-from structspec.models.shipped import DEFAULT_MODEL, model_path
+from structspec.models.shipped import DEFAULT_MODEL, heal, model_path
 from structspec.models.transformers_lm import LM
 
 
@@ -41,15 +43,12 @@ def load(
     unless ``verbose`` (`quiet_loading`: its settings are put back after). Bad
     options and unknown names raise before anything is loaded.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     where, precision = resolve_device(device, dtype)
     pack = should_pack(kernels, where, precision)  # before loading: a bad option costs no load
     use_threads(threads)
     with quiet_loading(verbose):
-        path = model_path(name, verbose)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=precision).to(where)
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        model, tokenizer = _read(name, precision, verbose)
+        model = model.to(where)
     if pack:
         pack_for_cpu(model)
     elif kernels == "auto" and where.type == "cpu":  # a dtype oneDNN would only emulate: torch's kernel, by row
@@ -57,11 +56,29 @@ def load(
     return LM(model, tokenizer, name=name)
 
 
+def _read(name: str, precision: torch.dtype, verbose: bool) -> tuple[Any, Any]:
+    """``name``'s model and tokenizer from its files (`model_path`). A shipped model's converted copy that fails to
+    load and is found damaged (`heal`) is dropped, converted again and read once more; any other error raises."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    def read(path: str) -> tuple[Any, Any]:
+        return AutoModelForCausalLM.from_pretrained(path, dtype=precision), AutoTokenizer.from_pretrained(path)
+
+    path = model_path(name, verbose)
+    try:
+        return read(path)
+    except Exception:
+        if not heal(name):  # not a damaged copy of a shipped model: the error is the caller's
+            raise
+    return read(model_path(name, verbose))  # converted again
+
+
 @contextmanager
 def quiet_loading(verbose: bool = False) -> Iterator[None]:
     """Silence transformers while loading, unless ``verbose``: its logging below errors, its progress bars
-    (``Loading weights``, the GGUF conversion's) and Python warnings. On exit the logging verbosity, the progress
-    bar switch and the warning filters are put back as they were; nothing else is changed."""
+    (``Loading weights``, the GGUF conversion's) and Python warnings but structspec's `CacheWarning` (a damaged
+    cache entry rebuilt). On exit the logging verbosity, the progress bar switch and the warning filters are put
+    back as they were; nothing else is changed."""
     if verbose:
         yield
         return
@@ -75,6 +92,7 @@ def quiet_loading(verbose: bool = False) -> Iterator[None]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
+            warnings.simplefilter("default", CacheWarning)  # structspec's own: a damaged cache entry rebuilt
             yield
     finally:
         logging.set_verbosity(verbosity)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from contextlib import redirect_stderr
 from pathlib import Path
 
-from structspec.cache import cache_dir, write_atomic
+from structspec.cache import cache_dir, drop_damaged, locked, remove_leftovers, write_atomic, writing
 from structspec.errors import ModelNotFoundError
 
 
@@ -42,15 +42,20 @@ def _smollm2() -> Path:
 
 
 def _concatenated(name: str, parts: list[Path]) -> Path:
-    """One GGUF file joined from ``parts`` in order, kept under ``$STRUCTSPEC_CACHE/gguf``."""
+    """One GGUF file joined from ``parts`` in order, kept under ``$STRUCTSPEC_CACHE/gguf``: joined by one process
+    at a time, into a temporary file of its own; joined again, with a `CacheWarning`, when its size is not the
+    parts' (truncated)."""
     joined = cache_dir("gguf") / name
-    if not joined.exists():
-        tmp = joined.with_suffix(".tmp")
-        with open(tmp, "wb") as out:
-            for p in parts:
-                with open(p, "rb") as f:
-                    shutil.copyfileobj(f, out)
-        os.replace(tmp, joined)
+    size = sum(p.stat().st_size for p in parts)
+    with locked(joined):
+        if joined.exists() and joined.stat().st_size != size:
+            drop_damaged(joined, f"{joined.stat().st_size} bytes, its parts hold {size}", "joined again")
+        if not joined.exists():
+            remove_leftovers(joined)
+            with writing(joined) as out:
+                for p in parts:
+                    with open(p, "rb") as f:
+                        shutil.copyfileobj(f, out)
     return joined
 
 
@@ -97,35 +102,100 @@ def model_path(name: str, verbose: bool = False) -> str:
 
 
 def _converted(name: str, verbose: bool) -> Path:
-    """``$STRUCTSPEC_CACHE/models/<name>``, made from the shipped GGUF if missing. Its config holds no
-    ``quantization_config`` (the weights are dequantized floats), so transformers says nothing about GGUF when
-    it loads them; a copy cached with one loses it here (rewrites its config.json)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+    """``$STRUCTSPEC_CACHE/models/<name>``, made from the shipped GGUF if missing or damaged (`damage`; dropped
+    with a `CacheWarning`). One process at a time checks and converts (`locked`), so processes loading the model
+    at once convert it once, and a finished conversion never replaces a directory another may be reading. Its
+    config holds no ``quantization_config`` (the weights are dequantized floats), so transformers says nothing
+    about GGUF when it loads them; a copy cached with one loses it here (rewrites its config.json)."""
     converted = cache_dir("models") / name
     config = converted / "config.json"
-    if not (converted / "model.safetensors").exists():
-        gguf = SHIPPED[name]()
-        print(f"structspec: converting {name} once, from its GGUF ({gguf.stat().st_size / 1e6:.0f} MB) to "
-              f"safetensors in {cache_dir('models') / name}: about {gguf.stat().st_size / 5e6:.0f} s on an idle CPU",
-              file=sys.stderr)
-        # transformers' GGUF reader draws its progress bar with tqdm directly, past its own switch
-        with open(os.devnull, "w") as sink, redirect_stderr(sys.stderr if verbose else sink):
-            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        model.hf_quantizer = None  # weights are dequantized floats now; lets save_pretrained run
-        tmp = Path(tempfile.mkdtemp(dir=converted.parent, prefix=f".{name}."))  # concurrent conversions: one wins
-        try:
-            model.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
-            shutil.rmtree(converted, ignore_errors=True)
-            os.replace(tmp, converted)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    settings = json.loads(config.read_text())
-    if settings.pop("quantization_config", None) is not None:
-        write_atomic(config, json.dumps(settings, indent=2, sort_keys=True).encode() + b"\n")
+    with locked(converted):
+        if converted.exists() and (why := damage(converted)) is not None:
+            drop_damaged(converted, why, "converted again from its GGUF")
+        if not converted.exists():
+            remove_leftovers(converted)
+            tmp = Path(tempfile.mkdtemp(dir=converted.parent, prefix=f".{name}."))
+            try:
+                _convert(name, tmp, verbose)
+                try:
+                    os.replace(tmp, converted)  # nothing there: no reader loses a file
+                except OSError:
+                    if not converted.exists():
+                        raise  # else another's conversion landed first (no lock: Windows); it is the same
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+        settings = json.loads(config.read_text())
+        if settings.pop("quantization_config", None) is not None:
+            write_atomic(config, json.dumps(settings, indent=2, sort_keys=True).encode() + b"\n")
     return converted
+
+
+def _convert(name: str, into: Path, verbose: bool) -> None:
+    """Convert shipped model ``name``'s GGUF to a model directory (safetensors, tokenizer) in ``into``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = SHIPPED[name]()
+    print(f"structspec: converting {name} once, from its GGUF ({gguf.stat().st_size / 1e6:.0f} MB) to "
+          f"safetensors in {cache_dir('models') / name}: about {gguf.stat().st_size / 5e6:.0f} s on an idle CPU",
+          file=sys.stderr)
+    # transformers' GGUF reader draws its progress bar with tqdm directly, past its own switch
+    with open(os.devnull, "w") as sink, redirect_stderr(sys.stderr if verbose else sink):
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model.hf_quantizer = None  # weights are dequantized floats now; lets save_pretrained run
+    model.save_pretrained(into)
+    tokenizer.save_pretrained(into)
+
+
+def heal(name: str) -> bool:
+    """Drop shipped model ``name``'s converted copy if `damage` (``thorough``) finds it damaged, with a
+    `CacheWarning`; whether it did (the next `model_path` converts it again). For a load that failed: the checks
+    too slow for every load (parsing the tokenizer) run only then."""
+    if name not in SHIPPED:
+        return False
+    converted = cache_dir("models") / name
+    with locked(converted):
+        why = damage(converted, thorough=True) if converted.exists() else None
+        if why is not None:
+            drop_damaged(converted, why, "converted again from its GGUF")
+    return why is not None
+
+
+def damage(directory: Path, thorough: bool = False) -> str | None:
+    """What is wrong with the converted model in ``directory``, or None: a file missing, a JSON file that does not
+    parse, a safetensors file whose header does not parse or whose size is not the header's (truncated). Weights
+    garbled past the header are not seen (that would hash gigabytes per load). ``thorough`` also reads the
+    tokenizer (0.2 to 0.6 s, so only after a load failed). Reads only."""
+    weights = sorted(directory.glob("*.safetensors"))
+    missing = [f for f in ("config.json", "tokenizer.json") if not (directory / f).is_file()]
+    if not weights:
+        missing.append("model.safetensors")
+    if missing:
+        return f"{', '.join(missing)} missing"
+    for path in sorted(directory.glob("*.json")):
+        try:
+            if path.name == "tokenizer.json":
+                if thorough:
+                    from tokenizers import Tokenizer
+
+                    Tokenizer.from_file(str(path))
+            elif not isinstance(json.loads(path.read_bytes()), dict):
+                raise ValueError("not a JSON object")
+        except Exception as e:  # whatever a truncated or garbled file makes the parser raise
+            return f"{path.name}: {type(e).__name__}: {e}"[:200]
+    for path in weights:
+        try:
+            with open(path, "rb") as f:
+                length = int.from_bytes(f.read(8), "little")
+                if not 2 <= length <= path.stat().st_size:
+                    raise ValueError(f"a header of {length} bytes")
+                header = json.loads(f.read(length))
+            end = max((int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"), default=0)
+        except Exception as e:
+            return f"{path.name}: {type(e).__name__}: {e}"[:200]
+        if path.stat().st_size != 8 + length + end:
+            return f"{path.name} holds {path.stat().st_size} bytes, its header {8 + length + end}"
+    return None
 
 
 def hub_cache() -> Path:

@@ -11,6 +11,7 @@ from transformers import TextIteratorStreamer
 
 import structspec
 from structspec import FieldDone, Finished, TextChunk
+from tests.numerics import logprobs_approx
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 4}, "ok": {"type": "boolean"}},
           "required": ["name", "ok"]}
@@ -30,7 +31,7 @@ def test_logprobs_equal_masked_log_softmax(lm_name: str, request: pytest.Fixture
         logits = lm.forward(prompt + r.token_ids[:i], lm.new_cache(), logits_to_keep=1)
         fsm.mask_logits_inplace(logits, [state])
         expected = float(logits[0].float().log_softmax(-1)[token])
-        assert r.logprobs[i] == pytest.approx(expected, abs=1e-4)
+        assert [r.logprobs[i]] == logprobs_approx([expected], lm.dtype)
         if len(fsm.allowed_token_ids(state)) == 1:
             assert r.logprobs[i] == 0.0
         state = fsm.next_state(state, token)

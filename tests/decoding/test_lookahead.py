@@ -29,6 +29,7 @@ from structspec.decoding.sampling import SamplingConfig
 from structspec.decoding.verify import accept_tree
 from structspec.testing import CountingLM, restricted
 from structspec.tools.benchmarks.harness import methods
+from tests.numerics import logprobs_approx
 
 
 class Hero(BaseModel):
@@ -107,7 +108,7 @@ def test_lookahead_logprobs_equal_plain_logprobs(byte_lm: structspec.LM) -> None
     got = lookahead(byte_lm, Hero, DOC, output_logprobs=True)
     assert got.token_ids == base.token_ids
     assert got.stats.drafts["lookahead"].accepted > 0
-    assert got.logprobs == pytest.approx(base.logprobs, abs=1e-4)
+    assert got.logprobs == logprobs_approx(base.logprobs, byte_lm.dtype)
 
 
 @pytest.mark.slow

@@ -23,6 +23,7 @@ from structspec.models.slot_cache import SlotCache
 from structspec.decoding.drafters.tree import TreeDrafter
 from structspec.decoding.verify import accept_tree
 from structspec.decoding.window import Window
+from tests.numerics import logprobs_approx
 
 
 class Character(BaseModel):
@@ -75,7 +76,7 @@ def test_tree_logprobs_equal_plain_logprobs(byte_lm: structspec.LM) -> None:
     base = plain(byte_lm, Character, DOC, output_logprobs=True)
     got = tree(byte_lm, Character, DOC, output_logprobs=True)
     assert got.token_ids == base.token_ids
-    assert got.logprobs == pytest.approx(base.logprobs, abs=1e-4)
+    assert got.logprobs == logprobs_approx(base.logprobs, byte_lm.dtype)
 
 
 @pytest.mark.slow

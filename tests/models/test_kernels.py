@@ -16,6 +16,7 @@ from structspec.models.invariance import (
     BY_ROW, PackedLinear, attention_by_row, measure_invariance, pack_linears, packable, use_attention_by_row,
 )
 from structspec.testing import byte_level_tokenizer, save_tiny_model, sentencepiece_tokenizer, tiny_llama
+from tests.numerics import assert_logits_close
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch has no oneDNN")
 
@@ -59,11 +60,11 @@ def test_packed_logits_match_torchs_for_every_window_and_restricted_rows(pair) -
         for lm, cache in zip(pair, caches):
             lm.forward(ids[:-window], cache)
         full = [lm.forward(ids[-window:], cache, logits_to_keep=window) for lm, cache in zip(pair, caches)]
-        torch.testing.assert_close(full[1], full[0], rtol=1e-4, atol=1e-4)
+        assert_logits_close(full[1], full[0])  # other kernels, other blockings: rounding only
     hidden = torch.randn(2, plain.model.config.hidden_size, generator=torch.Generator().manual_seed(1))
     few = torch.tensor([3, 70, 200])
     rows = [lm.head(hidden, [None, few]) for lm in pair]
-    torch.testing.assert_close(rows[1], rows[0], rtol=1e-4, atol=1e-4)
+    assert_logits_close(rows[1], rows[0])
     assert rows[1][1].isfinite().sum() == 3
 
 
