@@ -18,7 +18,7 @@ from structspec.automaton import fsm as fsm_module
 from structspec.automaton import index as index_module
 from structspec.automaton.fsm import TokenFSM, clear_cache
 from structspec.cache import CacheWarning, cache_dir
-from structspec.decoding.cost import DEFAULT_COST, curve_path, pass_cost
+from structspec.decoding.cost import curve_path, pass_cost, prior_cost
 from structspec.models import shipped
 from structspec.testing import save_tiny_model, tiny_lm
 from tests.api.cache_workers import compile_regex, join_parts, load_shipped, tiny_convert
@@ -104,8 +104,8 @@ def test_a_damaged_curve_is_dropped_with_a_warning_for_the_default_curve(monkeyp
     path = curve_path(lm)
     assert path is not None and pass_cost(lm)(2) == 1.5
     DAMAGE[damage](path)
-    assert healed(path, lambda: pass_cost(lm)) == DEFAULT_COST
-    assert not path.exists() and quiet(lambda: pass_cost(lm)) == DEFAULT_COST
+    assert healed(path, lambda: pass_cost(lm)) == prior_cost(lm)
+    assert not path.exists() and quiet(lambda: pass_cost(lm)) == prior_cost(lm)
 
 
 def _conversions() -> int:
