@@ -31,7 +31,7 @@ def _set_cache(value: str | None) -> None:
 
 
 # The fixtures that load a shipped model: a test that uses one is marked ``real_model`` whether or not it says so.
-REAL_MODEL_FIXTURES = frozenset({"smollm2", "qwen_coder", "gemma3", "real_lm"})
+REAL_MODEL_FIXTURES = frozenset({"smollm2", "smollm2_bf16", "qwen_coder", "gemma3", "real_lm"})
 # Fixtures over 1 s to build (`qwen_lm` reads a 151,665-token vocabulary: 14 to 25 s on 2 cores): a test that uses
 # one is marked ``slow``, since it takes that long alone.
 SLOW_FIXTURES = frozenset({"qwen_lm"})
@@ -82,13 +82,13 @@ def sp_lm() -> structspec.LM:
     return tiny_lm("sentencepiece", device=DEVICE)
 
 
-def _load_shipped(name: str, isolated_cache: str) -> structspec.LM:
+def _load_shipped(name: str, isolated_cache: str, dtype: str = "float32") -> structspec.LM:
     """A shipped model loaded from (and converted into) the developer's cache; skips if not installed."""
     _set_cache(_USER_CACHE)
     try:
         # float32, whatever the CPU: the oracle and batch tests' near-tie bounds are float32's; bfloat16 (the
         # default on AVX-512 BF16 CPUs) is tested on tiny models in tests/models/test_kernels.py
-        return structspec.load(name, dtype="float32")
+        return structspec.load(name, dtype=dtype)
     except ModelNotFoundError as e:
         pytest.skip(f"{name} is not available: {e}")
     finally:
@@ -102,6 +102,12 @@ def smollm2(isolated_cache: str) -> structspec.LM:
     Skips the test when the model's package is not installed.
     """
     return _load_shipped("smollm2-135m", isolated_cache)
+
+
+@pytest.fixture(scope="session")
+def smollm2_bf16(isolated_cache: str) -> structspec.LM:
+    """SmolLM2-135M in bfloat16 (its default is float32 on every device: bfloat16 costs it accuracy)."""
+    return _load_shipped("smollm2-135m", isolated_cache, "bfloat16")
 
 
 @pytest.fixture(scope="session")

@@ -28,7 +28,9 @@ def load(
     under ``$STRUCTSPEC_CACHE/models``; later loads take seconds. ``device="auto"``
     picks CUDA when available, else the CPU; ``dtype`` (``"float32"``,
     ``"bfloat16"``, ``"float16"`` or a torch dtype) defaults to bfloat16 on CUDA
-    and on CPUs with AVX-512 BF16 or AMX, else float32. ``kernels="auto"`` packs
+    and on CPUs with AVX-512 BF16 or AMX, else float32, except for the shipped
+    models bfloat16 makes wrong (SmolLM2-135M: float32 everywhere;
+    `structspec.models.device.FLOAT32_MODELS`). ``kernels="auto"`` packs
     a float32 CPU model's linear layers for oneDNN (bfloat16 too where the CPU
     multiplies it natively; `structspec.models.invariance`: the model is then for
     inference only), ``"onednn"`` insists on it, ``"torch"`` keeps torch's own.
@@ -43,7 +45,7 @@ def load(
     unless ``verbose`` (`quiet_loading`: its settings are put back after). Bad
     options and unknown names raise before anything is loaded.
     """
-    where, precision = resolve_device(device, dtype)
+    where, precision = resolve_device(device, dtype, name)
     pack = should_pack(kernels, where, precision)  # before loading: a bad option costs no load
     use_threads(threads)
     with quiet_loading(verbose):

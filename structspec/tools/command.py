@@ -73,7 +73,7 @@ def model_options(parser: argparse.ArgumentParser, model: str | None = None, sev
     parser.add_argument("--device", default="auto",
                         help="auto (CUDA when available, else the CPU), cpu, cuda or cuda:N")
     dtype_default = ("$STRUCTSPEC_DEFAULT_DTYPE where set, else bfloat16 on CUDA and on CPUs with AVX-512 BF16 or AMX, "
-                     "else float32")
+                     "else float32; float32 everywhere for smollm2-135m, which bfloat16 makes wrong")
     if several_dtypes:
         parser.add_argument("--dtypes", "--dtype", dest="dtypes", metavar="DTYPE,...",
                             help="comma-separated dtypes among float32, bfloat16, float16: the model loads in each in "

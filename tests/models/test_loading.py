@@ -181,3 +181,16 @@ def test_a_bad_forced_default_dtype_is_refused_before_anything_loads(
     with pytest.raises(OptionError, match="STRUCTSPEC_DEFAULT_DTYPE='fp8' is not a default dtype: set it to"):
         structspec.load("smollm2-135m")
     assert no_load == []
+
+
+@pytest.mark.parametrize("forced", ["float32", "bfloat16", None])
+def test_a_model_bfloat16_makes_wrong_loads_in_float32_on_every_kind_of_cpu(forced: str | None,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    if forced is None:
+        monkeypatch.delenv(device.DTYPE_VARIABLE, raising=False)
+    else:
+        monkeypatch.setenv(device.DTYPE_VARIABLE, forced)  # what load gives on the other kind of CPU
+    machine = device.resolve_device("cpu")[1]
+    assert device.resolve_device("cpu", None, "smollm2-135m")[1] == torch.float32
+    assert device.resolve_device("cpu", None, "qwen2.5-coder-0.5b")[1] == machine  # the machine's default
+    assert device.resolve_device("cpu", "bfloat16", "smollm2-135m")[1] == torch.bfloat16  # a named dtype wins

@@ -24,6 +24,7 @@ from structspec.decoding.cost import curve_path, pass_cost
 from structspec.tools.command import EXIT_BUSY, EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK
 from structspec.tools.demo import DEMO_DOCUMENT, demo
 from structspec.jobs.runner import load_model
+from structspec.models.device import default_dtype
 from structspec.testing import save_tiny_model
 
 N_RECORDS = 200  # enough work left after the third line that a signal always lands mid-job
@@ -213,12 +214,17 @@ def test_the_benchmark_is_a_subcommand_and_a_module() -> None:
 
 
 @pytest.mark.real_model
-def test_demo_shows_the_object_stats_and_token_view(smollm2: structspec.LM, tmp_path: Path) -> None:
+@pytest.mark.real_model  # its fixtures are asked for by name, so conftest cannot see them
+@pytest.mark.parametrize("model", ["smollm2", "smollm2_bf16"])  # the default (float32 everywhere), and bfloat16
+def test_demo_shows_the_object_stats_and_token_view(model: str, request: pytest.FixtureRequest,
+                                                    tmp_path: Path) -> None:
+    lm = request.getfixturevalue(model)
+    assert model != "smollm2" or lm.dtype == default_dtype(torch.device("cpu"), "smollm2-135m")  # what users get
     console = Console(file=io.StringIO(), width=300)
-    assert demo(smollm2, console, explain=True, html=str(tmp_path / "demo.html")) == EXIT_OK
+    assert demo(lm, console, explain=True, html=str(tmp_path / "demo.html")) == EXIT_OK
     out = console.file.getvalue()
     facts = {"name": "Dr. Maria Okafor", "title": "Head of Research", "city": "Lagos",
-             "email": "maria.okafor@brightlabs.io", "phone": "+234 801 555 0199", "seniority": "senior"}
+             "email": "maria.okafor@brightlabs.io", "phone": "+234 801 555 0199", "start_day": "Monday"}
     assert all(value in DEMO_DOCUMENT for value in facts.values())
     assert all(f"{k}={v!r}" in out for k, v in facts.items())  # the object holds exactly the document's facts
     assert "target forward passes" in out and "use qwen2.5-coder-0.5b or your own model" in out
