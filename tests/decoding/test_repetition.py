@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from pydantic import BaseModel
 from transformers.generation.logits_process import NoRepeatNGramLogitsProcessor, RepetitionPenaltyLogitsProcessor
 
 import structspec
 from structspec import OptionError, Regex, SelfDraft, TreeDrafter
 from structspec.decoding.repetition import Repetition, ngram_bans, path_tails, penalize, repetition_logits
 from structspec.testing import tiny_lm
+from structspec.tools.tasks import extraction_prompt
 
 LIST = {"type": "array", "items": {"enum": ["Oslo", "Lima", "Paris", "Rome"]}, "minItems": 6, "maxItems": 8}
 WORDS = {"type": "object", "properties": {"skills": {"type": "array", "items": {"type": "string", "maxLength": 6},
@@ -160,3 +162,23 @@ def test_a_sampled_row_is_the_same_sample_in_every_fast_forward_mode(byte_lm) ->
 def test_a_bad_control_is_an_option_error_naming_it(keyword: str, value, byte_lm) -> None:
     with pytest.raises(OptionError, match=keyword):
         structspec.generate_result(byte_lm, LIST, PROMPT, **{keyword: value})
+
+
+class JobAd(BaseModel):
+    title: str
+    required_skills: list[str]
+
+
+LOOPING_AD = ("Job ad: Junior Developer. Required skills: Python, Python scripting, Python testing, Python packaging, "
+              "Python web frameworks, Python data tools.")
+
+
+def test_smollm2_stops_looping_in_a_string_array_with_a_repetition_penalty(smollm2: structspec.LM) -> None:
+    prompt = extraction_prompt(LOOPING_AD, JobAd)
+    looping = structspec.generate_result(smollm2, JobAd, prompt, max_new_tokens=60)
+    assert looping.stop_reason == "max_new_tokens"  # greedy writes "Python web development" over and over
+    runs = [structspec.generate_result(smollm2, JobAd, prompt, max_new_tokens=60, repetition_penalty=1.2, **mode)
+            for mode in (dict(draft=None, fast_forward="off"), {}, dict(draft="lookahead"))]
+    assert runs[0].stop_reason == "fsm_complete"
+    assert JobAd.model_validate_json(runs[0].text)
+    assert runs[1].token_ids == runs[0].token_ids and runs[2].token_ids == runs[0].token_ids
