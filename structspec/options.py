@@ -88,8 +88,8 @@ class GenerateOptions:
     (`TreeDrafter()`, `SelfDraft()`, `Staged()`, any `Drafter`; not its class), or None (no drafts). Drafts
     are verified by the target, so greedy output is token-identical whatever the drafter.
     ``output_logprobs=True`` fills ``Result.logprobs``: each output token's log-probability under the target's
-    masked (and, when sampling, warped) distribution at the pass that chose or verified it (0.0 for tokens the
-    FSM forced). ``repetition_penalty`` (1.0: none) and ``no_repeat_ngram_size`` (0: none) are transformers'
+    masked (repetition-controlled and, when sampling, warped) distribution at the pass that chose or verified it
+    (0.0 for tokens the FSM forced). ``repetition_penalty`` (1.0: none) and ``no_repeat_ngram_size`` (0: none) are transformers'
     repetition controls with its semantics: every token of the prompt and the output so far is penalized, and
     every token that would repeat an n-gram of them is banned (unless the schema allows nothing else); they
     apply at every position the model chooses, each from its own prefix, so greedy output stays the same in
