@@ -15,6 +15,7 @@ import torch
 
 import structspec
 from structspec.batches import collected, decode_rows
+from structspec.models.invariance import RowLinear, invariant_by
 from structspec.options import GenerateOptions
 from structspec.testing import tiny_lm
 
@@ -91,3 +92,28 @@ def _shipped(name: str, dtype: str, isolated_cache: str) -> structspec.LM:
         pytest.skip(f"{name} is not available: {e}")
     finally:
         conftest._set_cache(isolated_cache)
+
+
+class _Halves(RowLinear):
+    """A bfloat16 kernel that sums its inputs in order for up to 8 rows and in two halves for more (as a kernel
+    that blocks the inner dimension by row count would): row-variant, though rounding hides it on most inputs."""
+
+    def __init__(self, linear: torch.nn.Linear) -> None:
+        super().__init__(linear, keep_weight=True)
+        self.kernel_weight = linear.weight
+
+    def _product(self, x: torch.Tensor) -> torch.Tensor:
+        products = x.float()[:, None, :] * self.weight.float()[None]  # [rows, out, in], each exact in float32
+        if len(x) <= 8:
+            sums = products.cumsum(-1)[..., -1]
+        else:
+            half = products.shape[-1] // 2
+            sums = products[..., :half].cumsum(-1)[..., -1] + products[..., half:].cumsum(-1)[..., -1]
+        return sums.to(x.dtype)
+
+
+def test_the_bfloat16_measurement_sees_a_kernel_that_sums_in_another_order_for_more_rows() -> None:
+    linear = torch.nn.Linear(256, 64, bias=False).to(torch.bfloat16)
+    layer = _Halves(linear)
+    assert invariant_by(layer, 16, linear.weight) != "any"
+    assert invariant_by(layer, 16) == "any"  # random inputs alone: the rounding hid it (the measurement before)
