@@ -76,8 +76,8 @@ def test_a_batched_row_equals_the_row_alone_over_random_pairs(dtype: torch.dtype
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_smollm2_batched_rows_equal_the_rows_alone(dtype: str, isolated_cache: str) -> None:
     lm = _shipped("smollm2-135m", dtype, isolated_cache)
-    cases = _cases(random.Random(3), 8)
-    _check_pairs(lm, cases, 10, seed=4)
+    cases = _cases(random.Random(3), 7)
+    _check_pairs(lm, cases, 8, seed=4)  # 16 batched rows
 
 
 def _shipped(name: str, dtype: str, isolated_cache: str) -> structspec.LM:

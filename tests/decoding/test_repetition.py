@@ -182,3 +182,22 @@ def test_smollm2_stops_looping_in_a_string_array_with_a_repetition_penalty(smoll
     assert runs[0].stop_reason == "fsm_complete"
     assert JobAd.model_validate_json(runs[0].text)
     assert runs[1].token_ids == runs[0].token_ids and runs[2].token_ids == runs[0].token_ids
+
+
+def test_extract_takes_the_controls_and_refuses_a_bad_one_before_the_model_loads(
+        tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from structspec.tools.cli import main
+    from structspec.tools.command import EXIT_CONFIG
+
+    def load(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a model was loaded before the error was found")
+
+    monkeypatch.setattr(structspec, "load", load)
+    (tmp_path / "in.jsonl").write_text('{"id": "a", "text": "hi"}\n')
+    (tmp_path / "schema.json").write_text('{"type": "array", "items": {"type": "string"}}')
+    argv = ["extract", "--schema", str(tmp_path / "schema.json"), "--input", str(tmp_path / "in.jsonl"),
+            "--output", str(tmp_path / "out.jsonl")]
+    for bad, named in ((["--repetition-penalty", "0"], "repetition_penalty must be > 0"),
+                       (["--no-repeat-ngram-size", "-2"], "no_repeat_ngram_size must be ≥ 0")):
+        assert main(argv + bad) == EXIT_CONFIG
+        assert named in capsys.readouterr().err
