@@ -57,8 +57,9 @@ def generate_result(
     The keywords (`OneLinerKeywords`) are `GenerateOptions`' (how to decode, with their defaults) and
     `CompileOptions`' (what the FSM depends on); all are checked, with the prompt, before the model loads.
     ``generation_config`` (a transformers ``GenerationConfig``) supplies ``max_new_tokens``, ``do_sample``,
-    ``temperature``, ``top_k``, ``top_p`` and ``eos_token_id`` where no keyword does; any other field it sets to
-    something structspec does not do (``num_beams=2``, ``repetition_penalty=1.1``, ...) is an `OptionError`
+    ``temperature``, ``top_k``, ``top_p``, ``repetition_penalty``, ``no_repeat_ngram_size`` and ``eos_token_id``
+    where no keyword does; any other field it sets to something structspec does not do (``num_beams=2``, ...) is
+    an `OptionError`
     naming it. The model's own generation config is never read. ``streamer`` (``put``/``end``, as transformers'
     ``TextStreamer``) gets the prompt's ids, then each turn's accepted output ids (a drafted or forced run at
     once), each as a [1, n] LongTensor, then ``end()``; EOS is not output, so it is not put.

@@ -62,6 +62,9 @@ RULES: dict[str, Rule] = {
     "max_recursion_depth": Rule("int", "pass a whole number of levels, e.g. 4", 1),
     "open_objects": Rule("bool", "pass True, False, or None (as the spec reads it)", optional=True),
     "output_logprobs": Rule("bool", "pass True or False"),
+    "repetition_penalty": Rule("number", "pass a number such as 1.2 (1.0: no penalty)", 0, MAX_TEMPERATURE,
+                               above=True, words=f"> 0 and at most {MAX_TEMPERATURE:.5g}"),
+    "no_repeat_ngram_size": Rule("int", "pass a whole number of tokens such as 3, or 0 for no ban", 0),
     "batch_size": Rule("int", "pass a whole number of rows, e.g. batch_size=8", 1),
 }
 
@@ -208,7 +211,8 @@ def implies_sampling(temperature: float, top_k: int | None, top_p: float | None)
 
 
 # GenerationConfig fields structspec reads, by the option they set.
-CONFIG_HONOURED = ("max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "eos_token_id")
+CONFIG_HONOURED = ("max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "eos_token_id",
+                   "repetition_penalty", "no_repeat_ngram_size")
 # Fields that change nothing structspec outputs: bookkeeping, caching, what transformers returns.
 _CONFIG_IGNORED = frozenset({
     "transformers_version", "_from_model_config", "bos_token_id", "pad_token_id", "decoder_start_token_id",
@@ -218,8 +222,8 @@ _CONFIG_IGNORED = frozenset({
 # Fields structspec does not do, at the value that turns them off; any other field must be unset (None).
 _CONFIG_NEUTRAL: dict[str, Any] = {
     "num_beams": 1, "num_beam_groups": 1, "num_return_sequences": 1, "early_stopping": False,
-    "length_penalty": 1.0, "diversity_penalty": 0.0, "repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0,
-    "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0, "min_length": 0, "min_new_tokens": 0,
+    "length_penalty": 1.0, "diversity_penalty": 0.0, "encoder_repetition_penalty": 1.0,
+    "encoder_no_repeat_ngram_size": 0, "min_length": 0, "min_new_tokens": 0,
     "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "guidance_scale": 1.0,
     "renormalize_logits": False, "remove_invalid_values": False, "token_healing": False,
 }

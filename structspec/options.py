@@ -27,6 +27,7 @@ from structspec.checks import (
 )
 from structspec.decoding.drafters.factory import Draft, check_draft
 from structspec.decoding.fastforward import FastForward
+from structspec.decoding.repetition import Repetition
 from structspec.decoding.row import DecodeOptions
 from structspec.decoding.sampling import SamplingConfig
 from structspec.errors import OptionError
@@ -87,8 +88,12 @@ class GenerateOptions:
     (`TreeDrafter()`, `SelfDraft()`, `Staged()`, any `Drafter`; not its class), or None (no drafts). Drafts
     are verified by the target, so greedy output is token-identical whatever the drafter.
     ``output_logprobs=True`` fills ``Result.logprobs``: each output token's log-probability under the target's
-    masked (and, when sampling, warped) distribution at the pass that chose or verified it (0.0 for tokens the
-    FSM forced).
+    masked (repetition-controlled and, when sampling, warped) distribution at the pass that chose or verified it
+    (0.0 for tokens the FSM forced). ``repetition_penalty`` (1.0: none) and ``no_repeat_ngram_size`` (0: none) are transformers'
+    repetition controls with its semantics: every token of the prompt and the output so far is penalized, and
+    every token that would repeat an n-gram of them is banned (unless the schema allows nothing else); they
+    apply at every position the model chooses, each from its own prefix, so greedy output stays the same in
+    every mode (`structspec.decoding.repetition`). Tokens the FSM forces are not penalized, but count after.
     """
 
     max_new_tokens: int = 512
@@ -100,6 +105,8 @@ class GenerateOptions:
     fast_forward: FastForward = "exact"
     draft: Draft = "prompt_lookup"
     output_logprobs: bool = False
+    repetition_penalty: float = 1.0
+    no_repeat_ngram_size: int = 0
 
     def __post_init__(self) -> None:
         # greedy decoding reads no temperature, so transformers' do_sample=False, temperature=0 is taken
@@ -111,8 +118,9 @@ class GenerateOptions:
             do_sample = implies_sampling(self.temperature, self.top_k, self.top_p)
         sampling = SamplingConfig(True, self.temperature, self.top_k, self.top_p) if do_sample else SamplingConfig()
         # made once, here (it checks fast_forward): not a field, so `fields` lists the options only
+        repetition = Repetition(self.repetition_penalty, self.no_repeat_ngram_size)
         object.__setattr__(self, "_decode", DecodeOptions(self.max_new_tokens, sampling, self.seed,
-                                                          self.fast_forward, self.output_logprobs))
+                                                          self.fast_forward, self.output_logprobs, repetition))
 
     @classmethod
     def of(cls, keywords: Mapping[str, Any], generation_config: GenerationConfigLike | None = None) -> GenerateOptions:
@@ -149,6 +157,8 @@ class BatchKeywords(TypedDict, total=False):
     seed: int | None
     fast_forward: FastForward
     draft: Draft
+    repetition_penalty: float
+    no_repeat_ngram_size: int
 
 
 class GenerateKeywords(BatchKeywords, total=False):

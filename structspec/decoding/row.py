@@ -50,6 +50,7 @@ from structspec.decoding.candidate import FORCED, MODEL, Candidate, DraftRequest
 from structspec.decoding.chain import Chain
 from structspec.decoding.drafter import Drafter, Observing, TreeDrafting, Turn
 from structspec.decoding.fastforward import FastForward, Forcer
+from structspec.decoding.repetition import Repetition, path_tails, repetition_logits
 from structspec.decoding.sampling import SamplingConfig, token_logprobs
 from structspec.decoding.verify import accept_tree, verify_sampled
 from structspec.decoding.window import Window
@@ -67,6 +68,7 @@ class DecodeOptions:
     seed: int | None = None
     fast_forward: FastForward = "exact"
     output_logprobs: bool = False  # keep each output token's log-probability (`token_logprobs`)
+    repetition: Repetition = field(default_factory=Repetition)  # applied to every verified logits row
 
     def __post_init__(self) -> None:
         if self.max_new_tokens <= 0:
@@ -218,7 +220,8 @@ class RowDecode:
                model_seconds: float = 0.0, constraint_seconds: float = 0.0) -> Committed:
         """A target pass fed ``window`` (this row's last, maybe cut: `Window.first`) and computed its masked
         ``logits`` [len(window.states), vocab] (``choices``: each row's argmax, where the driver read them
-        already), costing the row these seconds (its share of a batched pass). Verifies the candidate, keeps
+        already), costing the row these seconds (its share of a batched pass). Applies the repetition controls to
+        each logits row from its own prefix (`structspec.decoding.repetition`), verifies the candidate, keeps
         the verified path and the target's own token (EOS ends the row), records the pass. A chunk is kept
         whole with nothing to verify. Changes the row, its stats, generator, forcer and drafter."""
         self.stats.target_forward_passes += 1
@@ -230,6 +233,10 @@ class RowDecode:
             del self.pending[: window.chunk]
             kept = list(range(window.chunk))
         else:
+            if self.options.repetition.active:  # each row from its own prefix; the driver's argmax read none
+                tails = path_tails(window.candidate.tokens, window.candidate.parent_indices())
+                logits = repetition_logits(logits, self.item.prompt_ids + self.out, tails, self.options.repetition)
+                choices = None
             path, token = self._verify(window.candidate, logits, choices)
             kept = self._accept(window, path, token, self._path_logprobs(window.candidate, logits, path, token))
         told, self.told = self.told, len(self.out)

@@ -38,7 +38,7 @@ from vllm.sampling_params import StructuredOutputsParams
 ENGINE = "vllm"
 BACKEND = "structspec"  # the backend's name, as `structspec.integrations.vllm` registers it
 SAMPLING = {"max_new_tokens": "max_tokens", "temperature": "temperature", "top_k": "top_k", "top_p": "top_p",
-            "seed": "seed"}
+            "seed": "seed", "repetition_penalty": "repetition_penalty"}
 """The job options (`JobOptions.generate`'s keys) an engine's request takes, and their `SamplingParams` names."""
 
 

@@ -117,16 +117,22 @@ class TorchLinear(RowLinear):
         return torch.nn.functional.linear(x, self.weight, self.bias)
 
 
-def invariant_by(layer: RowLinear, most: int) -> Invariance:
+def invariant_by(layer: RowLinear, most: int, weight: torch.Tensor | None = None) -> Invariance:
     """How ``layer``'s products stay row-invariant (each row's result independent of how many rows share the
     call): ``"any"`` where products of 1 to ``most`` rows agree bit for bit; ``"pad"`` where those of 2 to
     ``most`` agree with a row padded to two; else ``"one"``. Inputs span 24 binary orders of magnitude, so
     another summation order shows after rounding; the kernel is chosen by shape (and thread count), not values.
+    In a dtype narrower than float32 the output's rounding hides most order differences, so there, given the
+    layer's dense ``weight``, the inputs are `cancelling_rows` instead, whose results show them.
     Runs the layer 2 × ``most`` times, 3 × where one row's kernel differs; changes nothing."""
     generator = torch.Generator().manual_seed(0)
-    x = torch.randn(most, layer.in_features, generator=generator)
-    x = x * torch.exp2(torch.randint(-12, 12, x.shape, generator=generator).float())
-    x = x.to(device=layer.kernel_weight.device, dtype=layer.kernel_weight.dtype)
+    dtype = layer.kernel_weight.dtype
+    if weight is not None and torch.finfo(dtype).bits < 32:
+        x = cancelling_rows(weight, most, generator)
+    else:
+        x = torch.randn(most, layer.in_features, generator=generator)
+        x = x * torch.exp2(torch.randint(-12, 12, x.shape, generator=generator).float())
+    x = x.to(device=layer.kernel_weight.device, dtype=dtype)
     zero = x.new_zeros(1, layer.in_features)
     with torch.no_grad():
         ones = torch.cat([layer._product(x[i:i + 1]) for i in range(most)])
@@ -137,17 +143,37 @@ def invariant_by(layer: RowLinear, most: int) -> Invariance:
     return "pad" if all(torch.equal(out, pairs[:len(out)]) for out in many) else "one"
 
 
-def measure_invariance(layer: RowLinear, whole: bool = True) -> tuple[Invariance, int]:
+def cancelling_rows(weight: torch.Tensor, rows: int, generator: torch.Generator) -> torch.Tensor:
+    """``rows`` inputs [rows, in] (float32, exact in ``weight``'s dtype) for a layer of ``weight`` [out, in] whose
+    result, rounded to a narrow dtype, shows the order the kernel sums in: row ``r`` holds two large entries at
+    far-apart inputs ``k1``, ``k2`` whose products with output ``j``'s weights cancel exactly (``2^16·w[j,k2]·w[j,k1]``
+    and its negative: products of two bfloat16 values are exact in float32), among small ones. Summed one way the
+    small products are absorbed by a large partial sum; the other way they survive: the output differs by far more
+    than its rounding. Changes nothing."""
+    out_features, in_features = weight.shape
+    w = weight.detach().float().cpu()
+    x = torch.randn(rows, in_features, generator=generator) * 2.0**-8
+    x = x.to(weight.dtype).float()  # small entries exact in the kernel's dtype
+    big = 2.0**16
+    for r in range(rows):
+        j = int(torch.randint(out_features, (), generator=generator))
+        k1, k2 = torch.randperm(in_features, generator=generator)[:2].tolist()
+        x[r, k1], x[r, k2] = big * w[j, k2], -big * w[j, k1]
+    return x
+
+
+def measure_invariance(layer: RowLinear, whole: bool = True,
+                       weight: torch.Tensor | None = None) -> tuple[Invariance, int]:
     """How ``layer`` is fed (`RowLinear.invariance`, `RowLinear.most`): in calls of up to `WHOLE_ROWS` rows
     where `invariant_by` finds those invariant (``whole``), so a pass of any size is one call, else of up to
     `SMALL_CALL`. Few large calls read the weight less often than many small ones: on a 2-core AVX2 EPYC,
     Qwen2.5-0.5B's MLP layers ran 40–64 rows 1.3–1.45× faster in one call than in chunks of 16. Runs the
     layer; changes nothing."""
     if whole:
-        way = invariant_by(layer, WHOLE_ROWS)
+        way = invariant_by(layer, WHOLE_ROWS, weight)
         if way != "one":
             return way, WHOLE_ROWS
-    return invariant_by(layer, SMALL_CALL), SMALL_CALL
+    return invariant_by(layer, SMALL_CALL, weight), SMALL_CALL
 
 
 def attention_by_row(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
@@ -261,7 +287,8 @@ def pack_linears(model: Any, packed: bool = True) -> int:
                 if shape not in ways:
                     # the head (vocabulary-wide) is measured on small calls only: measuring it up to 64 rows
                     # would add seconds to every load (Qwen2.5: 136M weights a row)
-                    ways[shape] = measure_invariance(layer, whole=child is not head) if packed else ("one", 1)
+                    ways[shape] = (measure_invariance(layer, child is not head, child.weight) if packed
+                                   else ("one", 1))
                 layer.invariance, layer.most = ways[shape]
                 setattr(module, name, layer)
                 count += 1

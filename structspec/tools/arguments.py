@@ -73,6 +73,18 @@ def throughput_arguments(p: argparse.ArgumentParser) -> None:
                         "(B = the largest --batch-sizes), token identity and margins at divergences")
 
 
+def repetition_options(p: argparse.ArgumentParser) -> None:
+    """``--repetition-penalty`` and ``--no-repeat-ngram-size`` on ``p`` (changes the parser): transformers'
+    repetition controls, as `structspec.GenerateOptions` takes them."""
+    p.add_argument("--repetition-penalty", type=float, metavar="P",
+                   help="divide the logit of every token already in the prompt or output by P (multiply a negative "
+                        "one), as transformers' repetition_penalty does, e.g. 1.2 "
+                        "(default: 1.0, none)")
+    p.add_argument("--no-repeat-ngram-size", type=int, metavar="N",
+                   help="never repeat an N-token sequence of the prompt or output, as transformers' "
+                        "no_repeat_ngram_size does, unless the schema allows nothing else (default: 0, none)")
+
+
 def config_name(text: str) -> str:
     """A ``--config`` architecture name, with a did-you-mean for a typo (argparse's ``type``)."""
     if text in CONFIGS:

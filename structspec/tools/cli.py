@@ -63,6 +63,7 @@ def _demo_arguments(p: argparse.ArgumentParser) -> None:
 def _extract_arguments(p: argparse.ArgumentParser) -> None:
     from structspec.jobs.lines import ERROR_KINDS
     from structspec.jobs.runner import DEFAULT_BATCH_SIZE, VLLM_BATCH_SIZE
+    from structspec.tools.arguments import repetition_options
 
     p.description = ("Extract a structured record from every document. Each output line holds the id, the input "
                      "position, the value or the error, and the stats. Rerun the same command to resume.")
@@ -106,6 +107,7 @@ def _extract_arguments(p: argparse.ArgumentParser) -> None:
                         "(sampling, at --temperature or 1)")
     p.add_argument("--seed", type=int, help="when sampling: seed each record's sampler, so that a rerun draws the "
                                             "same tokens (default: torch's global generator)")
+    repetition_options(p)
     p.add_argument("--retry-errors", action="store_true", help="run again the records whose line is an error")
     p_ray = p.add_argument_group("on Ray (the ray extra)")
     p_ray.add_argument("--ray", metavar="ADDRESS|local",

@@ -97,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
     if args.engine == "structspec":  # (vLLM runs a pass per token: it has nothing to fast-forward)
         generate["fast_forward"] = args.fast_forward
     generate |= {k: v for k, v in [("temperature", args.temperature), ("top_k", args.top_k), ("top_p", args.top_p),
-                                   ("seed", args.seed)] if v is not None}
+                                   ("seed", args.seed), ("repetition_penalty", args.repetition_penalty),
+                                   ("no_repeat_ngram_size", args.no_repeat_ngram_size)] if v is not None}
     if not args.strict:
         generate["strict"] = False
     # refused here, before the model loads, as the job would refuse it after: other settings, a budget that

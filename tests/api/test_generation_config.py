@@ -48,6 +48,24 @@ def test_sampling_needs_do_sample_in_a_config() -> None:
     assert greedy.decode_options() == GenerateOptions().decode_options()
 
 
+def test_the_repetition_controls_are_read_greedy_or_sampled() -> None:
+    """transformers applies them in greedy decoding too: the config's are kept where its sampling values are not."""
+    for do_sample in (False, True):
+        config = GenerationConfig(do_sample=do_sample, repetition_penalty=1.2, no_repeat_ngram_size=3)
+        repetition = GenerateOptions.of({}, config).decode_options().repetition
+        assert (repetition.repetition_penalty, repetition.no_repeat_ngram_size) == (1.2, 3)
+    keywords = GenerateOptions.of({"repetition_penalty": 1.5}, GenerationConfig(repetition_penalty=1.2))
+    assert keywords.decode_options().repetition.repetition_penalty == 1.5
+
+
+def test_a_config_with_repetition_controls_decodes_as_its_keywords(byte_lm: structspec.LM) -> None:
+    config = GenerationConfig(max_new_tokens=20, repetition_penalty=2.5, no_repeat_ngram_size=2)
+    by_config = run(byte_lm, generation_config=config)
+    assert by_config.token_ids == run(byte_lm, max_new_tokens=20, repetition_penalty=2.5,
+                                      no_repeat_ngram_size=2).token_ids
+    assert by_config.token_ids != run(byte_lm, max_new_tokens=20).token_ids  # the controls were applied
+
+
 @pytest.mark.slow
 def test_config_decodes_as_its_keywords(byte_lm: structspec.LM) -> None:
     config = GenerationConfig(max_new_tokens=12, do_sample=True, temperature=0.8, top_k=20)
@@ -61,7 +79,8 @@ def test_config_decodes_as_its_keywords(byte_lm: structspec.LM) -> None:
 
 
 @pytest.mark.parametrize(("field", "value"), [
-    ("num_beams", 2), ("repetition_penalty", 1.1), ("no_repeat_ngram_size", 3), ("num_return_sequences", 2),
+    ("num_beams", 2), ("encoder_repetition_penalty", 1.1), ("encoder_no_repeat_ngram_size", 3),
+    ("num_return_sequences", 2),
     ("max_length", 30), ("min_new_tokens", 5), ("penalty_alpha", 0.6), ("stop_strings", ["}"]),
 ])
 def test_unsupported_fields_are_named(field: str, value: Any) -> None:

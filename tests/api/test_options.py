@@ -34,7 +34,9 @@ BAD = [
     ("top_k", 2.0), ("top_k", True), ("top_k", 0), ("seed", 2**70), ("seed", 1.5), ("seed", True),
     ("eos_token_id", [None]), ("eos_token_id", True), ("eos_token_id", "2"), ("eos_token_id", []),
     ("do_sample", "yes"), ("strict", "no"), ("output_logprobs", 1), ("whitespace_pattern", None),
-    ("max_recursion_depth", 2.0), ("open_objects", 0),
+    ("max_recursion_depth", 2.0), ("open_objects", 0), ("repetition_penalty", 0), ("repetition_penalty", -1.2),
+    ("repetition_penalty", math.inf), ("repetition_penalty", True), ("no_repeat_ngram_size", -1),
+    ("no_repeat_ngram_size", 2.0), ("no_repeat_ngram_size", None),
 ]
 
 
