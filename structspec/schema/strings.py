@@ -4,6 +4,7 @@ changes no schema."""
 
 from __future__ import annotations
 
+import re._parser as parser
 from typing import Any
 
 from structspec.errors import SchemaError
@@ -44,9 +45,10 @@ def check_string(walk: Walk, node: dict[str, Any], ptr: str) -> None:
                             f"(supported: {', '.join(sorted(FORMATS))})")
         elif walk.has(node, "pattern"):
             walk.unenforced(node, "format", ptr, "cannot be combined with pattern")
-        elif lengths:
-            walk.unenforced(node, "format", ptr, "cannot be combined with minLength/maxLength")
         else:
+            if lengths:  # implied by the format, or refused (strict=False: dropped, the format kept)
+                _cut_lengths(walk, node, ptr)
+                lengths = False
             pattern = f"({grammars.get(node['format']).pattern})"  # catalogue patterns are JSON-safe
             # each grammar leaves out some strings the format's RFC (and a validator) accepts: it says which
             walk.rewrites.narrow(ptr, f"format {node['format']!r} is written as structspec's grammar of it: "
@@ -91,6 +93,19 @@ def check_string(walk: Walk, node: dict[str, Any], ptr: str) -> None:
     elif lengths and _max_length(walk, node, ptr) != node.get("maxLength"):
         walk.rewrites.replace(node, {k: v for k, v in node.items() if walk.has(node, k)}
                               | {"maxLength": MAX_LENGTH})
+
+
+def _cut_lengths(walk: Walk, node: dict[str, Any], ptr: str) -> None:
+    """Each ``minLength``/``maxLength`` of ``node`` that some string of its format breaks unenforced
+    (`SchemaError`, or dropped under ``strict=False``): a format's grammar cannot be cut to a length. Those
+    every string of the format keeps (``AnyUrl``'s ``minLength: 1``) hold as they are."""
+    shortest, longest = parser.parse(grammars.get(node["format"]).pattern).getwidth()
+    for keyword, cuts in (("minLength", node.get("minLength", 0) > shortest),
+                          ("maxLength", node.get("maxLength") is not None and node["maxLength"] < longest)):
+        if walk.has(node, keyword) and cuts:
+            walk.unenforced(node, keyword, ptr, f"format {node['format']!r} cannot be bounded in length (structspec "
+                            f"writes the format's grammar whole, and cannot cut it to a count); drop {keyword}, "
+                            "pass strict=False to drop it, or write a pattern of the strings you want")
 
 
 def _max_length(walk: Walk, node: dict[str, Any], ptr: str) -> int | None:
