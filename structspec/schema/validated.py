@@ -5,6 +5,7 @@ duration, however large), which are written in a language the model reads. Each 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,6 +13,7 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
 from structspec.errors import SpecError
+from structspec.schema import grammars
 from structspec.schema.bounds import MAX_INTEGER_DIGITS
 
 NARROWING = "x-structspec-narrowing"
@@ -42,11 +44,101 @@ class ValidatedJsonSchema(GenerateJsonSchema):
                 NARROWING: "a Decimal with max_digits/decimal_places is written as a string of plain decimal "
                            "digits (no exponent)"}
 
+    def generate(self, schema: core_schema.CoreSchema, mode: Any = "validation") -> JsonSchemaValue:
+        """Pydantic's schema, its address and network formats (no validator knows them) as the addresses
+        structspec writes."""
+        return _addresses(super().generate(schema, mode))
+
+    def datetime_schema(self, schema: core_schema.DatetimeSchema) -> JsonSchemaValue:
+        """A date-time; a naive one (``NaiveDatetime``) without an offset."""
+        _now_refused(schema, "datetime")
+        if schema.get("tz_constraint") != "naive":
+            return super().datetime_schema(schema)
+        return {"type": "string", "pattern": f"^({grammars.catalogue()['date'].pattern})[Tt]{_CLOCK}$",
+                NARROWING: "a naive datetime is written as an RFC 3339 date and time without an offset"}
+
+    def date_schema(self, schema: core_schema.DateSchema) -> JsonSchemaValue:
+        """A date (never one relative to today: refused)."""
+        _now_refused(schema, "date")
+        return super().date_schema(schema)
+
+    def uuid_schema(self, schema: core_schema.UuidSchema) -> JsonSchemaValue:
+        """A UUID; one of a version (``UUID4``) with that version's digit and the RFC 4122 variant."""
+        version = schema.get("version")
+        if version is None:
+            return super().uuid_schema(schema)
+        return {"type": "string", "pattern": f"^[0-9a-f]{{8}}-[0-9a-f]{{4}}-{version}[0-9a-f]{{3}}-[89ab][0-9a-f]{{3}}"
+                "-[0-9a-f]{12}$", NARROWING: "a UUID is written in lower case"}
+
+    def complex_schema(self, schema: core_schema.ComplexSchema) -> JsonSchemaValue:
+        """A complex number as Python writes one (``1.5-2j``)."""
+        real = r"-?[0-9]{1,15}(\.[0-9]{1,15})?"
+        return {"type": "string", "pattern": f"^({real}|{real}[+-][0-9]{{1,15}}(\\.[0-9]{{1,15}})?j|{real}j)$",
+                NARROWING: "a complex number is written as Python writes one (1.5-2j), of at most 15 digits a part"}
+
+    def url_schema(self, schema: core_schema.UrlSchema) -> JsonSchemaValue:
+        """A URI; of the allowed schemes only (``AnyHttpUrl``), with a host a URL parser reads."""
+        found = super().url_schema(schema)
+        schemes = schema.get("allowed_schemes")
+        if not schemes:
+            return found
+        uri, names = grammars.catalogue()["uri"].pattern, grammars.catalogue()
+        path, tail = r"(/([a-zA-Z0-9._~!$&'()*+,;=:@-]|%[0-9a-fA-F]{2})*)*", uri[uri.index(r"(\?"):]
+        host = rf"({names['hostname'].pattern}|{names['ipv4'].pattern}|\[({names['ipv6'].pattern})\])"
+        port = "" if "file" in schemes else "(:[0-9]{1,4})?"  # (a file URL has none)
+        authority = f"//{host}{port}{path}{tail}"  # (a host as a URL parser reads one: no user info)
+        return {k: v for k, v in found.items() if k != "format"} | {
+            "pattern": f"^({'|'.join(map(re.escape, schemes))}):{authority}$",
+            NARROWING: f"a URL is written as one of the schemes {', '.join(schemes)}, a host name or IP address "
+                       "(no user info), a port of at most 4 digits, a path, query and fragment"}
+
+    def json_schema(self, schema: core_schema.JsonSchema) -> JsonSchemaValue:
+        """Refused: a JSON document inside a string (``Json[...]``) is not written."""
+        raise SpecError("a Json field (a JSON document inside a JSON string) cannot be constrained: structspec "
+                        "writes no escaped document; declare the inner type as the field's type instead")
+
     def timedelta_schema(self, schema: core_schema.TimedeltaSchema) -> JsonSchemaValue:
         """A duration as Pydantic writes one, of a size Pydantic reads."""
         return {"type": "string", "pattern": DURATION,
                 NARROWING: "a timedelta is written as days, hours, minutes and seconds (P1DT2H3M4.5S), at most "
                            "999,999 days"}
+
+
+_CLOCK = r"([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?"
+
+_ADDRESSES = {"ipv4network": ("ipv4",), "ipv6network": ("ipv6",), "ipv4interface": ("ipv4",),
+              "ipv6interface": ("ipv6",), "ipvanyaddress": ("ipv4", "ipv6"), "ipvanynetwork": ("ipv4", "ipv6"),
+              "ipvanyinterface": ("ipv4", "ipv6")}
+"""Pydantic's address and network formats → the address formats structspec writes for them (an address is
+the network or interface of its own length: ``10.0.0.1`` is ``10.0.0.1/32``)."""
+
+
+def _addresses(schema: Any) -> Any:
+    """``schema`` with each node of a format of `_ADDRESSES` written as its addresses, and the ``minLength: 1``
+    Pydantic adds beside a URL's pattern dropped (changes it in place)."""
+    if isinstance(schema, list):
+        return [_addresses(x) for x in schema]
+    if not isinstance(schema, dict):
+        return schema
+    for key, value in schema.items():
+        schema[key] = _addresses(value)
+    if NARROWING in schema and "pattern" in schema and schema.get("minLength") == 1:
+        del schema["minLength"]  # (a URL's: its pattern matches no empty string)
+    found = _ADDRESSES.get(schema.get("format")) if schema.get("type") == "string" else None
+    if found is None:
+        return schema
+    rest = {k: v for k, v in schema.items() if k not in ("format", "type")}
+    nodes = [{"type": "string", "format": f} for f in found]
+    written = nodes[0] if len(nodes) == 1 else {"anyOf": nodes}
+    return rest | written | {NARROWING: f"a {schema['format']} is written as one address (no prefix length)"}
+
+
+def _now_refused(schema: dict[str, Any], kind: str) -> None:
+    """`SpecError` for a date or datetime relative to now (``PastDate``, ``FutureDatetime``)."""
+    if schema.get("now_op") is not None:
+        raise SpecError(f"a {schema['now_op']} {kind} (Past…/Future… types) cannot be constrained: whether a "
+                        f"{kind} is {schema['now_op']} depends on when the output is read; use {kind} and check it "
+                        "after parsing")
 
 
 def decimal_pattern(digits: int | None, places: int | None) -> str:

@@ -25,6 +25,7 @@ from pydantic import AnyUrl, Field, SecretStr, TypeAdapter
 
 from structspec.automaton.dfa import DEAD, LazyDFA
 from structspec.automaton.nfa import ByteNFA
+from structspec.errors import SchemaError, SpecError
 from structspec.schema import constraint_of, validator
 
 SAMPLES = 40
@@ -67,6 +68,14 @@ FORMATS: dict[str, Any] = {
     "Decimal": decimal.Decimal,
     "Decimal gt=0": Annotated[decimal.Decimal, Field(gt=0)],
     "Decimal max_digits=5 decimal_places=2": Annotated[decimal.Decimal, Field(max_digits=5, decimal_places=2)],
+    "NaiveDatetime": pydantic.NaiveDatetime,
+    "UUID4": pydantic.UUID4,
+    "IPv4Network": ipaddress.IPv4Network,
+    "IPv6Interface": ipaddress.IPv6Interface,
+    "IPvAnyNetwork": pydantic.IPvAnyNetwork,
+    "AnyHttpUrl": pydantic.AnyHttpUrl,
+    "FileUrl": pydantic.FileUrl,
+    "complex": complex,
     "bytes": bytes,
     "Path": pathlib.Path,
     "SecretStr": SecretStr,
@@ -140,3 +149,20 @@ def test_a_tiny_number_under_an_open_zero_bound_is_not_written() -> None:
     dfa = LazyDFA(ByteNFA(constraint_of(Positive).pattern))
     accepts = lambda text: dfa.is_final(dfa.step(dfa.initial, text.encode()))  # noqa: E731
     assert not accepts("1e-400") and not accepts("0.0") and accepts("1e-300") and accepts("5e-324")
+
+
+@pytest.mark.parametrize("spec", [pydantic.Json, pydantic.PastDate, pydantic.FutureDatetime,
+                                  Annotated[decimal.Decimal, Field(gt=0, decimal_places=2)]])
+def test_a_type_that_cannot_be_written_as_it_validates_is_refused_with_the_fix(spec: Any) -> None:
+    with pytest.raises(SpecError) as e:
+        constraint_of(spec)
+    assert "; " in e.value.args[0]  # (the fix follows the reason)
+
+
+def test_a_format_takes_the_length_bounds_its_grammar_keeps_and_refuses_the_others() -> None:
+    assert constraint_of({"type": "string", "format": "uri", "minLength": 1}).regex
+    with pytest.raises(SchemaError, match="format 'uri' cannot be bounded in length.*drop maxLength"):
+        constraint_of({"type": "string", "format": "uri", "maxLength": 50})
+    with pytest.warns(UserWarning, match="'maxLength' at /"):
+        dropped = constraint_of({"type": "string", "format": "date", "maxLength": 5}, strict=False)
+    assert "2024-01-31" in dropped.parse('"2024-01-31"')
