@@ -4,9 +4,11 @@ changes no schema."""
 
 from __future__ import annotations
 
+import re._constants as C
 import re._parser as parser
 from typing import Any
 
+from structspec.automaton.parse import REPEATS, unsupported
 from structspec.errors import SchemaError
 from structspec.schema import grammars
 from structspec.schema.keywords import DEFINED_FORMATS, FORMATS
@@ -57,6 +59,8 @@ def check_string(walk: Walk, node: dict[str, Any], ptr: str) -> None:
         return  # a hole's own node: emitted already
     if walk.has(node, "pattern"):
         safe, searched, unread = None, False, unreadable(node["pattern"])
+        if unread is None and _refers_back(node["pattern"]):
+            unread = unsupported(C.GROUPREF)
         if unread is not None:
             walk.unenforced(node, "pattern", ptr, unread)
         else:
@@ -93,6 +97,25 @@ def check_string(walk: Walk, node: dict[str, Any], ptr: str) -> None:
     elif lengths and _max_length(walk, node, ptr) != node.get("maxLength"):
         walk.rewrites.replace(node, {k: v for k, v in node.items() if walk.has(node, k)}
                               | {"maxLength": MAX_LENGTH})
+
+
+def _refers_back(pattern: str) -> bool:
+    """Whether ``pattern`` (one Python's re reads) holds a backreference or a conditional group (``\\1``,
+    ``(?P=name)``, ``(?(1)…)``): no regular language holds them."""
+    todo = [parser.parse(pattern)]
+    while todo:
+        for op, arg in todo.pop():
+            if op in (C.GROUPREF, C.GROUPREF_EXISTS):
+                return True
+            if op is C.SUBPATTERN:
+                todo.append(arg[3])
+            elif op is C.BRANCH:
+                todo.extend(arg[1])
+            elif op in REPEATS:
+                todo.append(arg[2])
+            elif op in (C.ASSERT, C.ASSERT_NOT):
+                todo.append(arg[1])
+    return False
 
 
 def _cut_lengths(walk: Walk, node: dict[str, Any], ptr: str) -> None:
