@@ -3,15 +3,18 @@ thread count, and made batch-invariant on the CPU."""
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 
+from structspec.errors import ModelNotFoundError, OptionError
 from structspec.models.device import resolve_device, use_threads
 from structspec.models.invariance import make_batch_invariant, pack_for_cpu, should_pack
-from structspec.models.shipped import DEFAULT_MODEL, model_path
+from structspec.models.shipped import DEFAULT_MODEL, SHIPPED, model_path
 from structspec.models.transformers_lm import LM
 
 
@@ -43,6 +46,7 @@ def load(
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    name = _checked_name(name)
     where, precision = resolve_device(device, dtype)
     pack = should_pack(kernels, where, precision)  # before loading: a bad option costs no load
     use_threads(threads)
@@ -55,6 +59,21 @@ def load(
     elif kernels == "auto" and where.type == "cpu":  # a dtype oneDNN would only emulate: torch's kernel, by row
         make_batch_invariant(model)
     return LM(model, tokenizer, name=name)
+
+
+def _checked_name(name: Any) -> str:
+    """``name`` as a str (a path too); `OptionError` for another type, `ModelNotFoundError` for a directory that
+    holds no model. Before anything loads."""
+    if isinstance(name, os.PathLike):
+        name = os.fspath(name)
+    if not isinstance(name, str):
+        raise OptionError(f"name must be a model's name, got {name!r}; pass a shipped model's name "
+                          f"({', '.join(SHIPPED)}), a local model directory or a hub id (ORG/NAME)")
+    if os.path.isdir(name) and not os.path.isfile(os.path.join(name, "config.json")):
+        raise ModelNotFoundError(f"{name!r} is a directory without a model (no config.json); pass a directory "
+                                 "that save_pretrained wrote (config.json, weights, tokenizer files), or a shipped "
+                                 f"model's name ({', '.join(SHIPPED)})")
+    return name
 
 
 @contextmanager
