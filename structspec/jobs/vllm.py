@@ -119,7 +119,8 @@ def record_lines(llm: LLM, spec: Any, records: list[InputRecord], options: JobOp
     """The output line of each record: records that could not be read first, then the others, ``batch_size``
     (default `VLLM_BATCH_SIZE`) per ``llm.generate`` call, in the input's order. A prompt that fills the
     model's context, a budget that runs out, an output the spec's validator rejects and a request vLLM fails are
-    that record's error line. Runs the engine."""
+    that record's error line, as is a document the tokenizer cannot encode (the rest of its chunk runs). Runs the
+    engine."""
     params = sampling_params(spec, options)
     parse = request_of(spec).parse
     tokenizer = llm.get_tokenizer()
@@ -134,8 +135,13 @@ def record_lines(llm: LLM, spec: Any, records: list[InputRecord], options: JobOp
         lines: list[dict[str, Any] | None] = [None] * len(chunk)
         prompts = []
         for k, record in enumerate(chunk):
-            prompt = _prompt(tokenizer, options.template, record.text)
-            n = len(tokenizer.encode(prompt))
+            try:
+                prompt = _prompt(tokenizer, options.template, record.text)
+                n = len(tokenizer.encode(prompt))
+            except Exception as e:  # noqa: BLE001 (one record's text must not stop its chunk: its line says why)
+                lines[k] = _row(record) | {"error": {"kind": "unencodable_text", "message": (
+                    f"{type(e).__name__}: the tokenizer cannot encode the prompt ({e}); fix the document")}}
+                continue
             if n >= context:
                 lines[k] = _row(record) | {"error": {"kind": "too_long", "message": (
                     f"PromptError: the prompt is {n} tokens and the model's context {context}; shorten the document "
