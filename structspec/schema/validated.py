@@ -92,6 +92,10 @@ class ValidatedJsonSchema(GenerateJsonSchema):
             NARROWING: f"a URL is written as one of the schemes {', '.join(schemes)}, a host name or IP address "
                        "(no user info), a port of at most 4 digits, a path, query and fragment"}
 
+    def multi_host_url_schema(self, schema: core_schema.MultiHostUrlSchema) -> JsonSchemaValue:
+        """A URL of one host (``PostgresDsn``), as `url_schema` writes it."""
+        return self.url_schema(schema)  # (the keys url_schema reads are the same)
+
     def json_schema(self, schema: core_schema.JsonSchema) -> JsonSchemaValue:
         """Refused: a JSON document inside a string (``Json[...]``) is not written."""
         raise SpecError("a Json field (a JSON document inside a JSON string) cannot be constrained: structspec "
@@ -106,6 +110,14 @@ class ValidatedJsonSchema(GenerateJsonSchema):
 
 _CLOCK = r"([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?"
 
+_ASCII_BASE64 = ("^(([A-Za-f][A-HQ-Xg-nw-z0-3][ABEFIJMNQRUVYZcdghklopstwx014589][A-Za-z0-9+/])*"
+                 "([A-Za-f][AQgw]==|[A-Za-f][A-HQ-Xg-nw-z0-3][AEIMQUYcgkosw048]=)?)$")
+"""Base64 of ASCII text, padded, each character's unused bits zero (a ``Base64Str`` decodes to UTF-8 text: any
+ASCII does). Each quad's characters keep every byte below 0x80."""
+
+_ENCODED = {"base64": _ASCII_BASE64, "base64url": _ASCII_BASE64.replace("+/", "-_")}
+"""Pydantic's encoded-string formats → the pattern structspec writes for them."""
+
 _ADDRESSES = {"ipv4network": ("ipv4",), "ipv6network": ("ipv6",), "ipv4interface": ("ipv4",),
               "ipv6interface": ("ipv6",), "ipvanyaddress": ("ipv4", "ipv6"), "ipvanynetwork": ("ipv4", "ipv6"),
               "ipvanyinterface": ("ipv4", "ipv6")}
@@ -114,7 +126,8 @@ the network or interface of its own length: ``10.0.0.1`` is ``10.0.0.1/32``)."""
 
 
 def _addresses(schema: Any) -> Any:
-    """``schema`` with each node of a format of `_ADDRESSES` written as its addresses, and the ``minLength: 1``
+    """``schema`` with each node of a format of `_ADDRESSES` written as its addresses, of `_ENCODED` as its pattern,
+    and the ``minLength: 1``
     Pydantic adds beside a URL's pattern dropped (changes it in place)."""
     if isinstance(schema, list):
         return [_addresses(x) for x in schema]
@@ -124,6 +137,10 @@ def _addresses(schema: Any) -> Any:
         schema[key] = _addresses(value)
     if NARROWING in schema and "pattern" in schema and schema.get("minLength") == 1:
         del schema["minLength"]  # (a URL's: its pattern matches no empty string)
+    if schema.get("type") == "string" and schema.get("format") in _ENCODED:
+        return {k: v for k, v in schema.items() if k != "format"} | {
+            "pattern": _ENCODED[schema["format"]], NARROWING: f"{schema['format']} is written as the encoding of "
+            "ASCII text, padded (a Base64Str decodes to text)"}
     found = _ADDRESSES.get(schema.get("format")) if schema.get("type") == "string" else None
     if found is None:
         return schema
