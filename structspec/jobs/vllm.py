@@ -28,6 +28,7 @@ from structspec.jobs.output import JobSummary
 from structspec.jobs.records import InputRecord
 from structspec.jobs.runner import VLLM_BATCH_SIZE, JobOptions, run_lines
 from structspec.models.shipped import model_path
+from structspec.schema.validated import ValidatedJsonSchema
 from structspec.schema.validation import validator
 
 from vllm import LLM, SamplingParams
@@ -67,7 +68,7 @@ def request_of(spec: Any) -> Request:
         return Request({"json": spec}, parse_json)
     try:
         adapter = TypeAdapter(spec)
-        schema = adapter.json_schema()
+        schema = adapter.json_schema(schema_generator=ValidatedJsonSchema)  # (its types as the model validates)
     except Exception as e:  # whatever Pydantic refuses to describe: its message says what
         raise JobConfigError(f"--engine vllm takes a JSON Schema, a Pydantic model or a regex, and {spec!r} is "
                              f"none ({type(e).__name__}: {e}); use --engine structspec for it") from None
