@@ -27,7 +27,9 @@ Pydantic refuses larger ones (more than 999,999,999 days)."""
 
 
 class ValidatedJsonSchema(GenerateJsonSchema):
-    """Pydantic's JSON Schema generator, with ``Decimal`` and ``timedelta`` written as the model validates."""
+    """Pydantic's JSON Schema generator, with the types whose schema is looser than their validation written as
+    they validate: ``Decimal``, ``timedelta``, naive datetimes, versioned UUIDs, URLs of allowed schemes, networks
+    and interfaces, Base64 strings, ``complex``; ``Json`` and dates relative to today refused (`SpecError`)."""
 
     def decimal_schema(self, schema: core_schema.DecimalSchema) -> JsonSchemaValue:
         """A JSON number with the bounds (Pydantic reads a number exactly); with ``max_digits`` or
@@ -45,9 +47,8 @@ class ValidatedJsonSchema(GenerateJsonSchema):
                            "digits (no exponent)"}
 
     def generate(self, schema: core_schema.CoreSchema, mode: Any = "validation") -> JsonSchemaValue:
-        """Pydantic's schema, its address and network formats (no validator knows them) as the addresses
-        structspec writes."""
-        return _addresses(super().generate(schema, mode))
+        """Pydantic's schema, with its own formats (no validator knows them) written as `_rewritten` says."""
+        return _rewritten(super().generate(schema, mode))
 
     def datetime_schema(self, schema: core_schema.DatetimeSchema) -> JsonSchemaValue:
         """A date-time; a naive one (``NaiveDatetime``) without an offset."""
@@ -89,7 +90,7 @@ class ValidatedJsonSchema(GenerateJsonSchema):
         authority = f"//{host}{port}{path}{tail}"  # (a host as a URL parser reads one: no user info)
         return {k: v for k, v in found.items() if k != "format"} | {
             "pattern": f"^({'|'.join(map(re.escape, schemes))}):{authority}$",
-            NARROWING: f"a URL is written as one of the schemes {', '.join(schemes)}, a host name or IP address "
+            NARROWING: f"{_URL} as one of the schemes {', '.join(schemes)}, a host name or IP address "
                        "(no user info), a port of at most 4 digits, a path, query and fragment"}
 
     def multi_host_url_schema(self, schema: core_schema.MultiHostUrlSchema) -> JsonSchemaValue:
@@ -108,6 +109,8 @@ class ValidatedJsonSchema(GenerateJsonSchema):
                            "999,999 days"}
 
 
+_URL = "a URL is written"
+
 _CLOCK = r"([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?"
 
 _ASCII_BASE64 = ("^(([A-Za-f][A-HQ-Xg-nw-z0-3][ABEFIJMNQRUVYZcdghklopstwx014589][A-Za-z0-9+/])*"
@@ -125,18 +128,17 @@ _ADDRESSES = {"ipv4network": ("ipv4",), "ipv6network": ("ipv6",), "ipv4interface
 the network or interface of its own length: ``10.0.0.1`` is ``10.0.0.1/32``)."""
 
 
-def _addresses(schema: Any) -> Any:
-    """``schema`` with each node of a format of `_ADDRESSES` written as its addresses, of `_ENCODED` as its pattern,
-    and the ``minLength: 1``
-    Pydantic adds beside a URL's pattern dropped (changes it in place)."""
+def _rewritten(schema: Any) -> Any:
+    """``schema`` with each node of a format of `_ADDRESSES` written as its addresses, of `_ENCODED` as its
+    pattern, and the ``minLength: 1`` Pydantic adds beside a URL's pattern dropped (changes it in place)."""
     if isinstance(schema, list):
-        return [_addresses(x) for x in schema]
+        return [_rewritten(x) for x in schema]
     if not isinstance(schema, dict):
         return schema
     for key, value in schema.items():
-        schema[key] = _addresses(value)
-    if NARROWING in schema and "pattern" in schema and schema.get("minLength") == 1:
-        del schema["minLength"]  # (a URL's: its pattern matches no empty string)
+        schema[key] = _rewritten(value)
+    if str(schema.get(NARROWING)).startswith(_URL) and schema.get("minLength") == 1:
+        del schema["minLength"]  # (its pattern matches no empty string)
     if schema.get("type") == "string" and schema.get("format") in _ENCODED:
         return {k: v for k, v in schema.items() if k != "format"} | {
             "pattern": _ENCODED[schema["format"]], NARROWING: f"{schema['format']} is written as the encoding of "
