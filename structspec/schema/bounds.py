@@ -165,9 +165,10 @@ def decimal_range_regex(lo: int | None, lo_open: bool, hi: int | None, hi_open: 
     part would take a regex of its digits). `ValueError` if it holds no number."""
     # the small ones just below an open 1 (or above an open -1) keep one digit fewer (0.99..9 rounds up)
     near_one = (hi == 1 and hi_open) or (lo == -1 and lo_open)
-    mantissa = fraction_regex(fraction - 1 if near_one and fraction is not None else fraction)
-    small = (rf"[1-9]{mantissa}[eE]-({exponent_regex(1, SMALLEST_EXPONENT, exponent)})"  # 0 < x < 1
-             rf"|[3-9]{mantissa}[eE]-{'0*' if exponent is None else ''}{SMALLEST_EXPONENT + 1}")  # (3e-324 parses to 5e-324; 2e-324 to 0)
+    mantissa = fraction_regex(max(fraction - 1, 0) if near_one and fraction is not None else fraction)
+    # 0 < x < 1; at the next exponent, 3e-324 parses to 5e-324 (the smallest float64) and 2e-324 to 0
+    small = (rf"[1-9]{mantissa}[eE]-({exponent_regex(1, SMALLEST_EXPONENT, exponent)})"
+             rf"|[3-9]{mantissa}[eE]-{'0*' if exponent is None else ''}{SMALLEST_EXPONENT + 1}")
     parts = []
     if hi is None or hi > 0 or (hi == 0 and not hi_open):
         low = (lo, lo_open) if lo is not None and lo >= 0 else (0, False)

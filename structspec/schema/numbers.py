@@ -97,8 +97,8 @@ def _float_fraction(walk: Walk, ptr: str, node: dict[str, Any], *ends: tuple, fr
     onto it (``exclusiveMaximum: 1000`` takes 999.999999999999 and not 999.9999999999999999). Narrowings
     recorded."""
     for value, is_open, bound in ends:
-        if bound is None or not is_open or value == 0:  # (None: no bound, or only the digit cap)
-            continue  # (beside an open 0 the first nonzero digit comes early enough: see SMALLEST_EXPONENT)
+        if bound is None or not is_open or value == 0 or value != node[bound.keyword]:
+            continue  # (no bound, a digit cap or a narrowed one: inside the schema's; an open 0: SMALLEST_EXPONENT)
         places = float_places(value)
         if fraction is None or places < fraction:
             fraction = places
