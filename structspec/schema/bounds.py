@@ -50,15 +50,18 @@ class Digits:
     def number_regex(self) -> str:
         """Regex of the JSON numbers (exponent included) within the digit bounds: outlines-core's ``NUMBER``
         without them, but for the exponent's sign, which JSON leaves optional (``1e5``). While the integer
-        digits are bounded, a positive exponent keeps the number below 1e308, so that it parses to a finite
-        float (``json.loads("1e400")`` is ``inf``, which no float field without infinities takes)."""
+        digits are bounded, every number is below 1e308, so that it parses to a finite float
+        (``json.loads("1e400")`` is ``inf``, which no float field without infinities takes): a positive exponent
+        is at most 308 less the integer digits, or up to 307 after one integer digit (``1.5e+300``, as Python writes
+        one)."""
         if self.integer is None:
             return rf"{self.integer_regex()}{fraction_regex(self.fraction)}([eE][+-]?[0-9]+)?"
+        large = LARGEST_EXPONENT - self.integer  # (an integer of that many digits: below 10**(digits + exponent))
         negative = f"-[0-9]{_times(1, EXPONENT_DIGITS)}"  # (a tiny number parses to 0: never out of range)
-        parts = [f"({'0' if k == 0 else f'[1-9][0-9]{_times(k - 1, k - 1)}'}){fraction_regex(self.fraction)}"
-                 rf"([eE](\+?({exponent_regex(0, LARGEST_EXPONENT - k, EXPONENT_DIGITS)})|{negative}))?"
-                 for k in range(self.integer + 1)]  # k integer digits: below 10**(k + exponent)
-        return "-?(" + "|".join(f"({p})" for p in parts) + ")"
+        exponent = rf"[eE](\+?({exponent_regex(0, large, EXPONENT_DIGITS)})|{negative})"
+        larger = exponent_regex(large + 1, LARGEST_EXPONENT - 1, EXPONENT_DIGITS)
+        integer, fraction = rf"(0|[1-9][0-9]{_times(0, self.integer - 1)})", fraction_regex(self.fraction)
+        return rf"-?({integer}{fraction}({exponent})?|[1-9]{fraction}[eE]\+?({larger}))"
 
     def describe(self, kind: str) -> str:
         """What the bounds narrow a ``kind`` ("integer" or "number") to, in words."""
