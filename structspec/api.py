@@ -25,7 +25,7 @@ from typing import Any, Unpack, get_origin
 
 from structspec.automaton import fsm as _fsm
 from structspec.batches import check_batch, collected, decode_rows
-from structspec.checks import GenerationConfigLike, check_prompt
+from structspec.checks import GenerationConfigLike, check_prompt, model_argument
 from structspec.compiled import Compiled, compile_with, decode_result, decode_stream, value_of
 from structspec.decoding.calibrate import Calibration
 from structspec.decoding.calibrate import calibrate as _calibrate
@@ -142,6 +142,7 @@ def iter_batch(
     if len(specs) != len(prompts):
         raise OptionError(f"spec is a list of {len(specs)} specs for {len(prompts)} prompts: pass one spec, or one "
                           "per prompt")
+    model = model_argument(model)
     lm = load(model) if isinstance(model, str) else model
     done: dict[int, Compiled] = {}  # by id of the spec object: a repeated spec compiles once
     rows: list[Compiled | StructspecError] = []
@@ -172,12 +173,15 @@ def calibrate(model: LM | str, *, store_busy: bool = False) -> Calibration:
     stored curve drafts by the prior for its device and dtype (`structspec.decoding.cost.prior_cost`). Measured beside other busy work, the
     curve is not stored unless ``store_busy`` (a `RuntimeWarning` says so; ``Calibration.stored`` is False).
     Runs the model; writes the cache. Also ``structspec calibrate --model NAME``."""
+    model = model_argument(model)
     return _calibrate(load(model) if isinstance(model, str) else model, store_busy)
 
 
 def clear_cache(disk: bool = False) -> None:
     """Forget compiled automata and every model's held prompt chunks (`structspec.models.prefix_cache`) in memory,
     and with ``disk=True`` the automata on disk too (changes the caches; converted models stay)."""
+    if not isinstance(disk, bool):
+        raise OptionError(f"disk must be True or False, got {disk!r}")
     _fsm.clear_cache(disk)
     clear_prefix_caches()
 

@@ -13,6 +13,7 @@ import difflib
 import math
 import numbers
 import operator
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeAlias
@@ -181,6 +182,28 @@ def check_prompt(prompt: Any) -> None:
                 got = "is missing" if key not in message else f"is of type {type(message[key]).__name__}"
                 raise PromptError(f"message {i} of the prompt: its {key!r} {got}; give each message a str "
                                   f"{key!r} (e.g. {{'role': 'user', 'content': 'text'}})")
+
+
+def model_argument(model: Any, argument: str = "model") -> Any:
+    """``model`` as the calls take it: a loaded model (anything with a ``vocab``, as `structspec.load` returns) as
+    it is, a name or a path (``os.PathLike``) as a str; `OptionError`, with the fix, for anything else (None, a
+    number). Changes nothing."""
+    if isinstance(model, str):
+        return model
+    if isinstance(model, os.PathLike):
+        return os.fspath(model)
+    if model is None or isinstance(model, (bool, numbers.Number, bytes, list, tuple, dict)) or not hasattr(model,
+                                                                                                        "vocab"):
+        raise OptionError(f"{argument} must be a loaded model or a model's name, got {_shown(model)}; pass "
+                          f"structspec.load('smollm2-135m') or the name itself ('smollm2-135m', a local model "
+                          "directory or a hub id)")
+    return model
+
+
+def _shown(value: Any) -> str:
+    """``value`` named for a message: short values as they are, others by type."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"a {type(value).__name__}"
 
 
 def check_streamer(streamer: Any) -> None:

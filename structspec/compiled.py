@@ -16,7 +16,7 @@ from typing import Any, Unpack
 from structspec.automaton.fsm import TokenFSM
 from structspec.automaton.nfa import gc_paused
 from structspec.batches import check_batch, collected, decode_rows
-from structspec.checks import GenerationConfigLike, check_prompt, from_generation_config
+from structspec.checks import GenerationConfigLike, check_prompt, from_generation_config, model_argument
 from structspec.errors import OptionError, TokenBudgetExceeded
 from structspec.events import Streamer, decode_events, prompt_ids_of, put_to
 from structspec.models.loading import load
@@ -58,6 +58,7 @@ def compile(spec: Any, model: LM | str, **keywords: Unpack[CompileKeywords]) -> 
 
 def compile_with(spec: Any, model: LM | str, options: CompileOptions) -> Compiled:
     """`compile` with its options built (and checked) already: the one-liners build them once per call."""
+    model = model_argument(model)
 
     def resolve(inner: Any, whitespace: str | None = None) -> Constraint:
         return constraint_of(inner, options.whitespace_pattern if whitespace is None else whitespace, options.strict,

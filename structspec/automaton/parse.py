@@ -123,6 +123,9 @@ def _parse_short(regex: str) -> list:
 
 
 def _parse_text(regex: str) -> list:
+    posix = posix_class(regex)
+    if posix is not None:
+        raise RegexError(regex, posix)
     try:
         items = _parse_shared(regex, {})
     except RecursionError:  # Python's parser recurses once per group
@@ -131,16 +134,55 @@ def _parse_text(regex: str) -> list:
         try:  # the whole regex again, so that the position refers to it
             parser.parse(regex)
         except re.error as e:
-            raise RegexError(regex, f"{e.msg} at position {e.pos}") from None
+            raise RegexError(regex, _with_fix(regex, f"{e.msg} at position {e.pos}")) from None
         raise
-    if re.match(r"\(\?[aiLmsux]+\)", regex):
-        raise RegexError(regex, "inline flags such as (?i) are not supported")
+    if re.match(r"\(\?[aiLmsux]+\)", regex) or ("(?" in regex and _SCOPED_FLAGS.search(regex)):
+        raise RegexError(regex, FLAGS)
     if maybe_anchored(regex) and has_anchors(items):  # (the text test spares most regexes the walk)
         try:
             items = full_match(items)  # the regex matches whole: ^ holds at its start, $ at its end
         except ValueError as e:
             raise RegexError(regex, str(e)) from None
     return items
+
+
+FLAGS = ("inline flags such as (?i) are not supported; spell the cases out instead, like [Hh][Ii] for (?i)hi "
+         "(or [A-Za-z] for (?i)[a-z])")
+
+_POSIX_FIXES = {"alpha": "A-Za-z", "digit": "0-9", "alnum": "A-Za-z0-9", "upper": "A-Z", "lower": "a-z",
+                "space": " \\t\\n\\r\\f\\v", "blank": " \\t", "xdigit": "0-9A-Fa-f", "word": "A-Za-z0-9_",
+                "punct": "!-/:-@\\[-`{-~", "cntrl": "\\x00-\\x1f\\x7f", "print": " -~", "graph": "!-~"}
+"""What each POSIX class (``[:alpha:]``) holds, as the range items of a class."""
+
+# A character class (escapes skipped): Python ends ``[[:alpha:]]`` at its first ``]``, so a POSIX class shows as
+# a class ending in ``[:name:]``.
+_CLASSES = re.compile(r"\\.|\[\^?\]?(?:\\.|[^\]\\])*\]", re.DOTALL)
+_POSIX = re.compile(r"[^\\]\[:(\w+):\]$")  # (inside a class: a ``[`` not escaped before it)
+_SCOPED_FLAGS = re.compile(r"(?<!\\)\(\?[aiLmsux]*-?[imsx]+:")  # (?i:…), (?-i:…)
+
+
+def posix_class(regex: str) -> str | None:
+    """Why ``regex`` cannot be read as written if it holds a POSIX class (``[[:alpha:]]``), with the fix; None if
+    it holds none. Python's re reads ``[[:alpha:]]`` as the characters ``[:alph`` then a ``]``, another language."""
+    if "[:" not in regex:
+        return None
+    for m in _CLASSES.finditer(regex):
+        name = _POSIX.search(m.group()) if m.group().startswith("[") else None
+        if name is not None and name[1] in _POSIX_FIXES:
+            return (f"POSIX classes such as [:{name[1]}:] are not supported (Python's re, and JSON Schema's "
+                    f"ECMA-262, read [[:{name[1]}:]] as a set of the characters '[:{name[1]}' followed by a ']'); "
+                    f"write the characters instead, like [{_POSIX_FIXES[name[1]]}]")
+    return None
+
+
+def _with_fix(regex: str, reason: str) -> str:
+    """Python's parser error ``reason`` about ``regex``, with the fix where structspec knows it."""
+    if re.search(r"\\[pP]\{", regex):
+        return (f"Unicode property escapes (\\p{{…}}) are not supported ({reason}); write the characters as a "
+                "class, like [A-Za-zÀ-ÿ] for \\p{L}")
+    if "flags" in reason:
+        return f"{FLAGS} ({reason})"
+    return reason
 
 
 # Where an anchor may be: a $, \A or \Z, or a ^ that opens no class (an escaped [ before it still may).
@@ -242,7 +284,7 @@ def write(items: list) -> str:
             return "[" + "".join(_class_item(o, a) for o, a in arg) + "]"
         if op is C.SUBPATTERN:
             if arg[1] or arg[2]:
-                raise RegexError("", "inline flags such as (?i) are not supported")
+                raise RegexError("", FLAGS)
             return f"(?:{sequence(group_body(arg[3]))})"
         if op is C.BRANCH:
             return "(?:" + "|".join(map(sequence, arg[1])) + ")"

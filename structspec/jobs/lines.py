@@ -25,6 +25,7 @@ from structspec.result import Result, Stats, no_pass_tokens
 ERROR_KINDS = {
     "malformed_input": "the input line or file could not be read as a record",
     "empty_document": "the document text is empty",
+    "unencodable_text": "the document holds text no tokenizer can encode (a lone surrogate such as \\ud800)",
     "too_long": "the prompt alone fills the model's context (no forward pass ran)",
     "token_budget": "--max-new-tokens ran out; the partial text is kept (--retry-errors with a larger budget reruns "
                     "it)",

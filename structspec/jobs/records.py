@@ -76,7 +76,22 @@ def input_record(fields: dict[str, Any], where: str, text_field: str = "text", i
         return InputRecord(rid, where, error=("malformed_input", f"{where}: {reason}"))
     if not text.strip():
         return InputRecord(rid, where, error=("empty_document", f"{where}: the document is empty"))
+    unencodable = text_error(text)
+    if unencodable is not None:
+        return InputRecord(rid, where, error=("unencodable_text", f"{where}: {unencodable}"))
     return InputRecord(rid, where, text, expected=None if expected_field is None else fields.get(expected_field))
+
+
+def text_error(text: str) -> str | None:
+    """Why no tokenizer can take ``text`` (a lone surrogate, ``"\\ud800"`` in JSON: UTF-8 has no such
+    character), with the fix; None if it can."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return (f"the document holds a lone surrogate (U+{ord(text[e.start]):04X} at character {e.start}), which "
+                "UTF-8 cannot encode and no tokenizer takes; fix the input (a \\ud800-\\udfff escape belongs in "
+                "a pair)")
+    return None
 
 
 def _read_jsonl(data: bytes, text_field: str, id_field: str, expected_field: str | None) -> Iterator[InputRecord]:

@@ -28,6 +28,7 @@ from structspec.jobs.output import JobSummary
 from structspec.jobs.records import InputRecord
 from structspec.jobs.runner import VLLM_BATCH_SIZE, JobOptions, run_lines
 from structspec.models.shipped import model_path
+from structspec.schema.validated import ValidatedJsonSchema
 from structspec.schema.validation import validator
 
 from vllm import LLM, SamplingParams
@@ -67,7 +68,7 @@ def request_of(spec: Any) -> Request:
         return Request({"json": spec}, parse_json)
     try:
         adapter = TypeAdapter(spec)
-        schema = adapter.json_schema()
+        schema = adapter.json_schema(schema_generator=ValidatedJsonSchema)  # (its types as the model validates)
     except Exception as e:  # whatever Pydantic refuses to describe: its message says what
         raise JobConfigError(f"--engine vllm takes a JSON Schema, a Pydantic model or a regex, and {spec!r} is "
                              f"none ({type(e).__name__}: {e}); use --engine structspec for it") from None
@@ -119,7 +120,8 @@ def record_lines(llm: LLM, spec: Any, records: list[InputRecord], options: JobOp
     """The output line of each record: records that could not be read first, then the others, ``batch_size``
     (default `VLLM_BATCH_SIZE`) per ``llm.generate`` call, in the input's order. A prompt that fills the
     model's context, a budget that runs out, an output the spec's validator rejects and a request vLLM fails are
-    that record's error line. Runs the engine."""
+    that record's error line, as is a document the tokenizer cannot encode (the rest of its chunk runs). Runs the
+    engine."""
     params = sampling_params(spec, options)
     parse = request_of(spec).parse
     tokenizer = llm.get_tokenizer()
@@ -134,8 +136,13 @@ def record_lines(llm: LLM, spec: Any, records: list[InputRecord], options: JobOp
         lines: list[dict[str, Any] | None] = [None] * len(chunk)
         prompts = []
         for k, record in enumerate(chunk):
-            prompt = _prompt(tokenizer, options.template, record.text)
-            n = len(tokenizer.encode(prompt))
+            try:
+                prompt = _prompt(tokenizer, options.template, record.text)
+                n = len(tokenizer.encode(prompt))
+            except Exception as e:  # noqa: BLE001 (one record's text must not stop its chunk: its line says why)
+                lines[k] = _row(record) | {"error": {"kind": "unencodable_text", "message": (
+                    f"{type(e).__name__}: the tokenizer cannot encode the prompt ({e}); fix the document")}}
+                continue
             if n >= context:
                 lines[k] = _row(record) | {"error": {"kind": "too_long", "message": (
                     f"PromptError: the prompt is {n} tokens and the model's context {context}; shorten the document "

@@ -3,6 +3,7 @@ thread count, and made batch-invariant on the CPU."""
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,9 +12,10 @@ from typing import Any
 import torch
 
 from structspec.cache import CacheWarning
+from structspec.errors import ModelNotFoundError, OptionError
 from structspec.models.device import resolve_device, use_threads
 from structspec.models.invariance import make_batch_invariant, pack_for_cpu, should_pack
-from structspec.models.shipped import DEFAULT_MODEL, heal, model_path
+from structspec.models.shipped import DEFAULT_MODEL, SHIPPED, heal, model_path
 from structspec.models.transformers_lm import LM
 
 
@@ -45,6 +47,7 @@ def load(
     unless ``verbose`` (`quiet_loading`: its settings are put back after). Bad
     options and unknown names raise before anything is loaded.
     """
+    name = _checked_name(name)
     where, precision = resolve_device(device, dtype, name)
     pack = should_pack(kernels, where, precision)  # before loading: a bad option costs no load
     use_threads(threads)
@@ -73,6 +76,21 @@ def _read(name: str, precision: torch.dtype, verbose: bool) -> tuple[Any, Any]:
         if not heal(name):  # not a damaged copy of a shipped model: the error is the caller's
             raise
     return read(model_path(name, verbose))  # converted again
+
+
+def _checked_name(name: Any) -> str:
+    """``name`` as a str (a path too); `OptionError` for another type, `ModelNotFoundError` for a directory that
+    holds no model. Before anything loads."""
+    if isinstance(name, os.PathLike):
+        name = os.fspath(name)
+    if not isinstance(name, str):
+        raise OptionError(f"name must be a model's name, got {name!r}; pass a shipped model's name "
+                          f"({', '.join(SHIPPED)}), a local model directory or a hub id (ORG/NAME)")
+    if os.path.isdir(name) and not os.path.isfile(os.path.join(name, "config.json")):
+        raise ModelNotFoundError(f"{name!r} is a directory without a model (no config.json); pass a directory "
+                                 "that save_pretrained wrote (config.json, weights, tokenizer files), or a shipped "
+                                 f"model's name ({', '.join(SHIPPED)})")
+    return name
 
 
 @contextmanager

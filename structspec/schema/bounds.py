@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 MAX_INTEGER_DIGITS = 18
@@ -15,6 +16,13 @@ MAX_FRACTION_DIGITS = 15
 
 EXPONENT_DIGITS = 3
 """Exponent digits of an unbounded number while integer digits are bounded (a float64's exponent has 3)."""
+
+LARGEST_EXPONENT = 308
+"""Every number below ``10**LARGEST_EXPONENT`` in magnitude is a finite float64 (the largest is about 1.8e308)."""
+
+SMALLEST_EXPONENT = 323
+"""Every number of at least ``10**-SMALLEST_EXPONENT`` in magnitude parses to a nonzero float64 (the smallest
+is 5e-324; ``json.loads("1e-400")`` is 0.0, outside ``exclusiveMinimum: 0``)."""
 
 CAP = 10**15
 """A bound farther than CAP from the other end of its range (from 0 where it has none) is narrowed to that
@@ -41,9 +49,19 @@ class Digits:
 
     def number_regex(self) -> str:
         """Regex of the JSON numbers (exponent included) within the digit bounds: outlines-core's ``NUMBER``
-        without them, but for the exponent's sign, which JSON leaves optional (``1e5``)."""
-        exponent = None if self.integer is None else EXPONENT_DIGITS
-        return rf"{self.integer_regex()}{fraction_regex(self.fraction)}([eE][+-]?[0-9]{_times(1, exponent)})?"
+        without them, but for the exponent's sign, which JSON leaves optional (``1e5``). While the integer
+        digits are bounded, every number is below 1e308, so that it parses to a finite float
+        (``json.loads("1e400")`` is ``inf``, which no float field without infinities takes): a positive exponent
+        is at most 308 less the integer digits, or up to 307 after one integer digit (``1.5e+300``, as Python writes
+        one)."""
+        if self.integer is None:
+            return rf"{self.integer_regex()}{fraction_regex(self.fraction)}([eE][+-]?[0-9]+)?"
+        large = LARGEST_EXPONENT - self.integer  # (an integer of that many digits: below 10**(digits + exponent))
+        negative = f"-[0-9]{_times(1, EXPONENT_DIGITS)}"  # (a tiny number parses to 0: never out of range)
+        exponent = rf"[eE](\+?({exponent_regex(0, large, EXPONENT_DIGITS)})|{negative})"
+        larger = exponent_regex(large + 1, LARGEST_EXPONENT - 1, EXPONENT_DIGITS)
+        integer, fraction = rf"(0|[1-9][0-9]{_times(0, self.integer - 1)})", fraction_regex(self.fraction)
+        return rf"-?({integer}{fraction}({exponent})?|[1-9]{fraction}[eE]\+?({larger}))"
 
     def describe(self, kind: str) -> str:
         """What the bounds narrow a ``kind`` ("integer" or "number") to, in words."""
@@ -56,8 +74,21 @@ class Digits:
 
 
 def fraction_regex(digits: int | None) -> str:
-    """Regex of an optional fraction of at most ``digits`` digits (None: any number)."""
-    return rf"(\.[0-9]{_times(1, digits)})?"
+    """Regex of an optional fraction of at most ``digits`` digits (None: any number; 0: none)."""
+    return "" if digits == 0 else rf"(\.[0-9]{_times(1, digits)})?"
+
+
+def exponent_regex(low: int, high: int, width: int | None) -> str:
+    """Regex of the digit strings of at most ``width`` digits (None: any number), leading zeros allowed, whose
+    value lies from ``low`` to ``high``."""
+    if width is None:
+        return f"0*({_naturals(low, high)})"
+    parts = []
+    for n in range(len(str(low)), width + 1):
+        top = min(high, 10**n - 1)
+        if top >= low:
+            parts.append(_same_length(str(low).zfill(n), str(top).zfill(n)))
+    return "|".join(f"({p})" for p in parts)
 
 
 def _times(low: int, high: int | None) -> str:
@@ -130,11 +161,17 @@ def integer_range_regex(lo: int | None, hi: int | None) -> str:
 def decimal_range_regex(lo: int | None, lo_open: bool, hi: int | None, hi_open: bool,
                         fraction: int | None = None, exponent: int | None = EXPONENT_DIGITS) -> str:
     """Regex of the numbers between integer bounds, with at most ``fraction`` fraction digits (None: any
-    number); ``*_open`` excludes the bound itself. Decimals, and the numbers below 1 in magnitude written as
-    Python and Pydantic write small floats (``1.5e-07``: one nonzero integer digit, a negative exponent of at
-    most ``exponent`` digits, None: any) where the range holds all of them on their side of 0; no other
-    exponent (a decade the range holds only in part would take a regex of its digits)."""
-    small = rf"[1-9]{fraction_regex(fraction)}[eE]-{_positive_fraction(exponent)}"  # 0 < x < 1
+    number, 0: none); ``*_open`` excludes the bound itself. Decimals, and the numbers below 1 in magnitude
+    written as Python and Pydantic write small floats (``1.5e-07``: one nonzero integer digit, a negative
+    exponent of at most ``exponent`` digits, None: any, and at most `SMALLEST_EXPONENT`, so none parses to 0)
+    where the range holds all of them on their side of 0; no other exponent (a decade the range holds only in
+    part would take a regex of its digits). `ValueError` if it holds no number."""
+    # the small ones just below an open 1 (or above an open -1) keep one digit fewer (0.99..9 rounds up)
+    near_one = (hi == 1 and hi_open) or (lo == -1 and lo_open)
+    mantissa = fraction_regex(max(fraction - 1, 0) if near_one and fraction is not None else fraction)
+    # 0 < x < 1; at the next exponent, 3e-324 parses to 5e-324 (the smallest float64) and 2e-324 to 0
+    small = (rf"[1-9]{mantissa}[eE]-({exponent_regex(1, SMALLEST_EXPONENT, exponent)})"
+             rf"|[3-9]{mantissa}[eE]-{'0*' if exponent is None else ''}{SMALLEST_EXPONENT + 1}")
     parts = []
     if hi is None or hi > 0 or (hi == 0 and not hi_open):
         low = (lo, lo_open) if lo is not None and lo >= 0 else (0, False)
@@ -143,32 +180,65 @@ def decimal_range_regex(lo: int | None, lo_open: bool, hi: int | None, hi_open: 
         low, low_open = (-hi, hi_open) if hi is not None and hi < 0 else (0, True)
         parts.append("-(" + _nonnegative_decimals(low, low_open, None if lo is None else -lo, lo_open, fraction) + ")")
     if (lo is None or lo < 0 or (lo == 0 and not lo_open)) and (hi is None or hi > 0 or (hi == 0 and not hi_open)):
-        parts.append(rf"-0(\.0{_times(1, fraction)})?")  # -0.0, as Python and Pydantic write negative zero
+        parts.append(f"-0{_zeros(fraction)}")  # -0.0, as Python and Pydantic write negative zero
     if (lo is None or lo <= 0) and (hi is None or hi >= 1):
         parts.append(small)
     if (hi is None or hi >= 0) and (lo is None or lo <= -1):
-        parts.append(f"-{small}")
+        parts.append(f"-({small})")
+    if "" in parts or "-()" in parts:
+        raise ValueError("no number of at most that many fraction digits lies within the bounds")
     return "|".join(f"({p})" for p in parts)
 
 
+def float_places(bound: int) -> int:
+    """The most fraction digits a number beside the open ``bound`` may have and still parse (to a float64) to a
+    number other than the bound: a number 10**-places from it is at least one float64 step away."""
+    step, places = Fraction(math.ulp(float(bound))), 0
+    while Fraction(1, 10 ** (places + 1)) >= step:
+        places += 1
+    return places
+
+
+def float_bound(value: int, is_open: bool, lower: bool) -> tuple[int, bool]:
+    """The bound a number past 2**53 in magnitude is kept to, so that it lies within ``value`` both as written
+    (``json.loads`` reads it exactly) and as float64s (Pydantic's float reads the number and the bound so):
+    the float64 just inside, inclusive. ``value`` itself where float64 holds every integer."""
+    if abs(value) <= 2**53:
+        return value, is_open
+    inside = float(value)
+    if is_open or (inside < value if lower else inside > value):
+        inside = math.nextafter(inside, math.inf if lower else -math.inf)
+    return int(inside), False
+
+
+def _zeros(fraction: int | None) -> str:
+    """Regex of an optional fraction of zeros (``.0``, ``.00``, ...)."""
+    return "" if fraction == 0 else rf"(\.0{_times(1, fraction)})?"
+
+
 def _nonnegative_decimals(lo: int, lo_open: bool, hi: int | None, hi_open: bool, fraction: int | None) -> str:
-    zeros = rf"(\.0{_times(1, fraction)})?"
     if hi == lo:
-        return f"{lo}{zeros}"
-    parts = [f"{lo}\\.{_positive_fraction(fraction)}" if lo_open else f"{lo}{fraction_regex(fraction)}"]
+        return f"{lo}{_zeros(fraction)}"
+    parts = []
+    if not lo_open:
+        parts.append(f"{lo}{fraction_regex(fraction)}")
+    elif fraction != 0:  # (an open 0: the first nonzero digit early enough that the number is no float 0)
+        parts.append(f"{lo}\\.{_positive_fraction(fraction, SMALLEST_EXPONENT if lo == 0 else None)}")
     if hi is None or hi - 1 >= lo + 1:
         parts.append(f"({_naturals(lo + 1, None if hi is None else hi - 1)}){fraction_regex(fraction)}")
     if hi is not None and not hi_open:
-        parts.append(f"{hi}{zeros}")
+        parts.append(f"{hi}{_zeros(fraction)}")
     return "|".join(parts)
 
 
-def _positive_fraction(digits: int | None) -> str:
-    """Regex of the fraction digits (after the point) that are not all zeros, at most ``digits`` of them."""
+def _positive_fraction(digits: int | None, first: int | None = None) -> str:
+    """Regex of the fraction digits (after the point) that are not all zeros, at most ``digits`` of them (None:
+    any number), the first nonzero among the first ``first`` (None: anywhere)."""
     if digits is None:
-        return "[0-9]*[1-9][0-9]*"
+        return "[0-9]*[1-9][0-9]*" if first is None else f"0{{0,{first - 1}}}[1-9][0-9]*"
     # i leading zeros, then a nonzero digit, then the rest of the budget
-    return "(" + "|".join(f"{'0' * i}[1-9][0-9]{{0,{digits - 1 - i}}}" for i in range(digits)) + ")"
+    leading = digits if first is None else min(digits, first)
+    return "(" + "|".join(f"{'0' * i}[1-9][0-9]{{0,{digits - 1 - i}}}" for i in range(leading)) + ")"
 
 
 def _naturals(lo: int, hi: int | None) -> str:

@@ -7,7 +7,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from structspec.schema.bounds import EXPONENT_DIGITS, Digits
+from structspec.schema.bounds import EXPONENT_DIGITS, LARGEST_EXPONENT, Digits
 from structspec.schema.items import Items
 from structspec.schema.keywords import LITERALS, NAMED, is_annotation
 from structspec.schema.pointers import Document
@@ -49,7 +49,9 @@ class Decisions:
         if fraction and self.digits.fraction is not None:
             self.narrow(pointer, f"at most {self.digits.fraction} fraction digits (max_fraction_digits)")
         if exponent and self.digits.integer is not None:
-            self.narrow(pointer, f"at most {EXPONENT_DIGITS} exponent digits (with max_integer_digits)")
+            self.narrow(pointer, f"at most {EXPONENT_DIGITS} exponent digits (with max_integer_digits), every number "
+                        f"below 1e308 (a positive exponent of at most {LARGEST_EXPONENT - self.digits.integer}, "
+                        f"or {LARGEST_EXPONENT - 1} after one integer digit: a larger number parses to inf)")
 
     def replace(self, node: dict[str, Any], other: Any) -> None:
         """Emit ``other`` wherever ``node`` is."""

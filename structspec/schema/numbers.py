@@ -10,6 +10,8 @@ from structspec.schema.bounds import (
     CAP,
     EXPONENT_DIGITS,
     decimal_range_regex,
+    float_bound,
+    float_places,
     integer_limits,
     integer_range_regex,
     read_bounds,
@@ -59,6 +61,13 @@ def check_number(walk: Walk, node: dict[str, Any], ptr: str, kind: str) -> None:
         return
     lo, hi = (None if b is None else int(b.value) for b in (low, high))
     lo_open, hi_open = low is not None and low.open, high is not None and high.open
+    for bound, (value, is_open) in ((low, (lo, lo_open)), (high, (hi, hi_open))):
+        if value is not None and float_bound(value, is_open, bound is low) != (value, is_open):
+            walk.rewrites.narrow(ptr, f"{bound.keyword} {node[bound.keyword]} narrowed to the float64 "
+                                 f"{float_bound(value, is_open, bound is low)[0]} inside it, inclusive (numbers "
+                                 "past 2**53 parse to floats a step of 2 or more apart)")
+    (lo, lo_open), (hi, hi_open) = (float_bound(lo, lo_open, True) if lo is not None else (None, False),
+                                    float_bound(hi, hi_open, False) if hi is not None else (None, False))
     if lo is not None and hi is not None and (lo > hi or (lo == hi and (lo_open or hi_open))):
         raise SchemaError(low.keyword, ptr, "no number lies within the bounds")
     if digits.integer is not None and (lo is None or hi is None):
@@ -69,8 +78,30 @@ def check_number(walk: Walk, node: dict[str, Any], ptr: str, kind: str) -> None:
             raise SchemaError((low or high).keyword, ptr, f"no number of at most {digits.integer} integer "
                               "digits lies within the bounds; raise max_integer_digits (None lifts it)")
         walk.rewrites.narrow_digits(ptr, integer=True, fraction=False, exponent=False)
-    regex = decimal_range_regex(lo, lo_open, hi, hi_open, digits.fraction,
-                                None if digits.integer is None else EXPONENT_DIGITS)
+    fraction = _float_fraction(walk, ptr, node, (lo, lo_open, low), (hi, hi_open, high),
+                               fraction=digits.fraction)
+    try:
+        regex = decimal_range_regex(lo, lo_open, hi, hi_open, fraction,
+                                    None if digits.integer is None else EXPONENT_DIGITS)
+    except ValueError as e:
+        raise SchemaError((low or high).keyword, ptr, f"{e} (a float64 holds no other number there); "
+                          "widen the bounds") from None
     walk.rewrites.narrow_digits(ptr, integer=False, fraction=True, exponent="[eE]" in regex)
     walk.rewrites.narrow(ptr, EXPONENTS)
     walk.rewrites.hole(node, regex)
+
+
+def _float_fraction(walk: Walk, ptr: str, node: dict[str, Any], *ends: tuple, fraction: int | None) -> int | None:
+    """The fraction digits a number between the bounds may have so that it parses (to a float64, as
+    ``json.loads`` and Pydantic's float do) inside them: fewer beside an open bound, where more would round
+    onto it (``exclusiveMaximum: 1000`` takes 999.999999999999 and not 999.9999999999999999). Narrowings
+    recorded."""
+    for value, is_open, bound in ends:
+        if bound is None or not is_open or value == 0 or value != node[bound.keyword]:
+            continue  # (no bound, a digit cap or a narrowed one: inside the schema's; an open 0: SMALLEST_EXPONENT)
+        places = float_places(value)
+        if fraction is None or places < fraction:
+            fraction = places
+            walk.rewrites.narrow(ptr, f"at most {places} fraction digits beside {bound.keyword} "
+                                 f"{node[bound.keyword]} (more would parse to a float64 on the bound)")
+    return fraction

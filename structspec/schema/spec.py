@@ -21,6 +21,7 @@ from structspec.schema.checker import check
 from structspec.schema.constraint import COMPACT, Constraint, Regex
 from structspec.schema.keywords import FORMATS
 from structspec.schema.recursion import MAX_RECURSION_DEPTH, unroll
+from structspec.schema.validated import ValidatedJsonSchema, narrowings
 from structspec.schema.validation import check_json, check_metaschema, too_deep, validator
 
 
@@ -69,8 +70,8 @@ def constraint_of(spec: Any, whitespace_pattern: str = COMPACT, strict: bool = T
     if isinstance(spec, Regex):  # its pattern is a str: checked when the Regex was made
         return Constraint(spec.pattern, lambda text: text, None)
     if isinstance(spec, type) and issubclass(spec, pydantic.BaseModel):
-        return _json_constraint(spec.model_json_schema(), whitespace_pattern, strict, *typed,
-                                spec.model_validate_json)
+        return _json_constraint(spec.model_json_schema(schema_generator=ValidatedJsonSchema), whitespace_pattern,
+                                strict, *typed, spec.model_validate_json)
     if isinstance(spec, str):
         try:
             spec = json.loads(spec)
@@ -88,7 +89,7 @@ def constraint_of(spec: Any, whitespace_pattern: str = COMPACT, strict: bool = T
     if isinstance(spec, (type, enum.EnumMeta)) or get_origin(spec) is not None:
         try:
             adapter = pydantic.TypeAdapter(spec)
-            schema = adapter.json_schema()
+            schema = adapter.json_schema(schema_generator=ValidatedJsonSchema)
         except (pydantic.PydanticSchemaGenerationError, pydantic.PydanticUserError, TypeError) as e:
             raise SpecError(f"cannot derive a JSON Schema from {spec!r}: {e}") from None
         return _json_constraint(schema, whitespace_pattern, strict, *typed, adapter.validate_json)
@@ -162,4 +163,4 @@ def _json_constraint(
             validate(value)
             return value
 
-    return Constraint(pattern, parse, schema, (*unrolled, *rewrites.narrowings))
+    return Constraint(pattern, parse, schema, (*unrolled, *narrowings(root), *rewrites.narrowings))

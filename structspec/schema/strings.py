@@ -4,8 +4,11 @@ changes no schema."""
 
 from __future__ import annotations
 
+import re._constants as C
+import re._parser as parser
 from typing import Any
 
+from structspec.automaton.parse import REPEATS, unsupported
 from structspec.errors import SchemaError
 from structspec.schema import grammars
 from structspec.schema.keywords import DEFINED_FORMATS, FORMATS
@@ -44,9 +47,10 @@ def check_string(walk: Walk, node: dict[str, Any], ptr: str) -> None:
                             f"(supported: {', '.join(sorted(FORMATS))})")
         elif walk.has(node, "pattern"):
             walk.unenforced(node, "format", ptr, "cannot be combined with pattern")
-        elif lengths:
-            walk.unenforced(node, "format", ptr, "cannot be combined with minLength/maxLength")
         else:
+            if lengths:  # implied by the format, or refused (strict=False: dropped, the format kept)
+                _cut_lengths(walk, node, ptr)
+                lengths = False
             pattern = f"({grammars.get(node['format']).pattern})"  # catalogue patterns are JSON-safe
             # each grammar leaves out some strings the format's RFC (and a validator) accepts: it says which
             walk.rewrites.narrow(ptr, f"format {node['format']!r} is written as structspec's grammar of it: "
@@ -55,6 +59,8 @@ def check_string(walk: Walk, node: dict[str, Any], ptr: str) -> None:
         return  # a hole's own node: emitted already
     if walk.has(node, "pattern"):
         safe, searched, unread = None, False, unreadable(node["pattern"])
+        if unread is None and _refers_back(node["pattern"]):
+            unread = unsupported(C.GROUPREF)
         if unread is not None:
             walk.unenforced(node, "pattern", ptr, unread)
         else:
@@ -91,6 +97,38 @@ def check_string(walk: Walk, node: dict[str, Any], ptr: str) -> None:
     elif lengths and _max_length(walk, node, ptr) != node.get("maxLength"):
         walk.rewrites.replace(node, {k: v for k, v in node.items() if walk.has(node, k)}
                               | {"maxLength": MAX_LENGTH})
+
+
+def _refers_back(pattern: str) -> bool:
+    """Whether ``pattern`` (one Python's re reads) holds a backreference or a conditional group (``\\1``,
+    ``(?P=name)``, ``(?(1)…)``): no regular language holds them."""
+    todo = [parser.parse(pattern)]
+    while todo:
+        for op, arg in todo.pop():
+            if op in (C.GROUPREF, C.GROUPREF_EXISTS):
+                return True
+            if op is C.SUBPATTERN:
+                todo.append(arg[3])
+            elif op is C.BRANCH:
+                todo.extend(arg[1])
+            elif op in REPEATS:
+                todo.append(arg[2])
+            elif op in (C.ASSERT, C.ASSERT_NOT):
+                todo.append(arg[1])
+    return False
+
+
+def _cut_lengths(walk: Walk, node: dict[str, Any], ptr: str) -> None:
+    """Each ``minLength``/``maxLength`` of ``node`` that some string of its format breaks unenforced
+    (`SchemaError`, or dropped under ``strict=False``): a format's grammar cannot be cut to a length. Those
+    every string of the format keeps (``AnyUrl``'s ``minLength: 1``) hold as they are."""
+    shortest, longest = parser.parse(grammars.get(node["format"]).pattern).getwidth()
+    for keyword, cuts in (("minLength", node.get("minLength", 0) > shortest),
+                          ("maxLength", node.get("maxLength") is not None and node["maxLength"] < longest)):
+        if walk.has(node, keyword) and cuts:
+            walk.unenforced(node, keyword, ptr, f"format {node['format']!r} cannot be bounded in length (structspec "
+                            f"writes the format's grammar whole, and cannot cut it to a count); drop {keyword}, "
+                            "pass strict=False to drop it, or write a pattern of the strings you want")
 
 
 def _max_length(walk: Walk, node: dict[str, Any], ptr: str) -> int | None:

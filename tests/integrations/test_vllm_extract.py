@@ -31,7 +31,7 @@ from structspec.jobs import vllm as vllm_jobs  # noqa: E402
 from structspec.jobs.errors import JobConfigError  # noqa: E402
 from structspec.jobs.manifest import manifest_path  # noqa: E402
 from structspec.jobs.prompts import default_template  # noqa: E402
-from structspec.jobs.records import read_inputs  # noqa: E402
+from structspec.jobs.records import InputRecord, read_inputs  # noqa: E402
 from structspec.jobs.runner import JobOptions  # noqa: E402
 from structspec.models.shipped import model_path  # noqa: E402
 from structspec.tools.cli import main  # noqa: E402
@@ -144,6 +144,19 @@ def test_a_budget_that_runs_out_is_that_records_error_line(tmp_path: Path, llm: 
     (row,) = _rows(output)
     assert row["error"]["kind"] == "token_budget" and "--max-new-tokens" in row["error"]["message"]
     assert row["stats"]["output_tokens"] == 4 and row["error"]["partial_text"].startswith("{")
+
+
+def test_a_text_the_tokenizer_cannot_encode_is_its_records_line_and_its_chunk_runs(tmp_path: Path, llm: LLM,
+                                                                                   model_dir: str) -> None:
+    # read_inputs refuses such a record before any engine (unencodable_text); made here as a caller of the job
+    # could, it reaches the tokenizer, which raises: that record's line, and the rest of its chunk still runs
+    records = [InputRecord("a", "line 1", PEOPLE[0]), InputRecord("bad", "line 2", "Ada \ud800 Lovelace"),
+               InputRecord("c", "line 3", PEOPLE[2])]
+    output = tmp_path / "out.jsonl"
+    summary = vllm_jobs.run_job(llm, model_dir, SCHEMA, records, output, _options(batch_size=3))
+    rows = {row["id"]: row for row in _rows(output)}
+    assert set(rows) == {"a", "bad", "c"} and rows["bad"]["error"]["kind"] == "unencodable_text"
+    assert (summary.ok, dict(summary.failed)) == (2, {"unencodable_text": 1})
 
 
 def test_options_vllm_refuses_are_refused_before_the_engine_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -181,6 +181,8 @@ def _excused(node: dict[str, Any], text: str, value: Any, listed: list[str], eve
         bound = re.search(r"at most (\d+) (integer|fraction|exponent) digits", n)
         if bound and digits[bound[2]] > int(bound[1]):
             return n
+    if m["exp"] is not None and m["sign"] != "-" and int(m["exp"]) > 290:  # (1e+308 and up: no finite float)
+        return next((n for n in listed if "below 1e308" in n), None)
     small = m["sign"] == "-" and m["int"] != "0" and len(m["int"]) == 1 and int(m["exp"]) > 0
     if m["exp"] is not None and not small:
         return next((n for n in listed if EXPONENTS in n), None)
