@@ -44,6 +44,7 @@ class NewHire(BaseModel):
 def demo(lm: LM, console: Console, explain: bool = True, html: str | None = None) -> int:
     """Extract `NewHire` from `DEMO_DOCUMENT`; print the object, its stats and (``explain``) its tokens by how they
     were produced, and write that view to ``html`` if given. Returns the exit code (0)."""
+    from structspec.decoding.cost import curve_source
     from structspec.tools.explain import explain_html, legend_rich, stats_table, to_rich, token_views
 
     fields = ", ".join(NewHire.model_fields)
@@ -52,6 +53,7 @@ def demo(lm: LM, console: Console, explain: bool = True, html: str | None = None
     console.print(f"[bold]document:[/bold] {DEMO_DOCUMENT}\n")
     console.print(result.value)
     console.print(stats_table(result.stats, title=f"{lm.name}, greedy, stop: {result.stop_reason}"))
+    console.print(f"{str(lm.dtype).removeprefix('torch.')}, {curve_source(lm)}", style="dim", highlight=False)
     views = token_views(lm.vocab.token_bytes, result.token_ids, result.sources)
     if explain:
         console.print("\n[bold]output tokens by how they were produced:[/bold]")

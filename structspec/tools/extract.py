@@ -135,6 +135,11 @@ def run(args: argparse.Namespace) -> int:
             summary = vllm_jobs.run_job(llm, model, spec, records, args.output, options, show, args.retry_errors)
     elif args.ray is None:
         lm = load_model(args)
+        if not args.quiet:
+            from structspec.decoding.cost import curve_source
+
+            err.print(f"{lm.name}, {str(lm.dtype).removeprefix('torch.')}: {curve_source(lm)}", highlight=False,
+                      soft_wrap=True)
         generate["draft"] = None if args.draft == "none" else args.draft
         if args.draft_model:
             generate["draft"] = load_model(args, args.draft_model)

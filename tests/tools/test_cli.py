@@ -228,6 +228,7 @@ def test_demo_shows_the_object_stats_and_token_view(model: str, request: pytest.
     assert all(value in DEMO_DOCUMENT for value in facts.values())
     assert all(f"{k}={v!r}" in out for k, v in facts.items())  # the object holds exactly the document's facts
     assert "target forward passes" in out and "use qwen2.5-coder-0.5b or your own model" in out
+    assert "pass cost: " in out  # which curve the run drafts by
     assert "forced by the schema (no forward pass)" in out and "chosen by the target model" in out
     page = (tmp_path / "demo.html").read_text()
     tokens = page[page.index('<div class="tokens">'):]
