@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import threading
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -10,6 +12,22 @@ import numpy as np
 from structspec.automaton.nfa import ByteNFA
 
 DEAD = 0
+
+
+def _load_core() -> ModuleType | None:
+    """The compiled core (`_core.c`), or None where it was not built or ``STRUCTSPEC_PURE_PYTHON`` is set (to
+    1, or any value but 0 or empty): then the Python loops below, which give the same answers, run instead."""
+    if os.environ.get("STRUCTSPEC_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    try:
+        from structspec.automaton import _core
+    except ImportError:  # an install without a C compiler: the build skipped the optional extension
+        return None
+    return _core
+
+
+CORE = _load_core()
+"""The compiled core the automaton's hot loops run in, or None (the Python loops); tests set it to compare."""
 
 
 def _cell(state: int) -> bytes:
@@ -218,6 +236,14 @@ class LazyDFA:
 
         Builds the rows it reaches: the table grows, the language does not.
         """
+        if CORE is not None:
+            at = 0
+            while True:  # the compiled loop stops before each row not built yet, and goes on once it is
+                # (slots read before rows: a slot set is a row written in these rows or a later copy of them)
+                d, at = CORE.step(self.slots, self.rows, d, data, at)
+                if d == DEAD or at == len(data):
+                    return d
+                self.ensure(np.array([d]))
         for byte in data:  # (a decoded token's path: `item` reads a Python int without a numpy scalar)
             slot = self.slots.item(d)
             if not slot:  # not built (a slot is set once its row is written), or dead
@@ -229,3 +255,17 @@ class LazyDFA:
             if d == DEAD:
                 return DEAD
         return d
+
+    def walk_levels(self, levels: tuple, exits: list[int], found: np.ndarray) -> None:
+        """Set in ``found`` (bits over token ids, little bit order) the tokens of a trie's ``levels`` (parents,
+        bytes, ends, ids per level, rooted at ``exits``, the DFA states of its roots) that stay alive, with the
+        compiled core (`CORE`), the GIL released over its loops. Changes ``found``; builds the rows it reaches
+        (the table grows, the language does not)."""
+        states, level = np.array(exits, dtype=np.int32), 0
+        while True:
+            with self._lock:  # no row built, no array replaced while the core reads them without the GIL
+                left = CORE.walk_levels(levels, level, states, self.slots, self.rows, found)
+            if left is None:
+                return
+            level, states, missing = left
+            self.ensure(np.array(missing))

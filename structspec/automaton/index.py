@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from structspec.automaton import dfa as dfa_module
 from structspec.automaton.dfa import DEAD, LazyDFA
 from structspec.automaton.nfa import gc_paused
 from structspec.cache import cache_dir, write_atomic
@@ -198,10 +199,17 @@ class _VocabBytes:
             rows, offsets, ends, nodes = rows[going], offsets[going], ends[going], nodes[going]
         return tuple(levels)
 
-    def walk(self, dfa: LazyDFA, shape: _Shape, exits: list[int]) -> np.ndarray:
-        """The ids of the tokens of ``shape`` that left the region and stay alive from the DFA state of their
-        exit (``exits``), one trie level at a time. Builds the DFA rows it reaches: the table grows, the
-        language does not."""
+    def walk(self, dfa: LazyDFA, shape: _Shape, exits: list[int], found: np.ndarray) -> None:
+        """Set in ``found`` (bits over ids, little bit order) the tokens of ``shape`` that left the region and stay
+        alive from the DFA state of their exit (``exits``), one trie level at a time: in the compiled core where
+        there is one. Changes ``found``; builds the DFA rows it reaches (the table grows, the language does not)."""
+        if dfa_module.CORE is not None:
+            dfa.walk_levels(shape.levels, exits, found)
+        else:
+            _set(found, self._walk_ids(dfa, shape, exits))
+
+    def _walk_ids(self, dfa: LazyDFA, shape: _Shape, exits: list[int]) -> np.ndarray:
+        """`walk` in Python: the ids it would set."""
         states = np.array(exits, dtype=np.int32)
         found = []
         for level in shape.levels:
@@ -386,7 +394,7 @@ class TokenIndex:
                 table = self._from_loop(state, table, regions, found)
                 shape = vocab.shape(table, regions)
                 found[: len(shape.base)] |= shape.base
-                _set(found, vocab.walk(dfa, shape, exits))
+                vocab.walk(dfa, shape, exits, found)
         final = self.dfa.is_final(state)
         if state != DEAD and not final and not _any_below(found, self.logits_width):
             error = self._unspellable[state] = UnspellableError(state, self.dfa.next_characters(state))
