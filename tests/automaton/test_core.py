@@ -22,22 +22,11 @@ from structspec.automaton.nfa import ByteNFA
 from structspec.errors import UnspellableError
 from structspec.schema import constraint_of
 from structspec.vocab import TokenVocab
+from tests.automaton.test_token_walk import _regexes  # random regexes over characters, classes, escapes
 
 core = pytest.importorskip("structspec.automaton._core", reason="the compiled core is not built here")
 
-# Leaves: characters alone and in classes (multi-byte ones too), a JSON string's characters, digits, an escape.
-LEAVES = ["a", "b", "é", "日", '"', ",", "[a-c]", "[^\"\\\\]", r"\d", "[0-9a-f]", "[é-ü]", r'\\["\\/bfnrt]', "."]
 SAMPLE = Path(__file__).parent.parent / "data" / "jsonschemabench_sample.jsonl"
-
-
-def _regexes() -> st.SearchStrategy[str]:
-    def grow(inner: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
-        return st.one_of(
-            st.lists(inner, min_size=2, max_size=4).map("".join),
-            st.lists(inner, min_size=2, max_size=3).map(lambda parts: "(" + "|".join(parts) + ")"),
-            st.tuples(inner, st.sampled_from(["*", "+", "?", "{1,3}", "{2}"])).map(lambda p: f"({p[0]}){p[1]}"),
-        )
-    return st.recursive(st.sampled_from(LEAVES), grow, max_leaves=8)
 
 
 class Pair:
