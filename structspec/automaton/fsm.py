@@ -279,7 +279,10 @@ class TokenFSM:
         if number is None or not self.knows(number):
             raise OptionError(f"state {state!r} is not a state this FSM has reached: "
                               "pass initial_state or a state next_state / walk returned")
-        bitmask[index].copy_(torch.from_numpy(self.packed_mask(number)))
+        if bitmask.device.type == "cpu":  # through numpy's view of it: a torch copy of one row costs more
+            bitmask.numpy()[index] = self.packed_mask(number)
+        else:
+            bitmask[index].copy_(torch.from_numpy(self.packed_mask(number)))
 
     def mask_logits_inplace(self, logits: torch.Tensor, states: list[int]) -> None:
         """Set disallowed logits to -inf; row ``i`` of ``logits`` [rows, width] is masked by ``states[i]``.
