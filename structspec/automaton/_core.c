@@ -295,8 +295,75 @@ fail_levels:
     return NULL;
 }
 
+
+/* walk_tokens(slots, rows, data, starts, ends, row_of, state, tokens, first, pos) -> (states, k, pos, state).
+ *
+ * Token ids ``tokens`` (int64) from ``tokens[first]``, byte ``pos`` of it, in DFA state ``state``: a token
+ * reads the bytes ``data[starts[r]:ends[r]]`` of its row ``r = row_of[token]`` (-1: no text, an end token or an
+ * id the vocabulary lacks: rejected). ``states`` are the states after each token read whole. Stops at the end
+ * (``k`` = len(tokens)), at a rejected token (``k`` names it, ``pos`` -1), or before a byte whose state's row
+ * is not built here (``k`` and ``pos`` name the byte, ``state`` the state to build: call again from there). */
+static PyObject *walk_tokens(PyObject *self, PyObject *args) {
+    PyObject *objs[7];
+    Py_buffer b[7];
+    static const Py_ssize_t sizes[7] = {4, 4, 1, 8, 8, 8, 8};
+    static const char *names[7] = {"slots", "rows", "data", "starts", "ends", "row_of", "tokens"};
+    long long state;
+    Py_ssize_t first, pos;
+    if (!PyArg_ParseTuple(args, "OOOOOOLOnn", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5], &state,
+                          &objs[6], &first, &pos))
+        return NULL;
+    int taken = 0;
+    for (; taken < 7; taken++)
+        if (view(objs[taken], &b[taken], sizes[taken], 0, names[taken]) < 0)
+            break;
+    PyObject *states = taken == 7 ? PyList_New(0) : NULL;
+    PyObject *result = NULL;
+    if (states) {
+        const int32_t *slot_of = b[0].buf, *table = b[1].buf;
+        const unsigned char *data = b[2].buf;
+        const int64_t *starts = b[3].buf, *ends = b[4].buf, *row_of = b[5].buf, *tokens = b[6].buf;
+        Py_ssize_t nslots = b[0].len / 4, nrows = b[1].len / (4 * 256), ntext = b[3].len / 8;
+        Py_ssize_t nids = b[5].len / 8, ntokens = b[6].len / 8, k = first < 0 ? 0 : first;
+        int ok = 1;
+        for (; k < ntokens && ok; k++, pos = 0) {
+            int64_t t = tokens[k], r = t >= 0 && t < nids ? row_of[t] : -1;
+            if (r < 0 || r >= ntext || ends[r] > b[2].len || starts[r] < 0) {
+                pos = -1;
+                break;
+            }
+            Py_ssize_t at = starts[r] + (pos > 0 ? pos : 0), end = ends[r];
+            for (; at < end && state != 0; at++) {
+                int32_t slot = state > 0 && state < nslots ? slot_of[state] : 0;
+                if (slot <= 0 || slot >= nrows)
+                    break;
+                state = table[(Py_ssize_t)slot * 256 + data[at]];
+            }
+            if (state == 0) {
+                pos = -1;
+                break;
+            }
+            if (at < end) {  /* a row to build */
+                pos = at - starts[r];
+                break;
+            }
+            PyObject *item = PyLong_FromLongLong(state);
+            ok = item != NULL && PyList_Append(states, item) == 0;
+            Py_XDECREF(item);
+        }
+        if (ok)
+            result = Py_BuildValue("Onnl", states, k, pos, (long)state);
+        Py_DECREF(states);
+    }
+    for (int i = 0; i < taken; i++)
+        PyBuffer_Release(&b[i]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"step", step, METH_VARARGS, "step(slots, rows, state, data, pos) -> (state, pos)"},
+    {"walk_tokens", walk_tokens, METH_VARARGS,
+     "walk_tokens(slots, rows, data, starts, ends, row_of, state, tokens, first, pos) -> (states, k, pos, state)"},
     {"walk_levels", walk_levels, METH_VARARGS,
      "walk_levels(levels, first, states, slots, rows, found) -> None or (level, states, missing)"},
     {NULL, NULL, 0, NULL},

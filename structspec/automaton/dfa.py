@@ -256,6 +256,21 @@ class LazyDFA:
                 return DEAD
         return d
 
+    def walk_tokens(self, state: int, tokens: list[int], data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                    row_of: np.ndarray) -> list[int]:
+        """The states after each of ``tokens`` from ``state``, stopping before the first that leaves the language
+        or has no text (``row_of[token]`` -1); token t reads ``data[starts[r]:ends[r]]``, r = ``row_of[t]``. With
+        the compiled core (`CORE`). Builds the rows it reaches: the table grows, the language does not."""
+        ids = np.asarray(tokens, dtype=np.int64)
+        found: list[int] = []
+        k, at = 0, 0
+        while True:  # the core stops before each row not built yet (mid-token), and goes on once it is
+            states, k, at, state = CORE.walk_tokens(self.slots, self.rows, data, starts, ends, row_of, state, ids, k, at)
+            found += states
+            if k == len(ids) or at < 0:
+                return found
+            self.ensure(np.array([state]))
+
     def walk_levels(self, levels: tuple, exits: list[int], found: np.ndarray) -> None:
         """Set in ``found`` (bits over token ids, little bit order) the tokens of a trie's ``levels`` (parents,
         bytes, ends, ids per level, rooted at ``exits``, the DFA states of its roots) that stay alive, with the

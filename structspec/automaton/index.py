@@ -96,6 +96,8 @@ class _VocabBytes:
         # The rows by first byte: a region whose start allows a few first bytes walks only their tokens.
         first = self.data[self.starts]
         self.first = first
+        self.row_of = np.full(self.size, -1, dtype=np.int64)  # token id → its row (-1: no text, or EOS)
+        self.row_of[self.ids] = np.arange(len(ids))
         self.by_first = np.argsort(first, kind="stable")
         self.first_starts = np.searchsorted(first[self.by_first], np.arange(257))
         self._shapes: dict[bytes, _Shape] = {}
@@ -372,6 +374,13 @@ class TokenIndex:
         `allowed_token_ids`.
         """
         return self._cached(self._packed, state, self._compute_packed)
+
+    def walk_tokens(self, state: int, token_ids: list[int]) -> list[int]:
+        """The states after each of ``token_ids`` from ``state``, stopping before the first the language rejects
+        (an EOS id, or one without text, included), in the compiled core: `TokenFSM.walk` where there is one.
+        Builds the rows it reaches: the table grows, the language does not."""
+        vocab = self._vocab_bytes
+        return self.dfa.walk_tokens(state, token_ids, vocab.data, vocab.starts, vocab.ends, vocab.row_of)
 
     def _cached(self, cache: dict[int, np.ndarray], state: int, compute: Callable[[int], np.ndarray]) -> np.ndarray:
         return cached(cache, state, compute, self._lock)

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from structspec.automaton import dfa as dfa_module
 from structspec.automaton.dfa import DEAD, LazyDFA
+from structspec.automaton.fsm import CompileInfo, TokenFSM
 from structspec.automaton.index import TokenIndex
 from structspec.automaton.nfa import ByteNFA
 from structspec.errors import UnspellableError
@@ -26,6 +27,7 @@ from tests.automaton.test_token_walk import _regexes  # random regexes over char
 
 core = pytest.importorskip("structspec.automaton._core", reason="the compiled core is not built here")
 
+INFO = CompileInfo(0.0, "compiled")
 SAMPLE = Path(__file__).parent.parent / "data" / "jsonschemabench_sample.jsonl"
 
 
@@ -66,6 +68,12 @@ class Pair:
         assert nexts[0] == nexts[1], f"state {state}, token {token}: next states differ"
         return nexts[0]
 
+    def walk(self, state: int, tokens: list[int]) -> list[int]:
+        """`TokenFSM.walk` of ``tokens`` from ``state`` on both (they must agree, where they stop included)."""
+        walks = self.both(lambda index: TokenFSM(index.dfa.nfa.start, index, INFO).walk(state, tokens))
+        assert walks[0] == walks[1], f"state {state}, tokens {tokens}: walks differ"
+        return walks[0]
+
     def tables_same(self) -> None:
         """Both DFAs have built the same states, by number, and the same rows."""
         python, compiled = self.python.dfa, self.compiled.dfa
@@ -97,6 +105,11 @@ def _random_walk(pair: Pair, picks: list[int]) -> None:
         if nxt == DEAD:
             continue  # (a token not allowed: stay, as a sampler rejecting a draft does)
         state = nxt
+    # Token sequences through `TokenFSM.walk`: the text tokens met, then any ids (EOS, none, out of range too)
+    met = [t for t in pair.python.allowed_token_ids(pair.python.dfa.initial).tolist()][:8]
+    size = len(pair.vocab)
+    for tokens in (met, [p % size for p in picks], [p % (size + 3) - 1 for p in picks], [pair.vocab.eos_token_id]):
+        pair.walk(pair.python.dfa.initial, tokens)
     pair.tables_same()
 
 
@@ -144,7 +157,9 @@ def test_jsonschemabench_sample_answers_alike_over_qwen(pattern: Any, instances:
     pair = Pair(pattern, vocab, len(vocab) + 271)  # (Qwen2.5's logits are wider than its vocabulary)
     for instance in instances:
         state = pair.python.dfa.initial
-        for token in tokenizer.encode(json.dumps(instance, separators=(",", ":")), add_special_tokens=False):
+        tokens = tokenizer.encode(json.dumps(instance, separators=(",", ":")), add_special_tokens=False)
+        pair.walk(state, [*tokens, vocab.eos_token_id])
+        for token in tokens:
             pair.visit(state)
             state = pair.step(state, token)
             if state == DEAD:
