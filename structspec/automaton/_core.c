@@ -360,10 +360,104 @@ static PyObject *walk_tokens(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* partition_row(moves, one, many, enter_one, enter_many) -> bytes: a DFA row (256 int32 states, dead 0) from
+ * ``moves``, the sorted (low byte, high byte, position) edges out of a state's positions whose ranges are equal
+ * or disjoint. A range entered from one position takes its state from ``one`` (position -> its state as 4
+ * little-endian bytes), else from ``enter_one(position)``; a range entered from several, from ``many``
+ * (their positions, ascending, each once -> state), else ``enter_many(positions)``: the callables intern the
+ * state in Python (and add it to the dict), as `LazyDFA._partition` does. */
+static PyObject *get_or_enter(PyObject *dict, PyObject *key, PyObject *enter) {
+    PyObject *found = PyDict_GetItemWithError(dict, key);
+    if (found)
+        return Py_NewRef(found);
+    return PyErr_Occurred() ? NULL : PyObject_CallOneArg(enter, key);
+}
+
+static PyObject *partition_row(PyObject *self, PyObject *args) {
+    PyObject *moves, *one, *many, *enter_one, *enter_many;
+    if (!PyArg_ParseTuple(args, "O!O!O!OO", &PyList_Type, &moves, &PyDict_Type, &one, &PyDict_Type, &many,
+                          &enter_one, &enter_many))
+        return NULL;
+    int32_t row[256] = {0};
+    Py_ssize_t n = PyList_GET_SIZE(moves), i = 0;
+    long lo, hi, to;
+    while (i < n) {
+        PyObject *move = PyList_GET_ITEM(moves, i);
+        if (!PyArg_ParseTuple(move, "lll", &lo, &hi, &to))
+            return NULL;
+        if (lo < 0 || hi > 255 || lo > hi) {
+            PyErr_SetString(PyExc_ValueError, "moves: a byte range outside 0-255");
+            return NULL;
+        }
+        Py_ssize_t j = i + 1;
+        long l2, h2, t2;
+        while (j < n) {
+            if (!PyArg_ParseTuple(PyList_GET_ITEM(moves, j), "lll", &l2, &h2, &t2))
+                return NULL;
+            if (l2 != lo || h2 != hi)
+                break;
+            j++;
+        }
+        long state;
+        if (j == i + 1) {
+            PyObject *key = PyLong_FromLong(to);
+            if (!key)
+                return NULL;
+            PyObject *cell = get_or_enter(one, key, enter_one);
+            Py_DECREF(key);
+            if (!cell)
+                return NULL;
+            if (!PyBytes_Check(cell) || PyBytes_GET_SIZE(cell) != 4) {
+                Py_DECREF(cell);
+                PyErr_SetString(PyExc_TypeError, "one: a state's cell must be 4 bytes");
+                return NULL;
+            }
+            const unsigned char *c = (const unsigned char *)PyBytes_AS_STRING(cell);
+            state = (long)((uint32_t)c[0] | (uint32_t)c[1] << 8 | (uint32_t)c[2] << 16 | (uint32_t)c[3] << 24);
+            Py_DECREF(cell);
+        } else {
+            PyObject *key = PyTuple_New(j - i), *found;
+            if (!key)
+                return NULL;
+            Py_ssize_t size = 0;
+            long last = -1;
+            for (Py_ssize_t k = i; k < j; k++) {  /* (sorted: a position repeated sits beside itself) */
+                PyObject *item = PyTuple_GET_ITEM(PyList_GET_ITEM(moves, k), 2);
+                long position = PyLong_AsLong(item);
+                if (position == -1 && PyErr_Occurred()) {
+                    Py_DECREF(key);
+                    return NULL;
+                }
+                if (size && position == last)
+                    continue;
+                Py_INCREF(item);
+                PyTuple_SET_ITEM(key, size++, item);
+                last = position;
+            }
+            if (size < j - i && _PyTuple_Resize(&key, size) < 0)
+                return NULL;
+            found = get_or_enter(many, key, enter_many);
+            Py_DECREF(key);
+            if (!found)
+                return NULL;
+            state = PyLong_AsLong(found);
+            Py_DECREF(found);
+            if (state == -1 && PyErr_Occurred())
+                return NULL;
+        }
+        for (long b = lo; b <= hi; b++)
+            row[b] = (int32_t)state;
+        i = j;
+    }
+    return PyBytes_FromStringAndSize((const char *)row, sizeof row);
+}
+
 static PyMethodDef methods[] = {
     {"step", step, METH_VARARGS, "step(slots, rows, state, data, pos) -> (state, pos)"},
     {"walk_tokens", walk_tokens, METH_VARARGS,
      "walk_tokens(slots, rows, data, starts, ends, row_of, state, tokens, first, pos) -> (states, k, pos, state)"},
+    {"partition_row", partition_row, METH_VARARGS,
+     "partition_row(moves, one, many, enter_one, enter_many) -> bytes: a DFA row from disjoint or equal moves"},
     {"walk_levels", walk_levels, METH_VARARGS,
      "walk_levels(levels, first, states, slots, rows, found) -> None or (level, states, missing)"},
     {NULL, NULL, 0, NULL},

@@ -122,34 +122,53 @@ class LazyDFA:
         if self.built[states].all():
             return
         with self._lock:  # re-read under the lock: another thread may have built some meanwhile
-            for d in np.unique(states[~self.built[states]]).tolist():
+            # (ascending, each once: a set of the few unbuilt states costs less than numpy's unique)
+            for d in sorted(set(states[~self.built[states]].tolist())):
                 self._build(d)
 
     def _build(self, d: int) -> None:
         moves = sorted([m for s in self._sets[d] for m in self.nfa.moves(s)])  # (by byte range)
-        if all(a[1] < b[0] or a[:2] == b[:2] for a, b in zip(moves, moves[1:])):  # ranges equal or disjoint
-            segments = self._partition(moves)
+        if not all(a[1] < b[0] or a[:2] == b[:2] for a, b in zip(moves, moves[1:])):  # ranges overlap
+            row = self._written(self._sweep(moves))
+        elif CORE is not None:  # ranges equal or disjoint (most rows), grouped and written in the compiled core
+            row = np.frombuffer(CORE.partition_row(moves, self._entered_one, self._entered, self._enter_one,
+                                                   self._enter_many), dtype=np.int32)
         else:
-            segments = self._sweep(moves)
+            row = self._written(self._partition(moves))
+        slot = self._rows_used
+        if slot == len(self.rows):
+            self.rows = np.concatenate([self.rows, np.zeros_like(self.rows)])
+        self.rows[slot] = row
+        self._rows_used += 1
+        self.slots[d] = slot  # after interning, which may have grown (and copied) the slots
+        self.built[d] = True
+
+    @staticmethod
+    def _written(segments: list[tuple[int, int, bytes]]) -> np.ndarray:
+        """The row of live (low byte, end byte, state cell) ``segments``, ascending, dead elsewhere."""
         # The row is written as bytes joined once: a numpy write per range would cost more than the rest of the row.
         parts, at = [], 0
         for lo, end, cell in segments:
             parts += (_DEAD_CELL * (lo - at), cell * (end - lo))
             at = end
         parts.append(_DEAD_CELL * (256 - at))
-        slot = self._rows_used
-        if slot == len(self.rows):
-            self.rows = np.concatenate([self.rows, np.zeros_like(self.rows)])
-        self.rows[slot] = np.frombuffer(b"".join(parts), dtype="<i4")
-        self._rows_used += 1
-        self.slots[d] = slot  # after interning, which may have grown (and copied) the slots
-        self.built[d] = True
+        return np.frombuffer(b"".join(parts), dtype="<i4")
+
+    def _enter_one(self, position: int) -> bytes:
+        """The state entering ``position`` alone leads to, interned and kept, as a row's 4 bytes hold it."""
+        cell = self._entered_one[position] = _cell(self._intern(self.nfa.closure(position)))
+        return cell
+
+    def _enter_many(self, positions: tuple[int, ...]) -> int:
+        """The state entering ``positions`` (ascending, each once) leads to, interned and kept."""
+        state = self._entered[positions] = self._intern(self._union(positions))
+        return state
 
     def _partition(self, moves: list[tuple[int, int, int]]) -> list[tuple[int, int, bytes]]:
         """The live (low byte, end byte, state cell) segments of sorted ``moves`` whose ranges are equal or
         disjoint (most rows: a literal's next byte, a string's characters, alternatives on the same class)."""
         segments: list[tuple[int, int, bytes]] = []
-        one, many, closure = self._entered_one, self._entered, self.nfa.closure
+        one, many = self._entered_one, self._entered
         i, n = 0, len(moves)
         while i < n:
             lo, hi, to = moves[i]
@@ -157,15 +176,11 @@ class LazyDFA:
             while j < n and moves[j][0] == lo and moves[j][1] == hi:
                 j += 1
             if j == i + 1:  # one position entered: no set to build
-                cell = one.get(to)
-                if cell is None:
-                    cell = one[to] = _cell(self._intern(closure(to)))
+                cell = one.get(to) or self._enter_one(to)
             else:
                 key = tuple(dict.fromkeys([m[2] for m in moves[i:j]]))  # (ascending: the moves are sorted)
                 state = many.get(key)
-                if state is None:
-                    state = many[key] = self._intern(self._union(key))
-                cell = _cell(state)
+                cell = _cell(self._enter_many(key) if state is None else state)
             segments.append((lo, hi + 1, cell))
             i = j
         return segments
@@ -189,7 +204,7 @@ class LazyDFA:
                 key = tuple(sorted(active))
                 state = interned.get(key)
                 if state is None:
-                    state = interned[key] = self._intern(self._union(key))
+                    state = self._enter_many(key)
                 segments.append((lo, end, _cell(state)))
         return segments
 
