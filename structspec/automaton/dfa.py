@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import threading
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -10,6 +12,22 @@ import numpy as np
 from structspec.automaton.nfa import ByteNFA
 
 DEAD = 0
+
+
+def _load_core() -> ModuleType | None:
+    """The compiled core (`_core.c`), or None where it was not built or ``STRUCTSPEC_PURE_PYTHON`` is set (to
+    1, or any value but 0 or empty): then the Python loops below, which give the same answers, run instead."""
+    if os.environ.get("STRUCTSPEC_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    try:
+        from structspec.automaton import _core
+    except ImportError:  # an install without a C compiler: the build skipped the optional extension
+        return None
+    return _core
+
+
+CORE = _load_core()
+"""The compiled core the automaton's hot loops run in, or None (the Python loops); tests set it to compare."""
 
 
 def _cell(state: int) -> bytes:
@@ -104,34 +122,53 @@ class LazyDFA:
         if self.built[states].all():
             return
         with self._lock:  # re-read under the lock: another thread may have built some meanwhile
-            for d in np.unique(states[~self.built[states]]).tolist():
+            # (ascending, each once: a set of the few unbuilt states costs less than numpy's unique)
+            for d in sorted(set(states[~self.built[states]].tolist())):
                 self._build(d)
 
     def _build(self, d: int) -> None:
         moves = sorted([m for s in self._sets[d] for m in self.nfa.moves(s)])  # (by byte range)
-        if all(a[1] < b[0] or a[:2] == b[:2] for a, b in zip(moves, moves[1:])):  # ranges equal or disjoint
-            segments = self._partition(moves)
+        if not all(a[1] < b[0] or a[:2] == b[:2] for a, b in zip(moves, moves[1:])):  # ranges overlap
+            row = self._written(self._sweep(moves))
+        elif CORE is not None:  # ranges equal or disjoint (most rows), grouped and written in the compiled core
+            row = np.frombuffer(CORE.partition_row(moves, self._entered_one, self._entered, self._enter_one,
+                                                   self._enter_many), dtype=np.int32)
         else:
-            segments = self._sweep(moves)
+            row = self._written(self._partition(moves))
+        slot = self._rows_used
+        if slot == len(self.rows):
+            self.rows = np.concatenate([self.rows, np.zeros_like(self.rows)])
+        self.rows[slot] = row
+        self._rows_used += 1
+        self.slots[d] = slot  # after interning, which may have grown (and copied) the slots
+        self.built[d] = True
+
+    @staticmethod
+    def _written(segments: list[tuple[int, int, bytes]]) -> np.ndarray:
+        """The row of live (low byte, end byte, state cell) ``segments``, ascending, dead elsewhere."""
         # The row is written as bytes joined once: a numpy write per range would cost more than the rest of the row.
         parts, at = [], 0
         for lo, end, cell in segments:
             parts += (_DEAD_CELL * (lo - at), cell * (end - lo))
             at = end
         parts.append(_DEAD_CELL * (256 - at))
-        slot = self._rows_used
-        if slot == len(self.rows):
-            self.rows = np.concatenate([self.rows, np.zeros_like(self.rows)])
-        self.rows[slot] = np.frombuffer(b"".join(parts), dtype="<i4")
-        self._rows_used += 1
-        self.slots[d] = slot  # after interning, which may have grown (and copied) the slots
-        self.built[d] = True
+        return np.frombuffer(b"".join(parts), dtype="<i4")
+
+    def _enter_one(self, position: int) -> bytes:
+        """The state entering ``position`` alone leads to, interned and kept, as a row's 4 bytes hold it."""
+        cell = self._entered_one[position] = _cell(self._intern(self.nfa.closure(position)))
+        return cell
+
+    def _enter_many(self, positions: tuple[int, ...]) -> int:
+        """The state entering ``positions`` (ascending, each once) leads to, interned and kept."""
+        state = self._entered[positions] = self._intern(self._union(positions))
+        return state
 
     def _partition(self, moves: list[tuple[int, int, int]]) -> list[tuple[int, int, bytes]]:
         """The live (low byte, end byte, state cell) segments of sorted ``moves`` whose ranges are equal or
         disjoint (most rows: a literal's next byte, a string's characters, alternatives on the same class)."""
         segments: list[tuple[int, int, bytes]] = []
-        one, many, closure = self._entered_one, self._entered, self.nfa.closure
+        one, many = self._entered_one, self._entered
         i, n = 0, len(moves)
         while i < n:
             lo, hi, to = moves[i]
@@ -139,15 +176,11 @@ class LazyDFA:
             while j < n and moves[j][0] == lo and moves[j][1] == hi:
                 j += 1
             if j == i + 1:  # one position entered: no set to build
-                cell = one.get(to)
-                if cell is None:
-                    cell = one[to] = _cell(self._intern(closure(to)))
+                cell = one.get(to) or self._enter_one(to)
             else:
                 key = tuple(dict.fromkeys([m[2] for m in moves[i:j]]))  # (ascending: the moves are sorted)
                 state = many.get(key)
-                if state is None:
-                    state = many[key] = self._intern(self._union(key))
-                cell = _cell(state)
+                cell = _cell(self._enter_many(key) if state is None else state)
             segments.append((lo, hi + 1, cell))
             i = j
         return segments
@@ -171,7 +204,7 @@ class LazyDFA:
                 key = tuple(sorted(active))
                 state = interned.get(key)
                 if state is None:
-                    state = interned[key] = self._intern(self._union(key))
+                    state = self._enter_many(key)
                 segments.append((lo, end, _cell(state)))
         return segments
 
@@ -218,6 +251,14 @@ class LazyDFA:
 
         Builds the rows it reaches: the table grows, the language does not.
         """
+        if CORE is not None:
+            at = 0
+            while True:  # the compiled loop stops before each row not built yet, and goes on once it is
+                # (slots read before rows: a slot set is a row written in these rows or a later copy of them)
+                d, at = CORE.step(self.slots, self.rows, d, data, at)
+                if d == DEAD or at == len(data):
+                    return d
+                self.ensure(np.array([d]))
         for byte in data:  # (a decoded token's path: `item` reads a Python int without a numpy scalar)
             slot = self.slots.item(d)
             if not slot:  # not built (a slot is set once its row is written), or dead
@@ -229,3 +270,32 @@ class LazyDFA:
             if d == DEAD:
                 return DEAD
         return d
+
+    def walk_tokens(self, state: int, tokens: list[int], data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                    row_of: np.ndarray) -> list[int]:
+        """The states after each of ``tokens`` from ``state``, stopping before the first that leaves the language
+        or has no text (``row_of[token]`` -1); token t reads ``data[starts[r]:ends[r]]``, r = ``row_of[t]``. With
+        the compiled core (`CORE`). Builds the rows it reaches: the table grows, the language does not."""
+        ids = np.asarray(tokens, dtype=np.int64)
+        found: list[int] = []
+        k, at = 0, 0
+        while True:  # the core stops before each row not built yet (mid-token), and goes on once it is
+            states, k, at, state = CORE.walk_tokens(self.slots, self.rows, data, starts, ends, row_of, state, ids, k, at)
+            found += states
+            if k == len(ids) or at < 0:
+                return found
+            self.ensure(np.array([state]))
+
+    def walk_levels(self, levels: tuple, exits: list[int], found: np.ndarray) -> None:
+        """Set in ``found`` (bits over token ids, little bit order) the tokens of a trie's ``levels`` (parents,
+        bytes, ends, ids per level, rooted at ``exits``, the DFA states of its roots) that stay alive, with the
+        compiled core (`CORE`), the GIL released over its loops. Changes ``found``; builds the rows it reaches
+        (the table grows, the language does not)."""
+        states, level = np.array(exits, dtype=np.int32), 0
+        while True:
+            with self._lock:  # no row built, no array replaced while the core reads them without the GIL
+                left = CORE.walk_levels(levels, level, states, self.slots, self.rows, found)
+            if left is None:
+                return
+            level, states, missing = left
+            self.ensure(np.array(missing))

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from structspec.automaton import dfa as dfa_module
 from structspec.automaton.dfa import DEAD, LazyDFA
 from structspec.automaton.index import TokenIndex
 from structspec.automaton.nfa import ByteNFA
@@ -227,6 +228,10 @@ class TokenFSM:
         ``len(result) < len(token_ids)`` means ``token_ids[len(result)]`` is rejected.
         Builds the rows it reaches: the table grows, the language does not.
         """
+        # (in the compiled core, all tokens in one call, where `next_state` is this class's own: a subclass's
+        # states, such as `BudgetedFSM`'s, are not the DFA's)
+        if dfa_module.CORE is not None and type(self).next_state is TokenFSM.next_state:
+            return self.index.walk_tokens(state, token_ids)
         states: list[int] = []
         for t in token_ids:
             nxt = self.next_state(state, t)
@@ -279,7 +284,10 @@ class TokenFSM:
         if number is None or not self.knows(number):
             raise OptionError(f"state {state!r} is not a state this FSM has reached: "
                               "pass initial_state or a state next_state / walk returned")
-        bitmask[index].copy_(torch.from_numpy(self.packed_mask(number)))
+        if bitmask.device.type == "cpu":  # through numpy's view of it: a torch copy of one row costs more
+            bitmask.numpy()[index] = self.packed_mask(number)
+        else:
+            bitmask[index].copy_(torch.from_numpy(self.packed_mask(number)))
 
     def mask_logits_inplace(self, logits: torch.Tensor, states: list[int]) -> None:
         """Set disallowed logits to -inf; row ``i`` of ``logits`` [rows, width] is masked by ``states[i]``.

@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from structspec.automaton import dfa as dfa_module
 from structspec.automaton.dfa import DEAD, LazyDFA
 from structspec.automaton.nfa import gc_paused
 from structspec.cache import cache_dir, read_pickle, write_pickle
@@ -94,6 +95,8 @@ class _VocabBytes:
         # The rows by first byte: a region whose start allows a few first bytes walks only their tokens.
         first = self.data[self.starts]
         self.first = first
+        self.row_of = np.full(self.size, -1, dtype=np.int64)  # token id → its row (-1: no text, or EOS)
+        self.row_of[self.ids] = np.arange(len(ids))
         self.by_first = np.argsort(first, kind="stable")
         self.first_starts = np.searchsorted(first[self.by_first], np.arange(257))
         self._shapes: dict[bytes, _Shape] = {}
@@ -198,10 +201,17 @@ class _VocabBytes:
             rows, offsets, ends, nodes = rows[going], offsets[going], ends[going], nodes[going]
         return tuple(levels)
 
-    def walk(self, dfa: LazyDFA, shape: _Shape, exits: list[int]) -> np.ndarray:
-        """The ids of the tokens of ``shape`` that left the region and stay alive from the DFA state of their
-        exit (``exits``), one trie level at a time. Builds the DFA rows it reaches: the table grows, the
-        language does not."""
+    def walk(self, dfa: LazyDFA, shape: _Shape, exits: list[int], found: np.ndarray) -> None:
+        """Set in ``found`` (bits over ids, little bit order) the tokens of ``shape`` that left the region and stay
+        alive from the DFA state of their exit (``exits``), one trie level at a time: in the compiled core where
+        there is one. Changes ``found``; builds the DFA rows it reaches (the table grows, the language does not)."""
+        if dfa_module.CORE is not None:
+            dfa.walk_levels(shape.levels, exits, found)
+        else:
+            _set(found, self._walk_ids(dfa, shape, exits))
+
+    def _walk_ids(self, dfa: LazyDFA, shape: _Shape, exits: list[int]) -> np.ndarray:
+        """`walk` in Python: the ids it would set."""
         states = np.array(exits, dtype=np.int32)
         found = []
         for level in shape.levels:
@@ -365,6 +375,13 @@ class TokenIndex:
         """
         return self._cached(self._packed, state, self._compute_packed)
 
+    def walk_tokens(self, state: int, token_ids: list[int]) -> list[int]:
+        """The states after each of ``token_ids`` from ``state``, stopping before the first the language rejects
+        (an EOS id, or one without text, included), in the compiled core: `TokenFSM.walk` where there is one.
+        Builds the rows it reaches: the table grows, the language does not."""
+        vocab = self._vocab_bytes
+        return self.dfa.walk_tokens(state, token_ids, vocab.data, vocab.starts, vocab.ends, vocab.row_of)
+
     def _cached(self, cache: dict[int, np.ndarray], state: int, compute: Callable[[int], np.ndarray]) -> np.ndarray:
         return cached(cache, state, compute, self._lock)
 
@@ -386,7 +403,7 @@ class TokenIndex:
                 table = self._from_loop(state, table, regions, found)
                 shape = vocab.shape(table, regions)
                 found[: len(shape.base)] |= shape.base
-                _set(found, vocab.walk(dfa, shape, exits))
+                vocab.walk(dfa, shape, exits, found)
         final = self.dfa.is_final(state)
         if state != DEAD and not final and not _any_below(found, self.logits_width):
             error = self._unspellable[state] = UnspellableError(state, self.dfa.next_characters(state))

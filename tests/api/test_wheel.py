@@ -22,10 +22,10 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     out, source = tmp_path_factory.mktemp("wheel"), tmp_path_factory.mktemp("source")
     # Built from a copy of what the sdist holds: setuptools writes build/ beside the sources, and two test
     # workers building in the clone at once would share it.
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
+    for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, source / name)
     for name in ("structspec", "grammars", "examples"):
-        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
     # No build isolation: the venv's setuptools (a dev requirement) builds it, with no index to reach.
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out),
                     str(source)], check=True, capture_output=True)
@@ -52,6 +52,12 @@ def test_ships_every_module_and_grammar_file(wheel: zipfile.ZipFile) -> None:
     grammars = {f"structspec/grammar_data/{p.name}" for p in (ROOT / "grammars").glob("*.toml")}
     assert grammars, "no grammar files found in grammars/"
     assert not (modules | grammars | {"structspec/py.typed"}) - names
+
+
+def test_ships_the_compiled_core_built_from_its_source(wheel: zipfile.ZipFile) -> None:
+    # (the clone's own in-place build is not copied: the wheel's was compiled by its build)
+    assert [n for n in wheel.namelist() if n.startswith("structspec/automaton/_core.") and n.endswith(".so")]
+    assert "-py3-none-any" not in Path(wheel.filename).name
 
 
 def test_ships_the_example_data_the_commands_default_to(wheel: zipfile.ZipFile) -> None:

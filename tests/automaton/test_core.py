@@ -1,0 +1,229 @@
+"""The compiled core (`structspec.automaton._core`) against the Python automaton it replaces, the reference: two
+automata of one regex, one run on each, give the same states (numbered alike), the same masks and the same end
+states, state by state, on random regexes and token walks and on the JSONSchemaBench sample's schemas."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from structspec.automaton import dfa as dfa_module
+from structspec.automaton.dfa import DEAD, LazyDFA
+from structspec.automaton.fsm import CompileInfo, TokenFSM
+from structspec.automaton.index import TokenIndex
+from structspec.automaton.nfa import ByteNFA
+from structspec.errors import UnspellableError
+from structspec.schema import constraint_of
+from structspec.vocab import TokenVocab
+from tests.automaton.test_token_walk import _regexes  # random regexes over characters, classes, escapes
+
+core = pytest.importorskip("structspec.automaton._core", reason="the compiled core is not built here")
+
+INFO = CompileInfo(0.0, "compiled")
+SAMPLE = Path(__file__).parent.parent / "data" / "jsonschemabench_sample.jsonl"
+
+
+class Pair:
+    """Two automata of one regex over one vocabulary: ``python`` always read with the Python loops, ``compiled``
+    with the core. Each read runs on both; `same` checks that they answered alike."""
+
+    def __init__(self, pattern: Any, vocab: TokenVocab, width: int) -> None:
+        self.python, self.compiled = (TokenIndex(LazyDFA(ByteNFA(pattern)), vocab, width, (vocab.eos_token_id,))
+                                      for _ in range(2))
+        self.vocab = vocab
+
+    def both(self, read: Callable[[TokenIndex], Any]) -> tuple[Any, Any]:
+        """``read`` of each index, each under its own loops (an `UnspellableError` is the answer, by type)."""
+        answers = []
+        for index, loops in ((self.python, None), (self.compiled, core)):
+            saved, dfa_module.CORE = dfa_module.CORE, loops
+            try:
+                answers.append(read(index))
+            except UnspellableError as error:
+                answers.append(("unspellable", str(error)))
+            finally:
+                dfa_module.CORE = saved
+        return answers[0], answers[1]
+
+    def visit(self, state: int) -> bool:
+        """Check ``state``'s answers alike on both; whether it can be left by a text token."""
+        ids, compiled_ids = self.both(lambda index: index.allowed_token_ids(state))
+        assert _same(ids, compiled_ids), f"state {state}: allowed tokens differ"
+        masks = self.both(lambda index: index.packed_mask(state))
+        assert _same(*masks), f"state {state}: packed masks differ"
+        return not isinstance(ids, tuple) and len(ids) > 0
+
+    def step(self, state: int, token: int) -> int:
+        """The state after ``token`` on both (they must agree, DEAD included)."""
+        data = self.vocab.token_bytes[token] or b""
+        nexts = self.both(lambda index: index.dfa.step(state, data))
+        assert nexts[0] == nexts[1], f"state {state}, token {token}: next states differ"
+        return nexts[0]
+
+    def walk(self, state: int, tokens: list[int]) -> list[int]:
+        """`TokenFSM.walk` of ``tokens`` from ``state`` on both (they must agree, where they stop included)."""
+        walks = self.both(lambda index: TokenFSM(index.dfa.nfa.start, index, INFO).walk(state, tokens))
+        assert walks[0] == walks[1], f"state {state}, tokens {tokens}: walks differ"
+        return walks[0]
+
+    def tables_same(self) -> None:
+        """Both DFAs have built the same states, by number, and the same rows."""
+        python, compiled = self.python.dfa, self.compiled.dfa
+        assert python._sets == compiled._sets
+        assert np.array_equal(python.built[: len(python)], compiled.built[: len(compiled)])
+        built = np.flatnonzero(python.built[: len(python)])
+        assert np.array_equal(python.table[built], compiled.table[built])
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return np.array_equal(a, b)
+    return a == b
+
+
+def _random_walk(pair: Pair, picks: list[int]) -> None:
+    """From the initial state, each state's answers on both, then a token chosen by ``picks`` (allowed ones
+    mostly, some of any kind, to step into death too)."""
+    state = pair.python.dfa.initial
+    for pick in [0, *picks]:
+        if not pair.visit(state):
+            break
+        allowed = pair.python.allowed_token_ids(state)
+        text = [t for t in allowed.tolist() if pair.vocab.token_bytes[t]]
+        if not text:  # (only an end token: the match is complete)
+            break
+        token = text[pick % len(text)] if pick % 5 else pick % len(pair.vocab)
+        nxt = pair.step(state, token)
+        if nxt == DEAD:
+            continue  # (a token not allowed: stay, as a sampler rejecting a draft does)
+        state = nxt
+    # Token sequences through `TokenFSM.walk`: the text tokens met, then any ids (EOS, none, out of range too)
+    met = [t for t in pair.python.allowed_token_ids(pair.python.dfa.initial).tolist()][:8]
+    size = len(pair.vocab)
+    for tokens in (met, [p % size for p in picks], [p % (size + 3) - 1 for p in picks], [pair.vocab.eos_token_id]):
+        pair.walk(pair.python.dfa.initial, tokens)
+    pair.tables_same()
+
+
+@pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
+@given(regex=_regexes(), extra=st.integers(-5, 40), picks=st.lists(st.integers(0, 10**6), max_size=12))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_random_regexes_and_walks_answer_alike_compiled_and_in_python(
+        kind: str, regex: str, extra: int, picks: list[int], request: pytest.FixtureRequest) -> None:
+    vocab = request.getfixturevalue(kind).vocab
+    _random_walk(Pair(f"(?:{regex})#", vocab, len(vocab) + extra), picks)
+
+
+@given(data=st.binary(max_size=12), start=st.integers(0, 40))
+@settings(max_examples=200, deadline=None)
+def test_step_reads_any_bytes_from_any_state_alike(data: bytes, start: int) -> None:
+    # Bytes no token holds, from states met but not built: the core stops before each missing row, Python builds it.
+    pattern = r'\{"a":(\d+|"[^"\\]*")(,"b":\[(true|false)\])?\}'
+    python, compiled = LazyDFA(ByteNFA(pattern)), LazyDFA(ByteNFA(pattern))
+    for dfa, loops in ((python, None), (compiled, core)):
+        saved, dfa_module.CORE = dfa_module.CORE, loops
+        try:
+            for prefix in (b'{"a":', b'{"a":"x', b'{"a":1,"b":[t'):
+                dfa.step(dfa.initial, prefix)
+            state = start % len(dfa)
+            dfa.reached = dfa.step(state, data)
+        finally:
+            dfa_module.CORE = saved
+    assert python.reached == compiled.reached
+    assert python._sets == compiled._sets
+    assert np.array_equal(python.built[: len(python)], compiled.built[: len(compiled)])
+
+
+def _sample_patterns() -> Iterator[Any]:
+    for line in SAMPLE.read_text().splitlines():
+        row = json.loads(line)
+        yield pytest.param(constraint_of(json.dumps(row["schema"])).pattern, [t["data"] for t in row["tests"]],
+                           id=row["id"])
+
+
+@pytest.mark.parametrize("pattern,instances", list(_sample_patterns()))
+def test_jsonschemabench_sample_answers_alike_over_qwen(pattern: Any, instances: list[Any], qwen_lm) -> None:
+    # Qwen2.5's 151k vocabulary: each state along each test instance's tokens (valid or not) and a breadth-first
+    # sweep of the states its answers lead to.
+    tokenizer, vocab = qwen_lm.tokenizer, qwen_lm.vocab
+    pair = Pair(pattern, vocab, len(vocab) + 271)  # (Qwen2.5's logits are wider than its vocabulary)
+    for instance in instances:
+        state = pair.python.dfa.initial
+        tokens = tokenizer.encode(json.dumps(instance, separators=(",", ":")), add_special_tokens=False)
+        pair.walk(state, [*tokens, vocab.eos_token_id])
+        for token in tokens:
+            pair.visit(state)
+            state = pair.step(state, token)
+            if state == DEAD:
+                break
+    seen, todo = {pair.python.dfa.initial}, [pair.python.dfa.initial]
+    while todo and len(seen) < 150:
+        state = todo.pop(0)
+        if not pair.visit(state):
+            continue
+        for token in pair.python.allowed_token_ids(state).tolist()[:: 97]:  # a spread of each state's tokens
+            if pair.vocab.token_bytes[token]:
+                nxt = pair.step(state, token)
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+    pair.tables_same()
+
+
+def test_threads_sharing_one_automaton_get_what_one_thread_would(byte_lm) -> None:
+    # The core walks with the GIL released, under the DFA's lock: four threads reading the states of one
+    # automaton at once, against the Python loops alone.
+    vocab = byte_lm.vocab
+    pattern = r'\{"name":"[^"\\]{0,30}","tags":\[("[a-z]+"(,"[a-z]+")*)?\],"n":-?\d{1,6}\}'
+    text = byte_lm.tokenizer.encode('{"name":"Ada","tags":["x","yz"],"n":-42}', add_special_tokens=False)
+    pair = Pair(pattern, vocab, len(vocab))
+    state, states = pair.python.dfa.initial, []
+    for token in text:  # the states first, then their answers: a state's answer does not depend on the order
+        states.append(state)
+        state = pair.python.dfa.step(state, vocab.token_bytes[token])
+    expected = {s: pair.python.allowed_token_ids(s) for s in states}
+    compiled, errors = pair.compiled, []
+
+    def read(order: list[int]) -> None:
+        try:
+            for s in order:
+                assert np.array_equal(compiled.allowed_token_ids(s), expected[s])
+        except BaseException as error:  # (re-raised below, in the test's own thread)
+            errors.append(error)
+
+    saved, dfa_module.CORE = dfa_module.CORE, core
+    try:  # (states numbered alike: the compiled automaton walks the same tokens first, on its own)
+        state = compiled.dfa.initial
+        for token in text:
+            state = compiled.dfa.step(state, vocab.token_bytes[token])
+        threads = [threading.Thread(target=read, args=(states[k:] + states[:k],)) for k in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        dfa_module.CORE = saved
+    assert not errors, errors[0]
+
+
+def test_pure_python_is_forced_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for value, loaded in (("1", None), ("yes", None), ("0", core), ("", core)):
+        monkeypatch.setenv("STRUCTSPEC_PURE_PYTHON", value)
+        assert dfa_module._load_core() is loaded, value
+
+
+def test_core_refuses_arrays_it_cannot_read() -> None:
+    rows, slots = np.zeros((2, 256), dtype=np.int32), np.array([0, 1], dtype=np.int32)
+    with pytest.raises(TypeError, match="slots"):
+        core.step(slots.astype(np.int64), rows, 1, b"a", 0)
+    level = (np.array([5]), np.array([97], dtype=np.uint8), np.array([0]), np.array([3]))
+    with pytest.raises(ValueError, match="not a node"):
+        core.walk_levels((level,), 0, np.array([1], dtype=np.int32), slots, rows, np.zeros(4, dtype=np.uint8))
