@@ -14,8 +14,8 @@ once its first letters decide it, ``", "arguments": ``, the keys), so fast-forwa
 calls, and arguments copied from the conversation are what prompt lookup drafts.
 
 Under ``choice="auto"`` a call may also be written *bare*, as small models write it: the turn opens (past any
-whitespace) with ``{``, and from there it is ``{"name": "get_weather", "arguments": {...}}``, constrained,
-fast-forwarded and drafted like a marked call (``bare_calls``).
+whitespace) with ``{``, alone or in a ```` ```json ```` fence, and from there it is ``{"name": "get_weather",
+"arguments": {...}}``, constrained, fast-forwarded and drafted like a marked call (``bare_calls``).
 """
 
 from __future__ import annotations
@@ -163,15 +163,15 @@ class ToolCalls:
     (one per line). ``markers``: ``"auto"`` (the tokenizer's ``<tool_call>`` tokens where it has them, text
     otherwise), ``"special"`` or ``"text"``. ``whitespace_pattern`` is the arguments' (``" ?"``: compact or
     ``json.dumps``' spacing, as chat templates write them). ``bare_calls`` (``"auto"`` only; on by default):
-    a turn that opens with ``{`` (past any whitespace) is a call written without the markers, as small models
-    write them (several, one per line, with ``parallel=True``), and is read into ``calls``; the cost: under
-    ``"auto"`` no text answer may open with ``{``. The value is a `ToolCallsValue`. Checked when made
-    (`ToolError`), before any model call; a tool schema that does not compile raises `ToolSchemaError` at
-    compile time.
+    a turn that opens with ``{`` (past any whitespace; alone or after ```` ```json ````) is a call written
+    without the markers, as small models write them (several, one per line, with ``parallel=True``), and is
+    read into ``calls``; the cost: under ``"auto"`` no text answer may open so. The value is a
+    `ToolCallsValue`. Checked when made (`ToolError`), before any model call; a tool schema that does not
+    compile raises `ToolSchemaError` at compile time.
 
-    Under ``"auto"`` small models often answer in text; a call they write as JSON after some text or in a
-    fenced block is kept in ``unmarked_calls`` (with a warning, not run): where a call is needed, use
-    ``"required"`` or the tool's name.
+    Under ``"auto"`` small models often answer in text; a call they write as JSON after some text is kept in
+    ``unmarked_calls`` (with a warning, not run): where a call is needed, use ``"required"`` or the tool's
+    name.
 
     Typical use::
 
