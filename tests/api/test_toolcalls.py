@@ -403,6 +403,8 @@ def test_qwen_writes_an_auto_turn_as_a_bare_call(qwen_coder) -> None:
     assert result.complete, result.text
     assert result.value.calls == [ToolCall("country_info.capital", {"country": "Brazil"})]
     assert result.text.startswith("```json\n{") and result.stats.forced_tokens >= 8
-    before = structspec.generate_result(qwen_coder, ToolCalls(conversation["tools"], bare_calls=False),
-                                        conversation["messages"], max_new_tokens=80)
-    assert before.value.calls == [] and before.stats.forced_tokens == 0
+    with pytest.warns(UserWarning, match="unmarked_calls"):  # bare calls off: the same call, as text
+        before = structspec.generate_result(qwen_coder, ToolCalls(conversation["tools"], bare_calls=False),
+                                            conversation["messages"], max_new_tokens=80)
+    assert before.value.calls == [] and before.value.unmarked_calls == result.value.calls
+    assert before.stats.forced_tokens == 0
