@@ -7,7 +7,7 @@ Leaderboard's "multiple" set (a user's question and 2–4 tools; one call expect
 conversation format (`toolbench.load_conversations`). Each turn is decoded greedily in both modes with the
 default decoding (fast-forward and prompt lookup), the tools in the chat template. The report reads the results'
 own stats: calls made (valid calls of a given tool), calls to the expected tool, exact arguments, turns answered
-in text, calls left in ``unmarked_calls``, forced tokens, target passes, and seconds per call made.
+in text, calls left in ``unmarked_calls``, forced tokens, target passes, and seconds per turn and per call made.
 """
 
 from __future__ import annotations
@@ -88,16 +88,16 @@ def run(lm: LM, conversations: list[Conversation], max_new_tokens: int) -> tuple
 
 
 HEADER = ["mode", "calls made", "expected tool", "exact arguments", "turns in text", "unmarked calls", "incomplete",
-          "output tokens", "forced tokens", "target passes", "s / call made"]
+          "output tokens", "forced tokens", "target passes", "s / turn", "s / call made"]
 
 
 def markdown(counts: dict[str, Counts]) -> str:
     """The report as a Markdown table."""
     rows = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     for mode, c in counts.items():
-        per_call = f"{c.seconds / c.calls:.3f}" if c.calls else "–"
+        per = [f"{c.seconds / n:.3f}" if n else "–" for n in (c.turns, c.calls)]
         rows.append("| " + " | ".join([mode, *(str(getattr(c, f.name)) for f in fields(Counts)
-                                                  if f.name not in ("turns", "seconds")), per_call]) + " |")
+                                                  if f.name not in ("turns", "seconds")), *per]) + " |")
     return "\n".join(rows)
 
 
