@@ -2,8 +2,9 @@
 Python function, the result goes back as a ``tool`` message, and the model answers the user in text.
 
 The call is asked for with ``choice="required"``: under ``"auto"`` this small model often answers in text, or
-writes the call as plain JSON without Qwen's ``<tool_call>`` markers (shown last: such calls land in
-``unmarked_calls``, with a warning, and are not run).
+writes the call as JSON without Qwen's ``<tool_call>`` markers (shown last). A turn that opens with such a call
+(bare or in a ```json block) is a call all the same (``ToolCalls(bare_calls=True)``, the default); one written
+after some text lands in ``unmarked_calls``, with a warning, and is not run.
 
     python examples/agent_loop.py
 """

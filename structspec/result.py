@@ -172,9 +172,10 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class ToolCallsValue:
-    """`ToolCalls`' value: the free text before the calls and the calls, in order. ``unmarked_calls``: calls to
-    the given tools that an ``auto`` turn wrote in its free text without the markers (bare JSON or a fenced
-    block, as small models often do); they are not in ``calls``, and parsing such a turn warns (`UserWarning`).
+    """`ToolCalls`' value: the free text before the calls and the calls, in order (an ``auto`` turn's bare calls,
+    written without the markers where the turn opens, among them: ``bare_calls``). ``unmarked_calls``: calls to
+    the given tools that an ``auto`` turn wrote in its free text without the markers (JSON after some text, or
+    any with ``bare_calls=False``); they are not in ``calls``, and parsing such a turn warns (`UserWarning`).
 
     The next turn of the conversation::
 

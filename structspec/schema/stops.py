@@ -19,6 +19,40 @@ def avoiding(words: tuple[str, ...]) -> str:
     return _eliminate((), words) if words else f"{_ANY}*"
 
 
+def not_opening(words: tuple[str, ...], openings: tuple[str, ...], skip: str = "") -> str:
+    """A regex for every text (the empty one included) holding none of ``words`` that opens, past any characters
+    of ``skip``, with none of ``openings`` (non-empty strings): what free text may be where an opening would
+    commit to something else. ``words`` hold none of ``skip``'s characters."""
+    moves, hit, alphabet = _automaton(words)
+    onward: dict[str, set[str]] = {}  # each proper prefix of an opening: the characters that go on along one
+    for opening in openings:
+        for i in range(len(opening)):
+            onward.setdefault(opening[:i], set()).add(opening[i])
+    # A text leaves the openings' prefixes at one character; what follows depends only on the words' automaton
+    # state there, so the leavings are grouped by that state, each group followed by its state's free text.
+    ends, leaving = [], {}
+    for path, going_on in onward.items():
+        state = 0
+        for c in path:
+            state = moves[state].get(c, 0)
+        if path in openings or hit[state]:
+            continue
+        ends.append(re.escape(path))
+        barred = going_on | (set(skip) if not path else set())
+        by_state: dict[int, list[str]] = {}
+        for c in alphabet:
+            if c not in barred and not hit[moves[state][c]] and moves[state][c]:
+                by_state.setdefault(moves[state][c], []).append(c)
+        home = "".join(map(re.escape, sorted(barred | {c for c in alphabet if moves[state][c]})))
+        leaving.setdefault(0, []).append(re.escape(path) + (f"[^{home}]" if home else _ANY))
+        for t, chars in by_state.items():
+            leaving.setdefault(t, []).append(re.escape(path) + _class(chars, False, alphabet))
+    tails = [f"(?:{'|'.join(heads)})(?:{_eliminate((), words, t) if words else f'{_ANY}*'})"
+             for t, heads in leaving.items()]
+    opened = f"[{''.join(map(re.escape, skip))}]*" if skip else ""
+    return f"{opened}(?:{'|'.join(f'(?:{x})' for x in [*tails, *filter(None, ends)])})?"
+
+
 def until(stops: tuple[str, ...], avoid: tuple[str, ...] = ()) -> str:
     """A regex for text that ends with the first occurrence of any of ``stops`` (non-empty strings): text
     holding none of them (nor any of ``avoid``), then one of them, written last."""
@@ -65,13 +99,14 @@ def _class(chars: list[str], others: bool, alphabet: str) -> str:
     return re.escape(chars[0]) if len(chars) == 1 else f"[{''.join(map(re.escape, chars))}]"
 
 
-def _eliminate(stops: tuple[str, ...], avoid: tuple[str, ...]) -> str:
-    """The regex of the automaton over ``stops`` and ``avoid``: a stop's first occurrence ends the text (no
-    stops: every text holding no avoided word ends anywhere); an avoided word is a dead end."""
+def _eliminate(stops: tuple[str, ...], avoid: tuple[str, ...], first: int = 0) -> str:
+    """The regex of the automaton over ``stops`` and ``avoid``, from its state ``first``: a stop's first
+    occurrence ends the text (no stops: every text holding no avoided word ends anywhere); an avoided word is a
+    dead end."""
     moves, hit, alphabet = _automaton((*stops, *avoid))
     until_first = bool(stops)
     start, end = -1, -2
-    edges: dict[tuple[int, int], list[str]] = {(start, 0): [""]}
+    edges: dict[tuple[int, int], list[str]] = {(start, first): [""]}
     live = [s for s in range(len(moves)) if not hit[s]]
     for s in live:
         if not until_first:

@@ -268,10 +268,12 @@ class Writer:
         """The text a marker shows in the output (a special token's own text)."""
         return marker if isinstance(marker, str) else self.specials[int(self.special(marker)[2:], 16) - SYMBOLS[0]][1]
 
-    def triggered(self, spec: Triggered) -> str:
+    def triggered(self, spec: Triggered, opening: str | None = None) -> str:
+        """The regex of ``spec``; ``opening``: the regex of its first free text, where it is narrower than the
+        rest (a subset of it: `ToolCalls`' text that opens with no bare call)."""
         # The free text holds no tag's begin marker as text (a special one's text too: the output then splits
         # at markers without doubt).
-        begins = tuple(dict.fromkeys(self.marker_text(t.begin) for t in spec.tags))
+        begins = self.begin_texts(spec)
         tags = "|".join(f"(?:{self.write(t)})" for t in spec.tags)
         free = avoiding(begins) if spec.text else ""
         between = free if spec.text else re.escape(spec.separator)
@@ -279,7 +281,11 @@ class Writer:
         tail = free if spec.text else f"(?:{between})?" if spec.separator else ""
         high = "" if spec.at_most is None else spec.at_most - 1
         body = f"(?:{tags})(?:(?:{between})(?:{tags})){{{max(spec.at_least - 1, 0)},{high}}}(?:{tail})"
-        return f"(?:{free})(?:{body})" + ("" if spec.at_least else "?")
+        return f"(?:{free if opening is None else opening})(?:{body})" + ("" if spec.at_least else "?")
+
+    def begin_texts(self, spec: Triggered) -> tuple[str, ...]:
+        """The texts of ``spec``'s begin markers (a special token's own text), which its free text never holds."""
+        return tuple(dict.fromkeys(self.marker_text(t.begin) for t in spec.tags))
 
 
 def spellable(text: bytes, vocab: TokenVocab) -> bool:

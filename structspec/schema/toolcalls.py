@@ -12,6 +12,10 @@ where ``<tool_call>`` and ``</tool_call>`` are the tokenizer's own tokens when i
 documented generic format). Most of a call is fixed by the grammar (the markers, ``{"name": "``, a tool's name
 once its first letters decide it, ``", "arguments": ``, the keys), so fast-forward writes it without model
 calls, and arguments copied from the conversation are what prompt lookup drafts.
+
+Under ``choice="auto"`` a call may also be written *bare*, as small models write it: the turn opens (past any
+whitespace) with ``{``, alone or in a ```` ```json ```` fence, and from there it is ``{"name": "get_weather",
+"arguments": {...}}``, constrained, fast-forwarded and drafted like a marked call (``bare_calls``).
 """
 
 from __future__ import annotations
@@ -19,17 +23,16 @@ from __future__ import annotations
 import inspect
 import json
 import re
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import jsonschema
 import pydantic
 
 from structspec.errors import SchemaError, ToolError, ToolSchemaError
-from structspec.result import CallDone, ToolCall, ToolCallsValue
+from structspec.schema.calltext import ARGUMENTS, FENCES, NAME, CallReader, parse_turn
 from structspec.schema.constraint import Constraint
+from structspec.schema.stops import not_opening
 from structspec.schema.structural import Special, Tag, Text, Triggered, Writer
 
 Choice = Literal["auto", "required", "none"] | str
@@ -159,13 +162,16 @@ class ToolCalls:
     ``"none"`` (text only), or a tool's name (that call alone, forced). ``parallel=True`` allows several calls
     (one per line). ``markers``: ``"auto"`` (the tokenizer's ``<tool_call>`` tokens where it has them, text
     otherwise), ``"special"`` or ``"text"``. ``whitespace_pattern`` is the arguments' (``" ?"``: compact or
-    ``json.dumps``' spacing, as chat templates write them). The value is a `ToolCallsValue`. Checked when made
-    (`ToolError`), before any model call; a tool schema that does not compile raises `ToolSchemaError` at
-    compile time.
+    ``json.dumps``' spacing, as chat templates write them). ``bare_calls`` (``"auto"`` only; on by default):
+    a turn that opens with ``{`` (past any whitespace; alone or after ```` ```json ````) is a call written
+    without the markers, as small models write them (several, one per line, with ``parallel=True``), and is
+    read into ``calls``; the cost: under ``"auto"`` no text answer may open so. The value is a
+    `ToolCallsValue`. Checked when made (`ToolError`), before any model call; a tool schema that does not
+    compile raises `ToolSchemaError` at compile time.
 
-    Under ``"auto"`` small models often answer in text, or write the call as JSON text without the markers
-    (kept in ``unmarked_calls``, with a warning, not run): where a call is needed, use ``"required"`` or the
-    tool's name.
+    Under ``"auto"`` small models often answer in text; a call they write as JSON after some text is kept in
+    ``unmarked_calls`` (with a warning, not run): where a call is needed, use ``"required"`` or the tool's
+    name.
 
     Typical use::
 
@@ -182,9 +188,11 @@ class ToolCalls:
     parallel: bool
     markers: Literal["auto", "special", "text"]
     whitespace_pattern: str
+    bare_calls: bool
 
     def __init__(self, tools: list[Any], choice: Choice = "auto", parallel: bool = False,
-                 markers: Literal["auto", "special", "text"] = "auto", whitespace_pattern: str = " ?") -> None:
+                 markers: Literal["auto", "special", "text"] = "auto", whitespace_pattern: str = " ?",
+                 bare_calls: bool = True) -> None:
         if not isinstance(tools, (list, tuple)) or not tools:
             raise ToolError(f"tools must be a non-empty list, got {tools!r}: pass the tools the model may call")
         made = tuple(tool_of(t, i) for i, t in enumerate(tools))
@@ -198,8 +206,12 @@ class ToolCalls:
             raise ToolError(f"markers={markers!r}: pass 'auto', 'special' or 'text'")
         if not isinstance(parallel, bool):
             raise ToolError(f"parallel={parallel!r}: pass True (several calls, one per line) or False (one call)")
+        if not isinstance(bare_calls, bool):
+            raise ToolError(f"bare_calls={bare_calls!r}: pass True (under choice='auto', a turn opening with '{{' "
+                            "is a call without the markers) or False (such a turn is text)")
         for name, value in (("tools", made), ("choice", choice), ("parallel", bool(parallel)),
-                            ("markers", markers), ("whitespace_pattern", whitespace_pattern)):
+                            ("markers", markers), ("whitespace_pattern", whitespace_pattern),
+                            ("bare_calls", bare_calls)):
             object.__setattr__(self, name, value)
 
     def chat_tools(self) -> list[dict[str, Any]]:
@@ -208,7 +220,6 @@ class ToolCalls:
 
 
 BEGIN, END = "<tool_call>", "</tool_call>"
-_NAME, _ARGUMENTS = '{"name": ', ', "arguments": '  # a call's JSON opens with these, around its name
 
 
 def tools_instruction(tools: list[dict[str, Any]]) -> str:
@@ -237,7 +248,7 @@ def toolcalls_constraint(spec: ToolCalls, writer: Writer, arguments: Callable[[A
     special = spec.markers == "special" or (spec.markers == "auto" and has_token(BEGIN) and has_token(END))
     begin, end = (Special(BEGIN), Special(END)) if special else (BEGIN, END)
     parsers: dict[str, Callable[[str], Any]] = {}
-    calls = []
+    calls, bare = [], []
     for tool in spec.tools:
         if spec.choice not in ("auto", "required", "none") and tool.name != spec.choice:
             continue
@@ -247,22 +258,39 @@ def toolcalls_constraint(spec: ToolCalls, writer: Writer, arguments: Callable[[A
             raise ToolSchemaError(tool.name, e) from None
         parsers[tool.name] = args.parse
         # the name as JSON writes it (a quote, backslash or control character escaped), as chat templates show it
-        skeleton = f'\n{_NAME}{json.dumps(tool.name, ensure_ascii=False)}{_ARGUMENTS}'
-        calls.append(Tag(begin, _Raw(re.escape(skeleton) + f"(?:{args.regex})" + re.escape("}\n")), end))
+        call = re.escape(f"{NAME}{json.dumps(tool.name, ensure_ascii=False)}{ARGUMENTS}") + f"(?:{args.regex})\\}}"
+        calls.append(Tag(begin, _Raw(f"\\n{call}\\n"), end))
+        bare.append(call)
+    bare_calls = spec.choice == "auto" and spec.bare_calls
     if spec.choice == "none":  # (text that never writes a begin marker's text either)
         regex = writer.write(Text(avoid=(BEGIN,)))
     else:
         # "required" and a named tool: calls from the first token (as OpenAI's and vLLM's tool_choice), so the
         # opening marker is forced; "auto": free text, then calls or none.
         forced = spec.choice not in ("auto", "required")
-        regex = writer.write(Triggered(tuple(calls), at_least=0 if spec.choice == "auto" else 1,
-                                       at_most=None if spec.parallel and not forced else 1,
-                                       text=spec.choice == "auto", separator="\n"))
+        triggered = Triggered(tuple(calls), at_least=0 if spec.choice == "auto" else 1,
+                              at_most=None if spec.parallel and not forced else 1,
+                              text=spec.choice == "auto", separator="\n")
+        regex = writer.triggered(triggered, _opening(writer, triggered) if bare_calls else None)
+        if bare_calls:  # the choice between text and bare calls falls on the byte that opens the first call
+            one = "|".join(f"(?:{c})" for c in bare)
+            some = f"(?:{one})" + (f"(?:\\n(?:{one}))*" if spec.parallel else "")  # (one a line, as marked)
+            fences = "|".join(map(re.escape, filter(None, FENCES)))
+            regex = f"(?:{regex})|(?:{_WHITESPACE}*(?:{some}|(?:{fences}){some}\\n```))"
     shown = (writer.marker_text(begin), writer.marker_text(end))
     unmarked = spec.choice == "auto"  # (an auto turn's text may hold a call the model wrote without markers)
-    return Constraint(regex, lambda text: parse_turn(text, shown, parsers, unmarked), None, (),
+    return Constraint(regex, lambda text: parse_turn(text, shown, parsers, unmarked, bare_calls), None, (),
                       tuple(writer.specials),
-                      events=lambda: CallReader(shown, parsers))
+                      events=lambda: CallReader(shown, parsers, bare_calls))
+
+
+_WHITESPACE = r"[ \t\n\r]"
+
+
+def _opening(writer: Writer, triggered: Triggered) -> str:
+    """The regex of an ``auto`` turn's first free text with bare calls: text that never opens, past any
+    whitespace, as a bare call does (``{``, alone or in a fence)."""
+    return not_opening(writer.begin_texts(triggered), tuple(f"{fence}{{" for fence in FENCES), " \t\n\r")
 
 
 @dataclass(frozen=True)
@@ -275,116 +303,3 @@ class _Raw:
 def raw_inner(spec: Any) -> Constraint | None:
     """A `_Raw`'s constraint, for `Writer.inner`; None for other specs."""
     return Constraint(spec.regex, lambda text: text, None) if isinstance(spec, _Raw) else None
-
-
-def parse_turn(text: str, markers: tuple[str, str], parsers: dict[str, Callable[[str], Any]],
-               unmarked: bool = False) -> ToolCallsValue:
-    """The `ToolCallsValue` of a turn's text: the text before the first begin marker, then each call, read where
-    the grammar put it — the JSON after a begin marker, decoded as one value (so marker text inside its strings
-    is argument text), then its end marker — and its arguments validated by the tool's parser (which raises on
-    invalid ones). ``unmarked``: also look in the free text for calls written without the markers (an ``auto``
-    turn), kept in ``unmarked_calls`` with a warning. `ValueError` for a call that is not whole."""
-    begin, end = markers
-    at, calls, free = text.find(begin), [], []
-    free.append(text if at < 0 else text[:at])
-    while at >= 0:
-        found = locate_call(text, at + len(begin), end)
-        if found is None:
-            raise ValueError(f"the call opened at character {at} is not whole: {text[at:at + 80]!r}")
-        name, arguments, stop = found
-        if name not in parsers:
-            raise ValueError(f"the call at character {at} names no tool: {name!r}")
-        calls.append(ToolCall(name, parsers[name](arguments)))
-        at = text.find(begin, stop)
-        free.append(text[stop:] if at < 0 else text[stop:at])
-    value = ToolCallsValue(free[0], calls)
-    if unmarked and (written := unmarked_calls("".join(free), parsers)):
-        warnings.warn(f"the model wrote {len(written)} call(s) to {', '.join(sorted({c.name for c in written}))} "
-                      f"as text, without the {begin} markers: they are in unmarked_calls, not in calls; where a "
-                      "call is needed, use choice='required' or name the tool", stacklevel=2)
-        value = ToolCallsValue(free[0], calls, written)
-    return value
-
-
-_DECODER = json.JSONDecoder()
-_SPACE = re.compile(r"[ \t\n\r]*")
-
-
-def locate_call(text: str, at: int, end: str) -> tuple[str, str, int] | None:
-    """The call whose JSON follows ``at`` (just after its begin marker), as the grammar writes it: its tool's name,
-    its arguments' JSON text, and where its end marker ends; None where ``text`` holds less than that (a turn still
-    streaming). JSON strings are decoded whole, so marker text inside them is no marker. Changes nothing."""
-    try:
-        at = _SPACE.match(text, at).end()
-        if not text.startswith(_NAME, at):
-            return None
-        name, at = _DECODER.raw_decode(text, at + len(_NAME))
-        if not isinstance(name, str) or not text.startswith(_ARGUMENTS, at):
-            return None
-        start = at + len(_ARGUMENTS)
-        _, at = _DECODER.raw_decode(text, start)
-    except json.JSONDecodeError:
-        return None
-    if not text.startswith("}", at):
-        return None
-    close = _SPACE.match(text, at + 1).end()
-    return (name, text[start:at], close + len(end)) if text.startswith(end, close) else None
-
-
-def unmarked_calls(text: str, parsers: dict[str, Callable[[str], Any]]) -> list[ToolCall]:
-    """Calls to the given tools written in free ``text`` without markers, as small models often write them: a
-    JSON object ``{"name": ..., "arguments": {...}}`` (or ``"parameters"``), bare or in a fenced block, whose
-    arguments the tool's parser accepts. Changes nothing."""
-    found, at = [], text.find("{")
-    while at >= 0:
-        try:
-            value, stop = _DECODER.raw_decode(text, at)
-        except json.JSONDecodeError:
-            at = text.find("{", at + 1)
-            continue
-        call = _as_call(value, parsers)
-        if call is not None:
-            found.append(call)
-        at = text.find("{", stop if call is not None else at + 1)
-    return found
-
-
-def _as_call(value: Any, parsers: dict[str, Callable[[str], Any]]) -> ToolCall | None:
-    if not isinstance(value, dict) or value.get("name") not in parsers:
-        return None
-    arguments = value.get("arguments", value.get("parameters"))
-    if isinstance(arguments, str):  # (OpenAI's wire format: the arguments as a JSON string)
-        try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
-            return None
-    if not isinstance(arguments, dict):
-        return None
-    try:
-        return ToolCall(value["name"], parsers[value["name"]](json.dumps(arguments)))
-    except (ValueError, jsonschema.ValidationError):  # (not a valid call of that tool: text, as it was written)
-        return None
-
-
-class CallReader:
-    """Reads a `ToolCalls` turn as it streams; `read` yields a `CallDone` for each call its chunk closes, as
-    `parse_turn` reads it. A call whose arguments fail their tool's validator yields none (the result says so)."""
-
-    def __init__(self, markers: tuple[str, str], parsers: dict[str, Callable[[str], Any]]) -> None:
-        self.markers, self.parsers = markers, parsers
-        self.text, self.at = "", 0
-
-    def read(self, chunk: str) -> Iterator[CallDone]:
-        """Scan ``chunk`` (the text after what was read before). Changes the reader's position."""
-        self.text += chunk
-        begin, end = self.markers
-        while (opened := self.text.find(begin, self.at)) >= 0:
-            found = locate_call(self.text, opened + len(begin), end)
-            if found is None:
-                return  # (the call is still being written)
-            name, arguments, self.at = found
-            try:
-                call = ToolCall(name, self.parsers[name](arguments))
-            except (ValueError, jsonschema.ValidationError):
-                continue
-            yield CallDone(call, self.text[: self.at])

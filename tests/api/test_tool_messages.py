@@ -35,7 +35,9 @@ WEATHER = '{"name": "get_weather", "arguments": {"city": "Oslo"}}'
 
 @pytest.fixture(scope="module")
 def auto(byte_lm) -> structspec.Compiled:
-    return structspec.compile(ToolCalls([get_weather, SendEmail, SEARCH], markers="text"), byte_lm)
+    # bare calls off: a turn that opens with a call's JSON is text here (with them on it is a call, in `calls`:
+    # tests/api/test_toolcalls.py)
+    return structspec.compile(ToolCalls([get_weather, SendEmail, SEARCH], markers="text", bare_calls=False), byte_lm)
 
 
 @pytest.mark.parametrize("text", [

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from pathlib import Path
 from typing import Literal, get_args
 
 import pytest
@@ -16,6 +17,7 @@ from pydantic import BaseModel
 import structspec
 from structspec import SchemaError, ToolCall, ToolCalls, ToolCallsValue, ToolError, ToolSchemaError
 from structspec.events import chat_prompt_ids
+from structspec.testing.models import FakeLM
 
 TOOL_CALL, END_CALL = 151657, 151658
 
@@ -134,6 +136,7 @@ def test_a_template_that_ignores_tools_gets_them_in_the_system_message(qwen_lm, 
     (lambda: ToolCalls([lambda city: None]), ToolError, "no type annotation"),
     (lambda: ToolCalls([42]), ToolError, "tools[0] is a int"),
     (lambda: ToolCalls([GetWeather], parallel="no"), ToolError, "parallel='no': pass True"),
+    (lambda: ToolCalls([GetWeather], bare_calls="yes"), ToolError, "bare_calls='yes': pass True"),
 ])
 def test_bad_tool_sets_fail_when_made(make, error, words) -> None:
     with pytest.raises(error, match=re.escape(words)):
@@ -308,3 +311,100 @@ def test_a_tool_name_json_escapes_is_written_escaped(byte_lm, name) -> None:
     assert result.complete, (result.stop_reason, result.text)
     assert result.value.calls == [ToolCall(name, {"n": 7})]
     assert json.loads(result.text.split("<tool_call>")[1].split("</tool_call>")[0])["name"] == name
+
+
+BARE = '{"name": "GetWeather", "arguments": {"city": "Paris", "unit": "C"}}'
+BARE_SEARCH = '{"name": "search", "arguments": {"query": "x"}}'
+
+
+@pytest.mark.parametrize("parallel, table", [
+    (False, [(BARE, True), (" \n" + BARE, True), ("```json\n" + BARE + "\n```", True), ("```\n" + BARE + "\n```", True),
+             (BARE.replace('"C"', '"K"'), False), (BARE.replace("GetWeather", "GetTime"), False),
+             ('{"a": 1}', False), ("{", False), ('```json\n{"a": 1}\n```', False), ("```json\n" + BARE, False),
+             (BARE + "\n```", False), (BARE + " Done.", False), (BARE + "\n" + BARE_SEARCH, False),
+             ("Sure {x}", True), ("```python\nx = {}\n```", True), ("```json\n[1]\n```", True), ("<b>hi</b>", True),
+             ("", True), ("  ", True), ("<tool_call>", False), ("<tool_call>" + CALL + "</tool_call>", True),
+             ("Let me look.<tool_call>" + CALL + "</tool_call>", True)]),
+    (True, [(BARE + "\n" + BARE_SEARCH, True), ("```json\n" + BARE + "\n" + BARE_SEARCH + "\n```", True),
+            (BARE + "\n\n" + BARE_SEARCH, False), (BARE + "\n", False)]),
+])
+def test_auto_takes_a_turn_opening_with_a_json_object_as_a_bare_call(byte_lm, parallel, table) -> None:
+    # the choice falls on the first byte of the call's JSON: from there only calls to the given tools, whose
+    # arguments match their schemas, alone or in a ```json fence; any other text is free
+    compiled = structspec.compile(ToolCalls([GetWeather, send_email, SEARCH], parallel=parallel, markers="text"),
+                                  byte_lm)
+    for text, expected in table:
+        assert accepts(compiled, [text]) == expected, text
+
+
+def test_bare_calls_off_keeps_a_json_opening_text(byte_lm) -> None:
+    compiled = structspec.compile(ToolCalls([GetWeather, SEARCH], markers="text", bare_calls=False), byte_lm)
+    assert accepts(compiled, ['{"a": 1}']) and accepts(compiled, [BARE])
+    with pytest.warns(UserWarning, match="unmarked_calls"):
+        value = compiled.constraint.parse(BARE)
+    assert value.calls == [] and value.unmarked_calls == [ToolCall("GetWeather", GetWeather(city="Paris"))]
+    for choice in ("required", "GetWeather"):  # (bare calls are auto's: the others force the markers)
+        forced = structspec.compile(ToolCalls([GetWeather, SEARCH], choice=choice, markers="text"), byte_lm)
+        assert not accepts(forced, [BARE])
+
+
+@pytest.mark.parametrize("text, opened", [
+    (BARE, 0), ("\n" + BARE, 1), ("```json\n" + BARE + "\n" + BARE_SEARCH + "\n```", 0)])
+def test_a_bare_turn_is_read_into_calls_whole_and_streamed(byte_lm, text, opened) -> None:
+    compiled = structspec.compile(ToolCalls([GetWeather, SEARCH], parallel=True, markers="text"), byte_lm)
+    value = compiled.constraint.parse(text)
+    expected = [ToolCall("GetWeather", GetWeather(city="Paris")), ToolCall("search", {"query": "x"})]
+    assert value == ToolCallsValue(text[:opened], expected[: 1 + ("search" in text)])
+    ends = [text.index(BARE) + len(BARE)] + ([text.index(BARE_SEARCH) + len(BARE_SEARCH)] if "search" in text else [])
+    for size in (1, 3, 7, len(text)):
+        reader = compiled.constraint.events()
+        done = [e for i in range(0, len(text), size) for e in reader.read(text[i:i + size])]
+        assert [e.call for e in done] == value.calls and [len(e.text_so_far) for e in done] == ends
+
+
+class OpensBraces(FakeLM):
+    """A `FakeLM` that prefers ``{`` wherever it may write one, as a small model opening a call bare does."""
+
+    def _logits(self, prefix_hash: int) -> torch.Tensor:
+        logits = super()._logits(prefix_hash)
+        logits[self.vocab.ids_by_bytes[b"{"]] += 50
+        return logits
+
+
+def test_a_bare_call_is_generated_with_its_skeleton_forced() -> None:
+    def set_alarm(hour: Literal[6, 7, 8], repeat: bool) -> None: ...
+
+    def snooze(minutes: Literal[5, 10]) -> None: ...
+
+    lm, prompt = OpensBraces(), "Wake me at 7 every day."
+    spec = ToolCalls([set_alarm, snooze])
+    plain = structspec.generate_result(lm, spec, prompt, fast_forward="off", draft=None, max_new_tokens=60)
+    result = structspec.generate_result(lm, spec, prompt, max_new_tokens=60)
+    assert result.complete and result.token_ids == plain.token_ids, result.text
+    (call,) = result.value.calls
+    assert call.name in ("set_alarm", "snooze") and result.value.unmarked_calls == []
+    assert result.text.startswith(f'{{"name": "{call.name}", "arguments": {{') and result.text.endswith("}")
+    assert result.sources[0] == "model" and result.sources[1] == "forced"  # the model opens, the grammar goes on
+    assert result.stats.forced_tokens >= 6 and plain.stats.target_forward_passes > result.stats.target_forward_passes
+    # bare calls off: the same model's "{" is text, no call is made and nothing is forced
+    before = structspec.generate_result(lm, ToolCalls([set_alarm, snooze], bare_calls=False), prompt,
+                                        max_new_tokens=60)
+    assert before.text.startswith("{{") and before.stats.forced_tokens == 0
+    assert before.value is None or before.value.calls == []
+
+
+@pytest.mark.real_model
+def test_qwen_writes_an_auto_turn_as_a_bare_call(qwen_coder) -> None:
+    # a turn of the Berkeley Function Calling Leaderboard's "multiple" set (tests/data/bfcl_multiple.jsonl): this
+    # model answers it with the call in a ```json block, without <tool_call> markers
+    conversation = json.loads((Path(__file__).parents[1] / "data" / "bfcl_multiple.jsonl").read_text().splitlines()[2])
+    spec = ToolCalls(conversation["tools"], choice="auto")
+    result = structspec.generate_result(qwen_coder, spec, conversation["messages"], max_new_tokens=80)
+    assert result.complete, result.text
+    assert result.value.calls == [ToolCall("country_info.capital", {"country": "Brazil"})]
+    assert result.text.startswith("```json\n{") and result.stats.forced_tokens >= 8
+    with pytest.warns(UserWarning, match="unmarked_calls"):  # bare calls off: the same call, as text
+        before = structspec.generate_result(qwen_coder, ToolCalls(conversation["tools"], bare_calls=False),
+                                            conversation["messages"], max_new_tokens=80)
+    assert before.value.calls == [] and before.value.unmarked_calls == result.value.calls
+    assert before.stats.forced_tokens == 0

@@ -123,10 +123,11 @@ def score(tally: Tally, conversation: Conversation, calls: list[dict[str, Any]] 
     if calls is None or len(calls) != len(conversation.expected):
         return
     tally.valid_turns += 1
-    tally.exact_calls += sum(_same(a, b) for a, b in zip(calls, conversation.expected))
+    tally.exact_calls += sum(same_call(a, b) for a, b in zip(calls, conversation.expected))
 
 
-def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+def same_call(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two calls (plain dicts) name one tool with equal arguments, numbers compared as numbers."""
     return a["name"] == b["name"] and json.loads(json.dumps(a["arguments"])) == b["arguments"]
 
 
