@@ -104,9 +104,9 @@ class GenerateOptions:
     seed: int | None = None
     fast_forward: FastForward = "exact"
     draft: Draft = "prompt_lookup"
-    output_logprobs: bool = False
     repetition_penalty: float = 1.0
     no_repeat_ngram_size: int = 0
+    output_logprobs: bool = False
 
     def __post_init__(self) -> None:
         # greedy decoding reads no temperature, so transformers' do_sample=False, temperature=0 is taken
