@@ -11,6 +11,7 @@ import pytest
 from structspec.result import DraftStats, Stats
 from structspec.tools.benchmarks import vllmbench as bench
 from structspec.tools.benchmarks import vllmbench_engine as engine
+from structspec.tools.command import DEFAULT_MAX_NEW_TOKENS
 from structspec.tools.benchmarks import vllmbench_records as records
 from structspec.tools.benchmarks import vllmbench_report as report
 from structspec.tools.benchmarks.toolbench import Conversation
@@ -33,7 +34,7 @@ def conversation(choice: str, calls: int = 1) -> Conversation:
 def test_defaults_run_every_configuration_on_both_sets_at_batch_32() -> None:
     args = bench.arguments([])
     assert args.configs == list(bench.CONFIGS) and args.tasks == "both" and args.batch_size == 32
-    assert args.max_new_tokens == 256 and not args.prefix_job
+    assert args.max_new_tokens == DEFAULT_MAX_NEW_TOKENS and not args.prefix_job  # the CLI's and the API's
     assert bench.arguments(["--prefix-job"]).max_new_tokens == bench.JOB_MAX_NEW_TOKENS
     assert bench.arguments(["--prefix-job", "--max-new-tokens", "40"]).max_new_tokens == 40
 

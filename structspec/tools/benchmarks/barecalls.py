@@ -22,7 +22,7 @@ import structspec
 from structspec.models.transformers_lm import LM
 from structspec.tools.arguments import THROUGHPUT_MODEL
 from structspec.tools.benchmarks.toolbench import Conversation, load_conversations, same_call, value_calls
-from structspec.tools.command import budget, calibrated, model_options, positive
+from structspec.tools.command import budget, calibrate_option, drafting_curve, model_options, positive
 
 MODES = {"bare calls off (before)": False, "bare calls on (after)": True}
 BFCL = Path(__file__).resolve().parents[3] / "tests" / "data" / "bfcl_multiple.jsonl"
@@ -62,11 +62,12 @@ class Counts:
         self.unmarked += len(r.value.unmarked_calls)
 
 
-def run(lm: LM, conversations: list[Conversation], max_new_tokens: int) -> tuple[dict[str, Counts], list[str]]:
-    """Both modes over ``conversations`` (greedy), after the model's pass-cost curve (`calibrated`) and a warm-up
+def run(lm: LM, conversations: list[Conversation], max_new_tokens: int,
+        calibrate: bool = False) -> tuple[dict[str, Counts], list[str]]:
+    """Both modes over ``conversations`` (greedy), after saying the model's pass-cost curve (`drafting_curve`) and a warm-up
     of each mode; the counts by mode, and a line per turn and mode (what it wrote). Runs the model; changes
     nothing else but the curve's cache."""
-    calibrated(lm)
+    drafting_curve(lm, calibrate)
     counts = {mode: Counts() for mode in MODES}
     lines = []
     with warnings.catch_warnings():  # (the unmarked calls' warning: counted instead)
@@ -118,7 +119,7 @@ def main(args: argparse.Namespace) -> int:
     conversations = load_conversations(args.data, args.limit)
     print(f"{lm.name} ({str(lm.dtype).removeprefix('torch.')} on {lm.device}), {len(conversations)} turns of "
           f"{args.data.name}, choice='auto', greedy, load average before: {_loadavg()}\n")
-    counts, lines = run(lm, conversations, args.max_new_tokens)
+    counts, lines = run(lm, conversations, args.max_new_tokens, args.calibrate)
     print(markdown(counts))
     print(f"\nSeconds in all: {', '.join(f'{m} {c.seconds:.1f}' for m, c in counts.items())}; load average after: "
           f"{_loadavg()}\n")
@@ -134,6 +135,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
                    help="turns in toolbench's conversation format, one a line (default: the 16 BFCL turns)")
     p.add_argument("--limit", type=positive, metavar="N", help="only the first N turns (a smoke run)")
     budget(p)
+    calibrate_option(p)
 
 
 if __name__ == "__main__":
