@@ -82,11 +82,18 @@ float16): converted on every product, each fed token costs 0.6–0.8 of a one-to
 so only drafts kept nearly every time pay."""
 
 
+TINY_PARAMETERS = 10_000_000
+"""Below this many parameters a CPU pass is its fixed costs (Python, kernel calls), whatever it feeds: flat."""
+
+
 def prior_cost(lm: LanguageModel) -> PassCost:
-    """The curve ``lm`` drafts by without a stored one: `FLAT_COST` off the CPU and for a model without torch
-    weights, `EMULATED_COST` for a half-precision dtype this CPU does not multiply natively, else `CPU_COST`.
-    Measures nothing, changes nothing."""
-    if lm.device.type != "cpu" or not isinstance(getattr(lm, "model", None), torch.nn.Module):
+    """The curve ``lm`` drafts by without a stored one: `FLAT_COST` off the CPU, for a model without torch weights
+    and for a tiny one (`TINY_PARAMETERS`), `EMULATED_COST` for a half-precision dtype this CPU does not multiply
+    natively, else `CPU_COST`. Measures nothing, changes nothing."""
+    model = getattr(lm, "model", None)
+    if lm.device.type != "cpu" or not isinstance(model, torch.nn.Module):
+        return FLAT_COST
+    if sum(p.numel() for p in model.parameters()) < TINY_PARAMETERS:
         return FLAT_COST
     if lm.dtype in (torch.bfloat16, torch.float16) and not (lm.dtype == torch.bfloat16 and native_bf16()):
         return EMULATED_COST

@@ -214,10 +214,11 @@ def _same_language_on_walks(a: LazyDFA, b: LazyDFA, walks: int, length: int) -> 
 
 @pytest.mark.slow
 def test_a_large_group_needed_in_many_places_is_built_once_and_called(monkeypatch) -> None:
+    # closed objects: an open one's any-value alternative (numbers bounded to parse finite) would dwarf the group
     item = {"type": "object", "properties": {f"f{i}": {"type": "string", "maxLength": 4} for i in range(10)},
-            "required": ["f0", "f9"]}
+            "required": ["f0", "f9"], "additionalProperties": False}
     schema = {"type": "object", "$defs": {"item": item}, "required": [f"p{i}" for i in range(0, 30, 3)],
-              "properties": {f"p{i}": {"$ref": "#/$defs/item"} for i in range(30)}}
+              "properties": {f"p{i}": {"$ref": "#/$defs/item"} for i in range(30)}, "additionalProperties": False}
     # A large group that can never finish, in three places: never built, like any part matching no string.
     dead = r"([a-z]{70})[^\s\S]"
     sizes = []
@@ -230,7 +231,7 @@ def test_a_large_group_needed_in_many_places_is_built_once_and_called(monkeypatc
         assert not inlined.calls
         _same_language_on_walks(LazyDFA(called), LazyDFA(inlined), walks=150, length=400)
         sizes.append((lazy, len(called.build_all()), len(inlined)))
-    assert 4 * sizes[0][0] < sizes[0][1]  # compiling builds the outer object (its keys and calls) only
+    assert 3 * sizes[0][0] < sizes[0][1]  # compiling builds the outer object (its keys and calls) only
     assert 5 * sizes[0][1] < sizes[0][2]  # the item's states once, not once per property
     assert max(sizes[1][1:]) < 20  # the dead group's 70 states: built nowhere
     twice = ByteNFA(r"(x[a-z]{70}y)-(x[a-z]{70}y)").build_all()

@@ -269,7 +269,7 @@ def test_windows_fit_to_the_batch_width_keep_plain_masked_tokens(kind: str, draf
             assert any(length > width for length, width, _ in fits)  # drafts and spliced text were cut
         else:  # where rows bring forced text or drafts that hold, feeding them pays
             assert any(width > max(pending, 1) for _, width, pending in fits)
-    monkeypatch.setattr(cost, "prior_cost", lambda lm: FLAT_COST)  # no curve: every window whole
+    monkeypatch.setattr(batch, "pass_cost", lambda lm: FLAT_COST)  # no curve: every window whole
     fits, chunks = spy_fits(monkeypatch)
     whole = structspec.generate_batch(lm, FORCED_SPECS, FORCED_PROMPTS, batch_size=4, max_new_tokens=40, draft=draft)
     assert [r.token_ids for r in whole] == [r.token_ids for r in plain]

@@ -129,7 +129,9 @@ def test_without_a_stored_curve_a_model_drafts_by_the_prior_of_its_device_and_dt
     from structspec.testing.models import FakeLM
 
     full, half = tiny_lm("byte_level"), tiny_lm("byte_level", dtype=torch.bfloat16)
-    assert prior_cost(full) == cost.CPU_COST and prior_cost(FakeLM()) == cost.FLAT_COST  # no weights: no cost
+    assert prior_cost(full) == cost.FLAT_COST and prior_cost(FakeLM()) == cost.FLAT_COST  # tiny, or no weights
+    monkeypatch.setattr(cost, "TINY_PARAMETERS", 0)  # as if they were real models
+    assert prior_cost(full) == cost.CPU_COST
     monkeypatch.setattr(cost, "native_bf16", lambda: False)
     assert prior_cost(half) == cost.EMULATED_COST and "half precision" in cost.curve_source(half)
     monkeypatch.setattr(cost, "native_bf16", lambda: True)
