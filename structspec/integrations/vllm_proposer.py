@@ -132,11 +132,11 @@ class GrammarProposer:
     def __init__(self, vllm_config: Any) -> None:
         from vllm.tokenizers import cached_tokenizer_from_config
 
+        if getattr(vllm_config, "use_v2_model_runner", False):
+            raise StructspecError(V2_REFUSED)
         model_config, structured = vllm_config.model_config, vllm_config.structured_outputs_config
         self.num_speculative_tokens: int = vllm_config.speculative_config.num_speculative_tokens
         self.max_model_len: int = model_config.max_model_len
-        if getattr(vllm_config, "use_v2_model_runner", False):
-            raise StructspecError(V2_REFUSED)
         vllm_hooks.hand_runner_to(GrammarProposer)
         self.runner: Any = None  # the model runner, set before each propose (`vllm_hooks.hand_runner_to`)
         self.stats = ProposerStats()
