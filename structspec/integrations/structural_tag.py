@@ -5,19 +5,15 @@ tool into a ``structural_tag`` request (xgrammar's format: ``{"type": "structura
 the legacy ``{"structures": [...], "triggers": [...]}``). Every format that describes text is regular, so the
 whole tag is one regex, compiled into one token FSM like a JSON Schema request:
 
-============================  ==================================================================================
-format                        regex
-============================  ==================================================================================
-``const_string``              the string
-``json_schema``               structspec's JSON Schema regex (``style="json"`` only), objects closed as xgrammar's
-``regex``                     the pattern
-``any_text``                  text holding none of ``excludes`` (inside a tag: none of its end either)
-``sequence`` / ``or``         concatenation / alternation
-``optional``/``plus``/``star``/``repeat``  ``?`` / ``+`` / ``*`` / ``{min,max}``
-``tag``                       begin, content, one of its ends
-``triggered_tags``            free text holding no trigger, each trigger written as one tag's start
-``tags_with_separator``       tags with the separator between them, nothing else
-============================  ==================================================================================
+* ``const_string``: the string; ``regex``: the pattern;
+* ``json_schema``: structspec's JSON Schema regex (``style="json"`` only), objects closed as xgrammar reads them;
+* ``any_text``: text holding none of ``excludes`` (inside a tag: none of its ends either, so the first end closes
+  it, as in xgrammar);
+* ``sequence`` / ``or`` / ``optional`` / ``plus`` / ``star`` / ``repeat``: concatenation, alternation, ``?``,
+  ``+``, ``*``, ``{min,max}``;
+* ``tag``: its begin, its content, one of its ends;
+* ``triggered_tags``: free text holding no trigger, where each trigger written starts one of the tags;
+* ``tags_with_separator``: tags with the separator between them and nothing else.
 
 The token formats (``token``, ``token_triggered_tags``, ...), ``grammar``, ``dispatch`` and the XML argument
 styles are refused with `UnsupportedRequestError`, naming the format and the fix.
@@ -63,6 +59,10 @@ def structural_tag_regex(tag: str | dict[str, Any], whitespace: str) -> str:
         raise UnsupportedRequestError(f"a structural tag is a JSON object, got {value!r}")
     if "structures" in value:  # the legacy form: tags with JSON Schema contents, in free text
         structures = value["structures"]
+        if not isinstance(structures, list) or not all(
+                isinstance(s, dict) and {"begin", "schema", "end"} <= s.keys() for s in structures):
+            raise UnsupportedRequestError(f"a legacy structural tag's structures must be a list of objects with "
+                                          f"begin, schema and end, got {structures!r}")
         return _Translator(whitespace).format({
             "type": "triggered_tags", "triggers": value.get("triggers", []),
             "tags": [{"type": "tag", "begin": s["begin"], "content": {"type": "json_schema",
@@ -117,9 +117,9 @@ class _Translator:
             raise UnsupportedRequestError(f"structspec's vLLM backend takes json_schema contents in the 'json' "
                                           f"style, in declared order, without excludes (at {where}); {FIX}")
         whitespace = self.whitespace
-        count = options["max_whitespace_cnt"]
+        count = _count(node, "max_whitespace_cnt", where)
         if count is not None and whitespace != COMPACT:
-            whitespace = f"[ \\n\\r\\t]{{0,{int(count)}}}"
+            whitespace = f"[ \\n\\r\\t]{{0,{count}}}"
         schema = node.get("json_schema", True)
         return f"(?:{structspec.to_regex(schema, whitespace, True, open_objects=False)})"
 
@@ -128,12 +128,13 @@ class _Translator:
         if node.get("max_tokens") is not None:
             raise UnsupportedRequestError(f"structspec's vLLM backend does not bound any_text in tokens "
                                           f"(max_tokens at {where}); bound it with max_chars, or {FIX}")
-        if node.get("max_chars") is None:
+        count = _count(node, "max_chars", where)
+        if count is None:
             return avoiding(excludes)
         if excludes:
             raise UnsupportedRequestError(f"any_text at {where} has both max_chars and excludes (or a tag's end): "
                                           f"structspec takes one of them; {FIX}")
-        return f"[\\s\\S]{{0,{int(node['max_chars'])}}}"
+        return f"[\\s\\S]{{0,{count}}}"
 
     def repeat(self, node: dict[str, Any], where: str) -> str:
         low, high = node.get("min"), node.get("max")
@@ -201,4 +202,11 @@ def _list(node: dict[str, Any], key: str, where: str) -> list[Any]:
     value = node.get(key, [])
     if not isinstance(value, list):
         raise UnsupportedRequestError(f"{key} at {where}/{key} must be a list, got {value!r}")
+    return value
+
+
+def _count(node: dict[str, Any], key: str, where: str) -> int | None:
+    value = node.get(key)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise UnsupportedRequestError(f"{key} at {where}/{key} must be an int >= 0 or null, got {value!r}")
     return value

@@ -68,6 +68,11 @@ def test_legacy_structures_and_combinators() -> None:
     repeated = {"type": "structural_tag", "format": {"type": "repeat", "min": 2, "max": 3,
                                                      "content": {"type": "const_string", "value": "ab"}}}
     assert [matches(repeated, "ab" * n) for n in range(5)] == [False, False, True, True, False]
+    spaced = {"type": "structural_tag", "format": {"type": "json_schema", "max_whitespace_cnt": 1,
+                                                   "json_schema": {"type": "array", "items": {"type": "integer"}}}}
+    assert matches(spaced, "[1, 2]") and not matches(spaced, "[1,  2]")
+    short = {"type": "structural_tag", "format": {"type": "any_text", "max_chars": 3}}
+    assert matches(short, "abc") and not matches(short, "abcd")
 
 
 @pytest.mark.parametrize("format, message", [
@@ -79,6 +84,7 @@ def test_legacy_structures_and_combinators() -> None:
      "a token end is not supported"),
     ({"type": "triggered_tags", "triggers": ["<x>"], "tags": hermes(["add"], ADD)}, "begins with no trigger"),
     ({"type": "wat"}, "no xgrammar format structspec knows"),
+    ({"type": "any_text", "max_chars": "3"}, "must be an int >= 0"),
 ])
 def test_unsupported_formats_are_refused_naming_the_format_and_the_fix(format: dict, message: str) -> None:
     with pytest.raises(UnsupportedRequestError, match=re.escape(message)) as refused:
