@@ -6,7 +6,8 @@ one attribute of vLLM that structspec replaces and the parameters it expects the
 `VLLMHookError` (naming the fix) when the installed vLLM is outside the hook's releases or has changed that
 attribute's shape, and ``tests/integrations/test_vllm_hooks.py`` runs every check against the installed vLLM.
 Nothing is patched on import: `structspec.integrations.vllm.register` applies the backend's three hooks, the
-proposer's constructor `hand_runner_to` it, and ``python -m structspec.integrations.vllm_cli`` `answer_cli_version`.
+proposer's constructor applies `hand_runner_to`, and ``python -m structspec.integrations.vllm_cli`` applies
+`answer_cli_version`.
 
 Each hook function is idempotent: a second call changes nothing.
 """
