@@ -19,7 +19,6 @@ from structspec.decoding.row import DecodeOptions, RowDecode, RowInput
 from structspec.decoding.window import Window
 from structspec.decoding.drafters.tree import TreeDrafter
 from structspec.models.packed_slots import PackedSlots
-from structspec.models.slot_cache import SlotCache
 from structspec.testing import chi_square_pvalue, exact_output_distribution, tiny_lm
 from structspec.decoding.sampling import SamplingConfig
 
@@ -123,16 +122,6 @@ def test_shared_prefix_leaves_every_prompt_its_last_token() -> None:
     assert shared_prefix([[1, 2, 3], [1, 2, 3, 4]]) == [1, 2]
     assert shared_prefix([[1, 2, 3], [1, 5, 3]]) == [1]
     assert shared_prefix([[7], [7, 8]]) == []
-
-
-def test_slots_mask_kept_slots_causal_windows_and_padding() -> None:
-    slots = SlotCache(None, 2)  # the hole table alone: nothing here touches the KV
-    slots.keep([2, 0], 2)  # row 0 holds 2 prompt slots, row 1 none
-    mask = slots.window_mask([2, 1])  # [rows, W=2, 2 + 2]
-    assert mask[0].tolist() == [[True, True, True, False], [True, True, True, True]]
-    assert mask[1].tolist() == [[False, False, True, False], [False, False, False, True]]  # padding sees itself
-    slots.keep([1, 1], 2)
-    assert slots.valid.tolist() == [[True, True, True, False], [False, False, True, False]]
 
 
 @pytest.mark.slow

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import structspec
@@ -77,6 +79,17 @@ def test_a_stored_curve_sets_draft_lengths_and_never_the_output(monkeypatch) -> 
     # first pass, and in no later one
     assert lookup["steep"].verify_passes <= 1 < lookup["flat"].verify_passes
     assert lookup["steep"].drafted < lookup["flat"].drafted
+
+
+@pytest.mark.slow
+def test_pass_cost_table_times_packed_passes_of_every_rows_and_window(tmp_path) -> None:
+    model_dir = save_tiny_model(tmp_path / "tiny")
+    table = tmp_path / "cells.json"
+    assert pass_cost_tool.main(["--model", str(model_dir), "--batch-sizes", "1,3", "--windows", "1,4", "--context",
+                                "8", "--repeats", "1", "--json", str(table)]) == 0
+    cells = json.loads(table.read_text())["cells"]
+    assert [(c["rows"], c["window"]) for c in cells] == [(1, 1), (1, 4), (3, 1), (3, 4)]
+    assert all(c["ms"] > 0 and c["forced_ms"] > 0 for c in cells) and cells[0]["relative"] == 1.0
 
 
 @pytest.mark.slow
