@@ -81,6 +81,13 @@ def test_a_stored_curve_sets_draft_lengths_and_never_the_output(monkeypatch) -> 
     assert lookup["steep"].drafted < lookup["flat"].drafted
 
 
+def test_the_prior_counts_a_models_parameters_once(monkeypatch) -> None:
+    lm = tiny_lm("byte_level")
+    first = prior_cost(lm)
+    monkeypatch.setattr(lm.model, "parameters", lambda: pytest.fail("the parameters were summed again"))
+    assert prior_cost(lm) == first == FLAT_COST  # a tiny model: flat
+
+
 @pytest.mark.slow
 def test_pass_cost_table_times_packed_passes_of_every_rows_and_window(tmp_path) -> None:
     model_dir = save_tiny_model(tmp_path / "tiny")
@@ -174,7 +181,7 @@ def test_expected_kept_tokens_of_a_cut_chain_or_tree() -> None:
 
 @pytest.mark.parametrize("draft", ["prompt_lookup", "lookahead"])
 def test_a_row_alone_is_fed_what_pays_on_the_curve(byte_lm, monkeypatch, draft) -> None:
-    from structspec.decoding import loop
+    from structspec import events
 
     schema = {"type": "object", "properties": {"name": {"type": "string"}, "tags": {"type": "array", "items": {
         "type": "string"}}}, "required": ["name", "tags"]}
@@ -182,7 +189,7 @@ def test_a_row_alone_is_fed_what_pays_on_the_curve(byte_lm, monkeypatch, draft) 
     plain = structspec.generate_result(byte_lm, schema, prompt, fast_forward="off", draft=None, max_new_tokens=60)
 
     def run(cost: PassCost, **kw) -> structspec.Result:
-        monkeypatch.setattr(loop, "pass_cost", lambda lm: cost)
+        monkeypatch.setattr(events, "pass_cost", lambda lm: cost)  # what generate_result reads and passes down
         return structspec.generate_result(byte_lm, schema, prompt, draft=draft, max_new_tokens=60, **kw)
 
     flat, steep = run(FLAT_COST), run(PassCost.linear(0.6))

@@ -12,7 +12,6 @@ from pydantic import BaseModel
 
 import structspec
 from structspec import Regex
-from structspec.decoding import batch
 from structspec.decoding.batch import decode_batch, spec_prefixes
 from structspec.decoding import cost
 from structspec.decoding.cost import FLAT_COST
@@ -92,7 +91,7 @@ def test_batched_tree_rows_equal_plain_and_the_row_alone(kind: str, request: pyt
     for batch_size in (1, 3, 5):
         rows = [RowInput(i, structspec.compile(spec, lm).fsm, p, TreeDrafter(), None)
                 for i, (spec, p) in enumerate(zip(specs, ids))]
-        out = dict(decode_batch(lm, iter(rows), DecodeOptions(N), batch_size, spec_prefixes(rows)))
+        out = dict(decode_batch(lm, iter(rows), DecodeOptions(N), batch_size, FLAT_COST, spec_prefixes(rows)))
         assert [out[i].token_ids for i in range(len(rows))] == [r.token_ids for r in base], batch_size
         assert [out[i].stop_reason for i in range(len(rows))] == [r.stop_reason for r in base]
         # the same trees in any batch: the same passes choose the same tokens
