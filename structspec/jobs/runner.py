@@ -9,7 +9,6 @@ makes that resumable). Records that could not be read are written first, as thei
 from __future__ import annotations
 
 import dataclasses
-import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -24,6 +23,8 @@ from structspec.jobs.manifest import job_manifest
 from structspec.jobs.output import JobSummary, job_output
 from structspec.jobs.prompts import build_prompt
 from structspec.jobs.records import InputRecord
+from structspec.schema import constraint_of
+from structspec.schema.spec import DROPPED_WARNING
 
 if TYPE_CHECKING:  # this module imports no torch: the CLI reads DEFAULT_BATCH_SIZE for its help
     from structspec.models.transformers_lm import LM
@@ -82,19 +83,15 @@ def check_job(lm: LM, spec: Any, options: JobOptions) -> tuple[str, ...]:
     return not_enforced(spec, options.generate.get("strict", True))
 
 
-DROPPED_WARNING = "strict=False: these schema keywords are not enforced: "  # the warning naming each, from `to_regex`
-
-
 def not_enforced(spec: Any, strict: bool = True) -> tuple[str, ...]:
     """The schema keywords of ``spec`` that ``strict=False`` drops, each as ``"'keyword' at /pointer"`` (none when
-    ``strict``); what a job's lines list as ``stats.not_enforced``. Builds the regex; loads no model."""
+    ``strict``; `structspec.schema.Constraint.not_enforced`); what a job's lines list as ``stats.not_enforced``.
+    Resolves the spec, without its warning of them; loads no model."""
     if strict:
         return ()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        structspec.to_regex(spec, strict=False)
-    found = [str(w.message).removeprefix(DROPPED_WARNING) for w in caught if str(w.message).startswith(DROPPED_WARNING)]
-    return tuple(item for text in found for item in re.split(r", (?=')", text))  # "'if' at /, 'uniqueItems' at /a"
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=DROPPED_WARNING)  # the caller lists them
+        return constraint_of(spec, strict=False).not_enforced
 
 
 def record_lines(

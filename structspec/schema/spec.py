@@ -99,6 +99,9 @@ def constraint_of(spec: Any, whitespace_pattern: str = COMPACT, strict: bool = T
     )
 
 
+DROPPED_WARNING = "strict=False: these schema keywords are not enforced: "
+"""How the warning naming the keywords ``strict=False`` dropped begins (a job filters it: its lines list them)."""
+
 _JSON_WHITESPACE = normalize(((0x09, 0x0A), (0x0D, 0x0D), (0x20, 0x20)))  # JSON's own: tab, newline, return, space
 
 
@@ -141,12 +144,9 @@ def _json_constraint(
             pattern = rewrites.regex(document.root, "", text)
     except RecursionError:  # each of these walks recurses once per level of the schema
         raise too_deep(root) from None
-    if rewrites.dropped:
-        warnings.warn(
-            "strict=False: these schema keywords are not enforced: "
-            + ", ".join(f"{key!r} at {ptr or '/'}" for key, ptr in rewrites.dropped),
-            StructspecWarning, stacklevel=3,
-        )
+    dropped = tuple(f"{key!r} at {ptr or '/'}" for key, ptr in rewrites.dropped)
+    if dropped:
+        warnings.warn(DROPPED_WARNING + ", ".join(dropped), StructspecWarning, stacklevel=3)
     if rewrites.unknown_formats:
         warnings.warn(
             f"formats structspec does not know (supported: {', '.join(sorted(FORMATS))}) are annotations, as "
@@ -163,4 +163,5 @@ def _json_constraint(
             validate(value)
             return value
 
-    return Constraint(pattern, parse, schema, (*unrolled, *narrowings(root), *rewrites.narrowings))
+    return Constraint(pattern, parse, schema, (*unrolled, *narrowings(root), *rewrites.narrowings),
+                      not_enforced=dropped)

@@ -182,6 +182,7 @@ def test_expected_kept_tokens_of_a_cut_chain_or_tree() -> None:
 @pytest.mark.parametrize("draft", ["prompt_lookup", "lookahead"])
 def test_a_row_alone_is_fed_what_pays_on_the_curve(byte_lm, monkeypatch, draft) -> None:
     from structspec import events
+    from structspec.decoding import loop
 
     schema = {"type": "object", "properties": {"name": {"type": "string"}, "tags": {"type": "array", "items": {
         "type": "string"}}}, "required": ["name", "tags"]}
