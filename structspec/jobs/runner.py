@@ -16,15 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structspec
-from structspec.errors import StructspecError
+from structspec.errors import DROPPED_WARNING, StructspecError
 from structspec.jobs.errors import JobConfigError
 from structspec.jobs.lines import output_line
 from structspec.jobs.manifest import job_manifest
 from structspec.jobs.output import JobSummary, job_output
 from structspec.jobs.prompts import build_prompt
 from structspec.jobs.records import InputRecord
-from structspec.schema import constraint_of
-from structspec.schema.spec import DROPPED_WARNING
 
 if TYPE_CHECKING:  # this module imports no torch: the CLI reads DEFAULT_BATCH_SIZE for its help
     from structspec.models.transformers_lm import LM
@@ -89,6 +87,8 @@ def not_enforced(spec: Any, strict: bool = True) -> tuple[str, ...]:
     Resolves the spec, without its warning of them; loads no model."""
     if strict:
         return ()
+    from structspec.schema import constraint_of  # imports torch: not at the top, which the CLI's help reads
+
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=DROPPED_WARNING)  # the caller lists them
         return constraint_of(spec, strict=False).not_enforced

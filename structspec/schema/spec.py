@@ -15,7 +15,7 @@ import pydantic
 from structspec.automaton.chars import characters
 from structspec.automaton.nfa import gc_paused
 from structspec.automaton.utf8 import normalize
-from structspec.errors import OptionError, RegexError, SpecError, StructspecWarning
+from structspec.errors import DROPPED_WARNING, OptionError, RegexError, SpecError, StructspecWarning
 from structspec.schema.bounds import MAX_FRACTION_DIGITS, MAX_INTEGER_DIGITS, Digits
 from structspec.schema.checker import check
 from structspec.schema.constraint import COMPACT, Constraint, Regex
@@ -98,9 +98,6 @@ def constraint_of(spec: Any, whitespace_pattern: str = COMPACT, strict: bool = T
         "a JSON Schema (dict or str), structspec.Regex(...), a Literal/Enum, or int/float/bool/str"
     )
 
-
-DROPPED_WARNING = "strict=False: these schema keywords are not enforced: "
-"""How the warning naming the keywords ``strict=False`` dropped begins (a job filters it: its lines list them)."""
 
 _JSON_WHITESPACE = normalize(((0x09, 0x0A), (0x0D, 0x0D), (0x20, 0x20)))  # JSON's own: tab, newline, return, space
 
