@@ -1,6 +1,6 @@
 """Jobs a user can repair from the command line: a failed record run again with a bigger token budget, a schema
 keyword relaxed with --no-strict, records without ids said so, a folder input that holds the output; error lines
-dropped through a temp file of the job's own.
+dropped through a temp file of the job's own."""
 
 from __future__ import annotations
 
