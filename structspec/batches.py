@@ -10,6 +10,7 @@ import torch
 
 from structspec.checks import check_option, check_prompt
 from structspec.decoding.batch import decode_batch, spec_prefixes
+from structspec.decoding.cost import pass_cost
 from structspec.decoding.drafters.factory import check_row_draft, make_row_drafter
 from structspec.decoding.row import RowInput
 from structspec.errors import OptionError, StructspecError
@@ -49,7 +50,8 @@ def decode_rows(
         except StructspecError as error:
             yield i, Result(None, "", [], "error", Stats(), error=in_row(error, i))
     prefixes = spec_prefixes(rows)
-    for i, decoded in decode_batch(lm, iter(rows), options.decode_options(), batch_size, prefixes):
+    cost = pass_cost(lm)  # the model's curve, read once for every row
+    for i, decoded in decode_batch(lm, iter(rows), options.decode_options(), batch_size, cost, prefixes):
         result = result_of(specs[i], decoded)  # type: ignore[arg-type]
         if result.stop_reason == "error":
             in_row(result.error, i)  # type: ignore[arg-type]

@@ -176,3 +176,8 @@ class StructspecWarning(UserWarning):
     """A spec that compiles but likely not as meant (a misspelled keyword, a format structspec does not know, a
     keyword ``strict=False`` dropped): said once per compile, naming the keyword, its JSON pointer and the fix.
     ``warnings.filterwarnings("error", category=structspec.StructspecWarning)`` makes them errors."""
+
+
+DROPPED_WARNING = "strict=False: these schema keywords are not enforced: "
+"""How the `StructspecWarning` naming the keywords ``strict=False`` dropped begins (a filter's ``message``: a job
+lists them in its lines instead, from `structspec.schema.Constraint.not_enforced`)."""

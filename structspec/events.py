@@ -15,6 +15,7 @@ import pydantic
 import torch
 
 from structspec.automaton.fsm import TokenFSM
+from structspec.decoding.cost import pass_cost
 from structspec.decoding.drafters.factory import make_drafter
 from structspec.decoding.loop import decode_steps
 from structspec.decoding.row import Decoded, RowInput
@@ -75,7 +76,7 @@ def decode_events(
     # (a spec with events of its own, such as a tool call's `CallDone`, reads them itself)
     members = (compiled.constraint.events or _Members)() if fields else None
     row = RowInput(0, compiled.fsm, prompt_ids, make_drafter(options.draft, lm), None)
-    turns = _Returning(decode_steps(lm, row, options.decode_options()))
+    turns = _Returning(decode_steps(lm, row, options.decode_options(), pass_cost(lm)))  # the curve read once
     for ids, sources in turns:
         chunk = TextChunk(utf8.decode(compiled.fsm.vocab.text_bytes(ids)), ids, sources)
         yield chunk

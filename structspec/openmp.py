@@ -6,7 +6,7 @@ spinning thread holds the core that the thread it waits for needs, so every oper
 scheduler time slice. A spin of 1,000 rounds (what libgomp itself uses when threads outnumber cores) keeps
 nearly all of the speed alone and gives the core up under load: on Qwen2.5-Coder-0.5B (bfloat16, 2 threads,
 2-core CPU), 2.10 s a record alone and 2.93 beside one busy process, against 1.94 and 5.90 with libgomp's default
-and 2.74 and 2.65 with no spin at all (``python -m structspec.tools.benchmarks.contention``). libgomp reads its
+and 2.74 and 2.65 with no spin at all (``python -m lab.contention``). libgomp reads its
 settings once, when torch loads it, so `short_spin` runs when structspec is imported, before torch is.
 """
 

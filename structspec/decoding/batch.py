@@ -12,8 +12,8 @@ drafter and generator). A turn:
 2. each row's tokens in the pass (`structspec.decoding.cost.choose_widths`):
    its pending tokens at least (a sampled row its whole window), then the
    drafted and spliced tokens whose expected kept tokens pay for what they add
-   to the pass on the model's pass-cost curve
-   (`structspec.decoding.cost.pass_cost`); a greedy row's window is cut to
+   to the pass on the model's pass-cost curve (``cost``, the caller's read of
+   `structspec.decoding.cost.pass_cost`); a greedy row's window is cut to
    them (`Window.first`); the model's `max_pass_tokens` bounds the pass;
 3. one target pass over all windows packed into one sequence
    (`structspec.decoding.passes.run_pass` on `Slots`): explicit positions, a block-diagonal
@@ -43,7 +43,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-from structspec.decoding.cost import choose_widths, pass_cost
+from structspec.decoding.cost import PassCost, choose_widths
 from structspec.decoding.candidate import DraftRequest
 from structspec.decoding.drafters.draft_batch import DraftBatch
 from structspec.decoding.drafters.draft_model import DraftModel
@@ -78,10 +78,11 @@ def spec_prefixes(rows: list[RowInput]) -> dict[int, list[int]]:
 
 
 def decode_batch(
-    lm: LanguageModel, rows: Iterator[RowInput], options: DecodeOptions, batch_size: int,
+    lm: LanguageModel, rows: Iterator[RowInput], options: DecodeOptions, batch_size: int, cost: PassCost,
     prefixes: dict[int, list[int]] | None = None,
 ) -> Iterator[tuple[int, Decoded]]:
-    """Decode ``rows`` ``batch_size`` at a time; yields ``(index, Decoded)`` as each row stops.
+    """Decode ``rows`` ``batch_size`` at a time by the model's pass-cost curve ``cost``; yields ``(index,
+    Decoded)`` as each row stops.
 
     ``prefixes``: per FSM (by ``id``), token ids every prompt of that spec starts
     with; where rows may prefill apart from the row alone (the model is not
@@ -92,13 +93,12 @@ def decode_batch(
     """
     if batch_size == 1 or not lm.batchable:  # one at a time: no slot mask, and sliding windows stay whole
         for item in rows:
-            yield item.index, decode(lm, item, options)
+            yield item.index, decode(lm, item, options, cost)
         return
     queue = iter(rows)
     items = [item for _, item in zip(range(batch_size), queue)]
     size = len(items)  # the batch's rows, before finished rows leave it
     slots = PackedSlots(lm.new_cache(), size)
-    cost = pass_cost(lm)
     shared: dict[int, int] = {}  # per FSM id: its prefix's handle in the slots (`PackedSlots.place_shared`)
 
     drafts: dict[int, DraftBatch] = {}  # by draft LM: one batched draft cache each

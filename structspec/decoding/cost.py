@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,6 +86,9 @@ so only drafts kept nearly every time pay."""
 TINY_PARAMETERS = 10_000_000
 """Below this many parameters a CPU pass is its fixed costs (Python, kernel calls), whatever it feeds: flat."""
 
+_PARAMETERS: weakref.WeakKeyDictionary[torch.nn.Module, int] = weakref.WeakKeyDictionary()
+"""Per torch model: its parameter count, summed once (`prior_cost` runs at every decode call)."""
+
 
 def prior_cost(lm: LanguageModel) -> PassCost:
     """The curve ``lm`` drafts by without a stored one: `FLAT_COST` off the CPU, for a model without torch weights
@@ -93,7 +97,9 @@ def prior_cost(lm: LanguageModel) -> PassCost:
     model = getattr(lm, "model", None)
     if lm.device.type != "cpu" or not isinstance(model, torch.nn.Module):
         return FLAT_COST
-    if sum(p.numel() for p in model.parameters()) < TINY_PARAMETERS:
+    if model not in _PARAMETERS:
+        _PARAMETERS[model] = sum(p.numel() for p in model.parameters())
+    if _PARAMETERS[model] < TINY_PARAMETERS:
         return FLAT_COST
     if lm.dtype in (torch.bfloat16, torch.float16) and not (lm.dtype == torch.bfloat16 and native_bf16()):
         return EMULATED_COST
@@ -102,9 +108,10 @@ def prior_cost(lm: LanguageModel) -> PassCost:
 
 def curve_source(lm: LanguageModel) -> str:
     """Which curve ``lm`` drafts by, in words, for a command to print: the stored file, or the prior and how to
-    measure one. Reads the cache; changes nothing."""
+    measure one. Reads the cache as `pass_cost` does (`stored_cost`: a damaged file is dropped, and then it is
+    the prior that is named)."""
     path = curve_path(lm)
-    if path is not None and path.exists():
+    if stored_cost(lm) is not None:
         return f"pass cost: the curve stored in {path}"
     prior = prior_cost(lm)
     if prior is FLAT_COST:
@@ -161,12 +168,20 @@ def curve_path(lm: LanguageModel) -> Path | None:
 
 
 def pass_cost(lm: LanguageModel) -> PassCost:
-    """``lm``'s stored curve (`structspec.decoding.calibrate.calibrate`), else `prior_cost`. Reads the cache;
-    measures nothing, changes nothing but a damaged curve, which it drops with a `structspec.cache.CacheWarning`."""
-    path = curve_path(lm)
-    stored = None if path is None else read_entry(path, _stored_curve, "decoding drafts by the prior until "
-                                                                        "`structspec calibrate` stores one again")
+    """``lm``'s stored curve (`stored_cost`), else `prior_cost`: what decoding drafts by, read once per call of
+    the public API and passed down to the drivers. Reads the cache; measures nothing, changes nothing but a
+    damaged curve, which it drops with a `structspec.cache.CacheWarning`."""
+    stored = stored_cost(lm)
     return prior_cost(lm) if stored is None else stored
+
+
+def stored_cost(lm: LanguageModel) -> PassCost | None:
+    """``lm``'s stored curve (`structspec.decoding.calibrate.calibrate`), or None: none stored, or the file was
+    damaged (dropped with a `structspec.cache.CacheWarning`). Reads the cache; changes nothing but a damaged
+    file."""
+    path = curve_path(lm)
+    return None if path is None else read_entry(path, _stored_curve, "decoding drafts by the prior until "
+                                                                     "`structspec calibrate` stores one again")
 
 
 def _stored_curve(data: bytes) -> PassCost:

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 import torch
 
-from structspec.decoding.cost import choose_widths, pass_cost
+from structspec.decoding.cost import PassCost, choose_widths
 from structspec.decoding.candidate import DraftRequest
 from structspec.decoding.drafter import TreeDrafting
 from structspec.decoding.passes import Cropped, Slots, run_pass
@@ -33,13 +33,14 @@ Emitted = tuple[list[int], list[str]]
 Offer = Window | DraftRequest  # what a row offers a turn's pass (a row alone never waits on a batch's draft pass)
 
 
-def decode_steps(lm: LanguageModel, item: RowInput, options: DecodeOptions) -> Generator[Emitted, None, Decoded]:
+def decode_steps(lm: LanguageModel, item: RowInput, options: DecodeOptions,
+                 cost: PassCost) -> Generator[Emitted, None, Decoded]:
     """Constrained decoding of ``item`` (its FSM's language after its prompt, its drafter and generator) with
-    ``lm``, one turn (at most one target pass) at a time: yields each turn's new output tokens as they are
+    ``lm``, drafting by its pass-cost curve ``cost`` (`structspec.decoding.cost.pass_cost`), one turn (at most one target pass) at a time: yields each turn's new output tokens as they are
     accepted (their concatenation is the output) and returns the `Decoded` (stop reason "error" with its
     `UnspellableError` where the output reached a state the vocabulary cannot spell on from). Changes the item's
     drafter and generator."""
-    row, turn = _alone(lm, item, options)
+    row, turn = _alone(lm, item, options, cost)
     told = 0  # output tokens already yielded
     while not isinstance(offer := row.prepare(), Decoded):  # a window, until the row stops
         done = turn(offer)
@@ -51,25 +52,26 @@ def decode_steps(lm: LanguageModel, item: RowInput, options: DecodeOptions) -> G
     return offer
 
 
-def decode(lm: LanguageModel, item: RowInput, options: DecodeOptions) -> Decoded:
-    """Constrained decoding of ``item`` with ``lm``: `decode_steps`' turns run out, nothing yielded. Changes the
-    item's drafter and generator."""
-    row, turn = _alone(lm, item, options)
+def decode(lm: LanguageModel, item: RowInput, options: DecodeOptions, cost: PassCost) -> Decoded:
+    """Constrained decoding of ``item`` with ``lm`` by the pass-cost curve ``cost``: `decode_steps`' turns run out,
+    nothing yielded. Changes the item's drafter and generator."""
+    row, turn = _alone(lm, item, options, cost)
     while not isinstance(offer := row.prepare(), Decoded):
         turn(offer)
     return offer
 
 
-def _alone(lm: LanguageModel, item: RowInput, options: DecodeOptions) -> tuple[RowDecode, Callable[[Offer], Committed]]:
+def _alone(lm: LanguageModel, item: RowInput, options: DecodeOptions,
+           cost: PassCost) -> tuple[RowDecode, Callable[[Offer], Committed]]:
     """``item``'s row (its generator seeded by ``options.seed`` where it has none) and its turn: the row's window
     fed to one target pass (`run_pass`) on a KV cache of the row's own, cropped back over rejected drafts, or
     slots of its own where the item's tree drafter drafts token trees (on a model that batches); a greedy row's
-    window cut to what pays as a batch of one (`choose_widths` on `pass_cost`), a sampled row's fed whole (its
+    window cut to what pays as a batch of one (`choose_widths` on ``cost``), a sampled row's fed whole (its
     draft was drawn with its generator). The prompt but its last token is prefilled where the model prefills
     apart. Changes the model's prefix cache."""
     if item.generator is None and options.seed is not None:
         item = replace(item, generator=torch.Generator().manual_seed(options.seed))
-    cost, cap, kv = pass_cost(lm), lm.max_pass_tokens, lm.new_cache()
+    cap, kv = lm.max_pass_tokens, lm.new_cache()
     row = RowDecode.start(item, options, lm, cost)
     slots = PackedSlots(kv, 1) if isinstance(item.drafter, TreeDrafting) and lm.batchable else None
     if lm.prefills_apart and len(item.prompt_ids) > 1:

@@ -30,6 +30,7 @@ import structspec
 from structspec.errors import StructspecError
 from structspec.jobs.errors import JobConfigError
 from structspec.jobs.lines import NOT_OURS, job_lines
+from structspec.jobs.records import manifest_path
 
 MANIFEST_FORMAT = 1
 
@@ -84,12 +85,6 @@ def _spec_text(spec: Any) -> str:
 
 def _digest(text: str) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def manifest_path(output: str | Path) -> Path:
-    """The manifest (and lock) file of ``output``: the same name with ``.job.json`` added."""
-    p = Path(output)
-    return p.with_name(p.name + ".job.json")
 
 
 def check_output(output: str | Path, input_path: str | Path | None = None) -> None:

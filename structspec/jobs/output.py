@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from structspec.cache import writing
 from structspec.jobs.errors import JobConfigError
 from structspec.jobs.lines import job_lines, line_key, record_keys
 from structspec.jobs.manifest import check_output, claimed, read_bytes
@@ -66,10 +67,10 @@ def done_keys(output: str | Path, retry_errors: bool = False) -> set[tuple[str, 
         lines, rows = [line for line, row in zip(lines, rows) if "error" not in row], \
             [row for row in rows if "error" not in row]
     kept = b"".join(line + b"\n" for line in lines)
-    if kept != data:
-        tmp = p.with_name(p.name + ".tmp")
-        tmp.write_bytes(kept)
-        os.replace(tmp, p)
+    if kept != data:  # through a temp file of this process's own beside it (`writing`), with the output's mode
+        with writing(p) as f:
+            os.fchmod(f.fileno(), p.stat().st_mode & 0o7777)
+            f.write(kept)
     return {line_key(row) for row in rows}
 
 

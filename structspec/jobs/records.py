@@ -134,9 +134,14 @@ def unnamed(records: list[InputRecord]) -> int:
     return sum(record.id == f"<{record.where}>" and not record.error for record in records)
 
 
-def _read_folder(folder: Path) -> list[InputRecord]:
-    from structspec.jobs.manifest import manifest_path  # (the manifest module reads lines, which read records)
+def manifest_path(output: str | Path) -> Path:
+    """The manifest (and lock) file of ``output`` (`structspec.jobs.manifest`): the same name with ``.job.json``
+    added. Here, below the manifest's module, because reading a folder skips a job's own output by it."""
+    p = Path(output)
+    return p.with_name(p.name + ".job.json")
 
+
+def _read_folder(folder: Path) -> list[InputRecord]:
     files = sorted(f for f in folder.glob("*.txt") if not manifest_path(f).exists())
     if not files:
         raise JobConfigError(f"no .txt files in {folder}")

@@ -1,8 +1,8 @@
 """A batch's KV cache as one packed sequence: each pass feeds every row only its own tokens (ragged windows).
 
-A padded batch (`structspec.models.slot_cache.SlotCache`) feeds B rows × the
-longest window, so one row's long draft or forced run pads every other row,
-and a padded position costs what a token does. Here the rows' windows are
+A padded batch would feed B rows × the longest window, so one row's long draft
+or forced run would pad every other row, and a padded position costs what a
+token does. Here the rows' windows are
 concatenated into one sequence of N = Σ widths tokens, each at its own row's
 positions, appended to one KV sequence that every row shares; ``valid[b, t]``
 says which slots row ``b`` may attend to (its prompt and kept tokens, in

@@ -128,8 +128,9 @@ class LanguageModel(Protocol):
         self, windows: list[list[int]], positions: list[int] | list[list[int]], attend: torch.Tensor, cache: Any,
         rows: list[tuple[int, int]], allowed: Allowed | None = None,
     ) -> torch.Tensor:
-        """One pass over a batch of windows appended to a slot cache's ``cache`` (changes it), each query seeing
-        the slots ``attend`` allows; float32 logits of the (row, window index) pairs ``rows``."""
+        """One pass over one packed window (``windows`` of one: a `PackedSlots` batch's rows in one sequence)
+        appended to the slots' ``cache`` (changes it), each query seeing the slots ``attend`` allows; float32
+        logits of the (0, window index) pairs ``rows``."""
         ...
 
     def early_exit(self, layers: int | None = None) -> LanguageModel:

@@ -188,22 +188,24 @@ class LM:
         self, windows: list[list[int]], positions: list[int] | list[list[int]], attend: torch.Tensor, cache: Any,
         rows: list[tuple[int, int]], allowed: Allowed | None = None,
     ) -> torch.Tensor:
-        """One pass over a batch of windows appended to ``cache``, a slot cache's ``kv`` (changes the cache): a
-        `SlotCache`'s rows of padded windows, or a `PackedSlots`' one packed window (``windows`` of one).
+        """One pass over one packed window (a `PackedSlots`' ``windows`` of one: every row's tokens in one
+        sequence) appended to ``cache``, the slots' ``kv`` (changes the cache).
 
-        ``windows[b]`` is right-padded to the longest; its token ``j`` sits at
-        position ``positions[b] + j``, or at ``positions[b][j]`` when a list
-        gives one per token (a token tree: siblings share a position; padding
-        continues after the last). ``attend`` [B, W, cached + W] (bool, any
-        device) says which slots each query sees. Returns float32 logits on the
-        model's device for the (row, window index) pairs in ``rows`` only, each
-        restricted by ``allowed`` (`head`): the LM head never runs on padding or
-        prompt rows.
+        Token ``j`` sits at position ``positions[0] + j``, or at ``positions[0][j]``
+        when a list gives one per token (a batch's rows, a token tree: siblings
+        share a position). ``attend`` [1, W, cached + W] (bool, any device) says
+        which slots each query sees. Returns float32 logits on the model's device
+        for the (0, window index) pairs in ``rows`` only, each restricted by
+        ``allowed`` (`head`): the LM head never runs on prompt rows. Several
+        windows (a padded batch) raise NotImplementedError.
         """
+        if len(windows) != 1:
+            raise NotImplementedError("one packed window per pass (PackedSlots), not padded rows")
         device, dtype = self.device, self.dtype
-        W = max(len(w) for w in windows)
-        ids = torch.tensor([w + [0] * (W - len(w)) for w in windows], device=device)
-        pos = torch.tensor([_window_positions(p, W) for p in positions], device=device)
+        window, start = windows[0], positions[0]
+        ids = torch.tensor([window], device=device)
+        where = list(range(start, start + len(window))) if isinstance(start, int) else start
+        pos = torch.tensor([where], device=device)
         # an additive mask (0 or the dtype's minimum) works for both SDPA and eager attention
         mask = torch.zeros(attend.shape, dtype=dtype, device=device)
         mask.masked_fill_(~attend.to(device), torch.finfo(dtype).min)
@@ -242,13 +244,6 @@ class LM:
         head.model = body
         head.config = config
         return LM(head, self.tokenizer, name=f"{self.name}[:{k}]")
-
-
-def _window_positions(start: int | list[int], W: int) -> list[int]:
-    """Positions of a window's ``W`` slots: ``start + j``, or the given per-token positions, then padding after."""
-    given = list(range(start, start + W)) if isinstance(start, int) else start
-    after = given[-1] + 1 if given else 0
-    return given + list(range(after, after + W - len(given)))
 
 
 def _module_copy(module: torch.nn.Module) -> Any:

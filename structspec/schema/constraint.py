@@ -42,6 +42,8 @@ class Constraint:
     reads a `Reasoning` spec's thinking back from the output text (None for other specs); ``events`` makes a
     stream's reader of the spec's own events (`ToolCalls`: a `CallDone` per finished call); ``budget`` bounds
     the free text that opens the output in tokens (`Text.max_tokens`, `Reasoning.max_thinking_tokens`).
+    ``not_enforced`` lists the schema keywords ``strict=False`` dropped, one ``"'keyword' at /pointer"`` each (the
+    warning names the same).
     """
 
     pattern: str | ParsedRegex
@@ -52,6 +54,7 @@ class Constraint:
     thinking: Callable[[str], str] | None = None
     events: Callable[[], Any] | None = None
     budget: TokenBudget | None = None
+    not_enforced: tuple[str, ...] = ()
 
     @property
     def regex(self) -> str:

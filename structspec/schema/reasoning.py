@@ -93,4 +93,5 @@ def reasoning_constraint(spec: Reasoning, writer: Writer, answer: Constraint) ->
         return thought, rest[gap.end() if gap else 0:]
 
     return Constraint(regex, lambda text: answer.parse(split(text)[1]), None, answer.narrowings,
-                      tuple(writer.specials), thinking=lambda text: split(text)[0], budget=budget)
+                      tuple(writer.specials), thinking=lambda text: split(text)[0], budget=budget,
+                      not_enforced=answer.not_enforced)

@@ -15,7 +15,7 @@ import pydantic
 from structspec.automaton.chars import characters
 from structspec.automaton.nfa import gc_paused
 from structspec.automaton.utf8 import normalize
-from structspec.errors import OptionError, RegexError, SpecError, StructspecWarning
+from structspec.errors import DROPPED_WARNING, OptionError, RegexError, SpecError, StructspecWarning
 from structspec.schema.bounds import MAX_FRACTION_DIGITS, MAX_INTEGER_DIGITS, Digits
 from structspec.schema.checker import check
 from structspec.schema.constraint import COMPACT, Constraint, Regex
@@ -141,12 +141,9 @@ def _json_constraint(
             pattern = rewrites.regex(document.root, "", text)
     except RecursionError:  # each of these walks recurses once per level of the schema
         raise too_deep(root) from None
-    if rewrites.dropped:
-        warnings.warn(
-            "strict=False: these schema keywords are not enforced: "
-            + ", ".join(f"{key!r} at {ptr or '/'}" for key, ptr in rewrites.dropped),
-            StructspecWarning, stacklevel=3,
-        )
+    dropped = tuple(f"{key!r} at {ptr or '/'}" for key, ptr in rewrites.dropped)
+    if dropped:
+        warnings.warn(DROPPED_WARNING + ", ".join(dropped), StructspecWarning, stacklevel=3)
     if rewrites.unknown_formats:
         warnings.warn(
             f"formats structspec does not know (supported: {', '.join(sorted(FORMATS))}) are annotations, as "
@@ -163,4 +160,5 @@ def _json_constraint(
             validate(value)
             return value
 
-    return Constraint(pattern, parse, schema, (*unrolled, *narrowings(root), *rewrites.narrowings))
+    return Constraint(pattern, parse, schema, (*unrolled, *narrowings(root), *rewrites.narrowings),
+                      not_enforced=dropped)

@@ -6,9 +6,10 @@
 ``--config`` builds a random-weight model from a named architecture (no weights
 needed: on a GPU machine without a model hub this is the way to measure), with
 the tiny in-process byte-level tokenizer for the masks. Each cell times the
-engine's own pass — `LM.forward_slots` over B rows of W-token windows on a
-cache of ``--context`` kept slots per row, one packed bitmask filled for every
-logits row and applied, one argmax read back — as the batched loop runs it.
+engine's own pass — `LM.forward_slots` over B rows' W-token windows packed into
+one sequence (`structspec.models.packed_slots`), each row after ``--context``
+kept slots of its own, one packed bitmask filled for every logits row and
+applied, one argmax read back — as the batched loop runs it.
 Tokens/s assumes ``--accepted`` output tokens per row and pass (acceptance
 comes from a run on real weights: random weights rarely agree with a draft).
 
@@ -32,10 +33,11 @@ from structspec.decoding.calibrate import calibrate
 from structspec.models.device import resolve_device
 from structspec.models.invariance import pack_for_cpu, should_pack
 from structspec.models.loading import load
-from structspec.models.slot_cache import SlotCache
+from structspec.models.packed_slots import PackedSlots
 from structspec.models.transformers_lm import LM
 from structspec.tools.arguments import CONFIGS, pass_cost_arguments
 from structspec.tools.command import EXIT_CODES, Formatter, run_command
+
 
 def random_model(name: str, device: torch.device, dtype: torch.dtype) -> LM:
     """A random-weight model of architecture ``name`` (see `CONFIGS`), built directly on ``device``."""
@@ -57,38 +59,42 @@ def _sync(device: torch.device) -> None:
 @torch.no_grad()
 def pass_seconds(lm: LM, rows: int, window: int, context: int, repeats: int,
                  forced: bool = False) -> tuple[float, float]:
-    """Median seconds of one engine pass (B=``rows`` windows of ``window`` tokens after ``context`` kept
-    slots), and of its model forward alone. ``forced``: every row but a window's last allows one token, as
-    in a verify pass over forced text (no LM head, no mask there: the verify-row savings at their most)."""
+    """Median seconds of one engine pass (B=``rows`` windows of ``window`` tokens, each after ``context`` kept
+    slots of its own row, packed into one sequence as the batched loop packs them: `PackedSlots`), and of its
+    model forward alone. ``forced``: every row but a window's last allows one token, as in a verify pass over
+    forced text (no LM head, no mask there: the verify-row savings at their most)."""
     device = lm.device
     fsm = structspec.compile(structspec.Regex(r"[a-z ]{1,4000}"), lm).fsm
     generator = torch.Generator().manual_seed(0)
     vocab = min(len(lm.vocab), lm.logits_width)
     one = torch.tensor([3])
-    cache = lm.new_cache()
-    slots = SlotCache(cache, rows)
-    prompt = torch.randint(3, vocab, (rows, context), generator=generator).tolist()
-    if not lm.batchable:  # sliding-window layers (Gemma 3): one sequence through the single-row path
-        if rows != 1:
-            raise ValueError(f"{lm.name} runs one row per pass (sliding-window layers): use --batch-sizes 1")
-        lm.forward(prompt[0], cache)
+    widths = [window] * rows
+    if lm.batchable:
+        prompt = lm.new_cache()
+        lm.forward(torch.randint(3, vocab, (context,), generator=generator).tolist(), prompt)
+        slots = PackedSlots(lm.new_cache(), rows)
+        for row in range(rows):
+            slots.place(row, context, prompt)
+    elif rows != 1:  # sliding-window layers (Gemma 3): one sequence through the single-row path
+        raise ValueError(f"{lm.name} runs one row per pass (sliding-window layers): use --batch-sizes 1")
     else:
-        lm.forward_slots(prompt, [0] * rows, slots.window_mask([context] * rows), cache,
-                         [(b, context - 1) for b in range(rows)])
-        slots.keep([context] * rows, context)
+        cache = lm.new_cache()
+        lm.forward(torch.randint(3, vocab, (context,), generator=generator).tolist(), cache)
     times, forwards = [], []
     for step in range(repeats + 1):
-        windows = torch.randint(3, vocab, (rows, window), generator=generator).tolist()
+        tokens = torch.randint(3, vocab, (rows * window,), generator=generator).tolist()
+        wanted = list(range(rows * window))
+        allowed = [None if j % window == window - 1 else one for j in wanted] if forced else None
+        full = [r for r in wanted if allowed is None or allowed[r] is None]  # rows the mask covers
+        if lm.batchable:
+            positions = [context + step * window + j for _ in range(rows) for j in range(window)]
+            attend = slots.window_mask(widths)
         _sync(device)
         t0 = time.perf_counter()
-        wanted = [(b, j) for b in range(rows) for j in range(window)]
-        allowed = [None if j == window - 1 else one for _, j in wanted] if forced else None
-        full = [r for r in range(len(wanted)) if allowed is None or allowed[r] is None]  # rows the mask covers
         if lm.batchable:
-            logits = lm.forward_slots(windows, [context + step * window] * rows, slots.window_mask([window] * rows),
-                                      cache, wanted, allowed)
+            logits = lm.forward_slots([tokens], [positions], attend, slots.kv, [(0, j) for j in wanted], allowed)
         else:
-            logits = lm.forward(windows[0], cache, logits_to_keep=window, allowed=allowed)
+            logits = lm.forward(tokens, cache, logits_to_keep=window, allowed=allowed)
         _sync(device)
         forward = time.perf_counter() - t0
         bitmask = fsm.allocate_token_bitmask(len(full))
@@ -101,7 +107,7 @@ def pass_seconds(lm: LM, rows: int, window: int, context: int, repeats: int,
             times.append(time.perf_counter() - t0)
             forwards.append(forward)
         if lm.batchable:
-            slots.keep([window] * rows, window)
+            slots.keep(widths, widths)
     return statistics.median(times), statistics.median(forwards)
 
 

@@ -18,7 +18,7 @@ from structspec.automaton import fsm as fsm_module
 from structspec.automaton import index as index_module
 from structspec.automaton.fsm import TokenFSM, clear_cache
 from structspec.cache import CacheWarning, cache_dir
-from structspec.decoding.cost import curve_path, pass_cost, prior_cost
+from structspec.decoding.cost import curve_path, curve_source, pass_cost, prior_cost
 from structspec.models import shipped
 from structspec.testing import save_tiny_model, tiny_lm
 from tests.api.cache_workers import compile_regex, join_parts, load_shipped, tiny_convert
@@ -106,6 +106,18 @@ def test_a_damaged_curve_is_dropped_with_a_warning_for_the_default_curve(monkeyp
     DAMAGE[damage](path)
     assert healed(path, lambda: pass_cost(lm)) == prior_cost(lm)
     assert not path.exists() and quiet(lambda: pass_cost(lm)) == prior_cost(lm)
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_a_damaged_curve_is_not_named_as_the_stored_one(monkeypatch, damage) -> None:
+    lm = tiny_lm("byte_level")
+    lm.name = "healing-test"
+    store(lm, {1: 1.0, 2: 1.5, 16: 3.0}, monkeypatch)
+    path = curve_path(lm)
+    assert path is not None and "stored in" in quiet(lambda: curve_source(lm))
+    DAMAGE[damage](path)
+    said = healed(path, lambda: curve_source(lm))  # read as decoding reads it
+    assert "stored" not in said and "flat" in said  # what decoding then drafts by: the prior
 
 
 def _conversions() -> int:

@@ -1,5 +1,6 @@
 """The built wheel holds what an installed structspec needs: every module, the grammar files, the example data
-the CLI's commands default to, the license, its name on the package index and the `structspec` command.
+the CLI's commands default to, the license, its name on the package index and the `structspec` command; not the
+developers' `lab/` harnesses, nor matplotlib among its core requirements (the `plots` extra has it).
 (Installing it in a fresh venv and running every command is the slower CI step `.ci/wheel-check`.)"""
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     # workers building in the clone at once would share it.
     for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, source / name)
-    for name in ("structspec", "grammars", "examples"):
+    for name in ("structspec", "grammars", "examples", "lab"):  # lab/ beside them, as in a clone: left out
         shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
     # No build isolation: the venv's setuptools (a dev requirement) builds it, with no index to reach.
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out),
@@ -43,7 +44,9 @@ def test_named_for_the_index_with_its_extras(wheel: zipfile.ZipFile) -> None:
     metadata = Parser().parsestr(_dist_info(wheel, "METADATA"))
     assert metadata["Name"] == "structspec-lm"
     assert metadata["License-Expression"] == "MIT"
-    assert {"ray", "docs", "dev"} <= set(metadata.get_all("Provides-Extra"))
+    assert {"ray", "docs", "dev", "plots"} <= set(metadata.get_all("Provides-Extra"))
+    core = [r for r in metadata.get_all("Requires-Dist") if "extra ==" not in r]
+    assert core and not [r for r in core if r.startswith("matplotlib")]  # only compare's chart needs it
 
 
 def test_ships_every_module_and_grammar_file(wheel: zipfile.ZipFile) -> None:
@@ -52,6 +55,7 @@ def test_ships_every_module_and_grammar_file(wheel: zipfile.ZipFile) -> None:
     grammars = {f"structspec/grammar_data/{p.name}" for p in (ROOT / "grammars").glob("*.toml")}
     assert grammars, "no grammar files found in grammars/"
     assert not (modules | grammars | {"structspec/py.typed"}) - names
+    assert not [n for n in names if n.startswith("lab/")]  # the developers' harnesses stay in the repository
 
 
 def test_ships_the_compiled_core_built_from_its_source(wheel: zipfile.ZipFile) -> None:

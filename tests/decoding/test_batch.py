@@ -9,8 +9,7 @@ import torch
 from pydantic import BaseModel, Field
 
 import structspec
-from structspec import Regex
-from structspec.decoding import batch, loop
+from structspec import Regex, batches, events
 from structspec.decoding.batch import shared_prefix
 from structspec.decoding import cost
 from structspec.decoding.cost import FLAT_COST, PassCost
@@ -19,7 +18,6 @@ from structspec.decoding.row import DecodeOptions, RowDecode, RowInput
 from structspec.decoding.window import Window
 from structspec.decoding.drafters.tree import TreeDrafter
 from structspec.models.packed_slots import PackedSlots
-from structspec.models.slot_cache import SlotCache
 from structspec.testing import chi_square_pvalue, exact_output_distribution, tiny_lm
 from structspec.decoding.sampling import SamplingConfig
 
@@ -123,16 +121,6 @@ def test_shared_prefix_leaves_every_prompt_its_last_token() -> None:
     assert shared_prefix([[1, 2, 3], [1, 2, 3, 4]]) == [1, 2]
     assert shared_prefix([[1, 2, 3], [1, 5, 3]]) == [1]
     assert shared_prefix([[7], [7, 8]]) == []
-
-
-def test_slots_mask_kept_slots_causal_windows_and_padding() -> None:
-    slots = SlotCache(None, 2)  # the hole table alone: nothing here touches the KV
-    slots.keep([2, 0], 2)  # row 0 holds 2 prompt slots, row 1 none
-    mask = slots.window_mask([2, 1])  # [rows, W=2, 2 + 2]
-    assert mask[0].tolist() == [[True, True, True, False], [True, True, True, True]]
-    assert mask[1].tolist() == [[False, False, True, False], [False, False, False, True]]  # padding sees itself
-    slots.keep([1, 1], 2)
-    assert slots.valid.tolist() == [[True, True, True, False], [False, False, True, False]]
 
 
 @pytest.mark.slow
@@ -254,7 +242,7 @@ def test_windows_fit_to_the_batch_width_keep_plain_masked_tokens(kind: str, draf
     plain = alone(lm, FORCED_SPECS, FORCED_PROMPTS, fast_forward="off", draft=None)
     assert sum(r.stats.forced_tokens for r in alone(lm, FORCED_SPECS, FORCED_PROMPTS, draft=None)) > 40
     for curve in (STEEP, STORED):
-        monkeypatch.setattr(batch, "pass_cost", lambda lm, curve=curve: curve)
+        monkeypatch.setattr(batches, "pass_cost", lambda lm, curve=curve: curve)
         fits, chunks = spy_fits(monkeypatch)
         got = structspec.generate_batch(lm, FORCED_SPECS, FORCED_PROMPTS, batch_size=4, max_new_tokens=40, draft=draft)
         assert [r.token_ids for r in got] == [r.token_ids for r in plain]
@@ -269,7 +257,7 @@ def test_windows_fit_to_the_batch_width_keep_plain_masked_tokens(kind: str, draf
             assert any(length > width for length, width, _ in fits)  # drafts and spliced text were cut
         else:  # where rows bring forced text or drafts that hold, feeding them pays
             assert any(width > max(pending, 1) for _, width, pending in fits)
-    monkeypatch.setattr(batch, "pass_cost", lambda lm: FLAT_COST)  # no curve: every window whole
+    monkeypatch.setattr(batches, "pass_cost", lambda lm: FLAT_COST)  # no curve: every window whole
     fits, chunks = spy_fits(monkeypatch)
     whole = structspec.generate_batch(lm, FORCED_SPECS, FORCED_PROMPTS, batch_size=4, max_new_tokens=40, draft=draft)
     assert [r.token_ids for r in whole] == [r.token_ids for r in plain]
@@ -304,7 +292,7 @@ def test_sampled_rows_are_never_cut_so_their_samples_do_not_depend_on_the_batch(
     # alone a row's drafted tokens are nearly free, past 8 tokens in a pass each costs a whole pass: were a
     # sampled row's draft (drawn with its generator) cut to the batch's width, its next draws would differ
     curve = PassCost(((1, 1.0), (8, 1.1), (9, 2.1)))
-    for module in (batch, loop):
+    for module in (batches, events):  # what generate_batch and generate_result read and pass down
         monkeypatch.setattr(module, "pass_cost", lambda lm: curve)
     draft = tiny_lm("byte_level", seed=7, device=DEVICE)
     options = {"temperature": 1.3, "max_new_tokens": 40, "draft": draft}

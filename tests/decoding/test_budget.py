@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import structspec
@@ -77,6 +79,24 @@ def test_a_stored_curve_sets_draft_lengths_and_never_the_output(monkeypatch) -> 
     # first pass, and in no later one
     assert lookup["steep"].verify_passes <= 1 < lookup["flat"].verify_passes
     assert lookup["steep"].drafted < lookup["flat"].drafted
+
+
+def test_the_prior_counts_a_models_parameters_once(monkeypatch) -> None:
+    lm = tiny_lm("byte_level")
+    first = prior_cost(lm)
+    monkeypatch.setattr(lm.model, "parameters", lambda: pytest.fail("the parameters were summed again"))
+    assert prior_cost(lm) == first == FLAT_COST  # a tiny model: flat
+
+
+@pytest.mark.slow
+def test_pass_cost_table_times_packed_passes_of_every_rows_and_window(tmp_path) -> None:
+    model_dir = save_tiny_model(tmp_path / "tiny")
+    table = tmp_path / "cells.json"
+    assert pass_cost_tool.main(["--model", str(model_dir), "--batch-sizes", "1,3", "--windows", "1,4", "--context",
+                                "8", "--repeats", "1", "--json", str(table)]) == 0
+    cells = json.loads(table.read_text())["cells"]
+    assert [(c["rows"], c["window"]) for c in cells] == [(1, 1), (1, 4), (3, 1), (3, 4)]
+    assert all(c["ms"] > 0 and c["forced_ms"] > 0 for c in cells) and cells[0]["relative"] == 1.0
 
 
 @pytest.mark.slow
@@ -161,6 +181,7 @@ def test_expected_kept_tokens_of_a_cut_chain_or_tree() -> None:
 
 @pytest.mark.parametrize("draft", ["prompt_lookup", "lookahead"])
 def test_a_row_alone_is_fed_what_pays_on_the_curve(byte_lm, monkeypatch, draft) -> None:
+    from structspec import events
     from structspec.decoding import loop
 
     schema = {"type": "object", "properties": {"name": {"type": "string"}, "tags": {"type": "array", "items": {
@@ -169,7 +190,7 @@ def test_a_row_alone_is_fed_what_pays_on_the_curve(byte_lm, monkeypatch, draft) 
     plain = structspec.generate_result(byte_lm, schema, prompt, fast_forward="off", draft=None, max_new_tokens=60)
 
     def run(cost: PassCost, **kw) -> structspec.Result:
-        monkeypatch.setattr(loop, "pass_cost", lambda lm: cost)
+        monkeypatch.setattr(events, "pass_cost", lambda lm: cost)  # what generate_result reads and passes down
         return structspec.generate_result(byte_lm, schema, prompt, draft=draft, max_new_tokens=60, **kw)
 
     flat, steep = run(FLAT_COST), run(PassCost.linear(0.6))

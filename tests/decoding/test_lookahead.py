@@ -14,7 +14,6 @@ from pydantic import BaseModel
 import structspec
 from structspec import Regex
 from structspec.automaton.fsm import TokenFSM
-from structspec.decoding import batch
 from structspec.decoding import cost
 from structspec.decoding.cost import FLAT_COST
 from structspec.decoding.candidate import Candidate
@@ -194,9 +193,9 @@ def test_lookahead_saves_passes_where_prompt_lookup_has_nothing_to_copy(byte_lm:
     target = _BigramLM(byte_lm, seed=3)  # its output repeats no two tokens within these 40
     fsm = structspec.compile(Regex("[a-z]{80}"), byte_lm).fsm
     prompt, options = byte_lm.encode_prompt("Write letters."), DecodeOptions(40, fast_forward="off")
-    base = decode(target, RowInput(0, fsm, prompt, None, None), options)
-    copied = decode(target, RowInput(0, fsm, prompt, PromptLookup(), None), options)
-    got = decode(target, RowInput(0, fsm, prompt, LookaheadDrafter(), None), options)
+    base = decode(target, RowInput(0, fsm, prompt, None, None), options, FLAT_COST)
+    copied = decode(target, RowInput(0, fsm, prompt, PromptLookup(), None), options, FLAT_COST)
+    got = decode(target, RowInput(0, fsm, prompt, LookaheadDrafter(), None), options, FLAT_COST)
     assert got.token_ids == copied.token_ids == base.token_ids
     assert copied.stats.target_forward_passes == base.stats.target_forward_passes  # nothing copied
     assert got.stats.drafts["lookahead"].accepted > 0

@@ -12,14 +12,13 @@ from pydantic import BaseModel
 
 import structspec
 from structspec import Regex
-from structspec.decoding import batch
 from structspec.decoding.batch import decode_batch, spec_prefixes
 from structspec.decoding import cost
 from structspec.decoding.cost import FLAT_COST
 from structspec.decoding.candidate import Candidate
 from structspec.decoding.drafters.factory import make_drafter, make_row_drafter
 from structspec.decoding.row import DecodeOptions, RowInput
-from structspec.models.slot_cache import SlotCache
+from structspec.models.packed_slots import PackedSlots
 from structspec.decoding.drafters.tree import TreeDrafter
 from structspec.decoding.verify import accept_tree
 from structspec.decoding.window import Window
@@ -92,7 +91,7 @@ def test_batched_tree_rows_equal_plain_and_the_row_alone(kind: str, request: pyt
     for batch_size in (1, 3, 5):
         rows = [RowInput(i, structspec.compile(spec, lm).fsm, p, TreeDrafter(), None)
                 for i, (spec, p) in enumerate(zip(specs, ids))]
-        out = dict(decode_batch(lm, iter(rows), DecodeOptions(N), batch_size, spec_prefixes(rows)))
+        out = dict(decode_batch(lm, iter(rows), DecodeOptions(N), batch_size, FLAT_COST, spec_prefixes(rows)))
         assert [out[i].token_ids for i in range(len(rows))] == [r.token_ids for r in base], batch_size
         assert [out[i].stop_reason for i in range(len(rows))] == [r.stop_reason for r in base]
         # the same trees in any batch: the same passes choose the same tokens
@@ -141,18 +140,17 @@ def test_tree_window_mask_positions_and_keep() -> None:
     window = Window(None, (11,), tree, start=2, state=0)  # type: ignore[arg-type]  # no FSM: nothing masks here
     assert window.parents == [-1, 0, 0, 1]  # both roots follow the pending token
     assert window.positions == [2, 3, 3, 4]  # siblings share a position
-    slots = SlotCache(None, 2)  # the hole table alone: nothing here touches the KV
-    slots.keep([2, 1], 2)  # row 0 holds 2 prompt slots, row 1 one
-    mask = slots.window_mask([4, 2], [window.parents, [-1, 0]])  # [rows, W=4, 2 + 4]
+    slots = PackedSlots(None, 2)  # the hole table alone: nothing here touches the KV
+    slots.place(0, 2)  # row 0 holds 2 prompt slots (0, 1), row 1 one (2)
+    slots.place(1, 1)
+    mask = slots.window_mask([4, 2], [window.parents, [-1, 0]])  # [1, 4 + 2, 3 + 6]: row 0's window, then row 1's
     T, F = True, False
-    assert mask[0].tolist() == [[T, T, T, F, F, F],
-                                [T, T, T, T, F, F],
-                                [T, T, T, F, T, F],  # the second root sees the pending token, not its sibling
-                                [T, T, T, T, F, T]]  # node 2 sees its parent (the first root), not the second
-    assert mask[1].tolist() == [[T, F, T, F, F, F],
-                                [T, F, T, T, F, F],
-                                [F, F, F, F, T, F],  # padding sees only itself
-                                [F, F, F, F, F, T]]
+    assert mask[0].tolist() == [[T, T, F, T, F, F, F, F, F],
+                                [T, T, F, T, T, F, F, F, F],
+                                [T, T, F, T, F, T, F, F, F],  # the second root sees the pending token, not its sibling
+                                [T, T, F, T, T, F, T, F, F],  # node 2 sees its parent (the first root), not the second
+                                [F, F, T, F, F, F, F, T, F],  # row 1 sees its own slot, none of row 0's tokens
+                                [F, F, T, F, F, F, F, T, T]]
     assert torch.equal(slots.window_mask([4, 2], [[-1, 0, 1, 2], [-1, 0]]), slots.window_mask([4, 2]))
-    slots.keep([[0, 2], 1], 4)  # row 0 keeps the pending token and the second root; row 1 a prefix of 1
-    assert slots.valid.tolist() == [[T, T, T, F, T, F], [T, F, T, F, F, F]]
+    slots.keep([[0, 2], 1], [4, 2])  # row 0 keeps the pending token and the second root; row 1 a prefix of 1
+    assert slots.valid.tolist() == [[T, T, F, T, F, T, F, F, F], [F, F, T, F, F, F, F, T, F]]

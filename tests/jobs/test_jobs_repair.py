@@ -1,5 +1,6 @@
 """Jobs a user can repair from the command line: a failed record run again with a bigger token budget, a schema
-keyword relaxed with --no-strict, records without ids said so, a folder input that holds the output."""
+keyword relaxed with --no-strict, records without ids said so, a folder input that holds the output; error lines
+dropped through a temp file of the job's own."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from tests.jobs.test_jobs import OPTIONS, SCHEMA  # short outputs, so the tiny r
 import structspec
 from structspec.jobs.errors import JobConfigError
 from structspec.jobs.manifest import manifest_path
-from structspec.jobs.records import read_inputs
+from structspec.jobs.lines import output_line
+from structspec.jobs.output import done_keys
+from structspec.jobs.records import InputRecord, read_inputs
 from structspec.jobs.runner import run_job
 from structspec.testing import save_tiny_model
 from structspec.tools import extract
@@ -151,3 +154,14 @@ def test_the_manifest_of_the_output_is_refused_as_input(model: Path, tmp_path: P
                  str(manifest_path(tmp_path / "out.jsonl")), "--output", str(tmp_path / "out.jsonl"),
                  "--model", str(model), "--device", "cpu", "--quiet", "--text-field", "structspec_job"])
     assert code == EXIT_CONFIG and "is the manifest of --output" in capsys.readouterr().err
+
+
+def test_dropping_error_lines_rewrites_the_output_through_a_temp_file_of_its_own(tmp_path: Path) -> None:
+    out = tmp_path / "out.jsonl"
+    bad = InputRecord("a", "line 1", error=("malformed_input", "line 1: not JSON"))
+    out.write_text(json.dumps(output_line(bad, None, 8)) + "\n")
+    out.chmod(0o640)
+    (tmp_path / "out.jsonl.tmp").mkdir()  # the fixed name the rewrite used: another writer's, left alone
+    assert done_keys(out, retry_errors=True) == set()  # the error line dropped: the record runs again
+    assert out.read_bytes() == b"" and out.stat().st_mode & 0o777 == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl", "out.jsonl.tmp"]

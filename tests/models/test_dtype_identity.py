@@ -177,7 +177,7 @@ def test_ragged_windows_and_chunked_prefill_keep_every_row_the_row_alone(invaria
     """Packed passes feed each row only its own tokens (no padding); prompts of up to `max_pass_tokens` are fed
     in chunks by the decode passes, longer ones in a prefill of their own, as alone; every pass's masks filled on
     the worker thread while the model runs; the tokens are the row alone's whatever the packed curve cuts."""
-    from structspec.decoding import batch as batch_module
+    from structspec import batches
     from structspec.decoding import masks
     from structspec.decoding.cost import FLAT_COST, PassCost
 
@@ -190,7 +190,7 @@ def test_ragged_windows_and_chunked_prefill_keep_every_row_the_row_alone(invaria
     short = [len(lm.encode_prompt(p)) - 1 <= lm.max_pass_tokens for p in PROMPTS]
     assert any(short) and not all(short)
     for curve in (FLAT_COST, PassCost.linear(1.5), PassCost(((1, 1.0), (8, 1.4), (16, 2.0), (64, 6.2)))):
-        monkeypatch.setattr(batch_module, "pass_cost", lambda lm, curve=curve: curve)
+        monkeypatch.setattr(batches, "pass_cost", lambda lm, curve=curve: curve)
         packed.clear()
         batch = structspec.generate_batch(lm, SPECS, PROMPTS, batch_size=3, max_new_tokens=40, draft=draft)
         assert [r.token_ids for r in batch] == [r.token_ids for r in alone], curve

@@ -224,6 +224,8 @@ def test_not_strict_drops_unenforceable_keywords_with_a_warning() -> None:
         constraint = constraint_of(schema, strict=False)
     message = str(caught[0].message)
     assert "'patternProperties' at /" in message and "'uniqueItems' at /properties/tags" in message
+    assert set(constraint.not_enforced) == {"'patternProperties' at /", "'uniqueItems' at /properties/tags"}  # as data
+    assert message.endswith(", ".join(constraint.not_enforced))
     assert full(constraint.regex, '{"tags":["a","a"]}')
     assert constraint.parse('{"tags":["a","a"]}') == {"tags": ["a", "a"]}  # dropped keywords are not checked
 

@@ -246,3 +246,12 @@ def test_compare_refuses_schema_without_input_and_a_json_schema(tmp_path: Path) 
 def test_every_command_is_listed_with_one_line() -> None:
     text = parser().format_help()
     assert all(f"\n    {name}" in text for name in COMMANDS) and "--version" in text
+
+
+def test_compare_without_matplotlib_names_the_plots_extra_before_a_model_loads(
+        no_load: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    find_spec = compare.importlib.util.find_spec
+    monkeypatch.setattr(compare.importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib"
+                        else find_spec(name, *a))
+    assert main(["compare", "--limit", "1"]) == EXIT_CONFIG
+    assert "pip install 'structspec-lm[plots]'" in capsys.readouterr().err

@@ -1,3 +1,4 @@
-"""The benchmark tools: structspec measured against its peers (outlines, transformers, xgrammar, llguidance,
-vLLM) and against itself, each a ``python -m structspec.tools.benchmarks.NAME`` command; ``structspec bench``,
-``compare``, ``toolbench`` and ``throughput`` run theirs. In the library only the CLI imports this folder."""
+"""The benchmarks a user runs: structspec measured against its peers (outlines, transformers) and against itself,
+as ``structspec bench``, ``compare``, ``toolbench`` and ``throughput`` (each also ``python -m
+structspec.tools.benchmarks.NAME``). In the library only the CLI imports this folder; the harnesses only
+developers run are the repository's ``lab/``, outside the wheel."""

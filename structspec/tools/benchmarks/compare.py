@@ -30,6 +30,7 @@ import argparse
 import base64
 import contextlib
 import html
+import importlib.util
 import io
 import json
 from dataclasses import asdict
@@ -129,13 +130,22 @@ def rich_table(title: str, summaries: list[Summary]) -> Table:
     return table
 
 
+def require_matplotlib() -> None:
+    """Raise `JobConfigError` naming the install when matplotlib, which draws the chart, is not importable (the
+    ``plots`` extra; structspec itself does not need it). Changes nothing."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise JobConfigError("structspec compare draws its chart with matplotlib, which is not installed; "
+                             "pip install 'structspec-lm[plots]' (or 'matplotlib>=3.7')")
+
+
 def chart_png(by_method: dict[str, list[Run]]) -> bytes:
-    """A grouped bar chart of forward passes per record, one color per method, as PNG bytes."""
+    """A grouped bar chart of forward passes per record, one color per method, as PNG bytes; `JobConfigError`
+    without matplotlib (`require_matplotlib`)."""
+    require_matplotlib()
     import matplotlib
 
     matplotlib.use("Agg")  # no display needed
     import matplotlib.pyplot as plt
-
     from matplotlib.patches import Patch
 
     names = list(by_method)
@@ -285,7 +295,8 @@ def _expected(record: InputRecord, field: str | None) -> dict[str, Any] | None:
 def main(args: argparse.Namespace) -> int:
     """``structspec compare``: run every method on every task, print the table, write PNG, HTML and JSON.
 
-    The tasks and options are checked before any model loads."""
+    The tasks, the options and matplotlib (`require_matplotlib`) are checked before any model loads."""
+    require_matplotlib()
     tasks = load_compare_tasks(args)
     template = read_template(args.prompt_template) if args.prompt_template else None
     lm = load_model(args)

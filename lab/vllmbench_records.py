@@ -10,8 +10,8 @@ from typing import Any
 
 import jsonschema
 
+from lab.vllmbench_report import Tally
 from structspec.tools.benchmarks.toolbench import Conversation, load_conversations, parse_text_calls
-from structspec.tools.benchmarks.vllmbench_report import Tally
 from structspec.tools.tasks import extraction_prompt, load_tasks
 
 

@@ -1,6 +1,6 @@
 """Does speculative sampling keep the target's constrained distribution? Thousands of samples per drafter.
 
-    python -m structspec.tools.benchmarks.bench_sampling [--samples 5000]
+    python -m lab.bench_sampling [--samples 5000]
 
 On a tiny random-weight model with a small language, the exact distribution of
 complete outputs under plain masked sampling is enumerated over the token tree;
@@ -27,7 +27,7 @@ TEMPERATURE = 1.5
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m structspec.tools.benchmarks.bench_sampling",
+    parser = argparse.ArgumentParser(prog="python -m lab.bench_sampling",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--samples", type=int, default=5000)
     args = parser.parse_args(argv)

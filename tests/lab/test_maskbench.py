@@ -1,4 +1,4 @@
-"""`structspec.tools.benchmarks.maskbench`: every engine installed replays the same outputs; the table has a row
+"""`lab.maskbench`: every engine installed replays the same outputs; the table has a row
 per group and engine (no timing is asserted)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import argparse
 
 import pytest
 
+from lab import maskbench, maskbench_engines
 from structspec.testing import byte_level_tokenizer
-from structspec.tools.benchmarks import maskbench, maskbench_engines
 
 
 @pytest.fixture(scope="module")

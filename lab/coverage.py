@@ -1,4 +1,4 @@
-"""JSON Schema coverage benchmark on JSONSchemaBench: ``python -m structspec.tools.benchmarks.coverage``.
+"""JSON Schema coverage benchmark on JSONSchemaBench: ``python -m lab.coverage``.
 
 For every schema of each split (one ``<split>.jsonl.gz`` per split), compiles it
 with structspec and, as the baseline, with outlines-core alone (its regex, its
@@ -29,10 +29,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from structspec.tools.benchmarks.coverage_report import markdown, summarize
-from structspec.tools.benchmarks.coverage_worker import Worker
+from lab.coverage_report import markdown, summarize
+from lab.coverage_worker import Worker
 
-DEFAULT_DATA = Path(__file__).resolve().parents[4] / "shared" / "data" / "jsonschemabench"
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "jsonschemabench"
 ENGINES = ("structspec", "outlines-core")
 
 
@@ -55,7 +55,7 @@ def spread(n: int, limit: int | None) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m structspec.tools.benchmarks.coverage",
+    parser = argparse.ArgumentParser(prog="python -m lab.coverage",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder of <split>.jsonl.gz files")
     parser.add_argument("--splits", nargs="*", help="splits to run (default: every file in --data)")

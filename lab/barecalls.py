@@ -1,4 +1,4 @@
-"""``python -m structspec.tools.benchmarks.barecalls``: `ToolCalls(choice="auto")` on a chat model with bare calls
+"""``python -m lab.barecalls``: `ToolCalls(choice="auto")` on a chat model with bare calls
 off (before: a call the model writes as JSON without the ``<tool_call>`` markers is text) and on (after: a turn that
 opens with one is a call), on agent turns written by others.
 
@@ -25,7 +25,7 @@ from structspec.tools.benchmarks.toolbench import Conversation, load_conversatio
 from structspec.tools.command import budget, calibrate_option, drafting_curve, model_options, positive
 
 MODES = {"bare calls off (before)": False, "bare calls on (after)": True}
-BFCL = Path(__file__).resolve().parents[3] / "tests" / "data" / "bfcl_multiple.jsonl"
+BFCL = Path(__file__).resolve().parents[1] / "tests" / "data" / "bfcl_multiple.jsonl"
 
 
 @dataclass

@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 
 import structspec
+from lab import coverage
+from lab.coverage import spread
+from lab.coverage_report import summarize
+from lab.coverage_worker import OrderSearch, _OutOfBudget
 from structspec import SchemaError
 from structspec.automaton.dfa import DEAD, LazyDFA
 from structspec.automaton.nfa import ByteNFA
-from structspec.testing import in_layout
-from structspec.tools.benchmarks import coverage
-from structspec.tools.benchmarks.coverage import spread
-from structspec.tools.benchmarks.coverage_report import summarize
-from structspec.tools.benchmarks.coverage_worker import OrderSearch, _OutOfBudget
 from structspec.schema import constraint_of, validator
+from structspec.testing import in_layout
 
 ROWS = [json.loads(line) for line in (Path(__file__).parent.parent / "data" / "jsonschemabench_sample.jsonl").open()]
 

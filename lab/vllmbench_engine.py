@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from structspec.tools.benchmarks.vllmbench_records import (Item, Verdict, judge_calls, score, valid_json, vllm_calls,
+from lab.vllmbench_records import (Item, Verdict, judge_calls, score, valid_json, vllm_calls,
                                                            vllm_tool_schema)
-from structspec.tools.benchmarks.vllmbench_report import Tally
+from lab.vllmbench_report import Tally
 
 PROPOSER_MODULE, PROPOSER_CLASS = "structspec.integrations.vllm_proposer", "GrammarProposer"
 
@@ -202,7 +202,7 @@ def chat_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
 def prefix_run(args: argparse.Namespace, job: dict[str, Any], caching: bool) -> Tally:
     """The prefix job's records through vLLM + xgrammar, one after another, prefix caching on or off: their
     tally (``cached_prompt_tokens``: what vLLM's cache supplied). Starts an engine and stops it."""
-    from structspec.tools.benchmarks.prefix_reuse import job_prompts
+    from lab.prefix_reuse import job_prompts
 
     schema, prompts = job_prompts()
     llm = start_engine(job["model_dir"], job["dtype"], "xgrammar", args, None, prefix_caching=caching)

@@ -1,8 +1,8 @@
 """What a pass costs on a lent GPU: the engine's packed pass, the share of a decode turn spent outside the model,
 and transformers' one-token step beside them, with random weights in the shapes of Qwen2.5-0.5B and 7B.
 
-    python -m structspec.tools.benchmarks.gpucheck                       # CUDA, bfloat16, both shapes (< 8 min)
-    python -m structspec.tools.benchmarks.gpucheck --device cpu --quick  # a tiny model, seconds: checks that it runs
+    python -m lab.gpucheck                       # CUDA, bfloat16, both shapes (< 8 min)
+    python -m lab.gpucheck --device cpu --quick  # a tiny model, seconds: checks that it runs
 
 Nothing is downloaded: the models are built from their published shapes (`structspec.tools.arguments.CONFIGS`,
 transformers' ``Qwen2Config`` and ``AutoModelForCausalLM.from_config``) with random weights, and the tokenizer
@@ -43,7 +43,7 @@ from structspec.decoding.calibrate import packed_seconds
 from structspec.models.transformers_lm import LM
 from structspec.tools.arguments import CONFIGS
 
-TOKENIZER = Path(__file__).resolve().parents[3] / "tests" / "data" / "qwen2.5-tokenizer"
+TOKENIZER = Path(__file__).resolve().parents[1] / "tests" / "data" / "qwen2.5-tokenizer"
 QUICK = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
              max_position_embeddings=4096, tie_word_embeddings=True)  # a tiny Qwen2 (its vocabulary: the tokenizer's)
 
@@ -198,9 +198,9 @@ def _device_name(device: torch.device) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m structspec.tools.benchmarks.gpucheck``: build each shape, measure it, print the tables (and
+    """``python -m lab.gpucheck``: build each shape, measure it, print the tables (and
     ``--json``)."""
-    parser = argparse.ArgumentParser(prog="python -m structspec.tools.benchmarks.gpucheck", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m lab.gpucheck", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cuda, cuda:N or cpu")
     parser.add_argument("--dtype", choices=["bfloat16", "float16", "float32"],

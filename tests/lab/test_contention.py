@@ -1,4 +1,4 @@
-"""`python -m structspec.tools.benchmarks.contention`: both settings run in processes of their own, alone and beside a
+"""`python -m lab.contention`: both settings run in processes of their own, alone and beside a
 busy process, and the table names the model, dtype and threads (timings are the benchmark's, not asserted)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from lab import contention
 from structspec.testing import save_tiny_model
-from structspec.tools.benchmarks import contention
 
 pytestmark = pytest.mark.slow  # two child processes, each importing torch and loading a model
 

@@ -1,4 +1,4 @@
-"""`python -m structspec.tools.benchmarks.maskbench`: a new schema's cost in a serving engine, structspec against
+"""`python -m lab.maskbench`: a new schema's cost in a serving engine, structspec against
 xgrammar and llguidance on one tokenizer.
 
 Each case is a JSON Schema and one valid output: the extraction schemas of ``examples/`` (with their tasks'
@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 
 import structspec
+from lab.coverage import DEFAULT_DATA, load_rows
+from lab.maskbench_engines import ENGINES, Engine, StructspecEngine, make_engines
 from structspec.errors import StructspecError
-from structspec.tools.benchmarks.coverage import DEFAULT_DATA, load_rows
-from structspec.tools.benchmarks.maskbench_engines import ENGINES, Engine, StructspecEngine, make_engines
 from structspec.tools.tasks import example_file, load_schemas, load_tasks
 
 TOKENIZER = Path("tests/data/qwen2.5-tokenizer")

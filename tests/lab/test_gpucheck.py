@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from structspec.tools.benchmarks import gpucheck
+from lab import gpucheck
 
 
 def test_the_quick_check_measures_every_part_on_the_cpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

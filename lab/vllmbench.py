@@ -1,7 +1,7 @@
 """structspec against vLLM's CPU build, one model and the same prompts: the engine benchmark.
 
-    python -m structspec.tools.benchmarks.vllmbench [--records N] [--batch-size 32] [--tasks both] [--configs NAME,...]
-    python -m structspec.tools.benchmarks.vllmbench --prefix-job
+    python -m lab.vllmbench [--records N] [--batch-size 32] [--tasks both] [--configs NAME,...]
+    python -m lab.vllmbench --prefix-job
 
 Run it from vLLM's venv (``.ci/vllm-check`` builds ``.venv-vllm``), alone on the machine. The configurations
 (`CONFIGS`, in table order; each ratio is against the first one run): vLLM + xgrammar, vLLM + xgrammar + n-gram
@@ -20,7 +20,7 @@ are counted exactly: its engine core runs in the worker's process (``VLLM_ENABLE
 scheduler's ``update_from_output`` is wrapped (`count_steps`); the own loop's come from its `Stats`.
 
 ``--prefix-job`` runs issue 53's peer instead: the extraction job of
-`structspec.tools.benchmarks.prefix_reuse.job_prompts` through vLLM + xgrammar at B = 1, with vLLM's automatic prefix
+`lab.prefix_reuse.job_prompts` through vLLM + xgrammar at B = 1, with vLLM's automatic prefix
 caching on, then off (an engine each).
 """
 
@@ -39,13 +39,13 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from structspec.tools.benchmarks.vllmbench_engine import (PROPOSER_MODULE, count_steps, prefix_run, proposer_config,
+from lab.vllmbench_engine import (PROPOSER_MODULE, count_steps, prefix_run, proposer_config,
                                                           run_vllm, start_engine, stop_engine, vllm_request, warm_up)
-from structspec.tools.benchmarks.vllmbench_records import Item, own_tally, task_items
-from structspec.tools.benchmarks.vllmbench_report import NOTES, Tally, markdown, seconds_per_record, share, speedup
+from lab.vllmbench_records import Item, own_tally, task_items
+from lab.vllmbench_report import NOTES, Tally, markdown, seconds_per_record, share, speedup
 from structspec.tools.command import DEFAULT_MAX_NEW_TOKENS, positive
 
-JOB_MAX_NEW_TOKENS = 300  # the prefix job's budget, as `structspec.tools.benchmarks.prefix_reuse` runs it
+JOB_MAX_NEW_TOKENS = 300  # the prefix job's budget, as `lab.prefix_reuse` runs it
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ def config_names(text: str) -> list[str]:
 
 def arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command line's options; a bad one exits 2 naming it, before anything loads."""
-    parser = argparse.ArgumentParser(prog="python -m structspec.tools.benchmarks.vllmbench", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m lab.vllmbench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     parser.add_argument("--model", default="qwen2.5-coder-0.5b", help="a shipped model name or a model directory")
     parser.add_argument("--records", type=positive, metavar="N",
@@ -150,7 +150,7 @@ def header(args: argparse.Namespace, dtype: str, model_dir: str) -> str:
                       if k in os.environ) or "none set"
     return "\n".join([
         f"date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
-        "command: " + shlex.join([os.path.basename(sys.executable), "-m", "structspec.tools.benchmarks.vllmbench",
+        "command: " + shlex.join([os.path.basename(sys.executable), "-m", "lab.vllmbench",
                                   *sys.argv[1:]]),
         f"machine: {machine()}",
         f"model: {args.model} ({model_dir}), dtype {dtype} (structspec.load's default here; vLLM gets it too)",
@@ -197,7 +197,7 @@ def run_worker(name: str, args: argparse.Namespace, job: dict[str, Any]) -> dict
         job_file, out_file = os.path.join(folder, "job.json"), os.path.join(folder, "out.json")
         with open(job_file, "w", encoding="utf-8") as f:
             json.dump(job, f)
-        command = [sys.executable, "-m", "structspec.tools.benchmarks.vllmbench", *args.argv, "--worker", name, "--job",
+        command = [sys.executable, "-m", "lab.vllmbench", *args.argv, "--worker", name, "--job",
                    job_file, "--out", out_file]
         env = dict(os.environ)
         if name != "own" and args.preload == "auto":
@@ -322,12 +322,12 @@ def prefix_job(args: argparse.Namespace) -> int:
 
     from structspec.models.device import default_dtype
     from structspec.models.shipped import model_path
-    from structspec.tools.benchmarks.prefix_reuse import job_prompts
+    from lab.prefix_reuse import job_prompts
 
     job = {"dtype": str(default_dtype(torch.device("cpu"))).removeprefix("torch."),
            "model_dir": model_path(args.model), "sets": []}
     print(header(args, job["dtype"], job["model_dir"]), flush=True)
-    print(f"job: structspec.tools.benchmarks.prefix_reuse.job_prompts(), {len(job_prompts()[1])} records under one "
+    print(f"job: lab.prefix_reuse.job_prompts(), {len(job_prompts()[1])} records under one "
           "schema, vLLM + xgrammar, one record per call\n", flush=True)
     seconds = {}
     for caching in (True, False):

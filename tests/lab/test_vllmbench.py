@@ -8,13 +8,13 @@ from types import SimpleNamespace
 
 import pytest
 
+from lab import vllmbench as bench
+from lab import vllmbench_engine as engine
+from lab import vllmbench_records as records
+from lab import vllmbench_report as report
 from structspec.result import DraftStats, Stats
-from structspec.tools.benchmarks import vllmbench as bench
-from structspec.tools.benchmarks import vllmbench_engine as engine
-from structspec.tools.command import DEFAULT_MAX_NEW_TOKENS
-from structspec.tools.benchmarks import vllmbench_records as records
-from structspec.tools.benchmarks import vllmbench_report as report
 from structspec.tools.benchmarks.toolbench import Conversation
+from structspec.tools.command import DEFAULT_MAX_NEW_TOKENS
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}},
            "required": ["city", "unit"]}

@@ -6,8 +6,8 @@
     run for `TURNS` calls with ``choice="required"``, every turn's prompt the one before it plus the assistant's
     call and the tool's fixed result, seconds per call.
 
-    python -m structspec.tools.benchmarks.prefix_reuse --model qwen2.5-coder-0.5b
-    python -m structspec.tools.benchmarks.prefix_reuse --model smollm2-135m --part b --records 2   # a quick check
+    python -m lab.prefix_reuse --model qwen2.5-coder-0.5b
+    python -m lab.prefix_reuse --model smollm2-135m --part b --records 2   # a quick check
 
 Each part decodes the same calls on one loaded model, greedy with the default options: without reuse (the model's
 prefix cache bound 0), then with it (its default bound), each after `structspec.clear_cache` and its compiles;
@@ -33,8 +33,8 @@ import torch
 import structspec
 from structspec.events import chat_prompt_ids
 from structspec.models.transformers_lm import LM
-from structspec.tools.command import drafting_curve
 from structspec.tools.benchmarks.peers import unconstrained_greedy
+from structspec.tools.command import drafting_curve
 from structspec.tools.tasks import example_file
 
 INSTRUCTION = ("You file support tickets for a help desk. Read the ticket below and return it as JSON matching this "
@@ -181,7 +181,7 @@ def cpu_name() -> str:
 def main(argv: list[str] | None = None) -> int:
     """Parse the options, load the model, run the parts asked for and print their tables; exit status 1 where an
     output with reuse differs from the output without. Loads and runs a model; prints."""
-    parser = argparse.ArgumentParser(prog="python -m structspec.tools.benchmarks.prefix_reuse", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m lab.prefix_reuse", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="qwen2.5-coder-0.5b", help="a shipped model name or model directory")
     parser.add_argument("--part", choices=("a", "b", "both"), default="both",
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     chats = conversations(args.records)
     prompts = prompts[:args.records]
     print(f"# structspec prefix reuse, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC\n\n"
-          "command: python -m structspec.tools.benchmarks.prefix_reuse "
+          "command: python -m lab.prefix_reuse "
           f"{' '.join(sys.argv[1:] if argv is None else argv)}\n"
           f"machine: {cpu_name()}, {torch.get_num_threads()} torch threads, load average "
           f"{os.getloadavg()[0]:.2f} at the start\n"

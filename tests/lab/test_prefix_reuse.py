@@ -1,4 +1,4 @@
-"""`python -m structspec.tools.benchmarks.prefix_reuse`: both runs print, the second reuses prompt tokens, outputs
+"""`python -m lab.prefix_reuse`: both runs print, the second reuses prompt tokens, outputs
 agree."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from structspec.tools.benchmarks import prefix_reuse
+from lab import prefix_reuse
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_model]  # two tickets on SmolLM2, three times
 

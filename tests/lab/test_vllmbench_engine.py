@@ -25,7 +25,7 @@ def test_two_records_give_a_table_with_steps_counted_and_each_invalid_output_nam
         model = model_path("smollm2-135m")
     finally:
         _set_cache(isolated_cache)
-    command = [sys.executable, "-m", "structspec.tools.benchmarks.vllmbench", "--model", model, "--records", "2",
+    command = [sys.executable, "-m", "lab.vllmbench", "--model", model, "--records", "2",
                "--batch-size", "2", "--tasks", "extraction", "--configs", "xgrammar,structspec,own",
                "--max-new-tokens", "200", "--compact"]
     done = subprocess.run(command, env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}, capture_output=True,

@@ -1,6 +1,6 @@
 """Seconds per record with and without another busy process on the machine: how a shared CPU slows structspec.
 
-    python -m structspec.tools.benchmarks.contention --model qwen2.5-coder-0.5b --records 4
+    python -m lab.contention --model qwen2.5-coder-0.5b --records 4
 
 Each setting runs in a process of its own (libgomp reads how its threads wait once, when torch loads): load the
 model, calibrate on the idle machine, decode the records alone, then the same records with one competing process
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for label, env in SETTINGS.items():
         clean = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
-        command = [sys.executable, "-m", "structspec.tools.benchmarks.contention", "--child", *_forwarded(args)]
+        command = [sys.executable, "-m", "lab.contention", "--child", *_forwarded(args)]
         out = subprocess.run(command, env={**clean, **env}, capture_output=True, text=True, check=True)
         rows.append((label, json.loads(out.stdout.strip().splitlines()[-1])))
     first = rows[0][1]
@@ -89,7 +89,7 @@ def _forwarded(args: argparse.Namespace) -> list[str]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m structspec.tools.benchmarks.contention", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m lab.contention", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="qwen2.5-coder-0.5b", help="a shipped model name or model directory")
     parser.add_argument("--records", type=int, default=4, help="extraction tasks (examples/tasks.jsonl) to time")

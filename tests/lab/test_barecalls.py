@@ -6,7 +6,7 @@ from __future__ import annotations
 import jsonschema
 
 import structspec
-from structspec.tools.benchmarks import barecalls
+from lab import barecalls
 from structspec.tools.benchmarks.toolbench import load_conversations
 
 
