@@ -8,7 +8,7 @@ it, locked while a job writes: a second job on the same output, a rerun with
 other settings (a token budget may change where no line written would read
 otherwise), and an output that is not a job's are refused before anything is
 written. ``extract --ray`` runs the same job, with the same lines and resume, on
-a Ray cluster; ``extract --engine vllm`` runs it with vLLM decoding.
+a Ray cluster; ``extract --engine vllm`` runs it with vLLM decoding, here or (with ``--ray``) on Ray.
 
 Bad input never stops a job: a malformed line, an empty document, a prompt
 that fills the model's context, a token budget or context that runs out and a
@@ -32,6 +32,8 @@ The modules, each over the ones before it:
   extra; ``extract --engine vllm``).
 * `structspec.jobs.ray`: the same job on Ray, and `Extractor` for ``ray.data`` (the ``ray`` extra), its keywords
   checked on the driver by `Extractor.constructor_kwargs`.
+* `structspec.jobs.vllm_ray`: the vLLM job on Ray, `VLLMExtractor` holding a ``vllm.LLM`` per actor (both
+  extras; ``extract --engine vllm --ray``).
 
 The wing stands on the core (`structspec.api` and below); `structspec.tools` (the CLI) stands on it, and the
 core never imports it.

@@ -73,7 +73,6 @@ from structspec.jobs.runner import (
     resolve_draft,
 )
 from structspec.models.shipped import SHIPPED
-from structspec.result import Result
 
 BATCHES_PER_CALL = 4  # engine batches of rows per actor call, so that finished rows are refilled
 OUTPUT_COLUMNS = ("value", "stop_reason", "error_kind", "error_message", "stats", "line")
@@ -97,7 +96,7 @@ class Extractor:
     def __init__(self, model: str, spec: Any, *, template: str | None = None, batch_size: int | None = None,
                  device: str = "auto", dtype: str | None = None, text_field: str = "text", id_field: str = "id",
                  input_field: str = "input", **generate: Any) -> None:
-        options = _job_options(spec, template, batch_size, generate)
+        options = job_options(spec, template, batch_size, generate)
         self.lm = load_model(model, device, dtype)
         draft = options.generate.get("draft")
         if isinstance(draft, str):  # a name travels to the actor; a draft model is loaded here, beside the target
@@ -114,36 +113,50 @@ class Extractor:
         ``{document}``, a bad option value. The model is checked on the actors. Loads nothing."""
         own = [name for name in inspect.signature(cls).parameters if name not in ("model", "spec", "generate")]
         names = own + [name for name in _generate_names() if name != "output_logprobs"]
-        for name in keywords:
-            if name not in names:
-                near = difflib.get_close_matches(name, names, n=1)
-                hint = f"did you mean {near[0]!r}? " if near else ""
-                raise JobConfigError(f"Extractor takes no keyword {name!r}: {hint}its keywords are "
-                                     f"{', '.join(names)}")
-        _job_options(spec, keywords.get("template"), keywords.get("batch_size"),
+        check_keywords(cls.__name__, keywords, names)
+        job_options(spec, keywords.get("template"), keywords.get("batch_size"),
                      {k: v for k, v in keywords.items() if k not in own})
         return {"model": model, "spec": spec, **keywords}
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         """Decode one batch (columns, Ray's ``"numpy"`` batch format) and return its columns with the output
         columns added, rows in the input's order. Runs the model; a row that cannot run is that row's error."""
-        for field, option in ((self.id_field, "id_field"), (self.text_field, "text_field")):
-            if field not in batch:
-                raise JobConfigError(f"the dataset has no {field!r} column (columns: {', '.join(batch)}); "
-                                     f"pass {option}= with the one to use")
-        if taken := [name for name in OUTPUT_COLUMNS if name in batch]:
-            raise JobConfigError(f"the dataset has columns named as the Extractor's output ({', '.join(taken)}): "
-                                 "rename them first (Dataset.rename_columns)")
-        columns = {name: values.tolist() for name, values in batch.items()}  # numpy scalars → Python values
-        records = []
-        for i in range(len(columns[self.id_field])):
-            row = {name: values[i] for name, values in columns.items()}
-            where = row.get(self.input_field) or f"{self.id_field} {row[self.id_field]}"
-            records.append(input_record(row, str(where), self.text_field, self.id_field))
-        lines: list[tuple[Result | None, dict[str, Any]]] = [(None, {})] * len(records)
+        records = batch_records(batch, self.text_field, self.id_field, self.input_field)
+        lines: list[dict[str, Any]] = [{}] * len(records)
+        stop_reasons: list[str | None] = [None] * len(records)  # None: the record never ran
         for i, result, line in record_lines(self.lm, self.spec, records, self.options, self.unenforced):
-            lines[i] = result, line
-        return dict(batch) | _columns(lines)
+            lines[i], stop_reasons[i] = line, result.stop_reason if result else None
+        return dict(batch) | line_columns(lines, stop_reasons)
+
+
+def check_keywords(owner: str, keywords: dict[str, Any], names: list[str]) -> None:
+    """`JobConfigError` for the first of ``keywords`` that ``owner`` (a class's name) does not take, naming the
+    nearest of ``names``. Changes nothing."""
+    for name in keywords:
+        if name not in names:
+            near = difflib.get_close_matches(name, names, n=1)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            raise JobConfigError(f"{owner} takes no keyword {name!r}: {hint}its keywords are {', '.join(names)}")
+
+
+def batch_records(batch: dict[str, Any], text_field: str, id_field: str, input_field: str) -> list[InputRecord]:
+    """The input records of one ``map_batches`` batch (columns, Ray's ``"numpy"`` format), in its rows' order; a
+    row's ``input_field`` (if present) says where it came from. `JobConfigError` for a batch without
+    ``id_field`` or ``text_field`` or with a column named as an output column."""
+    for field, option in ((id_field, "id_field"), (text_field, "text_field")):
+        if field not in batch:
+            raise JobConfigError(f"the dataset has no {field!r} column (columns: {', '.join(batch)}); "
+                                 f"pass {option}= with the one to use")
+    if taken := [name for name in OUTPUT_COLUMNS if name in batch]:
+        raise JobConfigError(f"the dataset has columns named as the Extractor's output ({', '.join(taken)}): "
+                             "rename them first (Dataset.rename_columns)")
+    columns = {name: values.tolist() for name, values in batch.items()}  # numpy scalars → Python values
+    records = []
+    for i in range(len(columns[id_field])):
+        row = {name: values[i] for name, values in columns.items()}
+        where = row.get(input_field) or f"{id_field} {row[id_field]}"
+        records.append(input_record(row, str(where), text_field, id_field))
+    return records
 
 
 def _generate_names() -> list[str]:
@@ -151,7 +164,7 @@ def _generate_names() -> list[str]:
     return [f.name for cls in (structspec.GenerateOptions, structspec.CompileOptions) for f in fields(cls)]
 
 
-def _job_options(spec: Any, template: str | None, batch_size: int | None, generate: dict[str, Any]) -> JobOptions:
+def job_options(spec: Any, template: str | None, batch_size: int | None, generate: dict[str, Any]) -> JobOptions:
     """The `JobOptions` of an Extractor's keywords; `JobConfigError` for a spec that cannot be used (checked as
     `structspec.compile` checks it, without a tokenizer), a template without ``{document}``, a batch size below 1
     or a bad option. Loads nothing."""
@@ -177,15 +190,17 @@ def _job_options(spec: Any, template: str | None, batch_size: int | None, genera
     return JobOptions(default_template(spec) if template is None else template, generate, batch_size)
 
 
-def _columns(lines: list[tuple[Result | None, dict[str, Any]]]) -> dict[str, list[Any]]:
-    """The output columns of records' results and lines (see the module's docstring)."""
-    return {
-        "value": [line.get("value") for _, line in lines],
-        "stop_reason": [result.stop_reason if result else None for result, _ in lines],
-        "error_kind": [line["error"]["kind"] if "error" in line else None for _, line in lines],
-        "error_message": [line["error"]["message"] if "error" in line else None for _, line in lines],
-        "stats": [line.get("stats") for _, line in lines],
-        "line": [json.dumps(line, ensure_ascii=False) for _, line in lines],
+def line_columns(lines: list[dict[str, Any]], stop_reasons: list[str | None] | None = None) -> dict[str, list[Any]]:
+    """The output columns of records' lines (see the module's docstring); ``stop_reason`` where ``stop_reasons``
+    (one per line, None for a record that never ran) are given."""
+    columns: dict[str, list[Any]] = {"value": [line.get("value") for line in lines]}
+    if stop_reasons is not None:
+        columns["stop_reason"] = stop_reasons
+    return columns | {
+        "error_kind": [line["error"]["kind"] if "error" in line else None for line in lines],
+        "error_message": [line["error"]["message"] if "error" in line else None for line in lines],
+        "stats": [line.get("stats") for line in lines],
+        "line": [json.dumps(line, ensure_ascii=False) for line in lines],
     }
 
 
@@ -204,29 +219,51 @@ def run_job(
     dtype: str | None = None,
 ) -> JobSummary:
     """`structspec.jobs.runner.run_job` on the connected Ray cluster (see `connect`): ``actors`` Extractors,
-    each with ``num_cpus`` CPUs and ``num_gpus`` GPUs, decode the records not already in ``output``.
+    each with ``num_cpus`` CPUs and ``num_gpus`` GPUs, decode the records not already in ``output``
+    (`run_actors`)."""
+    rows_per_pass = options.batch_size
+    if rows_per_pass is None:  # an actor with a GPU decodes on it (device "auto"): the GPU's default
+        rows_per_pass = DEFAULT_BATCH_SIZE["cuda" if num_gpus else "cpu"]
+    kwargs = Extractor.constructor_kwargs(model, spec, template=options.template, batch_size=rows_per_pass,
+                                          device=device, dtype=dtype, **options.generate)
+    manifest = job_manifest(model, spec, options.template, options.generate)
+    return run_actors(Extractor, kwargs, manifest, records, output, options.max_new_tokens,
+                      rows_per_pass * BATCHES_PER_CALL, on_record, retry_errors, actors, num_cpus, num_gpus)
+
+
+def run_actors(
+    extractor: type,
+    kwargs: dict[str, Any],
+    manifest: dict[str, Any],
+    records: list[InputRecord],
+    output: str | Path,
+    max_new_tokens: int,
+    rows_per_call: int,
+    on_record: Callable[[JobSummary], None] = lambda summary: None,
+    retry_errors: bool = False,
+    actors: int = 1,
+    num_cpus: float = 1,
+    num_gpus: float = 0,
+) -> JobSummary:
+    """A job on the connected Ray cluster, whatever decodes it: claim ``output`` for ``manifest``
+    (`structspec.jobs.output.job_output`), and have ``actors`` instances of ``extractor`` (a ``map_batches``
+    class built with ``kwargs``, whose output rows carry a ``line`` column), each with ``num_cpus`` CPUs and
+    ``num_gpus`` GPUs, decode the records it has no line for yet, ``rows_per_call`` per actor call.
 
     Appends each record's line as its batch comes back, so the output, its manifest, lock and resume are the
-    same as a local job's (`structspec.jobs.output.job_output`). Records that could not be read are written last,
-    by this process, so that a spec, option or model the actors cannot use stops the job (`JobConfigError`)
+    same as a local job's. Records that could not be read are written last, by this process (``max_new_tokens``
+    for their lines), so that a spec, option or model the actors cannot use stops the job (`JobConfigError`)
     before any line is written.
     """
     import ray.data  # imported once connected (see the module's docstring)
 
-    rows_per_pass = options.batch_size
-    if rows_per_pass is None:  # an actor with a GPU decodes on it (device "auto"): the GPU's default
-        rows_per_pass = DEFAULT_BATCH_SIZE["cuda" if num_gpus else "cpu"]
-    manifest = job_manifest(model, spec, options.template, options.generate)
     with job_output(output, manifest, records, retry_errors, on_record) as (summary, todo, write):
         readable = [record for record in todo if not record.error]
         if readable:
             dataset = ray.data.from_items([{"id": r.id, "input": r.where, "text": r.text} for r in readable])
-            kwargs = Extractor.constructor_kwargs(model, spec, template=options.template, batch_size=rows_per_pass,
-                                                  device=device, dtype=dtype, **options.generate)
-            decoded = dataset.map_batches(
-                Extractor, fn_constructor_kwargs=kwargs,
-                batch_size=rows_per_pass * BATCHES_PER_CALL, compute=ray.data.ActorPoolStrategy(size=actors),
-                num_cpus=num_cpus, num_gpus=num_gpus)
+            decoded = dataset.map_batches(extractor, fn_constructor_kwargs=kwargs, batch_size=rows_per_call,
+                                          compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=num_cpus,
+                                          num_gpus=num_gpus)
             try:
                 for batch in decoded.iter_batches(batch_size=None, batch_format="numpy"):
                     for line in batch["line"]:
@@ -238,7 +275,7 @@ def run_job(
                 raise JobConfigError(f"the actors could not start: {str(e).strip().splitlines()[-1]}") from None
         for record in todo:
             if record.error:
-                write(output_line(record, None, options.max_new_tokens))
+                write(output_line(record, None, max_new_tokens))
     return summary
 
 

@@ -64,9 +64,7 @@ def check_vllm_options(args: argparse.Namespace) -> None:
     if importlib.util.find_spec("vllm") is None:
         raise JobConfigError(f"--engine vllm needs vLLM, which is not installed here: {VLLM_INSTALL}; or use "
                              "--engine structspec")
-    refused = [(args.ray is not None, "--ray", "vLLM jobs run on this machine only for now; drop --ray, or use "
-                                               "--engine structspec on Ray"),
-               (args.draft_model is not None, "--draft-model", "drop it: vLLM decodes without a draft model here"),
+    refused = [(args.draft_model is not None, "--draft-model", "drop it: vLLM decodes without a draft model here"),
                (not args.strict, "--no-strict", "the structspec backend in vLLM enforces every keyword; drop the "
                                                 "keyword from the schema, or use --engine structspec")]
     for bad, option, fix in refused:
@@ -123,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
                  f"{s.no_pass_tokens / max(s.output_tokens, 1):.0%} tokens without a pass")
         progress.update(task, completed=s.skipped + s.written, rates=rates)
 
-    if args.engine == "vllm":
+    if args.engine == "vllm" and args.ray is None:
         from structspec.jobs import vllm as vllm_jobs  # imports vLLM (its absence said by check_vllm_options)
 
         options = JobOptions(template, generate, args.batch_size, cli_words=True)
@@ -147,20 +145,30 @@ def run(args: argparse.Namespace) -> int:
             options = JobOptions(template, generate, args.batch_size, cli_words=True)
             summary = run_job(lm, spec, records, args.output, options, show, retry_errors=args.retry_errors)
     else:
-        try:
-            from structspec.jobs import ray as ray_jobs  # an optional extra: imported only when asked for
+        try:  # optional extras: imported only when asked for
+            from structspec.jobs import ray as ray_jobs
+            if args.engine == "vllm":
+                from structspec.jobs import vllm as vllm_jobs, vllm_ray  # (import vLLM)
         except ImportError as e:
             raise JobConfigError(str(e)) from None
-        actors, num_cpus = args.actors or 1, args.num_cpus or 1
+        actors, num_cpus, num_gpus = args.actors or 1, args.num_cpus or 1, args.num_gpus or 0
         # each actor loads the model itself: the names travel, a local directory as an absolute path
-        draft = args.draft_model or args.draft
-        draft = str(Path(draft).resolve()) if Path(draft).exists() else draft
-        options = JobOptions(template, generate | {"draft": draft}, args.batch_size, cli_words=True)
+        if args.engine == "vllm":
+            options = JobOptions(template, generate, args.batch_size, cli_words=True)
+            vllm_jobs.sampling_params(spec, options)  # its refusals before Ray starts
+        else:
+            draft = args.draft_model or args.draft
+            draft = str(Path(draft).resolve()) if Path(draft).exists() else draft
+            options = JobOptions(template, generate | {"draft": draft}, args.batch_size, cli_words=True)
         with ray_jobs.connect(args.ray, local_cpus=math.ceil(actors * num_cpus)) as where:
             if not args.quiet:
                 err.print(f"running on {where}", highlight=False, soft_wrap=True)
             with progress:
-                summary = ray_jobs.run_job(model, spec, records, args.output, options, show, args.retry_errors, actors,
-                                           num_cpus, args.num_gpus or 0, args.device, args.dtype)
+                if args.engine == "vllm":
+                    summary = vllm_ray.run_job(model, spec, records, args.output, options, show, args.retry_errors,
+                                               actors, num_cpus, num_gpus, args.dtype, {"enforce_eager": True})
+                else:
+                    summary = ray_jobs.run_job(model, spec, records, args.output, options, show, args.retry_errors,
+                                               actors, num_cpus, num_gpus, args.device, args.dtype)
     err.print(summary.describe() + f" → {args.output}", highlight=False, soft_wrap=True)
     return EXIT_OK

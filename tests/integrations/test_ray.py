@@ -28,25 +28,31 @@ from structspec.tools.command import EXIT_CONFIG, EXIT_OK  # noqa: E402
 
 N_RECORDS = 40  # five actor calls of 8 rows: a kill after the first lines lands mid-job
 KILL_AFTER = 3  # lines written when the driver kills itself
-# `structspec extract` (argv after the script), whose driver kill -9s itself once KILL_AFTER lines are written:
-# the kill lands mid-job whatever the timing.
-KILLED_AFTER_LINES = f"""
+
+
+def killed_after_lines(jobs_module: str, lines: int) -> str:
+    """A script running `structspec extract` (argv after the script) whose driver kill -9s itself once ``lines``
+    lines are written, through ``jobs_module``'s ``run_job`` (its ``on_record``): the kill lands mid-job whatever
+    the timing."""
+    return f"""
 import inspect, os, signal, sys
-from structspec.jobs import ray as ray_jobs
+from structspec.jobs import {jobs_module} as jobs
 from structspec.tools.cli import main
-run_job = ray_jobs.run_job
+run_job = jobs.run_job
 def killing_run_job(*args, **kwargs):
     bound = inspect.signature(run_job).bind(*args, **kwargs)
     show = bound.arguments.get("on_record", lambda summary: None)
     def on_record(summary):
         show(summary)
-        if summary.written == {KILL_AFTER}:
+        if summary.written == {lines}:
             os.kill(os.getpid(), signal.SIGKILL)
     bound.arguments["on_record"] = on_record
     return run_job(*bound.args, **bound.kwargs)
-ray_jobs.run_job = killing_run_job
+jobs.run_job = killing_run_job
 sys.exit(main(sys.argv[1:]))
 """
+
+
 OPTIONS = {"max_new_tokens": 24, "batch_size": 2}
 
 
@@ -185,8 +191,8 @@ def test_a_ray_job_killed_and_rerun_writes_each_record_once_as_the_local_job_doe
     arguments = _arguments(job, output) + ["--ray", "local", "--actors", "2"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}  # as a user's shell has them
     env |= {"STRUCTSPEC_CACHE": str(job["root"] / "cache"), "OMP_NUM_THREADS": "1"}
-    killed = subprocess.run([sys.executable, "-c", KILLED_AFTER_LINES, *arguments], env=env, capture_output=True,
-                            text=True, timeout=240)
+    killed = subprocess.run([sys.executable, "-c", killed_after_lines("ray", KILL_AFTER), *arguments], env=env,
+                            capture_output=True, text=True, timeout=240)
     assert killed.returncode == -signal.SIGKILL, killed.stderr  # no cleanup of the driver's own ran
     before = output.read_text()
     assert before.count("\n") == KILL_AFTER, killed.stderr  # killed mid-job, after the first batch came back

@@ -72,7 +72,6 @@ def test_engine_vllm_without_vllm_exits_2_naming_the_install(job: list[str], tmp
 
 
 @pytest.mark.parametrize("option, fix", [
-    (["--ray", "local"], "--engine vllm does not take --ray"),
     (["--draft-model", "smollm2-135m"], "--engine vllm does not take --draft-model"),
     (["--no-strict"], "--engine vllm does not take --no-strict"),
 ])
@@ -81,6 +80,11 @@ def test_engine_vllm_refuses_options_it_cannot_honour(job: list[str], option: li
     _vllm_installed(monkeypatch, True)
     with pytest.raises(JobConfigError, match=fix):
         extract.check_vllm_options(parser("extract").parse_args([*job, "--engine", "vllm", *option]))
+
+
+def test_engine_vllm_takes_ray(job: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    _vllm_installed(monkeypatch, True)  # (tests/integrations/test_vllm_ray.py runs such a job)
+    extract.check_vllm_options(parser("extract").parse_args([*job, "--engine", "vllm", "--ray", "local"]))
 
 
 def test_run_lines_writes_what_the_engine_yields_and_resumes(tmp_path: Path) -> None:
