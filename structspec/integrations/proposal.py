@@ -2,8 +2,9 @@
 the draft it proposed last, so the splits the model preferred are learned as in structspec's own loop.
 
 An engine verifies the draft itself and reports only what it sampled; `RequestDraft.advance` reads the
-verdict from that (the first token that differs from the draft) and hands it to `Cursor.learn`, the rule the
-own loop's row applies to its verified candidates. vLLM's proposer (`structspec.integrations.vllm_proposer`)
+verdict from that (the first token that differs from the draft) and hands it to `Cursor.learn` and to the
+request's `DraftLength`, the rules the own loop's row applies to its verified candidates: forced text, and only
+as many prompt-lookup tokens as pay on the engine's pass-cost curve (`structspec.decoding.cost`). vLLM's proposer (`structspec.integrations.vllm_proposer`)
 keeps one per running request; this module imports no engine, so tests drive it without one.
 """
 
@@ -11,15 +12,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from structspec.decoding import Candidate, Cursor, PromptLookup
+from structspec.decoding import FORCED, Candidate, Cursor, DraftLength, PromptLookup
 
 
 @dataclass(eq=False)
 class RequestDraft:
     """An engine's request as a proposer sees it: its `Cursor` over the output so far (None: no structspec
-    grammar, or its output left the FSM) and its last draft, drafted after ``drafted_at`` output tokens."""
+    grammar, or its output left the FSM), how long its drafts pay (``lengths``: by the engine's pass cost; None:
+    as long as the drafter makes them) and its last draft, drafted after ``drafted_at`` output tokens."""
 
     cursor: Cursor | None
+    lengths: DraftLength | None = None
     draft: Candidate = field(default_factory=Candidate)
     drafted_at: int = -1
 
@@ -30,10 +33,14 @@ class RequestDraft:
         cursor = self.cursor
         if cursor is None:
             return
-        if self.draft.tokens and len(output) - len(sampled) == self.drafted_at:  # the step verified that draft
-            kept = next((i for i, (a, b) in enumerate(zip(sampled, self.draft.tokens)) if a != b), None)
+        draft = self.draft
+        if draft.tokens and len(output) - len(sampled) == self.drafted_at:  # the step verified that draft
+            kept = next((i for i, (a, b) in enumerate(zip(sampled, draft.tokens)) if a != b), None)
             if kept is not None:
-                cursor.learn(self.draft, list(range(kept)), sampled[kept])
+                cursor.learn(draft, list(range(kept)), sampled[kept])
+            if self.lengths is not None:
+                drafted = [s != FORCED for s in draft.sources]
+                self.lengths.record(sum(drafted), sum(drafted[: len(draft.tokens) if kept is None else kept]))
         if len(output) < cursor.accepted:  # (vLLM never shortens an output; a reset keeps the state exact)
             cursor.reset()
         if not cursor.accept(output[cursor.accepted :]):
@@ -48,5 +55,6 @@ class RequestDraft:
         if self.cursor is None:
             guess = lookup.guess(context, room) if lookup else []
             return Candidate(tokens=guess, sources=[lookup.name] * len(guess) if lookup else [])  # (no states)
-        self.draft, self.drafted_at = self.cursor.draft(lookup, context, room), len(output)
+        drafted = self.lengths.choose(1, room) if self.lengths is not None else room  # (1: the sampled token)
+        self.draft, self.drafted_at = self.cursor.draft(lookup, context, room, drafted), len(output)
         return self.draft

@@ -9,11 +9,12 @@ structspec backend, `GrammarProposer` drafts what structspec's own loop drafts, 
    ``":``, an enum's tail) in its canonical spelling (`structspec.decoding.Forcer.spelled`), with the splits
    the model preferred learned per request (`Cursor.learn`);
 2. wherever no text is forced, the core's prompt lookup (`structspec.decoding.PromptLookup`: what followed
-   the earliest earlier occurrence of the output's last tokens that the FSM allows), forced text spliced in
+   the earliest earlier occurrence of the output's last tokens that the FSM allows), as many tokens as pay on
+   the engine's pass cost (`structspec.decoding.DraftLength`: all of them on a GPU), forced text spliced in
    again wherever the FSM forces some.
 
-Requests without a structspec grammar get the prompt-lookup draft alone (`PromptLookup.guess`). vLLM verifies every draft in one
-target pass under the grammar's masks, so the output is the one vLLM gives without the proposer: drafts only
+Requests without a structspec grammar get the prompt-lookup draft alone (`PromptLookup.guess`). vLLM verifies
+every draft in one target pass under the grammar's masks, so the output is the one vLLM gives without the proposer: drafts only
 save passes (greedy outputs are token-identical up to the numerics of a wider pass).
 
 What it relies on in vLLM's internals (0.32): ``propose`` gets the rows' sampled tokens and token buffers, not
@@ -21,8 +22,8 @@ their request ids, so importing this module wraps ``GPUModelRunner.propose_draft
 inherits it) to hand the proposer its runner; the proposer reads ``runner.input_batch.req_ids`` and each
 request's ``runner.requests[id]`` (``output_token_ids``, ``sampling_params.structured_outputs``). The engine
 core's grammar objects live in another process in vLLM's multi-process mode, so the proposer keeps its own
-`Cursor` per request, over the FSM compiled from the same spec (`structspec.integrations.vllm.request_fsm`, cached per
-process) and advanced over the request's output tokens each step. vLLM's V2 model runner
+`Cursor` per request (`structspec.integrations.proposal.RequestDraft`), over the FSM compiled from the same spec
+(`structspec.integrations.vllm.request_fsm`, cached per process) and advanced over the request's output tokens each step. vLLM's V2 model runner
 (``VLLM_USE_V2_MODEL_RUNNER=1``) never calls the wrapped method: the proposer refuses to run there.
 """
 
@@ -35,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from structspec.checks import as_int
-from structspec.decoding import FORCED, Cursor, Forcer, PromptLookup
+from structspec.decoding import CPU_COST, FLAT_COST, FORCED, Cursor, DraftLength, Forcer, PromptLookup
 from structspec.errors import OptionError, StructspecError
 from structspec.integrations.proposal import RequestDraft
 from structspec.integrations.vllm import NAME, request_fsm, whitespace_of
@@ -70,7 +71,7 @@ class ProposerStats:
 
 
 class GrammarProposer:
-    """vLLM's ``custom_class`` proposer: each row's draft is its grammar's forced text, then prompt lookup the
+    """vLLM's ``custom_class`` proposer: each row's draft is its grammar's forced text and prompt lookup the
     grammar accepts (see the module docstring). Built by vLLM's model runner with the engine's ``VllmConfig``;
     keeps a `Cursor` per running request (its state changes each ``propose``)."""
 
@@ -95,6 +96,10 @@ class GrammarProposer:
         self._whitespace = whitespace_of(structured)
         self._requests: dict[str, RequestDraft] = {}
         self._lookup = PromptLookup() if self.prompt_lookup else None  # (its state lasts one draft: shared)
+        # the pass cost drafts are sized by, as in structspec's own loop: a GPU's pass costs the same for a few
+        # tokens more (flat: lookup as long as it goes), a CPU's more per fed token (its prior, CPU_COST)
+        device = getattr(getattr(vllm_config, "device_config", None), "device_type", "cuda")
+        self._cost = CPU_COST if device == "cpu" else FLAT_COST
 
     def load_model(self, model: Any) -> None:
         """vLLM's model runner hands every drafter the target model; this one runs none. Changes nothing."""
@@ -156,7 +161,7 @@ class GrammarProposer:
                               sampling_params.all_stop_token_ids)
         except StructspecError:
             return RequestDraft(None)
-        return RequestDraft(Cursor(fsm, Forcer(fsm, self._tokenizer)))
+        return RequestDraft(Cursor(fsm, Forcer(fsm, self._tokenizer)), DraftLength(self._cost))
 
 
 class ForcedProposer(GrammarProposer):
