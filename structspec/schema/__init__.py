@@ -7,11 +7,13 @@ structural specs, the grammar catalogue), are listed one line each in docs/archi
 """
 
 from structspec.schema.agents import agent_constraint, constraint_fsm, is_agent_spec
+from structspec.schema.checker import STRICT_FIX
 from structspec.schema.constraint import COMPACT, Constraint, Regex
 from structspec.schema.spec import constraint_of, to_regex
+from structspec.schema.stops import avoiding
 from structspec.schema.validation import validator
 
 __all__ = [
-    "COMPACT", "Constraint", "Regex", "agent_constraint", "constraint_fsm", "constraint_of", "is_agent_spec",
-    "to_regex", "validator",
+    "COMPACT", "STRICT_FIX", "Constraint", "Regex", "agent_constraint", "avoiding", "constraint_fsm", "constraint_of",
+    "is_agent_spec", "to_regex", "validator",
 ]

@@ -68,7 +68,9 @@ def tool_of(tool: Any, where: int) -> Tool:
         return Tool(name, function.get("description", ""), parameters, parameters)
     if isinstance(tool, type) and issubclass(tool, pydantic.BaseModel):
         schema = tool.model_json_schema()
-        return Tool(tool.__name__, inspect.getdoc(tool) or "", schema, tool)
+        # the class's own docstring: `inspect.getdoc` would show BaseModel's (a page on Pydantic) for a model
+        # that has none
+        return Tool(tool.__name__, inspect.cleandoc(vars(tool).get("__doc__") or ""), schema, tool)
     if inspect.isfunction(tool) or inspect.ismethod(tool):
         model, schema = arguments_model(tool)
         return Tool(tool.__name__, inspect.getdoc(tool) or "", schema, model)

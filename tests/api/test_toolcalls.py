@@ -408,3 +408,13 @@ def test_qwen_writes_an_auto_turn_as_a_bare_call(qwen_coder) -> None:
                                             conversation["messages"], max_new_tokens=80)
     assert before.value.calls == [] and before.value.unmarked_calls == result.value.calls
     assert before.stats.forced_tokens == 0
+
+
+def test_a_model_tool_without_a_docstring_has_no_description() -> None:
+    """`inspect.getdoc` reads BaseModel's docstring (a page on Pydantic) into a model that has none."""
+
+    class Undocumented(BaseModel):
+        city: str
+
+    tools = ToolCalls([Undocumented, GetWeather]).chat_tools()
+    assert [t["function"]["description"] for t in tools] == ["", "The weather in a city now."]

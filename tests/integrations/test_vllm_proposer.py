@@ -240,5 +240,5 @@ def test_each_row_drafts_from_its_own_request(llm: LLM) -> None:
 
 def test_propose_without_the_model_runner_names_the_fix(llm: LLM) -> None:
     own = GrammarProposer(llm.llm_engine.vllm_config)
-    with pytest.raises(StructspecError, match="unset VLLM_USE_V2_MODEL_RUNNER"):
+    with pytest.raises(StructspecError, match="set VLLM_USE_V2_MODEL_RUNNER=0"):
         own.propose([[1]], np.array([1]), np.zeros((1, 8), dtype=np.int32))
