@@ -4,8 +4,9 @@ the draft it proposed last, so the splits the model preferred are learned as in 
 An engine verifies the draft itself and reports only what it sampled; `RequestDraft.advance` reads the
 verdict from that (the first token that differs from the draft) and hands it to `Cursor.learn` and to the
 request's `DraftLength`, the rules the own loop's row applies to its verified candidates: forced text, and only
-as many prompt-lookup tokens as pay on the engine's pass-cost curve (`structspec.decoding.cost`). vLLM's proposer (`structspec.integrations.vllm_proposer`)
-keeps one per running request; this module imports no engine, so tests drive it without one.
+as many prompt-lookup tokens as pay on the engine's pass-cost curve (`structspec.decoding.cost`). vLLM's
+proposer (`structspec.integrations.vllm_proposer`) keeps one per running request; this module imports no
+engine, so tests drive it without one.
 """
 
 from __future__ import annotations

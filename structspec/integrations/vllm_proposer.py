@@ -14,16 +14,16 @@ structspec backend, `GrammarProposer` drafts what structspec's own loop drafts, 
    again wherever the FSM forces some.
 
 Requests without a structspec grammar get the prompt-lookup draft alone (`PromptLookup.guess`). vLLM verifies
-every draft in one target pass under the grammar's masks, so the output is the one vLLM gives without the proposer: drafts only
-save passes (greedy outputs are token-identical up to the numerics of a wider pass).
+every draft in one target pass under the grammar's masks, so the output is the one vLLM gives without the
+proposer: drafts only save passes (greedy outputs are token-identical up to the numerics of a wider pass).
 
 What it relies on in vLLM's internals (0.32): ``propose`` gets the rows' sampled tokens and token buffers, not
 their request ids, so building the proposer wraps ``GPUModelRunner.propose_draft_token_ids`` (the CPU runner
 inherits it: `structspec.integrations.vllm_hooks.hand_runner_to`) to hand the proposer its runner; the proposer
 reads ``runner.input_batch.req_ids`` and each request's ``runner.requests[id]`` (``output_token_ids``,
 ``sampling_params.structured_outputs``). The engine core's grammar objects live in another process in vLLM's
-multi-process mode, so the proposer keeps its own `Cursor` per request (`structspec.integrations.proposal.RequestDraft`),
-over the FSM compiled from the same spec (`structspec.integrations.vllm.request_fsm`, cached per process) and
+multi-process mode, so the proposer keeps its own `Cursor` per request
+(`structspec.integrations.proposal.RequestDraft`), over the FSM compiled from the same spec (`structspec.integrations.vllm.request_fsm`, cached per process) and
 advanced over the request's output tokens each step. vLLM's V2 model runner
 (``VLLM_USE_V2_MODEL_RUNNER=1``) never calls the wrapped method: the proposer refuses to run there (`V2_REFUSED`).
 """
