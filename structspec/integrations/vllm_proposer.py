@@ -23,9 +23,9 @@ inherits it: `structspec.integrations.vllm_hooks.hand_runner_to`) to hand the pr
 reads ``runner.input_batch.req_ids`` and each request's ``runner.requests[id]`` (``output_token_ids``,
 ``sampling_params.structured_outputs``). The engine core's grammar objects live in another process in vLLM's
 multi-process mode, so the proposer keeps its own `Cursor` per request
-(`structspec.integrations.proposal.RequestDraft`), over the FSM compiled from the same spec (`structspec.integrations.vllm.request_fsm`, cached per process) and
-advanced over the request's output tokens each step. vLLM's V2 model runner
-(``VLLM_USE_V2_MODEL_RUNNER=1``) never calls the wrapped method: the proposer refuses to run there (`V2_REFUSED`).
+(`structspec.integrations.proposal.RequestDraft`), over the FSM compiled from the same spec
+(`structspec.integrations.vllm.request_fsm`, cached per process) and advanced over the request's output tokens
+each step. vLLM's V2 model runner (``VLLM_USE_V2_MODEL_RUNNER=1``) never calls the wrapped method: the proposer refuses to run there (`V2_REFUSED`).
 """
 
 from __future__ import annotations
