@@ -25,7 +25,8 @@ reads ``runner.input_batch.req_ids`` and each request's ``runner.requests[id]`` 
 multi-process mode, so the proposer keeps its own `Cursor` per request
 (`structspec.integrations.proposal.RequestDraft`), over the FSM compiled from the same spec
 (`structspec.integrations.vllm.request_fsm`, cached per process) and advanced over the request's output tokens
-each step. vLLM's V2 model runner (``VLLM_USE_V2_MODEL_RUNNER=1``) never calls the wrapped method: the proposer refuses to run there (`V2_REFUSED`).
+each step. vLLM's V2 model runner (``VLLM_USE_V2_MODEL_RUNNER=1``) never calls the wrapped method: the proposer
+refuses to run there (`V2_REFUSED`).
 """
 
 from __future__ import annotations
