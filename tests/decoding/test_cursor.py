@@ -10,7 +10,7 @@ import torch
 
 import structspec
 from structspec.automaton import TokenFSM
-from structspec.decoding import ENDED, FORCED, Cursor, Forcer, PromptLookup
+from structspec.decoding import CPU_COST, ENDED, FORCED, Cursor, DraftLength, Forcer, PromptLookup
 from structspec.decoding.cost import FLAT_COST
 from structspec.decoding.row import Decoded, DecodeOptions, RowDecode, RowInput
 from structspec.errors import OptionError
@@ -123,3 +123,17 @@ def test_a_cursor_rolls_back_by_indexing_and_ends_at_eos() -> None:
         cursor.rollback(len(ids) + 2)
     cursor.reset()
     assert cursor.states == [fsm.initial_state]
+
+
+def test_a_proposer_drafts_only_the_lookup_that_pays_on_its_pass_cost() -> None:
+    lm = FakeLM()
+    fsm = structspec.compile(SCHEMA, lm).fsm
+    prompt, sequence = lm.encode_prompt(PROMPT), lm.tokenizer.encode(OUTPUT, add_special_tokens=False)
+    at = sequence.index(lm.vocab.ids_by_bytes[b'":"']) + 1  # inside the name's value: lookup copies "Ada ..."
+    free = RequestDraft(Cursor(fsm, Forcer(fsm, lm.tokenizer)))
+    assert free.propose(sequence[:at], sequence[:at], prompt + sequence[:at], 8, PromptLookup()).sources[0] != FORCED
+    rejected = DraftLength(CPU_COST)
+    for _ in range(20):  # every drafted token so far was rejected: on a CPU a fed token costs 0.1 of a pass
+        rejected.record(4, 0)
+    costly = RequestDraft(Cursor(fsm, Forcer(fsm, lm.tokenizer)), rejected)
+    assert costly.propose(sequence[:at], sequence[:at], prompt + sequence[:at], 8, PromptLookup()).tokens == []
