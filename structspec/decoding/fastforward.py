@@ -7,8 +7,10 @@ sampled — through two levers:
 * while the token FSM allows exactly one token, append it without a model call
   (`Forcer.force`);
 * the forced *text* — the longest byte string every continuation of the state
-  starts with — is spelled canonically (`Forcer.spelled`) and spliced into the
-  candidate the target verifies in its next pass anyway. Where the target
+  starts with, and where it stops only because JSON whitespace may come next,
+  the one other byte allowed there (a key's ``"`` and its ``:``, which models
+  write as one token ``":``) — is spelled canonically (`Forcer.spelled`) and
+  spliced into the candidate the target verifies in its next pass anyway. Where the target
   agrees, those tokens cost nothing; where it prefers another spelling (SmolLM2
   writes ``":`` + ``"`` rather than ``":"``) its own token wins and the forcer
   learns that split for the rest of the output (`Forcer.learn`).
@@ -33,6 +35,7 @@ FastForward = Literal["off", "exact"]
 # Forced runs longer than this are cut (keeps one pass's input bounded).
 _MAX_FORCED_BYTES = 512
 _RESPELL_BYTES = 16  # the longest first token `Forcer.respellings` tries
+_WHITESPACE = frozenset(b" \t\n\r")
 
 
 @dataclass
@@ -92,14 +95,21 @@ class Forcer:
         return self._forced_bytes[start]
 
     def spelled(self, state: int) -> tuple[list[int], list[int]]:
-        """The forced text from ``state`` in its canonical spelling, and the states after each token.
+        """The forced text from ``state`` and, where it stops only because JSON whitespace may come next, the one
+        other byte allowed there (``"name"`` + ``:`` under a layout that allows whitespace before the colon), in
+        the canonical spelling with the learned splits; the states after each token.
 
         Nothing is held back: these tokens are drafts the target verifies, so a
-        boundary where the model would rather merge costs no correctness.
-        Fills the forcer's cache; changes nothing else.
+        boundary where the model would rather merge, or whitespace it writes,
+        costs no correctness. Fills the forcer's cache; changes nothing else.
         """
         if state not in self._spelled:
-            self._spelled[state] = self.spell_text(state, self.forced_bytes(state)[0])
+            text, end = self.forced_bytes(state)
+            allowed = self.fsm.next_bytes(end) if not self.fsm.is_final(end) else []
+            other = [b for b in allowed if b not in _WHITESPACE]
+            if len(other) == 1 and len(other) < len(allowed):
+                text += bytes(other)
+            self._spelled[state] = self.spell_text(state, text)
         return self._spelled[state]
 
     def closing(self, state: int) -> tuple[list[int], list[int]]:
@@ -175,7 +185,10 @@ class Forcer:
         return out
 
     def _encode(self, text: bytes) -> list[int] | None:
-        """Canonical token ids of ``text`` if they spell exactly ``text``, else None."""
+        """Canonical token ids of ``text`` if they spell exactly ``text``, else None (always without a
+        tokenizer: forced tokens and bytes need none, spelling does)."""
+        if self.tokenizer is None:
+            return None
         try:
             s = text.decode("utf-8")
         except UnicodeDecodeError:

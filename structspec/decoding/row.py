@@ -14,9 +14,10 @@ its KV cache and the masks, and run a turn in two calls:
    runs one target pass over it (`structspec.decoding.passes.run_pass`) and
    hands the masked logits to `commit`: verify (greedy match or speculative
    sampling, `structspec.decoding.verify`), keep the accepted path and the
-   target's own token, record the pass in the stats. FSM states are kept per
-   output position, so rollback is indexing; `commit` says which window tokens
-   stay in the cache and the driver drops the rest.
+   target's own token, record the pass in the stats. The output's FSM states,
+   its forced text and learned splits are its `structspec.decoding.cursor.Cursor`
+   (the one every adapter drives too), so rollback is indexing; `commit` says
+   which window tokens stay in the cache and the driver drops the rest.
 
 A window cut short of its pending tokens is a chunk of them, fed with no logits
 and nothing to verify. Pending tokens are output already and greedy output
@@ -48,6 +49,7 @@ from structspec.automaton.fsm import TokenFSM
 from structspec.decoding.cost import DraftLength, PassCost
 from structspec.decoding.candidate import FORCED, MODEL, Candidate, DraftRequest
 from structspec.decoding.chain import Chain
+from structspec.decoding.cursor import Cursor
 from structspec.decoding.drafter import Drafter, Observing, TreeDrafting, Turn
 from structspec.decoding.fastforward import FastForward, Forcer
 from structspec.decoding.repetition import Repetition, path_tails, repetition_logits
@@ -127,7 +129,7 @@ class RowDecode:
 
     item: RowInput  # the FSM, prompt, drafter and generator
     options: DecodeOptions
-    forcer: Forcer | None
+    cursor: Cursor  # the output's FSM states, forced text and learned splits
     stats: Stats
     max_context: int | None = None  # the model's positions; None: unbounded
     lengths: DraftLength | None = None  # how long a draft pays (with a drafter)
@@ -135,7 +137,6 @@ class RowDecode:
     cached: int = 0
     pending: list[int] = field(default_factory=list)
     out: list[int] = field(default_factory=list)
-    states: list[int] = field(default_factory=list)  # states[i]: the FSM state after out[i]
     sources: list[str] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)  # per output token, computed with ``output_logprobs``
     stop: StopReason | None = None
@@ -149,15 +150,20 @@ class RowDecode:
         pass cost by tokens fed, which sets draft lengths (`structspec.decoding.cost`). A model that batches
         (`LM.batchable`) runs on the slot path, where a greedy row's tree drafter drafts token trees. Changes
         nothing."""
-        forcer = Forcer(item.fsm, lm.tokenizer) if options.fast_forward == "exact" else None
+        cursor = Cursor(item.fsm, Forcer(item.fsm, lm.tokenizer))
         stats = Stats(prompt_tokens=len(item.prompt_ids), dtype=str(lm.dtype).removeprefix("torch."),
                       batch_invariant=lm.batch_invariant)
         lengths = DraftLength(cost) if item.drafter is not None else None
-        return cls(item, options, forcer, stats, lm.max_context, lengths, lm.batchable, pending=list(item.prompt_ids))
+        return cls(item, options, cursor, stats, lm.max_context, lengths, lm.batchable, pending=list(item.prompt_ids))
 
     @property
     def state(self) -> int:
-        return self.states[-1] if self.states else self.item.fsm.initial_state
+        return self.cursor.state
+
+    @property
+    def forcer(self) -> Forcer | None:
+        """The cursor's forcer where fast-forward is on, else None. Changes nothing."""
+        return self.cursor.forcer if self.options.fast_forward == "exact" else None
 
     def prepare(self) -> Window | DraftRequest | Decoded:
         """Fast-forward and draft: the `Window` to feed next (pending + candidate), the `Decoded` once stopped,
@@ -181,15 +187,16 @@ class RowDecode:
     def _turn(self) -> Turn | None:
         """Fast-forward the forced tokens, then stop the row (None) or say what its next candidate may be."""
         t0 = time.perf_counter()
-        if forced := self.forcer.force(self.state) if self.forcer else None:
+        if forced := self.cursor.forced() if self.forcer else None:
             n = len(forced.token_ids)  # the FSM allowed nothing else: probability 1
-            self._emit(forced.token_ids, forced.states, [FORCED] * n, [0.0] * n)
+            self._emit(forced.token_ids, [FORCED] * n, [0.0] * n)
             self.pending += forced.token_ids
         self.stats.constraint_seconds += time.perf_counter() - t0
         budget, fsm, state = self.options.max_new_tokens, self.item.fsm, self.state
         room = budget if self.max_context is None else self.max_context - self.cached - len(self.pending)
         if len(self.out) > budget:
-            for values in (self.out, self.states, self.sources, self.logprobs):
+            self.cursor.rollback(len(self.out) - budget)
+            for values in (self.out, self.sources, self.logprobs):
                 del values[budget:]
             self.stop = "max_new_tokens"
         # the one place an unspellable state is met: drafts never enter one, only the output does
@@ -204,7 +211,8 @@ class RowDecode:
         limit = min(budget - len(self.out), room)  # candidate tokens
         drafted = self.lengths.choose(len(self.pending), limit) if self.lengths else 0
         context = self.item.prompt_ids + self.out
-        return Turn(fsm, self.forcer, self.options.sampling, self.item.generator, context, state, limit, drafted)
+        return self.cursor.turn(context, limit, drafted, self.options.sampling, self.item.generator,
+                                self.forcer is not None)
 
     def _window(self, cand: Candidate) -> Window:
         """``cand`` after the pending tokens, as a window with its gains: the pending tokens fed, then, once all
@@ -273,12 +281,9 @@ class RowDecode:
         t0 = time.perf_counter()
         cand, fed, accepted, fsm = window.candidate, len(window.pending), len(path), self.item.fsm
         parents = cand.parent_indices()
-        last = path[-1] if path else -1
-        rejected = next((i for i, p in enumerate(parents) if p == last and cand.sources[i] == FORCED), None)
-        if rejected is not None and self.forcer:
-            self.forcer.learn(cand.tokens[rejected], token)
-        self._emit([cand.tokens[i] for i in path], [cand.states[i] for i in path], [cand.sources[i] for i in path],
-                   scores[:accepted])
+        if self.forcer:
+            self.cursor.learn(cand, path, token)
+        self._emit([cand.tokens[i] for i in path], [cand.sources[i] for i in path], scores[:accepted])
         self.cached += fed + accepted
         self.pending = []
         self._count_drafts(cand, path)
@@ -296,16 +301,17 @@ class RowDecode:
         elif len(self.out) == self.options.max_new_tokens:
             self.stop = "max_new_tokens"
         else:
-            self._emit([token], [fsm.next_state(state, token)], [MODEL], scores[accepted:])  # type: ignore[list-item]
+            self._emit([token], [MODEL], scores[accepted:])
             self.pending = [token]
         self.stats.constraint_seconds += time.perf_counter() - t0
         return list(range(fed)) + [fed + i for i in path]
 
-    def _emit(self, tokens: list[int], states: list[int], sources: list[str], logprobs: list[float]) -> None:
-        """Append output ``tokens``, the FSM state after each, their sources and log-probabilities (changes the
-        row)."""
+    def _emit(self, tokens: list[int], sources: list[str], logprobs: list[float]) -> None:
+        """Append output ``tokens`` (the cursor accepts them: the FSM allowed each), their sources and
+        log-probabilities (changes the row)."""
+        accepted = self.cursor.accept(tokens)
+        assert accepted, "a row emits only tokens its FSM allowed: forced, verified under the masks, or masked"
         self.out += tokens
-        self.states += states
         self.sources += sources
         self.logprobs += logprobs
 

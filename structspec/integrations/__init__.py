@@ -9,5 +9,7 @@
 
 The Ray Data ``Extractor`` lives with the jobs it runs, in `structspec.jobs.ray`.
 
-The core never imports this package; each adapter imports only the core's public pieces.
+Every adapter drives the core's one cursor (`structspec.decoding.Cursor`); `structspec.integrations.proposal`
+is what a proposer keeps of a request between an engine's steps. The core never imports this package; each adapter
+imports only the core's public pieces, the names a wing's package exports (an import contract in pyproject.toml).
 """

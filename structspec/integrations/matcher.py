@@ -2,8 +2,10 @@
 
 `Matcher` speaks the contract that vLLM's ``StructuredOutputGrammar``,
 SGLang's ``BaseGrammarObject`` and xgrammar's ``GrammarMatcher`` share, over a
-structspec `TokenFSM`. Its states are a list (one entry per accepted token), so
-`Matcher.rollback` is indexing. Calls that change the state: `accept_tokens`,
+structspec `TokenFSM`: it is the core's `structspec.decoding.Cursor` (the
+output's states, one entry per accepted token, so `Matcher.rollback` is
+indexing; forced text; drafting under the FSM) plus compiling a spec and
+checking the engine's ids. Calls that change the state: `accept_tokens`,
 `rollback`, `reset`; every other call reads. Bitmasks are the packed int32
 ``[rows, ceil(logits_width / 32)]`` format of `TokenFSM.allocate_token_bitmask`
 (bit j of word i ⇔ token 32*i+j allowed), the format both engines already apply.
@@ -54,21 +56,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 
 import structspec
-from structspec.automaton.fsm import TokenFSM
+from structspec.automaton import TokenFSM
 from structspec.checks import as_int
-from structspec.decoding.fastforward import Forcer
+from structspec.decoding import Cursor
 from structspec.errors import OptionError
-from structspec.models.transformers_lm import LM
-from structspec.schema import COMPACT, constraint_of
-from structspec.schema.agents import agent_constraint, constraint_fsm, is_agent_spec
+from structspec.schema import COMPACT, agent_constraint, constraint_fsm, constraint_of, is_agent_spec
 from structspec.vocab import vocab_from_tokenizer
-
-# The state after EOS: the output is finished (DFA states are ≥ 0).
-ENDED = -1
 
 MAX_LOGITS_WIDTH = 2**24
 """The widest logits a `Matcher` takes: 64 times the largest vocabularies (262,144 ids); past it a state's
@@ -89,7 +85,7 @@ def token_fsm(
         raise OptionError(f"logits_width must be an int in [1, 2**24] (not a bool) or None, got {logits_width!r}: "
                           "pass the model's vocabulary size (its logits' last dimension), or leave it out")
     fsm = spec if isinstance(spec, TokenFSM) else spec.fsm if isinstance(spec, structspec.Compiled) else None
-    if fsm is None and isinstance(model_or_tokenizer, LM | str):
+    if fsm is None and isinstance(model_or_tokenizer, structspec.LM | str):
         fsm = structspec.compile(spec, model_or_tokenizer, whitespace_pattern=whitespace_pattern, strict=strict).fsm
     if fsm is not None:
         if width is not None and width != fsm.logits_width:
@@ -116,17 +112,9 @@ def token_fsm(
     return TokenFSM.from_regex(constraint_of(spec, whitespace_pattern, strict).pattern, vocab, width)
 
 
-def eos_only_row(fsm: TokenFSM) -> torch.Tensor:
-    """A packed bitmask row allowing the EOS ids alone: the mask of an output that has ended. Does not change the
-    FSM."""
-    words = np.zeros(-(-fsm.logits_width // 32), dtype=np.uint32)
-    for eos in fsm.eos_token_ids:
-        words[eos // 32] |= np.uint32(1 << (eos % 32))
-    return torch.from_numpy(words.view(np.int32))
-
-
-class Matcher:
-    """One output's position in a token FSM, for an engine's decode loop.
+class Matcher(Cursor):
+    """One output's position in a token FSM, for an engine's decode loop: a `Cursor` that compiles its spec and
+    checks the engine's ids.
 
     ``Matcher(compiled)`` takes a `structspec.Compiled` or a `TokenFSM`;
     ``Matcher(spec, model_or_tokenizer)`` compiles a spec first (see `token_fsm`;
@@ -139,88 +127,30 @@ class Matcher:
         self, fsm: Any, model_or_tokenizer: Any = None, *, whitespace_pattern: str = COMPACT, strict: bool = True,
         logits_width: int | None = None,
     ) -> None:
-        self.fsm = token_fsm(fsm, model_or_tokenizer, whitespace_pattern, strict, logits_width)
-        self._forcer = Forcer(self.fsm, None)  # forced bytes and tokens need no tokenizer
-        self._eos_row = eos_only_row(self.fsm)
-        self._states = [self.fsm.initial_state]  # _states[i]: the state after the first i accepted tokens
-
-    @property
-    def state(self) -> int:
-        """The current FSM state (`ENDED` once terminated). Does not change anything."""
-        return self._states[-1]
+        super().__init__(token_fsm(fsm, model_or_tokenizer, whitespace_pattern, strict, logits_width))
 
     def accept_tokens(self, token_ids: list[int]) -> bool:
         """Advance over ``token_ids`` if every one is allowed, else leave the state unchanged and return False.
 
-        All or nothing. Changes the state when it returns True. `OptionError` unless ``token_ids`` is a list of
-        ints in [0, logits_width).
+        All or nothing (`Cursor.accept`). Changes the state when it returns True. `OptionError` unless
+        ``token_ids`` is a list of ints in [0, logits_width).
         """
-        token_ids = self._checked(token_ids)
-        states = self._walk(token_ids)
-        if len(states) < len(token_ids):
-            return False
-        self._states += states
-        return True
+        return self.accept(self._checked(token_ids))
 
     def validate_tokens(self, token_ids: list[int]) -> int:
         """How many leading tokens of ``token_ids`` the FSM accepts from here. Does not change the state.
         `OptionError` as `accept_tokens`."""
-        return len(self._walk(self._checked(token_ids)))
-
-    def rollback(self, num_tokens: int) -> None:
-        """Undo the last ``num_tokens`` accepted tokens (EOS included). Changes the state; `OptionError` (the
-        state unchanged) unless ``num_tokens`` is an int from 0 to the number accepted since the last reset."""
-        count, accepted = as_int(num_tokens), len(self._states) - 1
-        if count is None or not 0 <= count <= accepted:
-            raise OptionError(f"cannot roll back {num_tokens!r} tokens: {accepted} were accepted since the last "
-                              f"reset; pass an int from 0 to {accepted}")
-        if count:
-            del self._states[-count:]
-
-    def reset(self) -> None:
-        """Back to the initial state, as if nothing was accepted. Changes the state."""
-        del self._states[1:]
-
-    def is_terminated(self) -> bool:
-        """Whether EOS was accepted: the output has ended. Does not change the state."""
-        return self.state == ENDED
-
-    def is_complete(self) -> bool:
-        """Whether EOS is the only token allowed next: the output is whole. Does not change the state."""
-        return self.state != ENDED and self.fsm.is_complete(self.state)
+        return self.validate(self._checked(token_ids))
 
     def fill_next_token_bitmask(self, bitmask: torch.Tensor, row: int = 0) -> None:
-        """Write the tokens allowed next into ``bitmask[row]`` (packed int32, CPU; EOS alone once terminated).
-
-        Changes ``bitmask`` only, not the state. The state's packed row is cached by the FSM. `OptionError`
-        (with the fix) for a bitmask or row `TokenFSM.check_token_bitmask` refuses.
-        """
-        if self.state == ENDED:
-            bitmask[self.fsm.check_token_bitmask(bitmask, row)].copy_(self._eos_row)
-        else:
-            self.fsm.fill_next_token_bitmask(bitmask, row, self.state)
+        """`Cursor.fill_bitmask`, under the name xgrammar's ``GrammarMatcher`` gives it."""
+        self.fill_bitmask(bitmask, row)
 
     def forced_tokens(self) -> list[int]:
         """The tokens the FSM forces from here (while exactly one non-EOS token is allowed), to append
         without sampling. Does not change the state (accept them to advance)."""
-        if self.state == ENDED:
-            return []
-        forced = self._forcer.force(self.state)
+        forced = self.forced()
         return forced.token_ids if forced else []
-
-    def forced_text(self) -> str:
-        """The jump-forward string: the text every continuation from here starts with ("" if none).
-
-        Ends before a character whose bytes are not all forced. Spell it with the
-        engine's tokenizer, then `accept_tokens`. Does not change the state.
-        """
-        if self.state == ENDED:
-            return ""
-        text, _ = self._forcer.forced_bytes(self.state)
-        try:
-            return text.decode("utf-8")
-        except UnicodeDecodeError as error:  # the last character's bytes are not all forced
-            return text[: error.start].decode("utf-8")
 
     def _checked(self, token_ids: list[int]) -> list[int]:
         """``token_ids`` as a list of ints, or `OptionError` naming the first that is not an id below the
@@ -235,15 +165,3 @@ class Matcher:
                 raise OptionError(f"token id {given!r} is not an int in [0, {self.fsm.logits_width}) (this FSM's "
                                   "logits width): pass ids the model's logits index")
         return ids  # type: ignore[return-value]
-
-    def _walk(self, token_ids: list[int]) -> list[int]:
-        """The states after each leading token of ``token_ids`` the FSM accepts; EOS in a final state
-        leads to `ENDED`. Builds DFA rows; does not change the state."""
-        if self.state == ENDED:
-            return []
-        states = self.fsm.walk(self.state, token_ids)
-        n = len(states)
-        if n < len(token_ids) and token_ids[n] in self.fsm.eos_token_ids:
-            if self.fsm.is_final(states[-1] if states else self.state):
-                states.append(ENDED)
-        return states

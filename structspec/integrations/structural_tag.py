@@ -27,8 +27,7 @@ from typing import Any
 
 import structspec
 from structspec.errors import StructspecError
-from structspec.schema import COMPACT
-from structspec.schema.stops import avoiding
+from structspec.schema import COMPACT, avoiding
 
 
 class UnsupportedRequestError(StructspecError, ValueError):

@@ -13,7 +13,8 @@ Typical use::
 
 The processor keeps no per-row cursor that transformers could desynchronise: a
 row's FSM state is a function of its generated tokens, recomputed from the
-longest prefix it has already walked (any row of the previous call). So
+longest prefix a row of the previous call had walked (that row's
+`structspec.decoding.Cursor`, copied and rolled back to the shared prefix). So
 repeated calls on one prefix, a prefix that shrinks (assisted generation and
 prompt lookup call it once per candidate position, then drop rejected ones),
 beam search reordering rows, and left-padded batches all see the right state.
@@ -36,9 +37,10 @@ from typing import Any
 import torch
 import transformers
 
-from structspec.automaton.fsm import apply_token_bitmask_inplace
+from structspec.automaton import apply_token_bitmask_inplace
+from structspec.decoding import Cursor, eos_only_row
 from structspec.errors import OptionError
-from structspec.integrations.matcher import eos_only_row, token_fsm
+from structspec.integrations.matcher import token_fsm
 from structspec.schema import COMPACT
 
 
@@ -73,7 +75,7 @@ class LogitsProcessor(transformers.LogitsProcessor):
         """Forget the prompt and every walked prefix: the next call starts a new generation. Changes the processor."""
         self._prompt: torch.Tensor | None = None  # [rows, prompt] on the CPU
         self._generated = torch.empty(0, 0, dtype=torch.long)  # the last call's rows after the prompt
-        self._walked: list[list[int]] = []  # per last-call row: the FSM state after each valid prefix
+        self._cursors: list[Cursor] = []  # per last-call row: over its longest prefix the FSM accepts (EOS included)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         """The scores [rows, width] with disallowed tokens at -inf (a new tensor; ``scores`` is unchanged).
@@ -82,13 +84,13 @@ class LogitsProcessor(transformers.LogitsProcessor):
         ``input_ids`` is [rows, tokens] and ``scores`` [rows, width] with a width of at least the FSM's.
         """
         check_scores(input_ids, scores, self.fsm.logits_width)
-        states = self.states(input_ids)
-        bitmask = self.fsm.allocate_token_bitmask(len(states))
-        for row, state in enumerate(states):
-            if state is None:
+        cursors = self.cursors(input_ids)
+        bitmask = self.fsm.allocate_token_bitmask(len(cursors))
+        for row, cursor in enumerate(cursors):
+            if cursor.accepted == self._generated.shape[1]:
+                cursor.fill_bitmask(bitmask, row)
+            else:  # a row holding a token the FSM rejects allows EOS alone, as one that ended
                 bitmask[row].copy_(self._eos_row)
-            else:
-                self.fsm.fill_next_token_bitmask(bitmask, row, state)
         scores = scores.clone()
         apply_token_bitmask_inplace(scores, bitmask)
         return scores
@@ -97,6 +99,14 @@ class LogitsProcessor(transformers.LogitsProcessor):
         """Each row's FSM state after its generated tokens; None where the row ended with EOS or holds a
         token the FSM rejects. Changes the processor's cache of walked prefixes only; `OptionError` (changing
         nothing) unless ``input_ids`` is a [rows, tokens] integer tensor."""
+        cursors, width = self.cursors(input_ids), self._generated.shape[1]
+        return [c.state if c.accepted == width and not c.is_terminated() else None for c in cursors]
+
+    def cursors(self, input_ids: torch.Tensor) -> list[Cursor]:
+        """Each row's `Cursor` over the longest prefix of its generated tokens the FSM accepts (EOS in a final
+        state included): the whole row unless it holds a token the FSM rejects. Changes the processor's cache of
+        walked prefixes only; `OptionError` (changing nothing) unless ``input_ids`` is a [rows, tokens] integer
+        tensor."""
         check_input_ids(input_ids)
         ids = input_ids.detach().cpu()
         common = self._common_prefixes(ids)
@@ -104,10 +114,12 @@ class LogitsProcessor(transformers.LogitsProcessor):
             self.reset()
             self._prompt = ids
         generated = ids[:, self._prompt.shape[1] :]
-        known = self._known_prefixes(common) if common is not None else [[self.fsm.initial_state]] * len(ids)
-        walked = [self._walk(row, base) for row, base in zip(generated.tolist(), known)]
-        self._generated, self._walked = generated, walked
-        return [w[-1] if len(w) == generated.shape[1] + 1 else None for w in walked]
+        known = self._known_prefixes(common) if common is not None else [Cursor(self.fsm) for _ in ids]
+        for row, cursor in zip(generated.tolist(), known):
+            rest = row[cursor.accepted :]
+            cursor.accept(rest[: cursor.validate(rest)])
+        self._generated, self._cursors = generated, known
+        return known
 
     def _common_prefixes(self, ids: torch.Tensor) -> torch.Tensor | None:
         """How many generated tokens each row shares with each row of the last call [rows, last rows], or
@@ -128,17 +140,17 @@ class LogitsProcessor(transformers.LogitsProcessor):
         common = same.int().cumprod(-1).sum(-1)
         return common if bool((common.max(-1).values >= generated.shape[1] - 1).all()) else None
 
-    def _known_prefixes(self, common: torch.Tensor) -> list[list[int]]:
-        """For each row, the states of its longest prefix that a row of the last call had walked."""
-        walked = torch.tensor([len(w) - 1 for w in self._walked])
+    def _known_prefixes(self, common: torch.Tensor) -> list[Cursor]:
+        """For each row, a new cursor over its longest prefix that a row of the last call had walked (that row's,
+        copied and rolled back). Changes nothing."""
+        walked = torch.tensor([c.accepted for c in self._cursors])
         usable = torch.minimum(common, walked[None, :])  # states exist only for a valid prefix
-        best = usable.argmax(-1).tolist()
-        return [self._walked[j][: int(usable[row, j]) + 1] for row, j in enumerate(best)]
-
-    def _walk(self, row: list[int], known: list[int]) -> list[int]:
-        """``known`` (the states of ``row``'s first ``len(known) - 1`` tokens) extended over the rest of ``row``,
-        up to the first token the FSM rejects (EOS included). Builds DFA rows; changes nothing else."""
-        return known + self.fsm.walk(known[-1], row[len(known) - 1 :])
+        known = []
+        for row, j in enumerate(usable.argmax(-1).tolist()):
+            cursor = self._cursors[j].copy()
+            cursor.rollback(cursor.accepted - int(usable[row, j]))
+            known.append(cursor)
+        return known
 
 
 def check_input_ids(input_ids: Any) -> None:
@@ -186,6 +198,5 @@ class StopWhenComplete(transformers.StoppingCriteria):
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
         """Which rows are done [rows] (on ``input_ids``' device). Changes the processor's prefix cache only."""
-        fsm = self.processor.fsm
-        done = [s is None or fsm.is_complete(s) for s in self.processor.states(input_ids)]
+        done = [s is None or self.processor.fsm.is_complete(s) for s in self.processor.states(input_ids)]
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)

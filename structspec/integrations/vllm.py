@@ -45,13 +45,12 @@ from typing import Any
 import torch
 
 import structspec
-from structspec.automaton.fsm import TokenFSM
+from structspec.automaton import TokenFSM
 from structspec.automaton.nfa import ByteNFA
+from structspec.decoding import Cursor
 from structspec.errors import OptionError, StructspecError
-from structspec.integrations.matcher import Matcher
 from structspec.integrations.structural_tag import FIX, UnsupportedRequestError, structural_tag_regex
-from structspec.schema import COMPACT
-from structspec.schema.checker import STRICT_FIX
+from structspec.schema import COMPACT, STRICT_FIX
 from structspec.vocab import TokenVocab, vocab_from_tokenizer
 
 try:
@@ -139,44 +138,44 @@ def whitespace_of(structured_outputs_config: Any) -> str:
 
 
 class StructspecGrammar(StructuredOutputGrammar):
-    """One request's grammar state: a `Matcher` over the request's cached token FSM.
+    """One request's grammar state: a `structspec.decoding.Cursor` over the request's cached token FSM.
 
     EOS (any of the request's stop tokens the FSM knows) is allowed in a final state and terminates the
     grammar; tokens after it are ignored, as xgrammar's backend ignores them.
     """
 
     def __init__(self, fsm: TokenFSM) -> None:
-        self.matcher = Matcher(fsm)
+        self.cursor = Cursor(fsm)
 
     def accept_tokens(self, request_id: str, tokens: list[int]) -> bool:
         """Advance over ``tokens`` (up to EOS): True if the FSM accepts them, else False with the state
         unchanged. Changes the state when it returns True."""
-        if self.matcher.is_terminated():
+        if self.cursor.is_terminated():
             return True
-        accepted = self.matcher.validate_tokens(tokens)
-        if accepted < len(tokens) and not (accepted and tokens[accepted - 1] in self.matcher.fsm.eos_token_ids):
+        accepted = self.cursor.validate(tokens)
+        if accepted < len(tokens) and not (accepted and tokens[accepted - 1] in self.cursor.fsm.eos_token_ids):
             return False
-        return self.matcher.accept_tokens(tokens[:accepted])
+        return self.cursor.accept(tokens[:accepted])
 
     def validate_tokens(self, tokens: list[int]) -> list[int]:
         """The longest prefix of ``tokens`` the FSM accepts from here. Does not change the state."""
-        return tokens[: self.matcher.validate_tokens(tokens)]
+        return tokens[: self.cursor.validate(tokens)]
 
     def rollback(self, num_tokens: int) -> None:
         """Undo the last ``num_tokens`` accepted tokens. Changes the state."""
-        self.matcher.rollback(num_tokens)
+        self.cursor.rollback(num_tokens)
 
     def fill_bitmask(self, bitmask: torch.Tensor, batch_index: int) -> None:
         """Write the tokens allowed next into ``bitmask[batch_index]``. Changes the bitmask, not the state."""
-        self.matcher.fill_next_token_bitmask(bitmask, batch_index)
+        self.cursor.fill_bitmask(bitmask, batch_index)
 
     def is_terminated(self) -> bool:
         """Whether EOS was accepted. Does not change the state."""
-        return self.matcher.is_terminated()
+        return self.cursor.is_terminated()
 
     def reset(self) -> None:
         """Back to the start of the output. Changes the state."""
-        self.matcher.reset()
+        self.cursor.reset()
 
 
 @dataclass

@@ -232,9 +232,9 @@ def test_fsm_is_compiled_once_per_schema_and_tokenizer(llm: LLM) -> None:
     spec = json.dumps(SAME_LANGUAGE[0])
     first = own.compile_grammar(StructuredOutputOptions.JSON, spec)
     again = own.compile_grammar(StructuredOutputOptions.JSON, spec)
-    assert again.matcher.fsm.index is first.matcher.fsm.index  # the compiled token index, shared
-    assert again.matcher.fsm.info.source == "memory"
-    assert first.matcher is not again.matcher  # each request its own state
+    assert again.cursor.fsm.index is first.cursor.fsm.index  # the compiled token index, shared
+    assert again.cursor.fsm.info.source == "memory"
+    assert first.cursor is not again.cursor  # each request its own state
 
 
 def test_grammar_contract_accepts_validates_rolls_back_and_terminates(llm: LLM) -> None:

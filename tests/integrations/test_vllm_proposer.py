@@ -25,7 +25,7 @@ from vllm.sampling_params import StructuredOutputsParams
 
 from structspec.errors import OptionError, StructspecError
 from structspec.integrations import vllm as backend
-from structspec.integrations.vllm_proposer import GrammarProposer, prompt_lookup, speculative_config
+from structspec.integrations.vllm_proposer import GrammarProposer, speculative_config
 from structspec.models.shipped import model_path
 from tests.conftest import _USER_CACHE
 
@@ -123,14 +123,6 @@ def tool_call_schema() -> dict[str, Any]:
     from vllm.tool_parsers.utils import get_json_schema_from_tools
 
     return get_json_schema_from_tools("required", [ChatCompletionToolsParam.model_validate(t) for t in TOOLS])
-
-
-def test_prompt_lookup_continues_the_latest_longest_match() -> None:
-    tokens = np.array([7, 1, 2, 3, 4, 5, 1, 2, 9, 8, 2, 3, 1, 2])
-    assert prompt_lookup(tokens, 2, 5, 3) == [9, 8, 2]  # [1, 2] last seen before at 6
-    assert prompt_lookup(np.array([5, 1, 2, 3, 6, 2, 3, 9, 1, 2, 3]), 2, 5, 2) == [6, 2]  # [1, 2, 3] beats [2, 3]
-    assert prompt_lookup(np.array([1, 2, 3, 4]), 2, 5, 3) == []
-    assert prompt_lookup(np.array([1, 2, 1, 2]), 2, 5, 8) == [1, 2]  # up to the end of what is there
 
 
 @pytest.mark.parametrize("count", [0, -1, 2.5, True, "8"])
