@@ -79,16 +79,18 @@ class LazyDFA:
         # last byte of a multi-byte character) enter the same positions
         self._entered: dict[tuple[int, ...], int] = {}
         self._entered_one: dict[int, bytes] = {}  # one position entered → its state, as a row's 4 bytes hold it
+        self._builder: Any = None  # the compiled core's `Builder` over these sets, made when first building with it
         self.initial = self._intern(nfa.closure(nfa.start))
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        del state["_lock"]  # locks do not pickle; the disk cache stores DFAs
+        del state["_lock"], state["_builder"]  # neither pickles (the disk cache stores DFAs); both are remade
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._builder = None
 
     def __len__(self) -> int:
         return len(self._sets)
@@ -123,16 +125,34 @@ class LazyDFA:
             return
         with self._lock:  # re-read under the lock: another thread may have built some meanwhile
             # (ascending, each once: a set of the few unbuilt states costs less than numpy's unique)
-            for d in sorted(set(states[~self.built[states]].tolist())):
-                self._build(d)
+            todo = sorted(set(states[~self.built[states]].tolist()))
+            if CORE is None:
+                for d in todo:
+                    self._build(d)
+            else:
+                self._build_compiled(todo)
+
+    def _build_compiled(self, todo: list[int]) -> None:
+        """`_build` of each of ``todo`` in the compiled core, which numbers and records positions and states as
+        the Python loops would (so either may go on where the other stopped)."""
+        if self._builder is None:
+            self._builder = CORE.Builder(self.nfa, self._sets, self._ids)
+        at = 0
+        while True:  # the core stops where the arrays may be too small for the next row, and goes on once grown
+            at, self._rows_used = self._builder.build_rows(todo, at, self.rows, self.slots, self.built,
+                                                           self._rows_used)
+            if at == len(todo):
+                return
+            if self._rows_used == len(self.rows):
+                self.rows = np.concatenate([self.rows, np.zeros_like(self.rows)])
+            while len(self.slots) <= len(self._sets) + 256:  # (a row interns at most 256 new states)
+                self.slots = np.concatenate([self.slots, np.zeros_like(self.slots)])
+                self.built = np.concatenate([self.built, np.zeros_like(self.built)])
 
     def _build(self, d: int) -> None:
         moves = sorted([m for s in self._sets[d] for m in self.nfa.moves(s)])  # (by byte range)
         if not all(a[1] < b[0] or a[:2] == b[:2] for a, b in zip(moves, moves[1:])):  # ranges overlap
             row = self._written(self._sweep(moves))
-        elif CORE is not None:  # ranges equal or disjoint (most rows), grouped and written in the compiled core
-            row = np.frombuffer(CORE.partition_row(moves, self._entered_one, self._entered, self._enter_one,
-                                                   self._enter_many), dtype=np.int32)
         else:
             row = self._written(self._partition(moves))
         slot = self._rows_used
