@@ -129,6 +129,7 @@ static PyMethodDef methods[] = {
     {"step", step, METH_VARARGS, "step(slots, rows, state, data, pos) -> (state, pos)"},
     {"walk_tokens", walk_tokens, METH_VARARGS,
      "walk_tokens(slots, rows, data, starts, ends, row_of, state, tokens, first, pos) -> (states, k, pos, state)"},
+    {"unbuilt", ss_unbuilt, METH_VARARGS, "unbuilt(states, built) -> bool: whether a state of states has no row built"},
     {"walk_levels", ss_walk_levels, METH_VARARGS,
      "walk_levels(levels, first, states, slots, rows, found) -> None or (level, states, missing)"},
     {NULL, NULL, 0, NULL},

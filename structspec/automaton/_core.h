@@ -14,7 +14,8 @@ int ss_view(PyObject *obj, Py_buffer *buf, Py_ssize_t itemsize, int writable, co
 /* walk_levels(levels, first, states, slots, rows, found): _levels.c */
 PyObject *ss_walk_levels(PyObject *self, PyObject *args);
 
-/* The `Builder` type (the DFA's rows built from the NFA): _subset.c */
+/* The `Builder` type (the DFA's rows built from the NFA) and `unbuilt`, its lock-free check: _subset.c */
 extern PyTypeObject ss_builder_type;
+PyObject *ss_unbuilt(PyObject *self, PyObject *args);
 
 #endif

@@ -77,7 +77,7 @@ struct Builder {
     Ints mark; /* per position: the walk that last saw it */
     int32_t walk;
     /* scratch of a row */
-    Ints events, active, count, key, merged, todo, seen, nexts;
+    Ints events, active, count, key, merged, todo, seen, nexts, rows_todo;
 };
 
 static int table_grow(Builder *b, Table *t, hash_fn hash);
@@ -337,6 +337,7 @@ static int record(PyObject *list, PyObject *dict, const int32_t *items, Py_ssize
         }
         PyTuple_SET_ITEM(t, k, v);
     }
+    PyObject_GC_UnTrack(t);  /* (ints only: no cycle through it, so the collector need not walk it) */
     int failed = (i = PyLong_FromSsize_t(index)) == NULL || PyList_Append(list, t) < 0 || PyDict_SetItem(dict, t, i) < 0;
     Py_XDECREF(i);
     Py_DECREF(t);
@@ -625,14 +626,75 @@ static int build_row(Builder *b, int32_t d, int32_t *row) {
     return 0;
 }
 
-/* build_rows(states, at, rows, slots, built, used) -> (at, used): the rows of ``states[at:]`` (DFA states not
- * built, ascending, each once) written into ``rows[used]``, ``rows[used + 1]``, ...; ``slots`` and ``built``
- * set for each. Stops early, saying where, when ``rows`` is full or ``slots``/``built`` may not hold the states
- * a next row interns (up to 256 new ones): grow them and call again. */
+/* The states of ``states`` (an int32 or int64 array) whose row is not built (``built``, bool), ascending, each
+ * once, into ``out``; -1 and an exception if one is not a state ``built`` covers. */
+static int unbuilt_into(PyObject *states_obj, const Py_buffer *built, Ints *out) {
+    Py_buffer states;
+    if (ss_view(states_obj, &states, -1, 0, "states") < 0)
+        return -1;
+    const unsigned char *is_built = built->buf;
+    Py_ssize_t n = states.len / states.itemsize;
+    out->n = 0;
+    int failed = 0;
+    for (Py_ssize_t i = 0; i < n && !failed; i++) {
+        int64_t d = states.itemsize == 8 ? ((const int64_t *)states.buf)[i] : ((const int32_t *)states.buf)[i];
+        if (d < 0 || d >= built->len) {
+            PyErr_SetString(PyExc_IndexError, "states: not a DFA state");
+            failed = 1;
+        } else if (!is_built[d]) {
+            failed = ints_push(out, (int32_t)d) < 0;
+        }
+    }
+    PyBuffer_Release(&states);
+    if (failed)
+        return -1;
+    qsort(out->a, out->n, sizeof(int32_t), compare_ints);
+    Py_ssize_t kept = 0;
+    for (Py_ssize_t i = 0; i < out->n; i++)
+        if (!kept || out->a[kept - 1] != out->a[i])
+            out->a[kept++] = out->a[i];
+    out->n = kept;
+    return 0;
+}
+
+/* unbuilt(states, built) -> bool: whether a state of ``states`` has no row built (the lock-free check before
+ * `build_rows`). */
+PyObject *ss_unbuilt(PyObject *self, PyObject *args) {
+    PyObject *states_obj, *built_obj;
+    Py_buffer states, built;
+    if (!PyArg_ParseTuple(args, "OO", &states_obj, &built_obj))
+        return NULL;
+    if (ss_view(states_obj, &states, -1, 0, "states") < 0)
+        return NULL;
+    if (ss_view(built_obj, &built, 1, 0, "built") < 0) {
+        PyBuffer_Release(&states);
+        return NULL;
+    }
+    const unsigned char *is_built = built.buf;
+    Py_ssize_t n = states.len / states.itemsize;
+    int found = 0, bad = 0;
+    for (Py_ssize_t i = 0; i < n && !found; i++) {
+        int64_t d = states.itemsize == 8 ? ((const int64_t *)states.buf)[i] : ((const int32_t *)states.buf)[i];
+        bad = d < 0 || d >= built.len;
+        found = bad || !is_built[d];
+    }
+    PyBuffer_Release(&states);
+    PyBuffer_Release(&built);
+    if (bad) {
+        PyErr_SetString(PyExc_IndexError, "states: not a DFA state");
+        return NULL;
+    }
+    return PyBool_FromLong(found);
+}
+
+/* build_rows(states, rows, slots, built, used) -> (done, used): the rows of the states of ``states`` not built
+ * yet (ascending, each once) written into ``rows[used]``, ``rows[used + 1]``, ...; ``slots`` and ``built`` set
+ * for each. Stops early (``done`` False) when ``rows`` is full or ``slots``/``built`` may not hold the states a
+ * next row interns (up to 256 new ones): grow them and call again. */
 static PyObject *build_rows(Builder *b, PyObject *args) {
     PyObject *states, *rows_obj, *slots_obj, *built_obj;
-    Py_ssize_t at, used;
-    if (!PyArg_ParseTuple(args, "O!nOOOn", &PyList_Type, &states, &at, &rows_obj, &slots_obj, &built_obj, &used))
+    Py_ssize_t used;
+    if (!PyArg_ParseTuple(args, "OOOOn", &states, &rows_obj, &slots_obj, &built_obj, &used))
         return NULL;
     Py_buffer rows, slots, built;
     if (ss_view(rows_obj, &rows, 4, 1, "rows") < 0)
@@ -647,18 +709,16 @@ static PyObject *build_rows(Builder *b, PyObject *args) {
         return NULL;
     }
     PyObject *result = NULL;
-    Py_ssize_t nrows = rows.len / (4 * 256), room = slots.len / 4 < built.len ? slots.len / 4 : built.len;
+    Py_ssize_t nrows = rows.len / (4 * 256), room = slots.len / 4 < built.len ? slots.len / 4 : built.len, at = 0;
     int32_t *table = rows.buf, *slot_of = slots.buf;
     unsigned char *is_built = built.buf;
-    if (mirror(b) < 0)
+    if (mirror(b) < 0 || unbuilt_into(states, &built, &b->rows_todo) < 0)
         goto done;
-    for (; at < PyList_GET_SIZE(states); at++) {
+    for (; at < b->rows_todo.n; at++) {
         if (used >= nrows || b->set_at.n + 256 >= room)
             break;
-        int32_t d;
-        if (as_int32(PyList_GET_ITEM(states, at), &d) < 0)
-            goto done;
-        if (d < 0 || d >= b->set_at.n || used < 1) {
+        int32_t d = b->rows_todo.a[at];
+        if (d >= b->set_at.n || used < 1) {
             PyErr_SetString(PyExc_ValueError, "build_rows: not a DFA state, or row 0 (the dead row) taken");
             goto done;
         }
@@ -667,7 +727,7 @@ static PyObject *build_rows(Builder *b, PyObject *args) {
         slot_of[d] = (int32_t)used++;  /* (after the row is written: a set slot is a written row) */
         is_built[d] = 1;
     }
-    result = Py_BuildValue("nn", at, used);
+    result = Py_BuildValue("Nn", PyBool_FromLong(at == b->rows_todo.n), used);
 done:
     PyBuffer_Release(&rows);
     PyBuffer_Release(&slots);
@@ -681,7 +741,7 @@ static void builder_clear_memory(Builder *b) {
                    &b->pos_state, &b->pos_stack, &b->stack_site, &b->stack_below, &b->stack_passes, &b->set_at,
                    &b->set_n, &b->set_pool, &b->closure_at, &b->closure_n, &b->closure_pool, &b->moves_at,
                    &b->moves_n, &b->moves_pool, &b->mark, &b->events, &b->active, &b->count, &b->key,
-                   &b->merged, &b->todo, &b->seen, &b->nexts};
+                   &b->merged, &b->todo, &b->seen, &b->nexts, &b->rows_todo};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
         PyMem_Free(all[i]->a);
         all[i]->a = NULL;
@@ -752,7 +812,7 @@ static PyObject *builder_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
 
 static PyMethodDef builder_methods[] = {
     {"build_rows", (PyCFunction)build_rows, METH_VARARGS,
-     "build_rows(states, at, rows, slots, built, used) -> (at, used): the rows of states[at:], written in place"},
+     "build_rows(states, rows, slots, built, used) -> (done, used): the rows of states not built, written in place"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -121,27 +121,27 @@ class LazyDFA:
 
         Builds the rows it reaches: the table grows, the language does not.
         """
+        if CORE is not None:
+            if CORE.unbuilt(states, self.built):
+                with self._lock:  # (the core re-reads which are built, under the lock)
+                    self._build_compiled(states)
+            return
         if self.built[states].all():
             return
         with self._lock:  # re-read under the lock: another thread may have built some meanwhile
             # (ascending, each once: a set of the few unbuilt states costs less than numpy's unique)
-            todo = sorted(set(states[~self.built[states]].tolist()))
-            if CORE is None:
-                for d in todo:
-                    self._build(d)
-            else:
-                self._build_compiled(todo)
+            for d in sorted(set(states[~self.built[states]].tolist())):
+                self._build(d)
 
-    def _build_compiled(self, todo: list[int]) -> None:
-        """`_build` of each of ``todo`` in the compiled core, which numbers and records positions and states as
-        the Python loops would (so either may go on where the other stopped)."""
+    def _build_compiled(self, states: np.ndarray) -> None:
+        """`_build` of each state of ``states`` not built yet, ascending, in the compiled core, which numbers and
+        records positions and states as the Python loops would (so either may go on where the other stopped)."""
         if self._builder is None:
             self._builder = CORE.Builder(self.nfa, self._sets, self._ids)
-        at = 0
         while True:  # the core stops where the arrays may be too small for the next row, and goes on once grown
-            at, self._rows_used = self._builder.build_rows(todo, at, self.rows, self.slots, self.built,
-                                                           self._rows_used)
-            if at == len(todo):
+            done, self._rows_used = self._builder.build_rows(states, self.rows, self.slots, self.built,
+                                                             self._rows_used)
+            if done:
                 return
             if self._rows_used == len(self.rows):
                 self.rows = np.concatenate([self.rows, np.zeros_like(self.rows)])
