@@ -61,7 +61,9 @@ class LazyDFA:
     built (``built[d]``; before, the row reads dead); rows are built for whole batches of states at once. Only
     built rows are stored (``rows[slots[d]]``): most states are met as a row's targets and never built.
     Reads build the rows they need under a lock, so threads sharing one DFA see
-    the same language as one thread would (state numbers follow the build order).
+    the same language as one thread would (state numbers follow the build order). Rows are built by the
+    compiled core's `Builder` where there is one (`CORE`), else by the Python loops below: both number states
+    and NFA positions alike and record them in the same lists, so either goes on where the other stopped.
     """
 
     def __init__(self, nfa: ByteNFA) -> None:
