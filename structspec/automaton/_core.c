@@ -61,6 +61,51 @@ static PyObject *step(PyObject *self, PyObject *args) {
     return Py_BuildValue("Ln", state, pos);
 }
 
+/* successors(slots, rows, state) -> tuple: the distinct states of ``state``'s row, in the order of the first
+ * byte leading to each (dead included where a byte leads there; a state not built reads the dead row). */
+static PyObject *successors(PyObject *self, PyObject *args) {
+    PyObject *slots_obj, *rows_obj;
+    Py_buffer slots, rows;
+    long long state;
+    if (!PyArg_ParseTuple(args, "OOL", &slots_obj, &rows_obj, &state))
+        return NULL;
+    if (ss_view(slots_obj, &slots, 4, 0, "slots") < 0)
+        return NULL;
+    if (ss_view(rows_obj, &rows, 4, 0, "rows") < 0) {
+        PyBuffer_Release(&slots);
+        return NULL;
+    }
+    int32_t found[256];
+    int n = 0;
+    Py_ssize_t slot = state >= 0 && state < slots.len / 4 ? ((const int32_t *)slots.buf)[state] : -1;
+    if (slot >= 0 && slot < rows.len / (4 * 256)) {
+        const int32_t *row = (const int32_t *)rows.buf + slot * 256;
+        for (int b = 0; b < 256; b++) {
+            int k = n - 1;
+            while (k >= 0 && found[k] != row[b])  /* (from the last: runs of one state are the common case) */
+                k--;
+            if (k < 0)
+                found[n++] = row[b];
+        }
+    }
+    PyBuffer_Release(&slots);
+    PyBuffer_Release(&rows);
+    if (slot < 0 || !n) {
+        PyErr_SetString(PyExc_IndexError, "successors: not a state of these rows");
+        return NULL;
+    }
+    PyObject *t = PyTuple_New(n);
+    for (int k = 0; t && k < n; k++) {
+        PyObject *v = PyLong_FromLong(found[k]);
+        if (!v) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, k, v);
+    }
+    return t;
+}
+
 /* walk_tokens(slots, rows, data, starts, ends, row_of, state, tokens, first, pos) -> (states, k, pos, state).
  *
  * Token ids ``tokens`` (int64) from ``tokens[first]``, byte ``pos`` of it, in DFA state ``state``: a token
@@ -129,6 +174,7 @@ static PyMethodDef methods[] = {
     {"step", step, METH_VARARGS, "step(slots, rows, state, data, pos) -> (state, pos)"},
     {"walk_tokens", walk_tokens, METH_VARARGS,
      "walk_tokens(slots, rows, data, starts, ends, row_of, state, tokens, first, pos) -> (states, k, pos, state)"},
+    {"successors", successors, METH_VARARGS, "successors(slots, rows, state) -> tuple: the distinct states of a row"},
     {"unbuilt", ss_unbuilt, METH_VARARGS, "unbuilt(states, built) -> bool: whether a state of states has no row built"},
     {"walk_levels", ss_walk_levels, METH_VARARGS,
      "walk_levels(levels, first, states, slots, rows, found) -> None or (level, states, missing)"},

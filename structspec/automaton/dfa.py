@@ -237,6 +237,13 @@ class LazyDFA:
             return closure(positions[0])
         return tuple(sorted(set().union(*map(closure, positions))))
 
+    def successors(self, d: int) -> tuple[int, ...]:
+        """The distinct states row ``d`` leads to, in the order of the first byte leading to each (dead included
+        where a byte leads there; a state not built reads the dead row). Does not change the DFA."""
+        if CORE is not None:
+            return CORE.successors(self.slots, self.rows, d)
+        return tuple(dict.fromkeys(self.table[d].tolist()))
+
     def next_bytes(self, d: int) -> list[int]:
         """The bytes that can come next from ``d``, ascending.
 
