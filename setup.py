@@ -7,7 +7,7 @@ automaton, which gives the same answers (docs/concepts/token-index.md).
 
 from setuptools import Extension, setup
 
-CORE_SOURCES = [f"structspec/automaton/{name}.c" for name in ("_core", "_levels", "_subset")]
+CORE_SOURCES = [f"structspec/automaton/{name}.c" for name in ("_core", "_levels", "_closure", "_subset")]
 
-setup(ext_modules=[Extension("structspec.automaton._core", CORE_SOURCES, depends=["structspec/automaton/_core.h"],
+setup(ext_modules=[Extension("structspec.automaton._core", CORE_SOURCES, depends=["structspec/automaton/_core.h", "structspec/automaton/_builder.h"],
                              optional=True)])

@@ -2,7 +2,9 @@
  * being the reference they are tested against (tests/automaton/test_core.py). One concept per file:
  *   _core.c    this module, and the walks of bytes and tokens over built rows (`step`, `walk_tokens`);
  *   _levels.c  the trie walk of a region shape's leaving tokens (`walk_levels`), the GIL released;
- *   _subset.c  the DFA's rows built from the NFA (`Builder`: closures, moves, the subset construction).
+ *   _closure.c the NFA's positions, closures and moves, mirrored from `ByteNFA` (for `Builder`);
+ *   _subset.c  the DFA's rows built from the NFA (`Builder`: state sets, the subset construction);
+ *   _builder.h what the two share (the `Builder` object, int arrays, index tables).
  *
  * The walks read a `LazyDFA`'s built rows as they are: ``rows`` int32 [n, 256] (row 0 dead), ``slots`` int32
  * (state -> its row, 0 while not built). None builds a row: where one is missing they stop and say which states
