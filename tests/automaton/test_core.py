@@ -1,6 +1,6 @@
 """The compiled core (`structspec.automaton._core`) against the Python automaton it replaces, the reference: two
 automata of one regex, one run on each, give the same states and NFA positions (numbered alike), the same rows,
-masks and end states, state by state, on random regexes, random schemas and token walks, on the JSONSchemaBench
+masks, forced text and end states, state by state, on random regexes, random schemas and token walks, on the JSONSchemaBench
 sample's schemas, and on one automaton built in turns by both."""
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from structspec.automaton.dfa import DEAD, LazyDFA
 from structspec.automaton.fsm import CompileInfo, TokenFSM
 from structspec.automaton.index import TokenIndex
 from structspec.automaton.nfa import ByteNFA
+from structspec.decoding.fastforward import Forcer
 from structspec.errors import UnspellableError
 from structspec.schema import constraint_of
 from structspec.vocab import TokenVocab
@@ -37,10 +38,10 @@ class Pair:
     """Two automata of one regex over one vocabulary: ``python`` always read with the Python loops, ``compiled``
     with the core. Each read runs on both; `same` checks that they answered alike."""
 
-    def __init__(self, pattern: Any, vocab: TokenVocab, width: int) -> None:
+    def __init__(self, pattern: Any, vocab: TokenVocab, width: int, tokenizer: Any = None) -> None:
         self.python, self.compiled = (TokenIndex(LazyDFA(ByteNFA(pattern)), vocab, width, (vocab.eos_token_id,))
                                       for _ in range(2))
-        self.vocab = vocab
+        self.vocab, self.tokenizer = vocab, tokenizer
 
     def both(self, read: Callable[[TokenIndex], Any]) -> tuple[Any, Any]:
         """``read`` of each index, each under its own loops (an `UnspellableError` is the answer, by type)."""
@@ -61,6 +62,12 @@ class Pair:
         assert _same(ids, compiled_ids), f"state {state}: allowed tokens differ"
         masks = self.both(lambda index: index.packed_mask(state))
         assert _same(*masks), f"state {state}: packed masks differ"
+        live = self.both(lambda index: index.dfa.next_bytes(state))
+        assert live[0] == live[1], f"state {state}: next bytes differ"
+        if self.tokenizer is not None:  # the forced tokens and text a decode appends from here without the model
+            forced = self.both(lambda index: _forced(Forcer(TokenFSM(index.dfa.nfa.start, index, INFO),
+                                                            self.tokenizer), state))
+            assert forced[0] == forced[1], f"state {state}: forced text differs"
         return not isinstance(ids, tuple) and len(ids) > 0
 
     def step(self, state: int, token: int) -> int:
@@ -84,6 +91,12 @@ class Pair:
         assert np.array_equal(python.built[: len(python)], compiled.built[: len(compiled)])
         built = np.flatnonzero(python.built[: len(python)])
         assert np.array_equal(python.table[built], compiled.table[built])
+
+
+def _forced(forcer: Forcer, state: int) -> tuple[Any, tuple[bytes, int]]:
+    """The tokens forced from ``state`` (and the states after each) and the forced bytes (and the state after)."""
+    tokens = forcer.force(state)
+    return (tokens and (tokens.token_ids, tokens.states)), forcer.forced_bytes(state)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -121,8 +134,8 @@ def _random_walk(pair: Pair, picks: list[int]) -> None:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_random_regexes_and_walks_answer_alike_compiled_and_in_python(
         kind: str, regex: str, extra: int, picks: list[int], request: pytest.FixtureRequest) -> None:
-    vocab = request.getfixturevalue(kind).vocab
-    _random_walk(Pair(f"(?:{regex})#", vocab, len(vocab) + extra), picks)
+    lm = request.getfixturevalue(kind)
+    _random_walk(Pair(f"(?:{regex})#", lm.vocab, len(lm.vocab) + extra, lm.tokenizer), picks)
 
 
 # Random JSON Schemas: nested objects, optional members, arrays, enums, bounded strings long enough to be counted
@@ -156,7 +169,7 @@ def _schemas() -> st.SearchStrategy[dict]:
 def test_random_schemas_and_walks_answer_alike_compiled_and_in_python(schema: dict, picks: list[int],
                                                                       byte_lm) -> None:
     vocab = byte_lm.vocab
-    _random_walk(Pair(constraint_of(json.dumps(schema)).pattern, vocab, len(vocab)), picks)
+    _random_walk(Pair(constraint_of(json.dumps(schema)).pattern, vocab, len(vocab), byte_lm.tokenizer), picks)
 
 
 COUNTED = [r'(ab|cd){300,400}x', r'("[a-z]{0,300}",){2,9}\]', r'\[(\{"k":"[^"]{0,500}"\},?){1,40}\]',
@@ -233,7 +246,7 @@ def test_jsonschemabench_sample_answers_alike_over_qwen(pattern: Any, instances:
     # Qwen2.5's 151k vocabulary: each state along each test instance's tokens (valid or not) and a breadth-first
     # sweep of the states its answers lead to.
     tokenizer, vocab = qwen_lm.tokenizer, qwen_lm.vocab
-    pair = Pair(pattern, vocab, len(vocab) + 271)  # (Qwen2.5's logits are wider than its vocabulary)
+    pair = Pair(pattern, vocab, len(vocab) + 271, tokenizer)  # (Qwen2.5's logits are wider than its vocabulary)
     for instance in instances:
         state = pair.python.dfa.initial
         tokens = tokenizer.encode(json.dumps(instance, separators=(",", ":")), add_special_tokens=False)
