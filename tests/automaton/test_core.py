@@ -1,10 +1,12 @@
 """The compiled core (`structspec.automaton._core`) against the Python automaton it replaces, the reference: two
-automata of one regex, one run on each, give the same states (numbered alike), the same masks and the same end
-states, state by state, on random regexes and token walks and on the JSONSchemaBench sample's schemas."""
+automata of one regex, one run on each, give the same states and NFA positions (numbered alike), the same rows,
+masks, forced text and end states, state by state, on random regexes, random schemas and token walks, on the JSONSchemaBench
+sample's schemas, and on one automaton built in turns by both."""
 
 from __future__ import annotations
 
 import json
+import pickle
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +22,7 @@ from structspec.automaton.dfa import DEAD, LazyDFA
 from structspec.automaton.fsm import CompileInfo, TokenFSM
 from structspec.automaton.index import TokenIndex
 from structspec.automaton.nfa import ByteNFA
+from structspec.decoding.fastforward import Forcer
 from structspec.errors import UnspellableError
 from structspec.schema import constraint_of
 from structspec.vocab import TokenVocab
@@ -35,10 +38,10 @@ class Pair:
     """Two automata of one regex over one vocabulary: ``python`` always read with the Python loops, ``compiled``
     with the core. Each read runs on both; `same` checks that they answered alike."""
 
-    def __init__(self, pattern: Any, vocab: TokenVocab, width: int) -> None:
+    def __init__(self, pattern: Any, vocab: TokenVocab, width: int, tokenizer: Any = None) -> None:
         self.python, self.compiled = (TokenIndex(LazyDFA(ByteNFA(pattern)), vocab, width, (vocab.eos_token_id,))
                                       for _ in range(2))
-        self.vocab = vocab
+        self.vocab, self.tokenizer = vocab, tokenizer
 
     def both(self, read: Callable[[TokenIndex], Any]) -> tuple[Any, Any]:
         """``read`` of each index, each under its own loops (an `UnspellableError` is the answer, by type)."""
@@ -59,6 +62,12 @@ class Pair:
         assert _same(ids, compiled_ids), f"state {state}: allowed tokens differ"
         masks = self.both(lambda index: index.packed_mask(state))
         assert _same(*masks), f"state {state}: packed masks differ"
+        live = self.both(lambda index: index.dfa.next_bytes(state))
+        assert live[0] == live[1], f"state {state}: next bytes differ"
+        if self.tokenizer is not None:  # the forced tokens and text a decode appends from here without the model
+            forced = self.both(lambda index: _forced(Forcer(TokenFSM(index.dfa.nfa.start, index, INFO),
+                                                            self.tokenizer), state))
+            assert forced[0] == forced[1], f"state {state}: forced text differs"
         return not isinstance(ids, tuple) and len(ids) > 0
 
     def step(self, state: int, token: int) -> int:
@@ -78,9 +87,16 @@ class Pair:
         """Both DFAs have built the same states, by number, and the same rows."""
         python, compiled = self.python.dfa, self.compiled.dfa
         assert python._sets == compiled._sets
+        assert python.nfa._positions == compiled.nfa._positions and python.nfa._stacks == compiled.nfa._stacks
         assert np.array_equal(python.built[: len(python)], compiled.built[: len(compiled)])
         built = np.flatnonzero(python.built[: len(python)])
         assert np.array_equal(python.table[built], compiled.table[built])
+
+
+def _forced(forcer: Forcer, state: int) -> tuple[Any, tuple[bytes, int]]:
+    """The tokens forced from ``state`` (and the states after each) and the forced bytes (and the state after)."""
+    tokens = forcer.force(state)
+    return (tokens and (tokens.token_ids, tokens.states)), forcer.forced_bytes(state)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -118,8 +134,84 @@ def _random_walk(pair: Pair, picks: list[int]) -> None:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_random_regexes_and_walks_answer_alike_compiled_and_in_python(
         kind: str, regex: str, extra: int, picks: list[int], request: pytest.FixtureRequest) -> None:
-    vocab = request.getfixturevalue(kind).vocab
-    _random_walk(Pair(f"(?:{regex})#", vocab, len(vocab) + extra), picks)
+    lm = request.getfixturevalue(kind)
+    _random_walk(Pair(f"(?:{regex})#", lm.vocab, len(lm.vocab) + extra, lm.tokenizer), picks)
+
+
+# Random JSON Schemas: nested objects, optional members, arrays, enums, bounded strings long enough to be counted
+# (the NFA's fragments and counters, which the core's closures enter and leave), shared definitions.
+_LEAF_SCHEMAS = st.one_of(
+    st.sampled_from([{"type": "integer"}, {"type": "number"}, {"type": "boolean"}, {"type": "null"},
+                     {"type": "string"}, {"enum": ["a", "bc", 3, None]}, {"type": "string", "format": "date"},
+                     {"$ref": "#/$defs/point"}]),
+    st.integers(0, 400).map(lambda n: {"type": "string", "maxLength": n}),
+    st.integers(1, 30).map(lambda n: {"type": "string", "pattern": f"^[a-f0-9]{{{n}}}$"}),
+)
+
+
+def _schemas() -> st.SearchStrategy[dict]:
+    def grow(inner: st.SearchStrategy[dict]) -> st.SearchStrategy[dict]:
+        members = st.dictionaries(st.sampled_from(["a", "b", "id", "name", "x1"]), inner, min_size=1, max_size=4)
+        return st.one_of(
+            members.map(lambda m: {"type": "object", "properties": m, "required": sorted(m)[: len(m) // 2]}),
+            st.tuples(inner, st.integers(0, 3), st.sampled_from([None, 5, 300])).map(
+                lambda a: {"type": "array", "items": a[0], "minItems": a[1]} | ({} if a[2] is None else
+                                                                                 {"maxItems": a[2]})),
+            st.lists(inner, min_size=2, max_size=3).map(lambda alternatives: {"anyOf": alternatives}),
+        )
+    point = {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"}},
+             "required": ["x", "y"]}
+    return st.recursive(_LEAF_SCHEMAS, grow, max_leaves=6).map(lambda s: {**s, "$defs": {"point": point}})
+
+
+@given(schema=_schemas(), picks=st.lists(st.integers(0, 10**6), max_size=16))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_random_schemas_and_walks_answer_alike_compiled_and_in_python(schema: dict, picks: list[int],
+                                                                      byte_lm) -> None:
+    vocab = byte_lm.vocab
+    _random_walk(Pair(constraint_of(json.dumps(schema)).pattern, vocab, len(vocab), byte_lm.tokenizer), picks)
+
+
+COUNTED = [r'(ab|cd){300,400}x', r'("[a-z]{0,300}",){2,9}\]', r'\[(\{"k":"[^"]{0,500}"\},?){1,40}\]',
+           r'((0|[1-9][0-9]{0,300})(\.[0-9]+)?,){0,99}#']
+
+
+@pytest.mark.parametrize("pattern", COUNTED)
+@given(order=st.lists(st.booleans(), min_size=1, max_size=40))
+@settings(max_examples=15, deadline=None)
+def test_rows_built_in_turns_by_the_core_and_python_are_python_alone(pattern: str, order: list[bool]) -> None:
+    # One automaton built in turns by the core and by the Python loops (each goes on where the other stopped, the
+    # second after a pickle round trip, as the disk cache stores it), against one built by Python alone.
+    python, mixed = LazyDFA(ByteNFA(pattern)), LazyDFA(ByteNFA(pattern))
+    for k, in_core in enumerate(order):
+        if k == len(order) // 2:
+            mixed = pickle.loads(pickle.dumps(mixed))
+        for dfa, loops in ((python, None), (mixed, core if in_core else None)):
+            saved, dfa_module.CORE = dfa_module.CORE, loops
+            try:
+                states = np.arange(1 + 7 * k, min(len(dfa), 1 + 7 * (k + 1)))
+                dfa.ensure(states if len(states) else np.array([dfa.initial]))
+            finally:
+                dfa_module.CORE = saved
+    assert python._sets == mixed._sets and python.nfa._positions == mixed.nfa._positions
+    assert np.array_equal(python.built[: len(python)], mixed.built[: len(mixed)])
+    built = np.flatnonzero(python.built[: len(python)])
+    assert np.array_equal(python.table[built], mixed.table[built])
+
+
+def test_one_nfa_shared_by_a_compiled_and_a_python_dfa_numbers_its_positions_once() -> None:
+    nfa = ByteNFA(COUNTED[2])
+    compiled, python = LazyDFA(nfa), LazyDFA(nfa)
+    alone = LazyDFA(ByteNFA(COUNTED[2]))
+    for k in range(1, 60):
+        for dfa, loops in ((compiled, core), (python, None), (alone, None)):
+            saved, dfa_module.CORE = dfa_module.CORE, loops
+            try:
+                dfa.ensure(np.array([min(k, len(dfa) - 1)]))
+            finally:
+                dfa_module.CORE = saved
+    assert compiled._sets == python._sets == alone._sets
+    assert nfa._positions == alone.nfa._positions
 
 
 @given(data=st.binary(max_size=12), start=st.integers(0, 40))
@@ -154,7 +246,7 @@ def test_jsonschemabench_sample_answers_alike_over_qwen(pattern: Any, instances:
     # Qwen2.5's 151k vocabulary: each state along each test instance's tokens (valid or not) and a breadth-first
     # sweep of the states its answers lead to.
     tokenizer, vocab = qwen_lm.tokenizer, qwen_lm.vocab
-    pair = Pair(pattern, vocab, len(vocab) + 271)  # (Qwen2.5's logits are wider than its vocabulary)
+    pair = Pair(pattern, vocab, len(vocab) + 271, tokenizer)  # (Qwen2.5's logits are wider than its vocabulary)
     for instance in instances:
         state = pair.python.dfa.initial
         tokens = tokenizer.encode(json.dumps(instance, separators=(",", ":")), add_special_tokens=False)
@@ -227,3 +319,9 @@ def test_core_refuses_arrays_it_cannot_read() -> None:
     level = (np.array([5]), np.array([97], dtype=np.uint8), np.array([0]), np.array([3]))
     with pytest.raises(ValueError, match="not a node"):
         core.walk_levels((level,), 0, np.array([1], dtype=np.int32), slots, rows, np.zeros(4, dtype=np.uint8))
+    with pytest.raises(IndexError, match="not a DFA state"):
+        core.unbuilt(np.array([5]), np.ones(2, dtype=bool))
+    dfa = LazyDFA(ByteNFA("ab"))
+    with pytest.raises(TypeError, match="rows"):
+        core.Builder(dfa.nfa, dfa._sets, dfa._ids).build_rows(np.array([1]), dfa.rows.astype(np.int64), dfa.slots,
+                                                              dfa.built, 1)
