@@ -9,5 +9,6 @@ from setuptools import Extension, setup
 
 CORE_SOURCES = [f"structspec/automaton/{name}.c" for name in ("_core", "_levels", "_closure", "_subset")]
 
-setup(ext_modules=[Extension("structspec.automaton._core", CORE_SOURCES, depends=["structspec/automaton/_core.h", "structspec/automaton/_builder.h"],
-                             optional=True)])
+CORE_HEADERS = [f"structspec/automaton/{name}.h" for name in ("_core", "_builder")]
+
+setup(ext_modules=[Extension("structspec.automaton._core", CORE_SOURCES, depends=CORE_HEADERS, optional=True)])
