@@ -120,21 +120,19 @@ def test_make_batch_invariant_twice_changes_nothing_more() -> None:
     assert [id(m) for m in lm.model.modules()] == layers and lm.batch_invariant
 
 
-SMOLLM2_DTYPES = ["float32", "bfloat16"]
+# SmolLM2 as `load` gives it in each dtype (batch-invariant, packed for oneDNN where it packs): the session's
+# fixtures, loaded once for every test that uses them.
+SMOLLM2_DTYPES = {"float32": "smollm2", "bfloat16": "smollm2_bf16"}
 
 
 @pytest.mark.real_model
 @pytest.mark.parametrize("dtype", SMOLLM2_DTYPES)
-def test_smollm2_batched_rows_are_the_rows_decoded_alone(dtype: str) -> None:
+def test_smollm2_batched_rows_are_the_rows_decoded_alone(dtype: str, request: pytest.FixtureRequest) -> None:
     """Six example tasks (one per schema), in float32 (this CPU's default) and bfloat16 (the default on CUDA and
     AVX-512 BF16 CPUs): each batched row, plain and with prompt lookup, equals the row alone."""
     from structspec.tools.tasks import extraction_prompt, load_tasks
 
-    try:
-        lm = structspec.load("smollm2-135m", dtype=dtype)
-    except structspec.ModelNotFoundError as e:
-        pytest.skip(f"smollm2-135m is not available: {e}")
-    make_batch_invariant(lm.model, packed=lm.kernels == "onednn")  # as `load` does where it packs the model
+    lm = request.getfixturevalue(SMOLLM2_DTYPES[dtype])
     tasks = list({t.schema_name: t for t in load_tasks()}.values())[:6]
     specs, prompts = [t.schema for t in tasks], [extraction_prompt(t.text, t.schema) for t in tasks]
     alone = plain(lm, specs, prompts, max_new_tokens=60)
@@ -146,16 +144,13 @@ def test_smollm2_batched_rows_are_the_rows_decoded_alone(dtype: str) -> None:
 
 @pytest.mark.real_model
 @pytest.mark.parametrize("dtype", SMOLLM2_DTYPES)
-def test_a_smollm2_verify_pass_is_its_one_token_steps_bit_for_bit(dtype: str) -> None:
+def test_a_smollm2_verify_pass_is_its_one_token_steps_bit_for_bit(dtype: str,
+                                                                   request: pytest.FixtureRequest) -> None:
     # in bfloat16 on torch's kernel this failed with a lone row padded to two (the key at position n + 5 of
     # layer 1 differed), where `invariant_by`'s random inputs agreed
     from structspec.tools.tasks import extraction_prompt, load_tasks
 
-    try:
-        lm = structspec.load("smollm2-135m", dtype=dtype)
-    except structspec.ModelNotFoundError as e:
-        pytest.skip(f"smollm2-135m is not available: {e}")
-    make_batch_invariant(lm.model, packed=lm.kernels == "onednn")
+    lm = request.getfixturevalue(SMOLLM2_DTYPES[dtype])
     task = load_tasks()[0]
     ids = lm.encode_prompt(extraction_prompt(task.text, task.schema))
     n = len(ids) - 16
