@@ -103,6 +103,9 @@ def arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--preload", choices=["auto", "none"], default="auto",
                         help="auto: vLLM's engines get the LD_PRELOAD vLLM's CPU guide asks for (tcmalloc where "
                              "installed, the venv's libiomp5); none: the environment's as it is")
+    parser.add_argument("--save", metavar="FILE",
+                        help="also write every tally (with each output's token-id digest) to FILE as JSON, to "
+                             "compare outputs across runs")
     parser.add_argument("--prefix-job", action="store_true",
                         help="issue 53's peer instead: prefix_reuse.job_prompts() on vLLM + xgrammar at B = 1, "
                              "prefix caching on, then off")
@@ -284,6 +287,10 @@ def engine_benchmark(args: argparse.Namespace) -> int:
                        args.batch_size), "\n")
     print(NOTES)
     print(f"load average after: {load_average()}")
+    if args.save:
+        with open(args.save, "w", encoding="utf-8") as f:
+            json.dump({name: {label: [asdict(t) if t else None for t in pair] for label, pair in by_label.items()}
+                       for name, by_label in results.items()}, f, indent=1)
     return 0
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import importlib.util
 import json
 import time
@@ -172,6 +173,7 @@ def run_vllm(llm: Any, counts: StepCounts, requests: list[Request], batch_size: 
         if out.finish_reason != "stop":  # cut by the budget: not valid, whatever the text so far reads as
             valid, expected = False, expected and False
         score(tally, r.id, (valid, expected), out.finish_reason, len(out.token_ids), out.text)
+        tally.digests.append(hashlib.sha1(repr(list(out.token_ids)).encode()).hexdigest()[:16])
     tally.steps = counts.request_steps - before.request_steps
     tally.engine_steps = counts.engine_steps - before.engine_steps
     tally.drafted = counts.drafted - before.drafted

@@ -23,6 +23,7 @@ class Tally:
     expected_calls: int | None = None  # tool calls: turns whose calls are the expected ones (`judge_calls`)
     prompt_tokens: int = 0  # the prefix job's prompts' tokens
     cached_prompt_tokens: int = 0  # vLLM: prompt tokens its prefix cache supplied
+    digests: list[str] = field(default_factory=list)  # vLLM: each output's token ids hashed, in record order
 
 
 def seconds_per_record(t: Tally) -> float:
@@ -94,7 +95,23 @@ def markdown(title: str, tallies: dict[str, tuple[Tally | None, Tally | None]], 
         lines.append(f"- {label}: " + "; ".join(parts))
         lines += [f"    - invalid at {name}: {why}" for name, t in (("B=1", one), (f"B={batch_size}", many)) if t
                   for why in t.invalid]
-    return "\n".join(lines)
+    return "\n".join(lines + same_outputs(tallies, batch_size))
+
+
+# (configuration, the one whose outputs it must equal): a proposer or n-gram drafts change no greedy output
+SAME_OUTPUTS = (("vLLM + structspec + proposer", "vLLM + structspec"), ("vLLM + xgrammar + ngram", "vLLM + xgrammar"))
+
+
+def same_outputs(tallies: dict[str, tuple[Tally | None, Tally | None]], batch_size: int) -> list[str]:
+    """A line per pair of `SAME_OUTPUTS` run here: how many outputs are token-identical at each batch size."""
+    lines = []
+    for label, base in SAME_OUTPUTS:
+        pairs = zip(tallies.get(label, (None, None)), tallies.get(base, (None, None)), ("B=1", f"B={batch_size}"))
+        counts = [f"{sum(a == b for a, b in zip(t.digests, u.digests))}/{len(u.digests)} at {name}"
+                  for t, u, name in pairs if t and u and t.digests and u.digests]
+        if counts:
+            lines.append(f"- {label}: outputs token-identical to {base}'s in " + ", ".join(counts))
+    return lines
 
 
 NOTES = ("Steps / output token: the forward passes each record took part in over its output tokens (EOS not "

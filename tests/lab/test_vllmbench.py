@@ -97,6 +97,16 @@ def test_markdown_has_a_header_row_per_column_and_the_totals() -> None:
     assert "- A: B=1: 30 output tokens, 31 record-steps, 31 engine steps, 1.5 s" in text
 
 
+def test_the_tables_count_outputs_equal_to_those_without_drafts() -> None:
+    base = report.Tally(records=3, digests=["a", "b", "c"])
+    drafted, batched = report.Tally(records=3, digests=["a", "x", "c"]), report.Tally(records=3, digests=["a", "b", "c"])
+    text = report.markdown("extraction", {"vLLM + structspec": (base, base),
+                                          "vLLM + structspec + proposer": (drafted, batched)}, {}, 32)
+    assert ("- vLLM + structspec + proposer: outputs token-identical to vLLM + structspec's in 2/3 at B=1, "
+            "3/3 at B=32") in text
+    assert "xgrammar" not in text  # a pair not run is not reported
+
+
 # ---- step counting ----
 
 def step(scheduled: dict[str, int], drafts: dict[str, int], sampled: dict[str, int],
