@@ -56,6 +56,7 @@ class Forcer:
     _spelled: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)
     _splits: dict[int, int] = field(default_factory=dict)  # token → the shorter first token the target prefers
     _closing: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)
+    _spaced: set[int] = field(default_factory=set)  # bytes the target writes whitespace before where it may
 
     def __post_init__(self) -> None:
         self._byte_token = self.fsm.vocab.single_byte_tokens  # to walk the FSM one byte at a time
@@ -96,8 +97,9 @@ class Forcer:
 
     def spelled(self, state: int) -> tuple[list[int], list[int]]:
         """The forced text from ``state`` and, where it stops only because JSON whitespace may come next, the one
-        other byte allowed there (``"name"`` + ``:`` under a layout that allows whitespace before the colon), in
-        the canonical spelling with the learned splits; the states after each token.
+        other byte allowed there (``"name"`` + ``:`` under a layout that allows whitespace before the colon) unless
+        the target was seen writing whitespace before that byte (`learn`: a pretty-printing model's ``{`` +
+        newline + ``"``), in the canonical spelling with the learned splits; the states after each token.
 
         Nothing is held back: these tokens are drafts the target verifies, so a
         boundary where the model would rather merge, or whitespace it writes,
@@ -107,7 +109,7 @@ class Forcer:
             text, end = self.forced_bytes(state)
             allowed = self.fsm.next_bytes(end) if not self.fsm.is_final(end) else []
             other = [b for b in allowed if b not in _WHITESPACE]
-            if len(other) == 1 and len(other) < len(allowed):
+            if len(other) == 1 and len(other) < len(allowed) and other[0] not in self._spaced:
                 text += bytes(other)
             self._spelled[state] = self.spell_text(state, text)
         return self._spelled[state]
@@ -161,12 +163,16 @@ class Forcer:
         """The target rejected forced token ``rejected`` for ``chosen``; if ``chosen`` spells a proper prefix
         of it (``":`` for ``":"``), spell forced text that way from now on (this decode only). If ``rejected``
         was such a learned head and ``chosen`` is the whole token again, forget the split: Qwen writes the
-        first key's ``":`` + ``"`` and every later key's ``":"``, and keeping the split cost a pass per key."""
+        first key's ``":`` + ``"`` and every later key's ``":"``, and keeping the split cost a pass per key.
+        If ``chosen`` starts with whitespace, the rejected text's first byte was `spelled`'s guess past optional
+        whitespace (forced text proper allows none): stop guessing that byte, as the target spaces before it."""
         whole, head = self.fsm.vocab.token_bytes[rejected] or b"", self.fsm.vocab.token_bytes[chosen] or b""
         if head and len(head) < len(whole) and whole.startswith(head):
             self._splits[rejected] = chosen
         elif self._splits.get(chosen) == rejected:
             del self._splits[chosen]
+        elif whole and head[:1] and head[0] in _WHITESPACE and whole[0] not in _WHITESPACE:
+            self._spaced.add(whole[0])
         else:
             return
         self._spelled.clear()

@@ -204,3 +204,16 @@ def test_smollm2_exact_equals_plain(smollm2, task) -> None:
     assert exact.token_ids == off.token_ids  # complete or cut by the budget alike (SmolLM2 may copy forever)
     assert exact.stats.forced_tokens > 0
     assert exact.stats.target_forward_passes <= off.stats.target_forward_passes - exact.stats.forced_tokens + 1
+
+
+def test_a_target_that_spaces_before_a_byte_stops_getting_it_guessed_past_optional_whitespace(byte_lm) -> None:
+    fsm = structspec.compile(Regex(r'\{[ \n]*"a"[ \n]*:[ \n]*"x"[ \n]*\}'), byte_lm).fsm
+    forcer, ids, decode = Forcer(fsm, byte_lm.tokenizer), byte_lm.vocab.ids_by_bytes, byte_lm.vocab.decode
+    brace, key = (fsm.walk(fsm.initial_state, byte_lm.tokenizer.encode(text, add_special_tokens=False))[-1]
+                  for text in ("{", '{"a'))
+    assert decode(forcer.spelled(brace)[0]) == '"' and decode(forcer.spelled(key)[0]) == '":'  # guessed past spaces
+    forcer.learn(ids[b'"'], ids[b"\n"])  # the target wrote a newline where the draft guessed the quote
+    assert forcer.spelled(brace) == ([], [])  # no guess before a quote any more: the drafter's tokens go there
+    assert decode(forcer.spelled(key)[0]) == '":'  # the colon, never spaced before, is still guessed
+    forcer.learn(ids[b'"'], ids[b"x"])  # a rejection that is no whitespace teaches nothing of the kind
+    assert forcer.spelled(brace) == ([], []) and decode(forcer.spelled(key)[0]) == '":'
