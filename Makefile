@@ -24,7 +24,9 @@ demo: setup
 	$(VENV)/bin/structspec demo
 
 # The docs build is strict: a broken link, nav entry or API reference fails the test command.
-# Tests run on every core (pytest-xdist), one torch thread per worker so that workers do not oversubscribe them.
+# Tests run on every core (pytest-xdist), one torch thread per worker so that workers do not oversubscribe them;
+# worksteal gives each worker a contiguous run of the suite (a module's fixtures built by one worker, where load
+# deals tests out one by one to every worker) and moves tests off a worker still busy when another is idle.
 # Then the fast tests whose outcome may depend on load's default dtype (marked dtype: tests/conftest.py fails an
 # unmarked one that asks for it) again with it forced to the one this CPU does not default to (float32 on CPUs with
 # AVX-512 BF16, bfloat16 elsewhere), so that no test passes only in its own machine's default; in one process, as
@@ -36,7 +38,7 @@ OTHER_DTYPE = $(shell $(PY) -c "from structspec.models.device import native_bf16
 test: setup
 	$(VENV)/bin/lint-imports
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto --dist worksteal
 	STRUCTSPEC_DEFAULT_DTYPE=$(OTHER_DTYPE) OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "dtype and not slow and not real_model"
 	OMP_NUM_THREADS=2 $(PY) -m pytest -q -m "not slow and not real_model"
 
