@@ -29,8 +29,8 @@ demo: setup
 # deals tests out one by one to every worker) and moves tests off a worker still busy when another is idle.
 # Then the fast tests whose outcome may depend on load's default dtype (marked dtype: tests/conftest.py fails an
 # unmarked one that asks for it) again with it forced to the one this CPU does not default to (float32 on CPUs with
-# AVX-512 BF16, bfloat16 elsewhere), so that no test passes only in its own machine's default; in one process, as
-# a few dozen tests take less time than -n's workers take to start.
+# AVX-512 BF16, bfloat16 elsewhere), so that no test passes only in its own machine's default: about 170 of the
+# 1,500 fast tests, in one process (-n's workers each import torch and collect the suite before their first test).
 # Then the fast tier once more on two torch threads, in one process (under -n each worker keeps one thread), so
 # that no test passes only where a pass's matmuls are split one way: about 40 s more.
 OTHER_DTYPE = $(shell $(PY) -c "from structspec.models.device import native_bf16; print('float32' if native_bf16() else 'bfloat16')")
