@@ -9,14 +9,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerFast
 
 import structspec
 from structspec.errors import ModelNotFoundError
-from structspec.models import device
 from structspec.testing import tiny_llama, tiny_lm
+
+# Which fast tests the later tiers of `make test` rerun, and the guard that keeps the dtype marker complete
+pytest_plugins = ["tests.tiers"]
 
 # Where the tiny models run: "cpu" in CI; STRUCTSPEC_TEST_DEVICE=cuda runs the same tests on a GPU.
 DEVICE = os.environ.get("STRUCTSPEC_TEST_DEVICE", "cpu")
@@ -39,66 +40,16 @@ REAL_MODEL_FIXTURES = frozenset({"smollm2", "smollm2_bf16", "qwen_coder", "gemma
 SLOW_FIXTURES = frozenset({"qwen_lm"})
 
 
-# Modules whose every test is marked ``dtype`` here rather than test by test (each has tests that run the CLI on a
-# tiny model without --dtype, some in a subprocess the guard below does not see).
-DTYPE_MODULES = frozenset({"tests/tools/test_cli.py", "tests/tools/test_throughput.py", "tests/tools/test_compare.py",
-                           "tests/tools/test_contention.py", "tests/tools/test_peers.py",
-                           "tests/tools/test_prefix_reuse.py", "tests/tools/test_cli_errors.py",
-                           "tests/decoding/test_budget.py", "tests/decoding/test_prefix_cache.py",
-                           "tests/decoding/test_decode.py"})
-
-
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark ``real_model`` every collected test that uses a shipped model's fixture, ``slow`` one that uses a
-    fixture slow to build, and ``dtype`` every test in `DTYPE_MODULES`."""
+    """Mark ``real_model`` every collected test that uses a shipped model's fixture, and ``slow`` one that uses a
+    fixture slow to build."""
     for item in items:
-        if item.nodeid.split("::")[0] in DTYPE_MODULES:
-            item.add_marker(pytest.mark.dtype)
         fixtures = set(getattr(item, "fixturenames", ()))
         if REAL_MODEL_FIXTURES & fixtures:
             item.add_marker(pytest.mark.real_model)
         if SLOW_FIXTURES & fixtures:
             item.add_marker(pytest.mark.slow)
-
-
-# The tier that reruns the fast tests with the other CPU's default dtype (Makefile) runs only those marked ``dtype``:
-# `default_dtype` alone reads the variable it sets, so a test that never asks it for the machine's default has the
-# same outcome in both tiers. The tier's own value, so that a test that sets the variable itself is not counted.
-_TIER_DTYPE = os.environ.get(device.DTYPE_VARIABLE)
-_running: list[str] = []  # the test whose setup, call or teardown runs now
-_asked: dict[str, str] = {}  # test -> the first default_dtype call it made that the dtype tier changes
-_default_dtype = device.default_dtype
-
-
-def _watched_default_dtype(where: torch.device, model: str | None = None) -> torch.dtype:
-    if _running and model not in device.FLOAT32_MODELS and os.environ.get(device.DTYPE_VARIABLE) == _TIER_DTYPE:
-        _asked.setdefault(_running[-1], f"default_dtype({where}, {model!r})")
-    return _default_dtype(where, model)
-
-
-device.default_dtype = _watched_default_dtype  # resolve_device and the tools look it up at each call
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
-    _running.append(item.nodeid)
-    yield
-    _running.pop()
-
-
-@pytest.fixture(autouse=True)
-def dtype_marker_is_kept(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Fail a fast test not marked ``dtype`` that asked `default_dtype` for the machine's default (what the dtype
-    tier changes), itself or through a fixture it built, so that the marker stays complete (the tier runs no
-    ``slow`` or ``real_model`` test). Sees this process only: a test whose subprocess loads a model without a dtype
-    is marked by hand, and so is every test that uses a wider fixture that asks (only the one that built it is
-    seen)."""
-    yield
-    asked = _asked.pop(request.node.nodeid, None)
-    if asked and not any(request.node.get_closest_marker(m) for m in ("dtype", "slow", "real_model")):
-        pytest.fail(f"this test asked {asked} for the machine's default dtype, which the dtype tier changes: "
-                    "mark it @pytest.mark.dtype", pytrace=False)
 
 
 @pytest.fixture(scope="session", autouse=True)
