@@ -16,6 +16,9 @@ import structspec
 from structspec.errors import ModelNotFoundError
 from structspec.testing import tiny_llama, tiny_lm
 
+# Which fast tests the later tiers of `make test` rerun, and the guard that keeps the dtype marker complete
+pytest_plugins = ["tests.tiers"]
+
 # Where the tiny models run: "cpu" in CI; STRUCTSPEC_TEST_DEVICE=cuda runs the same tests on a GPU.
 DEVICE = os.environ.get("STRUCTSPEC_TEST_DEVICE", "cpu")
 

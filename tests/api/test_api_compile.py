@@ -126,6 +126,7 @@ def test_a_spec_that_needs_no_tokenizer_is_checked_before_the_model_loads(spec: 
         structspec.generate(MISSING, spec, PROMPTS[0])
 
 
+@pytest.mark.dtype
 def test_an_agents_spec_is_read_with_the_tokenizer_so_after_the_model_loads() -> None:
     with pytest.raises(structspec.ModelNotFoundError):  # ToolCalls may place the tokenizer's own special tokens
         structspec.compile(structspec.ToolCalls([{"name": "f"}]), MISSING)

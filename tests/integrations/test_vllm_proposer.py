@@ -153,30 +153,38 @@ def parting(on: Any, off: Any) -> str | None:
     return f"token {i} differs: {on.text!r} with drafts vs {off.text!r} without, not at a near tie"
 
 
-def test_greedy_outputs_are_the_same_with_and_without_drafts(llm: LLM) -> None:
-    prompts = ["A user record as JSON:", "An order as JSON:", "Call a tool to get the weather in Oslo:",
-               "The customer Ada Lovelace, two open tickets, as JSON:"]
-    constraints = [StructuredOutputsParams(json=s) for s in (PERSON, ORDER, tool_call_schema(), ACCOUNT)]
+# Four requests where the grammar forces text: enums, nested objects, arrays, a tool call, long keys
+PROMPTS = ["A user record as JSON:", "An order as JSON:", "Call a tool to get the weather in Oslo:",
+           "The customer Ada Lovelace, two open tickets, as JSON:"]
+
+
+@pytest.fixture(scope="module")
+def drafted(llm: LLM) -> SimpleNamespace:
+    """`PROMPTS` decoded greedily in one batch with the proposer's drafts (log-probabilities kept): ``schemas``,
+    ``outputs``, the proposer's ``stats`` for the run and, per draft vLLM validated, ``seen`` (draft, kept)."""
+    schemas = [PERSON, ORDER, tool_call_schema(), ACCOUNT]
     drafter = proposer(llm)
     drafter.reset_stats()
-    on = generate(llm, prompts, constraints, max_tokens=200, logprobs=5)
-    assert drafter.stats.forced_drafted > 0
+    with validations(llm) as seen:
+        outputs = generate(llm, PROMPTS, [StructuredOutputsParams(json=s) for s in schemas], max_tokens=200,
+                           logprobs=5)
+    return SimpleNamespace(schemas=schemas, outputs=outputs, stats=drafter.stats, seen=seen)
+
+
+def test_greedy_outputs_are_the_same_with_and_without_drafts(llm: LLM, drafted: SimpleNamespace) -> None:
+    assert drafted.stats.forced_drafted > 0
     with drafts_off(llm):
-        off = generate(llm, prompts, constraints, max_tokens=200, logprobs=5)
-    assert [parting(a, b) for a, b in zip(on, off)] == [None] * len(prompts)
-    for out, schema in zip(on, (PERSON, ORDER, tool_call_schema(), ACCOUNT)):
+        off = generate(llm, PROMPTS, [StructuredOutputsParams(json=s) for s in drafted.schemas], max_tokens=200,
+                       logprobs=5)
+    assert [parting(a, b) for a, b in zip(drafted.outputs, off)] == [None] * len(PROMPTS)
+    for out, schema in zip(drafted.outputs, drafted.schemas):
         assert out.finish_reason == "stop", out.text
         jsonschema.validate(json.loads(out.text), schema)
 
 
-def test_every_draft_passes_validate_tokens_whole(llm: LLM) -> None:
-    prompts = ["A user record as JSON:", "The customer Ada Lovelace, two open tickets, as JSON:"]
-    with validations(llm) as seen:
-        generate(llm, prompts, [StructuredOutputsParams(json=PERSON), StructuredOutputsParams(json=ACCOUNT)],
-                 max_tokens=200)
-    drafted = sum(len(draft) for draft, _ in seen)
-    assert drafted > 0
-    assert [draft for draft, kept in seen if kept != draft] == []
+def test_every_draft_passes_validate_tokens_whole(drafted: SimpleNamespace) -> None:
+    assert sum(len(draft) for draft, _ in drafted.seen) > 0
+    assert [draft for draft, kept in drafted.seen if kept != draft] == []
 
 
 def test_forced_drafts_cut_the_engine_steps_per_output_token(llm: LLM) -> None:

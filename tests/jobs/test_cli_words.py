@@ -56,6 +56,7 @@ def test_an_empty_input_is_a_configuration_error_before_the_model_loads(
     assert not (tmp_path / "out.jsonl").exists()
 
 
+@pytest.mark.dtype
 def test_a_budget_error_line_names_the_clis_option(model: Path, tmp_path: Path) -> None:
     _job_files(tmp_path, SCHEMA, ["Box 1 is small."])
     assert _extract(model, tmp_path, "--max-new-tokens", "2") == EXIT_OK
@@ -77,6 +78,7 @@ def test_an_unenforceable_keyword_names_strict_false_in_python_and_no_strict_in_
     assert err.count("--no-strict") == 1 and "strict=False" not in err
 
 
+@pytest.mark.dtype
 def test_a_misspelled_keyword_warns_once_in_one_line(model: Path, tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     schema = {"type": "object", "properties": {"size": {"type": "string", "maxLenght": 3}}, "required": ["size"]}

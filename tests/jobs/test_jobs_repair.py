@@ -48,6 +48,7 @@ def _no_model(*args: object, **kwargs: object) -> None:
     raise AssertionError("the model loaded before the refusal")
 
 
+@pytest.mark.dtype
 def test_retry_errors_with_a_bigger_budget_runs_the_records_the_budget_stopped(
         model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     _job_files(tmp_path, SCHEMA, ["Box 1 is small.", "Box 2 is large."])
@@ -106,6 +107,7 @@ UNIQUE = {  # uniqueItems on an array of integers: a regex cannot enforce it
 }
 
 
+@pytest.mark.dtype
 def test_no_strict_drops_a_keyword_and_each_line_lists_it(model: Path, tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     _job_files(tmp_path, UNIQUE, ["Sizes 1 and 2."])
@@ -121,6 +123,7 @@ def test_no_strict_drops_a_keyword_and_each_line_lists_it(model: Path, tmp_path:
     assert _extract(model, tmp_path, "--max-new-tokens", "30") == EXIT_CONFIG  # a strict rerun is another job
 
 
+@pytest.mark.dtype
 def test_records_without_ids_are_said_to_be_named_by_their_row(model: Path, tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "schema.json").write_text(json.dumps(SCHEMA))
@@ -145,6 +148,7 @@ def test_a_folder_input_never_reads_the_jobs_own_output(byte_lm: structspec.LM, 
     assert (summary.skipped, summary.written) == (3, 0) and len(_rows(out)) == 3
 
 
+@pytest.mark.dtype
 def test_the_manifest_of_the_output_is_refused_as_input(model: Path, tmp_path: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     _job_files(tmp_path, SCHEMA, ["Box 1 is small."])

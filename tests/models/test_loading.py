@@ -45,6 +45,7 @@ def no_load(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return looked
 
 
+@pytest.mark.dtype
 def test_hub_id_loads_from_the_local_cache_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_CACHE", str(fake_hub_cache(tmp_path / "hub")))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a network call would fail, not hang
@@ -61,6 +62,7 @@ def test_hub_id_loads_from_the_local_cache_offline(tmp_path: Path, monkeypatch: 
         torch.testing.assert_close(loaded[name], weight.to(loaded[name].dtype), rtol=0, atol=0, msg=name)
 
 
+@pytest.mark.dtype
 def test_a_hub_id_not_in_the_cache_names_the_id_the_cache_and_the_fix(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -76,6 +78,7 @@ def test_a_hub_id_not_in_the_cache_names_the_id_the_cache_and_the_fix(
     assert message.endswith(f"or pass a local model directory or a shipped model ({', '.join(shipped.SHIPPED)})")
 
 
+@pytest.mark.dtype
 def test_a_hub_cache_without_the_main_revision_is_not_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cache = fake_hub_cache(tmp_path / "hub")
     (cache / f"models--{REPO.replace('/', '--')}" / "refs" / "main").unlink()
@@ -84,6 +87,7 @@ def test_a_hub_cache_without_the_main_revision_is_not_found(tmp_path: Path, monk
         structspec.load(REPO)
 
 
+@pytest.mark.dtype
 @pytest.mark.parametrize(("name", "meant"), [
     ("smollm2-135", "smollm2-135m"), ("Qwen2.5-Coder-0.5B", "qwen2.5-coder-0.5b"), ("gemma-3-270m", "gemma3-270m"),
     ("TinyOrg/tiny-lama", REPO), ("mistral", None),
@@ -122,6 +126,7 @@ def test_a_local_directory_wins_over_the_hub_cache(tmp_path: Path, monkeypatch: 
     assert shipped.model_path(REPO) == REPO
 
 
+@pytest.mark.dtype
 def test_threads_set_torch_thread_count(tmp_path: Path, torch_threads: None) -> None:
     torch.set_num_threads(2)
     structspec.load(str(save_tiny_model(tmp_path / "m")), kernels="torch", threads=1)
@@ -168,6 +173,7 @@ def test_the_default_dtype_can_be_forced_for_every_device(forced: str, monkeypat
     assert device.resolve_device("cpu", "float16")[1] == torch.float16  # a dtype the caller names still wins
 
 
+@pytest.mark.dtype
 def test_the_default_dtype_without_the_variable_is_the_machines(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(device.DTYPE_VARIABLE, raising=False)
     expected = torch.bfloat16 if device.native_bf16() else torch.float32
@@ -183,6 +189,7 @@ def test_a_bad_forced_default_dtype_is_refused_before_anything_loads(
     assert no_load == []
 
 
+@pytest.mark.dtype
 @pytest.mark.parametrize("forced", ["float32", "bfloat16", None])
 def test_a_model_bfloat16_makes_wrong_loads_in_float32_on_every_kind_of_cpu(forced: str | None,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:

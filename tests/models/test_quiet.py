@@ -35,6 +35,7 @@ def chatty_transformers() -> Iterator[None]:
     (logging.enable_progress_bar if bars else logging.disable_progress_bar)()
 
 
+@pytest.mark.dtype
 def test_load_prints_nothing_and_restores_transformers_settings(
     model_dir: Path, chatty_transformers: None, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -44,6 +45,7 @@ def test_load_prints_nothing_and_restores_transformers_settings(
     assert logging.is_progress_bar_enabled()
 
 
+@pytest.mark.dtype
 def test_verbose_shows_what_transformers_says(model_dir: Path, capfd: pytest.CaptureFixture[str]) -> None:
     structspec.load(str(model_dir), kernels="torch", verbose=True)
     assert "Loading weights" in capfd.readouterr().err
