@@ -318,7 +318,8 @@ def test_core_refuses_arrays_it_cannot_read() -> None:
         core.step(slots.astype(np.int64), rows, 1, b"a", 0)
     level = (np.array([5]), np.array([97], dtype=np.uint8), np.array([0]), np.array([3]))
     with pytest.raises(ValueError, match="not a node"):
-        core.walk_levels((level,), 0, np.array([1], dtype=np.int32), slots, rows, np.zeros(4, dtype=np.uint8))
+        core.walk_levels((level,), 0, np.array([0], dtype=np.int32), np.array([1], dtype=np.int32), slots, rows,
+                         np.zeros(4, dtype=np.uint8))
     with pytest.raises(IndexError, match="not a DFA state"):
         core.unbuilt(np.array([5]), np.ones(2, dtype=bool))
     dfa = LazyDFA(ByteNFA("ab"))
