@@ -206,13 +206,15 @@ PyObject *ss_walk_levels(PyObject *self, PyObject *args) {
                 break;
             }
             missing = next;  /* (free until the children are found, and not needed once states are missing) */
-            for (Py_ssize_t i = 0; i < ncur; i++) {
+            /* the rows of the live nodes with children here (those the Python walk ensures: states numbered alike) */
+            for (Py_ssize_t i = 0, j = 0; i < ncur; i++) {
                 int32_t s = cur[i];
-                if (s != 0 && (s < 0 || s >= nslots || slot_of[s] <= 0 || slot_of[s] >= nrows)) {
-                    /* (repeats side by side dropped: `LazyDFA.ensure` takes each state once) */
-                    if (!nmissing || missing[nmissing - 1] != s)
-                        missing[nmissing++] = s;
-                }
+                if (s == 0 || (s > 0 && s < nslots && slot_of[s] > 0 && slot_of[s] < nrows))
+                    continue;
+                j = lower_bound(&l->parents, j, n, cur_nodes[i]);
+                /* (repeats side by side dropped: `LazyDFA.ensure` takes each state once) */
+                if (j < n && at_index(&l->parents, j) == cur_nodes[i] && (!nmissing || missing[nmissing - 1] != s))
+                    missing[nmissing++] = s;
             }
             if (nmissing) {
                 outcome = WALK_MISSING;
@@ -220,11 +222,12 @@ PyObject *ss_walk_levels(PyObject *self, PyObject *args) {
             }
             Py_ssize_t j = 0;
             for (Py_ssize_t i = 0; i < ncur; i++) {  /* each live node's children, in node order */
-                if (!cur[i])
-                    continue;
-                const int32_t *row = table + (Py_ssize_t)slot_of[cur[i]] * 256;
                 int32_t node = cur_nodes[i];
-                for (j = lower_bound(&l->parents, j, n, node); j < n && at_index(&l->parents, j) == node; j++) {
+                j = lower_bound(&l->parents, j, n, node);
+                if (!cur[i] || j == n || at_index(&l->parents, j) != node)
+                    continue;  /* (dead, or no token goes on from it: its row may not be built) */
+                const int32_t *row = table + (Py_ssize_t)slot_of[cur[i]] * 256;
+                for (; j < n && at_index(&l->parents, j) == node; j++) {
                     int32_t t = row[bytes[j]];
                     if (t) {
                         if (nnext == cap_next && reserve(&next_nodes, &next, &cap_next, nnext + 1) < 0) {
