@@ -182,9 +182,9 @@ static PyMethodDef methods[] = {
     {"successors", successors, METH_VARARGS, "successors(slots, rows, state) -> tuple: the distinct states of a row"},
     {"unbuilt", ss_unbuilt, METH_VARARGS, "unbuilt(states, built) -> bool: whether a state of states has no row built"},
     {"walk_levels", ss_walk_levels, METH_VARARGS,
-     "walk_levels(levels, first, nodes, states, slots, rows, found) -> None or (level, nodes, states, missing)"},
+     "walk_levels(trie, first, nodes, states, slots, rows, found) -> None or (level, nodes, states, missing)"},
     {"walk_shape", ss_walk_shape, METH_VARARGS,
-     "walk_shape(table, regions, data, starts, ends, ids, by_first, first_starts, size) -> (base, levels)"},
+     "walk_shape(table, regions, data, starts, ends, ids, by_first, first_starts, size) -> (base, trie)"},
     {"region", ss_region, METH_VARARGS, "region(dfa, state, ensure, depth, limit) -> (table, regions, exits)"},
     {NULL, NULL, 0, NULL},
 };

@@ -11,7 +11,7 @@
  * an exception naming `name` if it is not one. */
 int ss_view(PyObject *obj, Py_buffer *buf, Py_ssize_t itemsize, int writable, const char *name);
 
-/* walk_levels(levels, first, nodes, states, slots, rows, found): _levels.c */
+/* walk_levels(trie, first, nodes, states, slots, rows, found): _levels.c */
 PyObject *ss_walk_levels(PyObject *self, PyObject *args);
 
 /* walk_shape(table, regions, data, starts, ends, ids, by_first, first_starts, size): _walk.c */

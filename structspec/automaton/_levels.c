@@ -2,75 +2,6 @@
  * live nodes, the GIL released over the loops (the caller holds the DFA's lock). Part of structspec.automaton._core. */
 #include "_core.h"
 
-typedef struct {
-    Py_buffer parents, bytes, ends, ids;
-} Level;
-
-/* Item i of an int32 or int64 array (the trie's arrays are either, as numpy made them). */
-static inline int64_t at_index(const Py_buffer *b, Py_ssize_t i) {
-    return b->itemsize == 8 ? ((const int64_t *)b->buf)[i] : ((const int32_t *)b->buf)[i];
-}
-
-static void release_levels(Level *levels, Py_ssize_t count) {
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyBuffer_Release(&levels[i].parents);
-        PyBuffer_Release(&levels[i].bytes);
-        PyBuffer_Release(&levels[i].ends);
-        PyBuffer_Release(&levels[i].ids);
-    }
-    PyMem_Free(levels);
-}
-
-/* Views of the levels (parents, bytes uint8, ends, ids: int64 or int32) from `first` on; NULL and an
- * exception if one is not that (int32 arrays are taken for int64 ones too). `*count` is set to how many were taken. */
-static Level *take_levels(PyObject *seq, Py_ssize_t first, Py_ssize_t total, Py_ssize_t *count) {
-    Level *levels = PyMem_Calloc(total - first + 1, sizeof(Level));
-    *count = 0;
-    if (!levels) {
-        PyErr_NoMemory();
-        return NULL;
-    }
-    for (Py_ssize_t i = first; i < total; i++) {
-        PyObject *level = PySequence_Fast_GET_ITEM(seq, i);
-        Level *l = &levels[i - first];
-        PyObject *parts[4];
-        if (!PyTuple_Check(level) || PyTuple_GET_SIZE(level) != 4) {
-            PyErr_SetString(PyExc_TypeError, "levels: each level must be a 4-tuple (parents, bytes, ends, ids)");
-            release_levels(levels, *count);
-            return NULL;
-        }
-        for (int k = 0; k < 4; k++)
-            parts[k] = PyTuple_GET_ITEM(level, k);
-        if (ss_view(parts[0], &l->parents, -1, 0, "parents") < 0)
-            goto fail;
-        if (ss_view(parts[1], &l->bytes, 1, 0, "bytes") < 0) {
-            PyBuffer_Release(&l->parents);
-            goto fail;
-        }
-        if (ss_view(parts[2], &l->ends, -1, 0, "ends") < 0) {
-            PyBuffer_Release(&l->parents);
-            PyBuffer_Release(&l->bytes);
-            goto fail;
-        }
-        if (ss_view(parts[3], &l->ids, -1, 0, "ids") < 0) {
-            PyBuffer_Release(&l->parents);
-            PyBuffer_Release(&l->bytes);
-            PyBuffer_Release(&l->ends);
-            goto fail;
-        }
-        (*count)++;
-        if (l->ids.len / l->ids.itemsize != l->ends.len / l->ends.itemsize ||
-            l->bytes.len != l->parents.len / l->parents.itemsize) {
-            PyErr_SetString(PyExc_ValueError, "levels: a level's arrays disagree in length");
-            goto fail;
-        }
-    }
-    return levels;
-fail:
-    release_levels(levels, *count);
-    return NULL;
-}
-
 enum { WALK_DONE, WALK_MISSING, WALK_BAD_ID, WALK_NO_MEMORY };
 
 /* Room for ``need`` items in both arrays of a pair (nodes, states) holding ``*cap``; -1 where there is no memory. */
@@ -91,12 +22,11 @@ static int reserve(int32_t **nodes, int32_t **states, Py_ssize_t *cap, Py_ssize_
     return 0;
 }
 
-/* The first index from ``lo`` of a level's ``a`` (non-decreasing, as a trie's parents and ends are) not below
- * ``v``. */
-static Py_ssize_t lower_bound(const Py_buffer *a, Py_ssize_t lo, Py_ssize_t n, int64_t v) {
+/* The first index in [lo, n) of ``a`` (non-decreasing there, as a level's parents and ends are) not below ``v``. */
+static Py_ssize_t lower_bound(const int64_t *a, Py_ssize_t lo, Py_ssize_t n, int64_t v) {
     while (lo < n) {
         Py_ssize_t mid = lo + (n - lo) / 2;
-        if (at_index(a, mid) < v)
+        if (a[mid] < v)
             lo = mid + 1;
         else
             n = mid;
@@ -104,48 +34,85 @@ static Py_ssize_t lower_bound(const Py_buffer *a, Py_ssize_t lo, Py_ssize_t n, i
     return lo;
 }
 
-/* Whether a level's ``a`` (n items) holds only nodes below ``nodes``, checked at its ends (it is non-decreasing). */
-static int holds_nodes(const Py_buffer *a, Py_ssize_t n, Py_ssize_t nodes) {
-    return !n || (at_index(a, 0) >= 0 && at_index(a, n - 1) < nodes);
+/* Whether ``a[0:n]`` (non-decreasing) holds only nodes below ``nodes``, checked at its ends. */
+static int holds_nodes(const int64_t *a, Py_ssize_t n, Py_ssize_t nodes) {
+    return !n || (a[0] >= 0 && a[n - 1] < nodes);
 }
 
-/* walk_levels(levels, first, nodes, states, slots, rows, found) -> None or (level, nodes, states, missing).
+/* Whether ``starts`` (``count`` + 1 offsets) cut ``[0, total)`` into levels. */
+static int cuts(const int64_t *starts, Py_ssize_t count, Py_ssize_t total) {
+    if (starts[0] != 0 || starts[count] != total)
+        return 0;
+    for (Py_ssize_t k = 0; k < count; k++)
+        if (starts[k + 1] < starts[k])
+            return 0;
+    return 1;
+}
+
+/* walk_levels(trie, first, nodes, states, slots, rows, found) -> None or (level, nodes, states, missing).
  *
- * The trie of a region shape's leaving tokens, level by level from ``first``, over its live nodes only: ``nodes``
- * (int32, ascending) are the live nodes of the level before (``first`` 0: the exits, numbered from 0) and
- * ``states`` (int32) their DFA states. Node i of a level reads ``bytes[i]`` from node ``parents[i]`` of the
- * level before; a level's ``parents`` and ``ends`` are non-decreasing (the trie numbers its nodes by parent, then
- * byte; `_VocabBytes._trie` sorts the ends), so a live node's children and tokens are found by bisection and a
- * dead node's subtree is never read. The token ``ids[k]`` ending on node ``ends[k]`` is allowed when that node is
- * live: its bit (little bit order) is set in ``found``. Stops when no node is live or the levels end (None), or
- * where live nodes' states have no row built: (that level, its live ``nodes`` and ``states`` as int32 bytes, the
+ * ``trie`` (`_Trie`: parents, bytes, ends, ids, node_starts, end_starts, int64 but bytes uint8) holds a region
+ * shape's leaving tokens by byte position: level k's nodes are [node_starts[k], node_starts[k + 1]) of parents
+ * and bytes, its tokens [end_starts[k], end_starts[k + 1]) of ends and ids, nodes numbered within their level.
+ * Walked level by level from ``first`` over live nodes only: ``nodes`` (int32, ascending) are the live nodes of
+ * the level before (``first`` 0: the exits, numbered from 0) and ``states`` (int32) their DFA states. Node i of
+ * a level reads ``bytes[i]`` from node ``parents[i]`` of the level before; a level's parents and ends are
+ * non-decreasing (nodes numbered by parent, then byte; ends sorted), so a live node's children and tokens are
+ * found by bisection and a dead node's subtree is never read. A token ending on a live node is allowed: its bit
+ * (little bit order) is set in ``found``. Stops when no node is live or the levels end (None), or where live
+ * nodes with children have no row built: (that level, its live ``nodes`` and ``states`` as int32 bytes, the
  * states to build), to be called again from there once they are. */
 PyObject *ss_walk_levels(PyObject *self, PyObject *args) {
-    PyObject *levels_obj, *slots_obj, *rows_obj, *found_obj;
-    Py_buffer start_nodes, start, slots, rows, found;
+    PyObject *trie, *objs[6], *slots_obj, *rows_obj, *found_obj;
+    Py_buffer b[6], start_nodes, start, slots, rows, found;
+    static const Py_ssize_t sizes[6] = {8, 1, 8, 8, 8, 8};
+    static const char *names[6] = {"parents", "bytes", "ends", "ids", "node_starts", "end_starts"};
     Py_ssize_t first;
-    if (!PyArg_ParseTuple(args, "Ony*y*OOO", &levels_obj, &first, &start_nodes, &start, &slots_obj, &rows_obj,
+    if (!PyArg_ParseTuple(args, "Ony*y*OOO", &trie, &first, &start_nodes, &start, &slots_obj, &rows_obj,
                           &found_obj))
         return NULL;
-    PyObject *seq = NULL, *result = NULL;
-    Level *levels = NULL;
-    Py_ssize_t total = 0, count = 0;
-    int held = 0;
+    PyObject *result = NULL;
+    int taken = 0, held = 0;
+    if (!PyTuple_Check(trie) || PyTuple_GET_SIZE(trie) != 6) {
+        PyErr_SetString(PyExc_TypeError, "trie: (parents, bytes, ends, ids, node_starts, end_starts)");
+        goto release;
+    }
+    for (; taken < 6; taken++) {
+        objs[taken] = PyTuple_GET_ITEM(trie, taken);
+        if (ss_view(objs[taken], &b[taken], sizes[taken], 0, names[taken]) < 0)
+            goto release;
+    }
     if (start_nodes.len != start.len || start.len % 4) {
         PyErr_SetString(PyExc_ValueError, "nodes and states: int32, as many of each");
         goto release;
     }
-    seq = PySequence_Fast(levels_obj, "levels must be a sequence");
-    if (!seq)
+    const int64_t *parents = b[0].buf, *ends = b[2].buf, *ids = b[3].buf, *node_starts = b[4].buf;
+    const int64_t *end_starts = b[5].buf;
+    const unsigned char *bytes = b[1].buf;
+    Py_ssize_t count = b[4].len / 8 - 1;
+    if (count < 0 || b[5].len != b[4].len || b[1].len * 8 != b[0].len || b[3].len != b[2].len ||
+        !cuts(node_starts, count, b[1].len) || !cuts(end_starts, count, b[3].len / 8)) {
+        PyErr_SetString(PyExc_ValueError, "trie: its levels do not cut its arrays");
         goto release;
-    total = PySequence_Fast_GET_SIZE(seq);
-    if (first < 0 || first > total) {
+    }
+    if (first < 0 || first > count) {
         PyErr_SetString(PyExc_ValueError, "first: not a level");
         goto release;
     }
-    levels = take_levels(seq, first, total, &count);
-    if (!levels)
-        goto release;
+    Py_ssize_t ncur = start.len / 4, cap_cur = 0, cap_next = 0;
+    const int32_t *given = start_nodes.buf;
+    /* the nodes of the level before the first: the roots given (the exits), or that level's */
+    Py_ssize_t before = ncur ? given[ncur - 1] + 1 : 0;
+    if (first > 0 && node_starts[first] - node_starts[first - 1] > before)
+        before = node_starts[first] - node_starts[first - 1];
+    for (Py_ssize_t k = first; k < count; k++) {
+        Py_ssize_t n = node_starts[k + 1] - node_starts[k];
+        if (!holds_nodes(parents + node_starts[k], n, k > first ? node_starts[k] - node_starts[k - 1] : before) ||
+            !holds_nodes(ends + end_starts[k], end_starts[k + 1] - end_starts[k], n)) {
+            PyErr_SetString(PyExc_ValueError, "trie: a node's parent or a token's end is not a node");
+            goto release;
+        }
+    }
     if (ss_view(slots_obj, &slots, 4, 0, "slots") < 0)
         goto release;
     if (ss_view(rows_obj, &rows, 4, 0, "rows") < 0) {
@@ -158,30 +125,6 @@ PyObject *ss_walk_levels(PyObject *self, PyObject *args) {
         goto release;
     }
     held = 1;
-
-    Py_ssize_t ncur = start.len / 4, cap_cur = 0, cap_next = 0;
-    const int32_t *given = start_nodes.buf;
-    /* the nodes of the level before the first: the roots given (the exits), or that level's */
-    Py_ssize_t before = ncur ? given[ncur - 1] + 1 : 0;
-    if (first > 0) {
-        PyObject *level = PySequence_Fast_GET_ITEM(seq, first - 1);
-        Py_ssize_t len = PyTuple_Check(level) && PyTuple_GET_SIZE(level) == 4
-                         ? PyObject_Length(PyTuple_GET_ITEM(level, 1)) : -1;
-        if (len < 0) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_TypeError, "levels: each level must be a 4-tuple (parents, bytes, ends, ids)");
-            goto release;
-        }
-        before = len > before ? len : before;
-    }
-    for (Py_ssize_t i = 0; i < count; i++) {
-        Py_ssize_t n = levels[i].bytes.len, nends = levels[i].ends.len / levels[i].ends.itemsize;
-        if (!holds_nodes(&levels[i].parents, n, i ? levels[i - 1].bytes.len : before) ||
-            !holds_nodes(&levels[i].ends, nends, n)) {
-            PyErr_SetString(PyExc_ValueError, "levels: a node's parent or a token's end is not a node");
-            goto release;
-        }
-    }
     /* (sized by the live nodes, not by the levels: a walk reads few of a large trie's nodes) */
     int32_t *cur_nodes = NULL, *cur = NULL, *next_nodes = NULL, *next = NULL, *missing = NULL;
     if (reserve(&cur_nodes, &cur, &cap_cur, ncur + 1) < 0) {
@@ -190,17 +133,18 @@ PyObject *ss_walk_levels(PyObject *self, PyObject *args) {
     }
     memcpy(cur_nodes, start_nodes.buf, ncur * 4);
     memcpy(cur, start.buf, ncur * 4);
-    Py_ssize_t nmissing = 0, at = 0;
+    Py_ssize_t nmissing = 0, at = first;
     int outcome = WALK_DONE;
     {
         const int32_t *slot_of = slots.buf, *table = rows.buf;
         unsigned char *bits = found.buf;
         Py_ssize_t nslots = slots.len / 4, nrows = rows.len / (4 * 256), nbits = found.len * 8;
         Py_BEGIN_ALLOW_THREADS
-        for (at = 0; at < count && ncur; at++) {
-            const Level *l = &levels[at];
-            const unsigned char *bytes = l->bytes.buf;
-            Py_ssize_t n = l->bytes.len, nends = l->ends.len / l->ends.itemsize, nnext = 0;
+        for (at = first; at < count && ncur; at++) {
+            const int64_t *up = parents + node_starts[at], *on = ends + end_starts[at], *who = ids + end_starts[at];
+            const unsigned char *by = bytes + node_starts[at];
+            Py_ssize_t n = node_starts[at + 1] - node_starts[at], nends = end_starts[at + 1] - end_starts[at];
+            Py_ssize_t nnext = 0;
             if (reserve(&next_nodes, &next, &cap_next, ncur + 1) < 0) {
                 outcome = WALK_NO_MEMORY;
                 break;
@@ -211,9 +155,9 @@ PyObject *ss_walk_levels(PyObject *self, PyObject *args) {
                 int32_t s = cur[i];
                 if (s == 0 || (s > 0 && s < nslots && slot_of[s] > 0 && slot_of[s] < nrows))
                     continue;
-                j = lower_bound(&l->parents, j, n, cur_nodes[i]);
+                j = lower_bound(up, j, n, cur_nodes[i]);
                 /* (repeats side by side dropped: `LazyDFA.ensure` takes each state once) */
-                if (j < n && at_index(&l->parents, j) == cur_nodes[i] && (!nmissing || missing[nmissing - 1] != s))
+                if (j < n && up[j] == cur_nodes[i] && (!nmissing || missing[nmissing - 1] != s))
                     missing[nmissing++] = s;
             }
             if (nmissing) {
@@ -223,12 +167,12 @@ PyObject *ss_walk_levels(PyObject *self, PyObject *args) {
             Py_ssize_t j = 0;
             for (Py_ssize_t i = 0; i < ncur; i++) {  /* each live node's children, in node order */
                 int32_t node = cur_nodes[i];
-                j = lower_bound(&l->parents, j, n, node);
-                if (!cur[i] || j == n || at_index(&l->parents, j) != node)
+                j = lower_bound(up, j, n, node);
+                if (!cur[i] || j == n || up[j] != node)
                     continue;  /* (dead, or no token goes on from it: its row may not be built) */
                 const int32_t *row = table + (Py_ssize_t)slot_of[cur[i]] * 256;
-                for (; j < n && at_index(&l->parents, j) == node; j++) {
-                    int32_t t = row[bytes[j]];
+                for (; j < n && up[j] == node; j++) {
+                    int32_t t = row[by[j]];
                     if (t) {
                         if (nnext == cap_next && reserve(&next_nodes, &next, &cap_next, nnext + 1) < 0) {
                             outcome = WALK_NO_MEMORY;
@@ -244,8 +188,8 @@ PyObject *ss_walk_levels(PyObject *self, PyObject *args) {
             Py_ssize_t e = 0;
             for (Py_ssize_t k = 0; k < nnext && outcome == WALK_DONE; k++) {  /* the tokens ending on them */
                 int32_t node = next_nodes[k];
-                for (e = lower_bound(&l->ends, e, nends, node); e < nends && at_index(&l->ends, e) == node; e++) {
-                    int64_t id = at_index(&l->ids, e);
+                for (e = lower_bound(on, e, nends, node); e < nends && on[e] == node; e++) {
+                    int64_t id = who[e];
                     if (id < 0 || id >= nbits) {
                         outcome = WALK_BAD_ID;
                         break;
@@ -285,7 +229,7 @@ PyObject *ss_walk_levels(PyObject *self, PyObject *args) {
                     PyList_SET_ITEM(list, i, state);
             }
             if (ok)
-                result = Py_BuildValue("ny#y#N", first + at, (const char *)cur_nodes, ncur * 4, (const char *)cur,
+                result = Py_BuildValue("ny#y#N", at, (const char *)cur_nodes, ncur * 4, (const char *)cur,
                                        ncur * 4, list);
             else
                 Py_DECREF(list);
@@ -302,9 +246,8 @@ release:
         PyBuffer_Release(&rows);
         PyBuffer_Release(&slots);
     }
-    if (levels)
-        release_levels(levels, count);
-    Py_XDECREF(seq);
+    for (int i = 0; i < taken; i++)
+        PyBuffer_Release(&b[i]);
     PyBuffer_Release(&start_nodes);
     PyBuffer_Release(&start);
     return result;

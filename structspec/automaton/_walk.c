@@ -177,32 +177,53 @@ done:
     return outcome;
 }
 
-/* ``n`` int32 as the bytes of an int64 array (an int32 is the walk's, int64 numpy's default index). */
-static PyObject *int64_bytes(const int32_t *a, Py_ssize_t n, const int64_t *through) {
-    PyObject *out = PyBytes_FromStringAndSize(NULL, n * 8);
-    if (!out)
-        return NULL;
-    int64_t *o = (int64_t *)PyBytes_AS_STRING(out);
-    for (Py_ssize_t i = 0; i < n; i++)
-        o[i] = through ? through[a[i]] : a[i];
-    return out;
+/* The trie's levels laid end to end, as `_Trie` holds them: (parents, bytes, ends, ids, node_starts, end_starts),
+ * the bytes of int64 arrays (bytes: uint8). */
+static PyObject *flat_trie(const Layer *levels, Py_ssize_t count, const int64_t *ids) {
+    Py_ssize_t nodes = 0, tokens = 0;
+    for (Py_ssize_t k = 0; k < count; k++) {
+        nodes += levels[k].parents.n;
+        tokens += levels[k].ends.n;
+    }
+    PyObject *parts[6] = {PyBytes_FromStringAndSize(NULL, nodes * 8), PyBytes_FromStringAndSize(NULL, nodes),
+                          PyBytes_FromStringAndSize(NULL, tokens * 8), PyBytes_FromStringAndSize(NULL, tokens * 8),
+                          PyBytes_FromStringAndSize(NULL, (count + 1) * 8),
+                          PyBytes_FromStringAndSize(NULL, (count + 1) * 8)};
+    for (int i = 0; i < 6; i++)
+        if (!parts[i]) {
+            for (int k = 0; k < 6; k++)
+                Py_XDECREF(parts[k]);
+            return NULL;
+        }
+    int64_t *up = (int64_t *)PyBytes_AS_STRING(parts[0]), *on = (int64_t *)PyBytes_AS_STRING(parts[2]);
+    int64_t *who = (int64_t *)PyBytes_AS_STRING(parts[3]), *node_starts = (int64_t *)PyBytes_AS_STRING(parts[4]);
+    int64_t *end_starts = (int64_t *)PyBytes_AS_STRING(parts[5]);
+    unsigned char *by = (unsigned char *)PyBytes_AS_STRING(parts[1]);
+    node_starts[0] = end_starts[0] = 0;
+    for (Py_ssize_t k = 0; k < count; k++) {
+        const Layer *l = &levels[k];
+        for (Py_ssize_t i = 0; i < l->parents.n; i++)
+            up[node_starts[k] + i] = l->parents.a[i];
+        memcpy(by + node_starts[k], l->bytes, l->parents.n);
+        for (Py_ssize_t i = 0; i < l->ends.n; i++) {
+            on[end_starts[k] + i] = l->ends.a[i];
+            who[end_starts[k] + i] = ids[l->rows.a[i]];
+        }
+        node_starts[k + 1] = node_starts[k] + l->parents.n;
+        end_starts[k + 1] = end_starts[k] + l->ends.n;
+    }
+    return Py_BuildValue("NNNNNN", parts[0], parts[1], parts[2], parts[3], parts[4], parts[5]);
 }
 
-static PyObject *level_tuple(const Layer *l, const int64_t *ids) {
-    return Py_BuildValue("NNNN", int64_bytes(l->parents.a, l->parents.n, NULL),
-                         PyBytes_FromStringAndSize((const char *)l->bytes, l->parents.n),
-                         int64_bytes(l->ends.a, l->ends.n, NULL), int64_bytes(l->rows.a, l->rows.n, ids));
-}
-
-/* walk_shape(table, regions, data, starts, ends, ids, by_first, first_starts, size) -> (base, levels).
+/* walk_shape(table, regions, data, starts, ends, ids, by_first, first_starts, size) -> (base, trie).
  *
  * ``table`` (int32, 256 per row) is a canonical region (`_region`: code 0 dead, 1..``regions`` the region's
  * states, above: exits); the vocabulary's text tokens are rows r of ``data[starts[r]:ends[r]]`` with ids
  * ``ids[r]``, ``by_first`` the rows ordered by first byte, those of byte b from ``first_starts[b]`` (int64,
  * 257 of them). Every token is walked from code 1 until it ends, dies or leaves. ``base``: bits over ``size``
- * ids (little bit order), the tokens that end inside or exactly on an exit; ``levels``: the others as a trie
- * rooted at the exits, one (parents, bytes, ends, ids) per byte position, as the bytes of int64 (bytes: uint8)
- * arrays, nodes numbered by (parent, byte). */
+ * ids (little bit order), the tokens that end inside or exactly on an exit; ``trie``: the others as a trie
+ * rooted at the exits, its levels (one per byte position) laid end to end as `_Trie` holds them, as the bytes of
+ * int64 (bytes: uint8) arrays; nodes numbered by (parent, byte) within a level, each level's ends ascending. */
 PyObject *ss_walk_shape(PyObject *self, PyObject *args) {
     PyObject *objs[7];
     Py_buffer b[7];
@@ -266,16 +287,9 @@ PyObject *ss_walk_shape(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "walk_shape: a token's row, bytes or id is out of range");
         goto done;
     }
-    PyObject *levels = PyList_New(w.nlevels);
-    for (Py_ssize_t i = 0; levels && i < w.nlevels; i++) {
-        PyObject *level = level_tuple(&w.levels[i], w.ids);
-        if (!level)
-            Py_CLEAR(levels);
-        else
-            PyList_SET_ITEM(levels, i, level);
-    }
-    if (levels)
-        result = Py_BuildValue("y#N", (const char *)w.base, (size + 7) / 8, levels);
+    PyObject *trie = flat_trie(w.levels, w.nlevels, w.ids);
+    if (trie)
+        result = Py_BuildValue("y#N", (const char *)w.base, (size + 7) / 8, trie);
 done:
     for (Py_ssize_t i = 0; i < w.nlevels; i++) {
         PyMem_RawFree(w.levels[i].parents.a);

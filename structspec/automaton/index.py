@@ -70,14 +70,35 @@ class _Level(NamedTuple):
     ids: np.ndarray
 
 
+class _Trie(NamedTuple):
+    """A trie's `_Level` arrays laid end to end (int64, bytes uint8), so that the compiled walk reads six arrays
+    whatever the depth: level k is ``[node_starts[k]:node_starts[k + 1]]`` of ``parents`` and ``bytes`` and
+    ``[end_starts[k]:end_starts[k + 1]]`` of ``ends`` and ``ids``."""
+
+    parents: np.ndarray
+    bytes: np.ndarray
+    ends: np.ndarray
+    ids: np.ndarray
+    node_starts: np.ndarray
+    end_starts: np.ndarray
+
+
 @dataclass(frozen=True)
 class _Shape:
     """The walk of every token through one region shape: ``base`` (packed, little bit order, over token ids)
-    holds the tokens that end inside the region or exactly on an exit; ``levels``, the rest of the tokens that
-    left it, as a trie rooted at the exits."""
+    holds the tokens that end inside the region or exactly on an exit; ``trie``, the rest of the tokens that
+    left it, rooted at the exits."""
 
     base: np.ndarray
-    levels: tuple[_Level, ...]
+    trie: _Trie
+
+    @property
+    def levels(self) -> tuple[_Level, ...]:
+        """The trie's levels (views). Changes nothing."""
+        t = self.trie
+        nodes, ends = t.node_starts.tolist(), t.end_starts.tolist()
+        return tuple(_Level(t.parents[a:b], t.bytes[a:b], t.ends[c:d], t.ids[c:d])
+                     for a, b, c, d in zip(nodes, nodes[1:], ends, ends[1:]))
 
 
 class _VocabBytes:
@@ -173,13 +194,12 @@ class _VocabBytes:
         is one."""
         if dfa_module.CORE is None:
             return self._walk_shape_in_python(table, regions)
-        base, levels = dfa_module.CORE.walk_shape(np.ascontiguousarray(table, dtype=np.int32), regions, self.data,
-                                                  self.starts, self.ends, self.ids, self.by_first,
-                                                  self.first_starts, self.size)
-        return _Shape(np.frombuffer(base, dtype=np.uint8), tuple(
-            _Level(np.frombuffer(parents, dtype=np.int64), np.frombuffer(data, dtype=np.uint8),
-                   np.frombuffer(ends, dtype=np.int64), np.frombuffer(ids, dtype=np.int64))
-            for parents, data, ends, ids in levels))
+        base, trie = dfa_module.CORE.walk_shape(np.ascontiguousarray(table, dtype=np.int32), regions, self.data,
+                                                self.starts, self.ends, self.ids, self.by_first, self.first_starts,
+                                                self.size)
+        return _Shape(np.frombuffer(base, dtype=np.uint8),
+                      _Trie(*(np.frombuffer(part, dtype=np.uint8 if k == 1 else np.int64)
+                              for k, part in enumerate(trie))))
 
     def _walk_shape_in_python(self, table: np.ndarray, regions: int) -> _Shape:
         """`_walk_shape` with numpy, one vectorized step per byte position (the reference)."""
@@ -203,8 +223,8 @@ class _VocabBytes:
                                 for i in range(3))
         return _Shape(np.packbits(bits, bitorder="little"), self._trie(rows, offsets, exits))
 
-    def _trie(self, rows: np.ndarray, offsets: np.ndarray, nodes: np.ndarray) -> tuple[_Level, ...]:
-        """The bytes of ``rows`` from ``offsets`` on as trie levels under root ``nodes`` (one per row)."""
+    def _trie(self, rows: np.ndarray, offsets: np.ndarray, nodes: np.ndarray) -> _Trie:
+        """The bytes of ``rows`` from ``offsets`` on as a trie under root ``nodes`` (one per row)."""
         levels = []
         ends = self.ends[rows]
         while len(rows):
@@ -217,14 +237,18 @@ class _VocabBytes:
                                  self.ids[rows[ended]][order]))
             going = ~ended
             rows, offsets, ends, nodes = rows[going], offsets[going], ends[going], nodes[going]
-        return tuple(levels)
+        cut = [np.cumsum([0, *(len(level[k]) for level in levels)]) for k in (0, 2)]
+        parts = ([level[k] for level in levels] for k in range(4))
+        return _Trie(*(np.concatenate(part, dtype=np.uint8 if k == 1 else np.int64) if levels
+                       else np.zeros(0, dtype=np.uint8 if k == 1 else np.int64) for k, part in enumerate(parts)),
+                     *(c.astype(np.int64) for c in cut))
 
     def walk(self, dfa: LazyDFA, shape: _Shape, exits: list[int], found: np.ndarray) -> None:
         """Set in ``found`` (bits over ids, little bit order) the tokens of ``shape`` that left the region and stay
         alive from the DFA state of their exit (``exits``), one trie level at a time: in the compiled core where
         there is one. Changes ``found``; builds the DFA rows it reaches (the table grows, the language does not)."""
         if dfa_module.CORE is not None:
-            dfa.walk_levels(shape.levels, exits, found)
+            dfa.walk_levels(shape.trie, exits, found)
         else:
             _set(found, self._walk_ids(dfa, shape, exits))
 
