@@ -106,6 +106,7 @@ def test_random_regexes_mask_alike_each_side_walking_its_own_shapes(
     _random_walk(_own_shapes(Pair(f"(?:{regex})#", lm.vocab, len(lm.vocab) + extra, lm.tokenizer)), picks)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
 @given(schema=_schemas(), picks=st.lists(st.integers(0, 10**6), max_size=16))
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -140,6 +141,7 @@ def test_jsonschemabench_sample_masks_alike_over_smollm2(pattern: Any, instances
     pair.tables_same()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("regex,prefix", [(r'"([^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"#', b'"'),
                                           (r'\{"([^"\\]|\\.)*":[0-9]{1,3}\}#', b'{"'), (r'[a-z]{0,40}#', b"ab")])
 def test_the_whole_qwen_vocabulary_walks_alike_through_a_region_shape(regex: str, prefix: bytes, qwen_lm) -> None:
