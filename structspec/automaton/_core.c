@@ -2,6 +2,9 @@
  * being the reference they are tested against (tests/automaton/test_core.py). One concept per file:
  *   _core.c    this module, and the walks of bytes and tokens over built rows (`step`, `walk_tokens`);
  *   _levels.c  the trie walk of a region shape's leaving tokens (`walk_levels`), the GIL released;
+ *   _walk.c    a region shape's walk over the vocabulary and its leaving tokens' trie (`walk_shape`), the GIL
+ *              released;
+ *   _region.c  a state's region over the built rows, as a canonical table (`region`);
  *   _closure.c the NFA's positions, closures and moves, mirrored from `ByteNFA` (for `Builder`);
  *   _subset.c  the DFA's rows built from the NFA (`Builder`: state sets, the subset construction);
  *   _builder.h what the two share (the `Builder` object, int arrays, index tables).
@@ -179,7 +182,10 @@ static PyMethodDef methods[] = {
     {"successors", successors, METH_VARARGS, "successors(slots, rows, state) -> tuple: the distinct states of a row"},
     {"unbuilt", ss_unbuilt, METH_VARARGS, "unbuilt(states, built) -> bool: whether a state of states has no row built"},
     {"walk_levels", ss_walk_levels, METH_VARARGS,
-     "walk_levels(levels, first, states, slots, rows, found) -> None or (level, states, missing)"},
+     "walk_levels(trie, first, nodes, states, slots, rows, found) -> None or (level, nodes, states, missing)"},
+    {"walk_shape", ss_walk_shape, METH_VARARGS,
+     "walk_shape(table, regions, data, starts, ends, ids, by_first, first_starts, size) -> (base, trie)"},
+    {"region", ss_region, METH_VARARGS, "region(dfa, state, ensure, depth, limit) -> (table, regions, exits)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -11,8 +11,14 @@
  * an exception naming `name` if it is not one. */
 int ss_view(PyObject *obj, Py_buffer *buf, Py_ssize_t itemsize, int writable, const char *name);
 
-/* walk_levels(levels, first, states, slots, rows, found): _levels.c */
+/* walk_levels(trie, first, nodes, states, slots, rows, found): _levels.c */
 PyObject *ss_walk_levels(PyObject *self, PyObject *args);
+
+/* walk_shape(table, regions, data, starts, ends, ids, by_first, first_starts, size): _walk.c */
+PyObject *ss_walk_shape(PyObject *self, PyObject *args);
+
+/* region(dfa, state, ensure, depth, limit): _region.c */
+PyObject *ss_region(PyObject *self, PyObject *args);
 
 /* The `Builder` type (the DFA's rows built from the NFA) and `unbuilt`, its lock-free check: _subset.c */
 extern PyTypeObject ss_builder_type;

@@ -10,9 +10,10 @@ first asks for it, in two parts (docs/concepts/token-index.md):
   bytes, into a loop at it or a byte away (a string's characters, the bytes of
   one multi-byte character, an escape), relabelled in a canonical order so that every string field of every
   schema has the same region. Every token is walked through the region once per
-  tokenizer and region shape, with numpy, one vectorized step per byte
-  position: the tokens that stay inside are allowed, the rest leave it by an
-  *exit* (the closing quote) at a known position, or die;
+  tokenizer and region shape (in the compiled core, the GIL released; without
+  it, with numpy, one vectorized step per byte position): the tokens that stay
+  inside are allowed, the rest leave it by an *exit* (the closing quote) at a
+  known position, or die;
 * from here, only the tokens that left the region are walked on, from the
   state each exit leads to: for a string field, the few hundred tokens holding
   a quote, not the 150,000 that do not.
@@ -53,13 +54,15 @@ SHAPES_LIMIT = 1024
 SHAPE_DISK_SECONDS = 0.005
 """A shape walked slower than this is also kept on disk (a string's, over a 150k vocabulary: tens of ms), keyed
 by the tokenizer's fingerprint and the shape's table, so the next process reads it back."""
-_SHAPE_FORMAT = "shape-2"  # bumped when `_Shape` or the walk changes, so stale disk entries are not read (2: checksum)
+_SHAPE_FORMAT = "shape-3"  # bumped when `_Shape` or the walk changes, so stale disk entries are not read (2: checksum,
+# 3: each level's ends sorted)
 
 
 class _Level(NamedTuple):
     """One byte position of the tokens that left a region, shared where their bytes so far are equal (a trie):
     node i reads byte ``bytes[i]`` from node ``parents[i]`` of the level before (level 0: the exits); the
-    tokens ``ids`` end on nodes ``ends``."""
+    tokens ``ids`` end on nodes ``ends``. Nodes are numbered by (parent, byte) and ``ends`` ascend, so the
+    compiled walk finds a node's children and tokens by bisection."""
 
     parents: np.ndarray
     bytes: np.ndarray
@@ -67,14 +70,35 @@ class _Level(NamedTuple):
     ids: np.ndarray
 
 
+class _Trie(NamedTuple):
+    """A trie's `_Level` arrays laid end to end (int64, bytes uint8), so that the compiled walk reads six arrays
+    whatever the depth: level k is ``[node_starts[k]:node_starts[k + 1]]`` of ``parents`` and ``bytes`` and
+    ``[end_starts[k]:end_starts[k + 1]]`` of ``ends`` and ``ids``."""
+
+    parents: np.ndarray
+    bytes: np.ndarray
+    ends: np.ndarray
+    ids: np.ndarray
+    node_starts: np.ndarray
+    end_starts: np.ndarray
+
+
 @dataclass(frozen=True)
 class _Shape:
     """The walk of every token through one region shape: ``base`` (packed, little bit order, over token ids)
-    holds the tokens that end inside the region or exactly on an exit; ``levels``, the rest of the tokens that
-    left it, as a trie rooted at the exits."""
+    holds the tokens that end inside the region or exactly on an exit; ``trie``, the rest of the tokens that
+    left it, rooted at the exits."""
 
     base: np.ndarray
-    levels: tuple[_Level, ...]
+    trie: _Trie
+
+    @property
+    def levels(self) -> tuple[_Level, ...]:
+        """The trie's levels (views). Changes nothing."""
+        t = self.trie
+        nodes, ends = t.node_starts.tolist(), t.end_starts.tolist()
+        return tuple(_Level(t.parents[a:b], t.bytes[a:b], t.ends[c:d], t.ids[c:d])
+                     for a, b, c, d in zip(nodes, nodes[1:], ends, ends[1:]))
 
 
 class _VocabBytes:
@@ -166,7 +190,19 @@ class _VocabBytes:
 
     def _walk_shape(self, table: np.ndarray, regions: int) -> _Shape:
         """Walk every token from region code 1 through ``table`` (codes: 0 dead, 1..``regions`` the region's
-        states, above: exits) until it ends, dies or leaves."""
+        states, above: exits) until it ends, dies or leaves: in the compiled core, the GIL released, where there
+        is one."""
+        if dfa_module.CORE is None:
+            return self._walk_shape_in_python(table, regions)
+        base, trie = dfa_module.CORE.walk_shape(np.ascontiguousarray(table, dtype=np.int32), regions, self.data,
+                                                self.starts, self.ends, self.ids, self.by_first, self.first_starts,
+                                                self.size)
+        return _Shape(np.frombuffer(base, dtype=np.uint8),
+                      _Trie(*(np.frombuffer(part, dtype=np.uint8 if k == 1 else np.int64)
+                              for k, part in enumerate(trie))))
+
+    def _walk_shape_in_python(self, table: np.ndarray, regions: int) -> _Shape:
+        """`_walk_shape` with numpy, one vectorized step per byte position (the reference)."""
         rows = self.rows_starting_with(np.flatnonzero(table[1]))
         codes = np.ones(len(rows), dtype=table.dtype)
         offsets = self.starts[rows]
@@ -187,8 +223,8 @@ class _VocabBytes:
                                 for i in range(3))
         return _Shape(np.packbits(bits, bitorder="little"), self._trie(rows, offsets, exits))
 
-    def _trie(self, rows: np.ndarray, offsets: np.ndarray, nodes: np.ndarray) -> tuple[_Level, ...]:
-        """The bytes of ``rows`` from ``offsets`` on as trie levels under root ``nodes`` (one per row)."""
+    def _trie(self, rows: np.ndarray, offsets: np.ndarray, nodes: np.ndarray) -> _Trie:
+        """The bytes of ``rows`` from ``offsets`` on as a trie under root ``nodes`` (one per row)."""
         levels = []
         ends = self.ends[rows]
         while len(rows):
@@ -196,17 +232,23 @@ class _VocabBytes:
             unique, nodes = np.unique(keys, return_inverse=True)
             offsets = offsets + 1
             ended = offsets == ends
-            levels.append(_Level(unique // 256, (unique % 256).astype(np.uint8), nodes[ended], self.ids[rows[ended]]))
+            order = np.argsort(nodes[ended], kind="stable")
+            levels.append(_Level(unique // 256, (unique % 256).astype(np.uint8), nodes[ended][order],
+                                 self.ids[rows[ended]][order]))
             going = ~ended
             rows, offsets, ends, nodes = rows[going], offsets[going], ends[going], nodes[going]
-        return tuple(levels)
+        cut = [np.cumsum([0, *(len(level[k]) for level in levels)]) for k in (0, 2)]
+        parts = ([level[k] for level in levels] for k in range(4))
+        return _Trie(*(np.concatenate(part, dtype=np.uint8 if k == 1 else np.int64) if levels
+                       else np.zeros(0, dtype=np.uint8 if k == 1 else np.int64) for k, part in enumerate(parts)),
+                     *(c.astype(np.int64) for c in cut))
 
     def walk(self, dfa: LazyDFA, shape: _Shape, exits: list[int], found: np.ndarray) -> None:
         """Set in ``found`` (bits over ids, little bit order) the tokens of ``shape`` that left the region and stay
         alive from the DFA state of their exit (``exits``), one trie level at a time: in the compiled core where
         there is one. Changes ``found``; builds the DFA rows it reaches (the table grows, the language does not)."""
         if dfa_module.CORE is not None:
-            dfa.walk_levels(shape.levels, exits, found)
+            dfa.walk_levels(shape.trie, exits, found)
         else:
             _set(found, self._walk_ids(dfa, shape, exits))
 
@@ -243,7 +285,23 @@ def vocab_bytes(vocab: TokenVocab) -> _VocabBytes:
 
 def _region(dfa: LazyDFA, state: int, successors: dict[int, tuple[int, ...]] | None = None
             ) -> tuple[np.ndarray, int, list[int]]:
-    """The region of ``state`` as (canonical table, its number of region states, the DFA state of each exit).
+    """The region of ``state`` as (canonical table, its number of region states, the DFA state of each exit): in
+    the compiled core where there is one, else `_region_in_python` (``successors``: its memo of the rows'
+    successors). Builds the rows it reads: the table grows, the language does not."""
+    if dfa_module.CORE is None:
+        return _region_in_python(dfa, state, successors)
+    table, regions, exits = dfa_module.CORE.region(dfa, state, _ensure, REGION_DEPTH, REGION_LIMIT)
+    return np.frombuffer(table, dtype=np.int32).reshape(-1, 256), regions, exits
+
+
+def _ensure(dfa: LazyDFA, states: list[int]) -> None:
+    """`LazyDFA.ensure` of a list (the compiled region search's way to have rows built)."""
+    dfa.ensure(np.array(states, dtype=np.int64))
+
+
+def _region_in_python(dfa: LazyDFA, state: int, successors: dict[int, tuple[int, ...]] | None = None
+                      ) -> tuple[np.ndarray, int, list[int]]:
+    """`_region` with Python's loops (the reference).
 
     The region is ``state``, the states a byte away that loop on themselves (a string's characters, entered by
     its first one), and the states within `REGION_DEPTH` bytes that lead back to these; a state with no such

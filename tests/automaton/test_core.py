@@ -316,9 +316,11 @@ def test_core_refuses_arrays_it_cannot_read() -> None:
     rows, slots = np.zeros((2, 256), dtype=np.int32), np.array([0, 1], dtype=np.int32)
     with pytest.raises(TypeError, match="slots"):
         core.step(slots.astype(np.int64), rows, 1, b"a", 0)
-    level = (np.array([5]), np.array([97], dtype=np.uint8), np.array([0]), np.array([3]))
+    trie = (np.array([5]), np.array([97], dtype=np.uint8), np.array([0]), np.array([3]), np.array([0, 1]),
+            np.array([0, 1]))  # one level: a node whose parent is not a root
     with pytest.raises(ValueError, match="not a node"):
-        core.walk_levels((level,), 0, np.array([1], dtype=np.int32), slots, rows, np.zeros(4, dtype=np.uint8))
+        core.walk_levels(trie, 0, np.array([0], dtype=np.int32), np.array([1], dtype=np.int32), slots, rows,
+                         np.zeros(4, dtype=np.uint8))
     with pytest.raises(IndexError, match="not a DFA state"):
         core.unbuilt(np.array([5]), np.ones(2, dtype=bool))
     dfa = LazyDFA(ByteNFA("ab"))
