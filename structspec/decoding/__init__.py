@@ -1,6 +1,7 @@
 """The decode loop and what an adapter drives: one output's `Cursor` over a compiled token FSM, its `Forcer`
-(forced tokens and text, spelled with the splits learned), the core's drafters (`PromptLookup`) and how long a
-draft pays (`DraftLength` on a `PassCost` curve).
+(forced tokens and text, spelled with the splits learned), a batch's masks filled on several threads
+(`fill_bitmasks`), the core's drafters (`PromptLookup`) and how long a draft pays (`DraftLength` on a `PassCost`
+curve).
 
 Adapters (`structspec.integrations`) import these names from here, never the wing's modules.
 """
@@ -10,8 +11,9 @@ from structspec.decoding.cost import CPU_COST, FLAT_COST, DraftLength, PassCost
 from structspec.decoding.cursor import ENDED, Cursor, eos_only_row
 from structspec.decoding.drafters.lookup import PromptLookup
 from structspec.decoding.fastforward import Forcer
+from structspec.decoding.fill import compute_masks, fill_bitmasks, mask_threads
 
 __all__ = [
     "CPU_COST", "ENDED", "FLAT_COST", "FORCED", "Candidate", "Cursor", "DraftLength", "Forcer", "PassCost",
-    "PromptLookup", "eos_only_row",
+    "PromptLookup", "compute_masks", "eos_only_row", "fill_bitmasks", "mask_threads",
 ]
