@@ -8,10 +8,10 @@ Adapters (`structspec.integrations`) import these names from here, never the win
 
 from structspec.decoding.candidate import FORCED, Candidate
 from structspec.decoding.cost import CPU_COST, FLAT_COST, DraftLength, PassCost
-from structspec.decoding.cursor import ENDED, Cursor, eos_only_row
+from structspec.decoding.cursor import ENDED, Cursor, eos_only_row, fill_bitmasks
 from structspec.decoding.drafters.lookup import PromptLookup
 from structspec.decoding.fastforward import Forcer
-from structspec.decoding.fill import compute_masks, fill_bitmasks, mask_threads
+from structspec.decoding.fill import compute_masks, mask_threads
 
 __all__ = [
     "CPU_COST", "ENDED", "FLAT_COST", "FORCED", "Candidate", "Cursor", "DraftLength", "Forcer", "PassCost",

@@ -1,5 +1,5 @@
-"""A batch's masks on several threads: the masks its outputs meet for the first time computed in parallel, then
-every row copied in the caller's thread.
+"""A batch's masks on several threads: the masks its outputs meet for the first time computed in parallel (then
+every row is copied in the caller's thread: `structspec.decoding.cursor.fill_bitmasks`).
 
 A state's first mask walks the vocabulary (docs/concepts/token-index.md); later reads copy its cached row. A step
 of a batch whose outputs each stand in a new state (a server's requests, each with its own schema or tool set)
@@ -12,7 +12,7 @@ pool costs more than the copies.
 Typical use, one step of a batch of outputs (any FSMs of one logits width)::
 
     bitmask = cursors[0].fsm.allocate_token_bitmask(len(cursors))
-    fill_bitmasks(cursors, bitmask)          # threads: mask_threads()
+    fill_bitmasks(cursors, bitmask)          # structspec.decoding; threads: mask_threads()
     apply_token_bitmask_inplace(logits, bitmask)
 """
 
@@ -24,11 +24,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-import torch
-
 from structspec.automaton.fsm import TokenFSM
 from structspec.checks import as_int
-from structspec.decoding.cursor import Cursor
 from structspec.errors import OptionError
 
 MAX_THREADS = 8
@@ -62,20 +59,6 @@ def compute_masks(rows: Sequence[tuple[TokenFSM, int]], threads: int | None = No
         count = count or mask_threads()
         if count > 1:
             _each(todo, _compute, min(count, len(todo)))
-
-
-def fill_bitmasks(cursors: Sequence[Cursor], bitmask: torch.Tensor, rows: Sequence[int] | None = None,
-                  threads: int | None = None) -> None:
-    """Write each cursor's next-token mask into ``bitmask[rows[i]]`` (default: row i), as `Cursor.fill_bitmask`
-    does one by one: the masks not computed yet first, on up to ``threads`` threads (`compute_masks`), then
-    every row in the caller's thread. Changes ``bitmask`` only (and the FSMs' caches); `OptionError` (with the
-    fix) for rows that do not pair with the cursors, and as `Cursor.fill_bitmask` does."""
-    at = list(range(len(cursors))) if rows is None else list(rows)
-    if len(at) != len(cursors):
-        raise OptionError(f"{len(at)} rows for {len(cursors)} cursors: pass one bitmask row per cursor")
-    compute_masks([(c.fsm, c.state) for c in cursors if not c.is_terminated()], threads)
-    for cursor, row in zip(cursors, at):
-        cursor.fill_bitmask(bitmask, row)
 
 
 def _check_threads(threads: object) -> int:
