@@ -1,8 +1,22 @@
 /* The row builder's state, shared by _closure.c (the NFA's positions and closures) and _subset.c (the DFA's
- * state sets and rows): growable int arrays, index tables, the `Builder` object itself. */
+ * state sets and rows): growable int arrays, index tables, the `Builder` object itself.
+ *
+ * Rows are built with the GIL released (`build_rows`), so what runs there allocates with the raw allocator
+ * (PyMem_Raw*, which needs no GIL) and takes the GIL only to raise (`raise_anywhere`) or to call Python. */
 #ifndef STRUCTSPEC_BUILDER_H
 #define STRUCTSPEC_BUILDER_H
 #include "_core.h"
+
+/* Set an exception (``type`` MemoryError: no memory; else ``message``) from code that may run with or without
+ * the GIL: it is taken for the call if this thread released it. */
+static inline void raise_anywhere(PyObject *type, const char *message) {
+    PyGILState_STATE held = PyGILState_Ensure();
+    if (type == PyExc_MemoryError)
+        PyErr_NoMemory();
+    else
+        PyErr_SetString(type, message);
+    PyGILState_Release(held);
+}
 
 /* A growable array of int32. */
 typedef struct {
@@ -16,9 +30,9 @@ static inline int ints_reserve(Ints *v, Py_ssize_t extra) {
     Py_ssize_t cap = v->cap ? v->cap : 64;
     while (cap < v->n + extra)
         cap *= 2;
-    int32_t *a = PyMem_Realloc(v->a, cap * sizeof(int32_t));
+    int32_t *a = PyMem_RawRealloc(v->a, cap * sizeof(int32_t));
     if (!a) {
-        PyErr_NoMemory();
+        raise_anywhere(PyExc_MemoryError, NULL);
         return -1;
     }
     v->a = a;
@@ -69,8 +83,8 @@ struct Builder {
     Ints closure_at, closure_n, closure_pool, moves_at, moves_n, moves_pool;
     Ints mark; /* per position: the walk that last saw it */
     int32_t walk;
-    /* scratch of a row */
-    Ints events, active, count, key, merged, todo, seen, nexts, rows_todo;
+    /* scratch of a row; the rows a call built, as (state, slot) pairs, published once it holds the GIL again */
+    Ints events, active, count, key, merged, todo, seen, nexts, rows_todo, finished;
 };
 
 static inline int table_grow(Builder *b, Table *t, hash_fn hash);
@@ -97,9 +111,9 @@ static inline int table_add(Builder *b, Table *t, int32_t index, uint64_t h, has
 
 static inline int table_grow(Builder *b, Table *t, hash_fn hash) {
     size_t size = t->slot ? (t->mask + 1) * 2 : 1024;
-    int32_t *slot = PyMem_Malloc(size * sizeof(int32_t)), *old = t->slot;
+    int32_t *slot = PyMem_RawMalloc(size * sizeof(int32_t)), *old = t->slot;
     if (!slot) {
-        PyErr_NoMemory();
+        raise_anywhere(PyExc_MemoryError, NULL);
         return -1;
     }
     memset(slot, 0xff, size * sizeof(int32_t));
@@ -113,7 +127,7 @@ static inline int table_grow(Builder *b, Table *t, hash_fn hash) {
                 j = (j + 1) & t->mask;
             slot[j] = old[i];
         }
-    PyMem_Free(old);
+    PyMem_RawFree(old);
     return 0;
 }
 
@@ -149,7 +163,7 @@ static inline int tuple_ints(PyObject *t, int32_t *out, Py_ssize_t n) {
     return 0;
 }
 
-/* A Python tuple of ``n`` ints, added to ``list`` and as the key of ``index`` in ``dict``. */
+/* A Python tuple of ``n`` ints, added to ``list`` and as the key of ``index`` in ``dict`` (the GIL held). */
 static inline int record(PyObject *list, PyObject *dict, const int32_t *items, Py_ssize_t n, Py_ssize_t index) {
     PyObject *t = PyTuple_New(n), *i = NULL;
     if (!t)
@@ -175,9 +189,11 @@ static inline int compare_ints(const void *x, const void *y) {
 }
 
 
-/* _closure.c: mirror the NFA's states, stacks and positions Python added since the last call; `ByteNFA.closure`
- * and `ByteNFA.moves` of a position, memoized in `b`. Each: 0, or -1 and an exception. */
+/* _closure.c: mirror the NFA's states, stacks and positions Python added since the last call, and record in
+ * Python those the builder added since (both with the GIL); `ByteNFA.closure` and `ByteNFA.moves` of a
+ * position, memoized in `b` (the GIL released or not). Each: 0, or -1 and an exception. */
 int ss_mirror_positions(Builder *b);
+int ss_record_positions(Builder *b);
 int ss_closure(Builder *b, int32_t p);
 int ss_moves(Builder *b, int32_t p);
 

@@ -1,6 +1,8 @@
 /* The NFA side of the row builder (`Builder`, _subset.c): the NFA's states, fragment spans, stacks and positions
- * mirrored from `ByteNFA` and extended as Python would (numbered alike, recorded back in its lists), and
- * `ByteNFA.closure` and `ByteNFA.moves` of a position, memoized. Part of structspec.automaton._core. */
+ * mirrored from `ByteNFA` and extended as Python would (numbered alike, recorded back in its lists once the
+ * builder holds the GIL again: `ss_record_positions`), and `ByteNFA.closure` and `ByteNFA.moves` of a position,
+ * memoized. Closures and moves run with the GIL released; they take it only to build a fragment (`span`) or to
+ * raise. Part of structspec.automaton._core. */
 #include "_builder.h"
 
 static uint64_t pos_hash(const Builder *b, int32_t p) {
@@ -124,7 +126,23 @@ static int add_stack(Builder *b, int32_t site, int32_t below, int32_t passes) {
     return table_add(b, &b->stack_table, k, hash_ints(key, 3), stack_hash);
 }
 
-/* Mirror the NFA states, stacks and positions Python added since the last call. */
+/* Record in Python (``ByteNFA._stacks``, ``_positions`` and their ids) the stacks and positions numbered here
+ * since the last call, in order: Python's numbering is the builder's. The GIL held. */
+int ss_record_positions(Builder *b) {
+    for (Py_ssize_t k = PyList_GET_SIZE(b->stacks); k < b->stack_site.n; k++) {
+        int32_t key[3] = {b->stack_site.a[k], b->stack_below.a[k], b->stack_passes.a[k]};
+        if (record(b->stacks, b->stack_ids, key, 3, k) < 0)
+            return -1;
+    }
+    for (Py_ssize_t p = PyList_GET_SIZE(b->positions); p < b->pos_state.n; p++) {
+        int32_t key[2] = {b->pos_state.a[p], b->pos_stack.a[p]};
+        if (record(b->positions, b->position_ids, key, 2, p) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Mirror the NFA states, stacks and positions Python added since the last call. The GIL held. */
 int ss_mirror_positions(Builder *b) {
     int32_t item[3];
     if (sync_states(b) < 0)
@@ -138,44 +156,50 @@ int ss_mirror_positions(Builder *b) {
     return grow_position_memos(b);
 }
 
-/* The position (state, stack), numbered (here and in Python) when first met; -1 and an exception on failure. */
+/* The position (state, stack), numbered when first met (recorded in Python later); -1 and an exception on
+ * failure. */
 static int32_t position(Builder *b, int32_t state, int32_t stack) {
     int32_t key[2] = {state, stack};
     int32_t *slot = table_find(b, &b->pos_table, hash_ints(key, 2), pos_same, key, 2);
     if (*slot >= 0)
         return *slot;
     int32_t p = (int32_t)b->pos_state.n;
-    if (add_position(b, state, stack) < 0 || record(b->positions, b->position_ids, key, 2, p) < 0 ||
-        grow_position_memos(b) < 0)
+    if (add_position(b, state, stack) < 0 || grow_position_memos(b) < 0)
         return -1;
     return p;
 }
 
-/* The stack (site, below, passes), numbered when first met, as `ByteNFA._push`. */
+/* The stack (site, below, passes), numbered when first met, as `ByteNFA._push` (recorded in Python later). */
 static int32_t push(Builder *b, int32_t site, int32_t below, int32_t passes) {
     int32_t key[3] = {site, below, passes};
     int32_t *slot = table_find(b, &b->stack_table, hash_ints(key, 3), stack_same, key, 3);
     if (*slot >= 0)
         return *slot;
     int32_t k = (int32_t)b->stack_site.n;
-    if (add_stack(b, site, below, passes) < 0 || record(b->stacks, b->stack_ids, key, 3, k) < 0)
+    if (add_stack(b, site, below, passes) < 0)
         return -1;
     return k;
 }
 
-/* Fragment ``f``'s start and end states, built by Python (`ByteNFA._span`) when first needed. */
+/* Fragment ``f``'s start and end states, built by Python (`ByteNFA._span`, under the GIL, taken here if this
+ * thread released it) when first needed. */
 static int span(Builder *b, int32_t f) {
     if (b->span_start.a[f] >= 0)
         return 0;
+    PyGILState_STATE held = PyGILState_Ensure();
     PyObject *key = PyList_GET_ITEM(b->fragments, f);
     PyObject *found = PyDict_GetItemWithError(b->spans, key);
+    int32_t ends[2];
+    int failed = 1;
     if (found)
         Py_INCREF(found);
-    else if (PyErr_Occurred() || !(found = PyObject_CallOneArg(b->span, key)))
-        return -1;
-    int32_t ends[2];
-    int failed = tuple_ints(found, ends, 2) < 0 || sync_states(b) < 0;
-    Py_DECREF(found);
+    else if (!PyErr_Occurred())
+        found = PyObject_CallOneArg(b->span, key);
+    if (found) {
+        failed = tuple_ints(found, ends, 2) < 0 || sync_states(b) < 0;
+        Py_DECREF(found);
+    }
+    PyGILState_Release(held);
     if (failed)
         return -1;
     b->span_start.a[f] = ends[0];
@@ -282,9 +306,9 @@ int ss_moves(Builder *b, int32_t p) {
     if (b->moves_at.a[p] >= 0)
         return 0;
     int32_t state = b->pos_state.a[p], stack = b->pos_stack.a[p], n = b->edge_n.a[state];
-    int32_t found[3 * 16], *out = n <= 16 ? found : PyMem_Malloc(3 * n * sizeof(int32_t));
+    int32_t found[3 * 16], *out = n <= 16 ? found : PyMem_RawMalloc(3 * n * sizeof(int32_t));
     if (!out) {
-        PyErr_NoMemory();
+        raise_anywhere(PyExc_MemoryError, NULL);
         return -1;
     }
     for (int32_t i = 0; i < n; i++) {
@@ -295,9 +319,9 @@ int ss_moves(Builder *b, int32_t p) {
         out[3 * i + 2] = position(b, to, stack);  /* (may grow the pools: `e` not read after) */
         if (out[3 * i + 2] < 0 || lo < 0 || hi > 255 || lo > hi) {
             if (out[3 * i + 2] >= 0)
-                PyErr_SetString(PyExc_ValueError, "an NFA edge's byte range is outside 0-255");
+                raise_anywhere(PyExc_ValueError, "an NFA edge's byte range is outside 0-255");
             if (out != found)
-                PyMem_Free(out);
+                PyMem_RawFree(out);
             return -1;
         }
     }
@@ -309,7 +333,7 @@ int ss_moves(Builder *b, int32_t p) {
         b->moves_pool.n += 3 * n;
     }
     if (out != found)
-        PyMem_Free(out);
+        PyMem_RawFree(out);
     return failed ? -1 : 0;
 }
 

@@ -8,8 +8,10 @@
  * exactly as the Python automaton numbers them: closures are walked in the same order and rows interned byte
  * range by byte range, ascending. So either side may go on where the other stopped, pickles hold what they
  * held, and one NFA may serve several DFAs. A fragment not built yet is built by Python (`ByteNFA._span`) when
- * a closure first enters it. The caller holds the DFA's lock; the GIL is held throughout (the builder calls
- * back into Python). */
+ * a closure first enters it. The caller holds the DFA's lock. Rows are built with the GIL released: what the
+ * builder adds is recorded in Python's lists after it takes the GIL back, and only then are the rows published
+ * (their slots set), so a thread reading the rows without the lock never meets a state Python does not know.
+ * Building a fragment and raising take the GIL for the call. */
 #include "_builder.h"
 
 static uint64_t set_hash(const Builder *b, int32_t d) {
@@ -29,7 +31,8 @@ static int add_set(Builder *b, const int32_t *positions, Py_ssize_t len, uint64_
     return table_add(b, &b->set_table, d, h, set_hash);
 }
 
-/* Mirror what Python added since the last call: NFA states, stacks, positions (_closure.c), DFA state sets. */
+/* Mirror what Python added since the last call: NFA states, stacks, positions (_closure.c), DFA state sets.
+ * The GIL held. */
 static int mirror(Builder *b) {
     if (ss_mirror_positions(b) < 0)
         return -1;
@@ -52,8 +55,19 @@ static int mirror(Builder *b) {
     return 0;
 }
 
+/* Record in Python (``LazyDFA._sets``, ``_ids``) the stacks, positions and state sets added since the last call,
+ * in order. The GIL held. */
+static int record_all(Builder *b) {
+    if (ss_record_positions(b) < 0)
+        return -1;
+    for (Py_ssize_t d = PyList_GET_SIZE(b->sets); d < b->set_at.n; d++)
+        if (record(b->sets, b->ids, b->set_pool.a + b->set_at.a[d], b->set_n.a[d], d) < 0)
+            return -1;
+    return 0;
+}
+
 /* The DFA state of the positions `key` (ascending, each once) enter: their closures' union, interned (a new
- * state is added to the Python sets too). -1 and an exception on failure. */
+ * state is recorded in the Python sets by `record_all`). -1 and an exception on failure. */
 static int32_t enter(Builder *b) {
     Py_ssize_t n = b->key.n;
     for (Py_ssize_t i = 0; i < n; i++)  /* every closure first, in order: they number positions as Python's do */
@@ -87,8 +101,6 @@ static int32_t enter(Builder *b) {
         return *slot;
     int32_t d = (int32_t)b->set_at.n;
     if (add_set(b, items, len, h) < 0)  /* (copies `items` before the pools can move) */
-        return -1;
-    if (record(b->sets, b->ids, b->set_pool.a + b->set_at.a[d], len, d) < 0)
         return -1;
     return d;
 }
@@ -218,7 +230,7 @@ PyObject *ss_unbuilt(PyObject *self, PyObject *args) {
 /* build_rows(states, rows, slots, built, used) -> (done, used): the rows of the states of ``states`` not built
  * yet (ascending, each once) written into ``rows[used]``, ``rows[used + 1]``, ...; ``slots`` and ``built`` set
  * for each. Stops early (``done`` False) when ``rows`` is full or ``slots``/``built`` may not hold the states a
- * next row interns (up to 256 new ones): grow them and call again. */
+ * next row interns (up to 256 new ones): grow them and call again. The rows are built with the GIL released. */
 static PyObject *build_rows(Builder *b, PyObject *args) {
     PyObject *states, *rows_obj, *slots_obj, *built_obj;
     Py_ssize_t used;
@@ -240,22 +252,40 @@ static PyObject *build_rows(Builder *b, PyObject *args) {
     Py_ssize_t nrows = rows.len / (4 * 256), room = slots.len / 4 < built.len ? slots.len / 4 : built.len, at = 0;
     int32_t *table = rows.buf, *slot_of = slots.buf;
     unsigned char *is_built = built.buf;
+    int failed = 0;
     if (mirror(b) < 0 || unbuilt_into(states, &built, &b->rows_todo) < 0)
         goto done;
-    for (; at < b->rows_todo.n; at++) {
+    b->finished.n = 0;
+    PyThreadState *released = b->rows_todo.n ? PyEval_SaveThread() : NULL;  /* (nothing to build: kept) */
+    for (; at < b->rows_todo.n && !failed; at++) {
         if (used >= nrows || b->set_at.n + 256 >= room)
             break;
         int32_t d = b->rows_todo.a[at];
         if (d >= b->set_at.n || used < 1) {
-            PyErr_SetString(PyExc_ValueError, "build_rows: not a DFA state, or row 0 (the dead row) taken");
-            goto done;
+            raise_anywhere(PyExc_ValueError, "build_rows: not a DFA state, or row 0 (the dead row) taken");
+            failed = 1;
+        } else if (build_row(b, d, table + used * 256) < 0 || ints_push(&b->finished, d) < 0 ||
+                   ints_push(&b->finished, (int32_t)used) < 0) {
+            failed = 1;
+        } else {
+            used++;
         }
-        if (build_row(b, d, table + used * 256) < 0)
-            goto done;
-        slot_of[d] = (int32_t)used++;  /* (after the row is written: a set slot is a written row) */
-        is_built[d] = 1;
     }
-    result = Py_BuildValue("Nn", PyBool_FromLong(at == b->rows_todo.n), used);
+    if (released)
+        PyEval_RestoreThread(released);
+    /* what was added is recorded even after a failure (the numbering goes on from it), the exception kept */
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    failed |= record_all(b) < 0;
+    if (type) {
+        PyErr_Restore(type, value, traceback);
+    } else if (!failed) {
+        for (Py_ssize_t i = 0; i < b->finished.n; i += 2) {  /* published: a set slot is a written row */
+            slot_of[b->finished.a[i]] = b->finished.a[i + 1];
+            is_built[b->finished.a[i]] = 1;
+        }
+        result = Py_BuildValue("Nn", PyBool_FromLong(at == b->rows_todo.n), used);
+    }
 done:
     PyBuffer_Release(&rows);
     PyBuffer_Release(&slots);
@@ -269,15 +299,15 @@ static void builder_clear_memory(Builder *b) {
                    &b->pos_state, &b->pos_stack, &b->stack_site, &b->stack_below, &b->stack_passes, &b->set_at,
                    &b->set_n, &b->set_pool, &b->closure_at, &b->closure_n, &b->closure_pool, &b->moves_at,
                    &b->moves_n, &b->moves_pool, &b->mark, &b->events, &b->active, &b->count, &b->key,
-                   &b->merged, &b->todo, &b->seen, &b->nexts, &b->rows_todo};
+                   &b->merged, &b->todo, &b->seen, &b->nexts, &b->rows_todo, &b->finished};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
-        PyMem_Free(all[i]->a);
+        PyMem_RawFree(all[i]->a);
         all[i]->a = NULL;
         all[i]->n = all[i]->cap = 0;
     }
     Table *tables[] = {&b->pos_table, &b->stack_table, &b->set_table};
     for (size_t i = 0; i < 3; i++) {
-        PyMem_Free(tables[i]->slot);
+        PyMem_RawFree(tables[i]->slot);
         tables[i]->slot = NULL;
         tables[i]->mask = tables[i]->used = 0;
     }

@@ -162,6 +162,10 @@ class BudgetedFSM(TokenFSM):
         return cached(learned.packed, limit, lambda key: pack(cached(learned.spent, key, self._limited_ids,
                                                                      self._lock), self.logits_width), self._lock)
 
+    def mask_ready(self, state: int) -> bool:
+        limit = self._limit_key(state)
+        return super().mask_ready(self._keys[state][0]) if limit is None else limit in self._learned.packed
+
     def _limited_ids(self, limit: tuple[int, tuple[int, ...] | int]) -> np.ndarray:
         """The ids a state limited as ``limit`` says (`_limit_key`) allows."""
         inner, where = limit

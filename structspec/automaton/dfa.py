@@ -63,7 +63,9 @@ class LazyDFA:
     Reads build the rows they need under a lock, so threads sharing one DFA see
     the same language as one thread would (state numbers follow the build order). Rows are built by the
     compiled core's `Builder` where there is one (`CORE`), else by the Python loops below: both number states
-    and NFA positions alike and record them in the same lists, so either goes on where the other stopped.
+    and NFA positions alike and record them in the same lists, so either goes on where the other stopped. The
+    core builds with the GIL released (other threads run, a batch's masks fill in parallel) and publishes a row
+    (sets its slot) only once the states it leads to are recorded, so lock-free readers never meet one unknown.
     """
 
     def __init__(self, nfa: ByteNFA) -> None:
@@ -137,7 +139,8 @@ class LazyDFA:
 
     def _build_compiled(self, states: np.ndarray) -> None:
         """`_build` of each state of ``states`` not built yet, ascending, in the compiled core, which numbers and
-        records positions and states as the Python loops would (so either may go on where the other stopped)."""
+        records positions and states as the Python loops would (so either may go on where the other stopped),
+        the GIL released while it builds."""
         if self._builder is None:
             self._builder = CORE.Builder(self.nfa, self._sets, self._ids)
         while True:  # the core stops where the arrays may be too small for the next row, and goes on once grown

@@ -202,6 +202,12 @@ class TokenFSM:
         computed once per state and cached: do not modify it (callers copy it into their bitmask)."""
         return self.index.packed_mask(state)
 
+    def mask_ready(self, state: int) -> bool:
+        """Whether the mask of ``state`` is computed (reading it copies a cached row; else the first read walks
+        the vocabulary): a hint for spreading first visits over threads, never needed for a right answer.
+        Changes nothing."""
+        return self.index.computed(state)
+
     def next_state(self, state: int, token_id: int) -> int | None:
         """The state after ``token_id``, or None if the token is not allowed (an EOS id leads to no state).
 

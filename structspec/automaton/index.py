@@ -433,6 +433,11 @@ class TokenIndex:
         """
         return self._cached(self._packed, state, self._compute_packed)
 
+    def computed(self, state: int) -> bool:
+        """Whether ``state``'s answers are computed (its vocabulary walk done, or found unspellable). Changes
+        nothing."""
+        return state in self._bytes or state in self._unspellable
+
     def walk_tokens(self, state: int, token_ids: list[int]) -> list[int]:
         """The states after each of ``token_ids`` from ``state``, stopping before the first the language rejects
         (an EOS id, or one without text, included), in the compiled core: `TokenFSM.walk` where there is one.

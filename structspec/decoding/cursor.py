@@ -11,7 +11,8 @@ a candidate drafted under the FSM by a core drafter (`Cursor.draft`).
 The row of the own loop (`structspec.decoding.row.RowDecode`), ``Matcher``
 (compiling, for engines), the transformers ``LogitsProcessor``, the vLLM
 backend's grammar and its proposer all drive this one class, so a fix or a
-measurement in one holds in all. Calls that change the cursor: `accept`,
+measurement in one holds in all; `fill_bitmasks` fills a batch's cursors, their first masks on several
+threads. Calls that change the cursor: `accept`,
 `rollback`, `reset`, `learn`; every other call reads (and fills the FSM's and
 the forcer's caches).
 
@@ -31,6 +32,8 @@ Typical engine step, with a speculative draft::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import torch
 
@@ -40,6 +43,7 @@ from structspec.decoding.candidate import FORCED, Candidate
 from structspec.decoding.chain import draft_chain
 from structspec.decoding.drafter import Drafter, Turn
 from structspec.decoding.fastforward import Forced, Forcer
+from structspec.decoding.fill import compute_masks
 from structspec.decoding.sampling import SamplingConfig
 from structspec.errors import OptionError
 
@@ -184,6 +188,20 @@ class Cursor:
         rejected = next((i for i, p in enumerate(parents) if p == last and candidate.sources[i] == FORCED), None)
         if rejected is not None:
             self.forcer.learn(candidate.tokens[rejected], token)
+
+
+def fill_bitmasks(cursors: Sequence[Cursor], bitmask: torch.Tensor, rows: Sequence[int] | None = None,
+                  threads: int | None = None) -> None:
+    """Write each cursor's next-token mask into ``bitmask[rows[i]]`` (default: row i), as `Cursor.fill_bitmask`
+    does one by one: the masks not computed yet first, on up to ``threads`` threads (`compute_masks`), then
+    every row in the caller's thread. Changes ``bitmask`` only (and the FSMs' caches); `OptionError` (with the
+    fix) for rows that do not pair with the cursors, and as `Cursor.fill_bitmask` does."""
+    at = list(range(len(cursors))) if rows is None else list(rows)
+    if len(at) != len(cursors):
+        raise OptionError(f"{len(at)} rows for {len(cursors)} cursors: pass one bitmask row per cursor")
+    compute_masks([(c.fsm, c.state) for c in cursors if not c.is_terminated()], threads)
+    for cursor, row in zip(cursors, at):
+        cursor.fill_bitmask(bitmask, row)
 
 
 def eos_only_row(fsm: TokenFSM) -> torch.Tensor:

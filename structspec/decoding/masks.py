@@ -2,10 +2,11 @@
 model runs.
 
 A pass's logits rows are known before it runs (`pass_masks`: per window, a row per
-state in `Window.states`), so their masks need not wait for its logits. A row whose
+state in `Window.states`), so their masks need not wait for its logits; those not computed yet (first visits)
+are computed on several threads first (`structspec.decoding.fill.compute_masks`). A row whose
 state allows few ids gets logits for those ids only (`restrict`: the LM head computes
 only them, and no mask is needed); the rest get the whole head and a bitmask.
-A `MaskFill` packs that bitmask on a worker thread (on CUDA into pinned
+A `MaskFill` packs that bitmask on a worker thread of the masks' pool (on CUDA into pinned
 memory, copied to the device on a side stream) during the forward pass, and
 `MaskFill.apply` masks the logits when they come back. Passes with fewer than
 `THREAD_ROWS` full rows are filled by `apply` itself, after the forward: there
@@ -21,13 +22,12 @@ Typical use, around one pass::
 
 from __future__ import annotations
 
-import os
-import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 
 import torch
 
 from structspec.automaton.fsm import TokenFSM, apply_token_bitmask_inplace
+from structspec.decoding.fill import compute_masks, submit
 from structspec.decoding.window import Window
 from structspec.models.protocol import Allowed
 
@@ -44,15 +44,15 @@ the GIL between short calls, as a CUDA forward's host side does, or while other 
 Filled = tuple[torch.Tensor, torch.cuda.Event | None]
 """A bitmask on the logits' device, and on CUDA the event that marks the end of its copy there."""
 
-_worker: ThreadPoolExecutor | None = None  # one thread for every pass, started by the first that needs it
-_worker_lock = threading.Lock()
 _side_streams: dict[torch.device, torch.cuda.Stream] = {}  # per CUDA device, the stream the masks are copied on
 
 
 def pass_masks(windows: list[Window], width: int, device: torch.device) -> tuple[Allowed, MaskFill]:
     """The masks of one pass over ``windows`` (packed in order) with logits ``width`` wide on ``device``: per logits
-    row, `restrict`'s answer, and the `MaskFill` of the full rows, begun. Changes nothing the caller holds."""
+    row, `restrict`'s answer, and the `MaskFill` of the full rows, begun; the masks not computed yet computed
+    on several threads first. Changes nothing the caller holds."""
     rows = [(window.fsm, state) for window in windows for state in window.states]
+    compute_masks(rows)
     allowed = restrict(rows, width)
     return allowed, MaskFill(rows, allowed, device)
 
@@ -130,13 +130,8 @@ def _to_device(bitmask: torch.Tensor, device: torch.device) -> Filled:
 
 
 def _submit(rows: list[tuple[TokenFSM, int]], full: list[int], device: torch.device) -> Future[Filled]:
-    """`_fill` on the worker thread (started by the first call). Changes nothing the caller holds."""
-    global _worker
-    if _worker is None:
-        with _worker_lock:
-            if _worker is None:
-                _worker = ThreadPoolExecutor(1, thread_name_prefix="structspec-masks")
-    return _worker.submit(_fill, rows, full, device)
+    """`_fill` on the masks' thread pool. Changes nothing the caller holds."""
+    return submit(_fill, rows, full, device)
 
 
 def _indexed(device: torch.device) -> torch.device:
@@ -144,12 +139,3 @@ def _indexed(device: torch.device) -> torch.device:
     if device.type == "cuda" and device.index is None:
         return torch.device("cuda", torch.cuda.current_device())
     return device
-
-
-def _forget_worker() -> None:
-    global _worker, _worker_lock
-    _worker = None  # a forked child has the executor but not its thread: it would wait forever
-    _worker_lock = threading.Lock()  # nor the thread that may have held the lock
-
-
-os.register_at_fork(after_in_child=_forget_worker)
