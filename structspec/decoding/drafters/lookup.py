@@ -89,10 +89,14 @@ def continuations(context: list[int], longest: int, shortest: int, allows: Calla
     for the longest ``n`` (``longest`` down to ``shortest``) with an occurrence whose token ``allows`` accepts;
     only those it accepts. Lazy: taking the first scans no further. Changes nothing."""
     for n in range(min(longest, len(context) - 1), shortest - 1, -1):
-        pattern, first = context[-n:], context[-n]
-        found = False
-        for i in range(len(context) - n):
-            if context[i] == first and context[i : i + n] == pattern and allows(context[i + n]):
+        pattern, first, end = context[-n:], context[-n], len(context) - n
+        found, i = False, -1
+        while True:  # (`list.index` finds each occurrence of the run's first token at C speed)
+            try:
+                i = context.index(first, i + 1, end)
+            except ValueError:
+                break
+            if context[i : i + n] == pattern and allows(context[i + n]):
                 found = True
                 yield context[i + n]
         if found:
