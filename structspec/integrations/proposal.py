@@ -78,6 +78,8 @@ def cut_to_cost(requests: list[RequestDraft], cost: PassCost) -> list[list[int]]
     windows. At one request that is the draft as `DraftLength` sized it; at many, forced text (kept nearly
     always) before prompt-lookup tokens, which must then be kept more often to pay. Changes each request's last
     draft to its cut."""
+    if not requests:  # (a step of prefill chunks alone drafts nothing)
+        return []
     widths = choose_widths([r.gains() for r in requests], cost, [1] * len(requests))
     out = []
     for request, width in zip(requests, widths):

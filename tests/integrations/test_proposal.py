@@ -49,3 +49,7 @@ def test_a_request_without_a_grammar_keeps_its_lookup_draft_on_a_flat_cost() -> 
     free = RequestDraft(None)
     guess = free.propose(ids, ids[-1:], ids, 3, PromptLookup()).tokens
     assert guess and cut_to_cost([free], FLAT_COST) == [guess]
+
+
+def test_a_step_without_a_drafting_row_cuts_nothing() -> None:
+    assert cut_to_cost([], CPU_COST) == []
