@@ -59,6 +59,19 @@ def _same_shape(python: _Shape, compiled: _Shape) -> None:
         assert sorted(zip(a.ends.tolist(), a.ids.tolist())) == sorted(zip(b.ends.tolist(), b.ids.tolist()))
 
 
+def _same_region_and_walk(python: LazyDFA, compiled: LazyDFA, state: int, walks: _VocabBytes) -> None:
+    """``state``'s region search and its shape's vocabulary walk, with the Python loops on ``python`` and the core
+    on ``compiled``: the same table, regions and exits, and equal walks."""
+    with _loops(None):
+        table, regions, exits = index_module._region(python, state)
+        expected = walks._walk_shape(table, regions)
+    with _loops(core):
+        found = index_module._region(compiled, state)
+        shape = walks._walk_shape(found[0], found[1])
+    assert np.array_equal(table, found[0]) and (regions, exits) == found[1:], f"state {state}: regions differ"
+    _same_shape(expected, shape)
+
+
 def _states(regex: str, vocab: TokenVocab, picks: list[int]) -> tuple[LazyDFA, LazyDFA, list[int]]:
     """Two automata of ``regex`` (one read with the Python loops, one with the core) and the states of a random
     token walk on both (numbered alike)."""
@@ -86,15 +99,8 @@ def test_regions_and_shape_walks_alike_compiled_and_in_python(kind: str, regex: 
     python, compiled, states = _states(f"(?:{regex})#", vocab, picks)
     walks = _VocabBytes(vocab)
     for state in states:
-        with _loops(None):
-            table, regions, exits = index_module._region(python, state)
-            expected = walks._walk_shape(table, regions)
-        with _loops(core):
-            found = index_module._region(compiled, state)
-            shape = walks._walk_shape(found[0], found[1])
-        assert np.array_equal(table, found[0]) and (regions, exits) == found[1:], f"state {state}: regions differ"
+        _same_region_and_walk(python, compiled, state, walks)
         assert python._sets == compiled._sets, "the region searches built other rows"
-        _same_shape(expected, shape)
 
 
 @pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
@@ -151,15 +157,7 @@ def test_the_whole_qwen_vocabulary_walks_alike_through_a_region_shape(regex: str
         state = python.step(python.initial, prefix)
     with _loops(core):
         assert compiled.step(compiled.initial, prefix) == state != DEAD
-    walks = _VocabBytes(qwen_lm.vocab)
-    with _loops(None):
-        table, regions, _ = index_module._region(python, state)
-        expected = walks._walk_shape(table, regions)
-    with _loops(core):
-        found = index_module._region(compiled, state)
-        shape = walks._walk_shape(found[0], found[1])
-    assert np.array_equal(table, found[0]) and regions == found[1]
-    _same_shape(expected, shape)
+    _same_region_and_walk(python, compiled, state, _VocabBytes(qwen_lm.vocab))
 
 
 def test_the_compiled_walks_refuse_what_they_cannot_read(byte_lm) -> None:
