@@ -15,7 +15,8 @@ Every prompt is the own loop's token ids (the chat template, with the tools for 
 they are; greedy. A tool call goes to vLLM as ``vllm serve`` sends it: ``tool_choice="required"`` and a named
 function constrained by the JSON Schema vLLM builds for them (`get_json_schema_from_tools`), ``auto``
 unconstrained and parsed as Qwen's template writes calls; the own loop decodes its `structspec.ToolCalls`.
-Each configuration runs in a fresh worker process of its own, one after another (`run_worker`). vLLM's steps
+Each configuration runs in a worker process of its own (`Worker`), all alive at once, their runs interleaved
+record by record (`interleaved`), so a slow spell of a shared host falls on each alike. vLLM's steps
 are counted exactly: its engine core runs in the worker's process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) and its
 scheduler's ``update_from_output`` is wrapped (`count_steps`); the own loop's come from its `Stats`.
 
@@ -42,7 +43,7 @@ from typing import Any
 from lab.vllmbench_engine import (PROPOSER_MODULE, count_steps, prefix_run, proposer_config,
                                                           run_vllm, start_engine, stop_engine, vllm_request, warm_up)
 from lab.vllmbench_records import Item, own_tally, task_items
-from lab.vllmbench_report import NOTES, Tally, markdown, seconds_per_record, share, speedup
+from lab.vllmbench_report import NOTES, Tally, add, markdown, seconds_per_record, share, speedup
 from structspec.tools.command import DEFAULT_MAX_NEW_TOKENS, positive
 
 JOB_MAX_NEW_TOKENS = 300  # the prefix job's budget, as `lab.prefix_reuse` runs it
@@ -109,8 +110,8 @@ def arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--prefix-job", action="store_true",
                         help="issue 53's peer instead: prefix_reuse.job_prompts() on vLLM + xgrammar at B = 1, "
                              "prefix caching on, then off")
-    # a worker process's options (`run_worker`): one configuration, its job file and its results file
-    for option in ("--worker", "--job", "--out"):
+    # a worker process's options (`Worker`): one configuration, its job file and the pipe it answers on
+    for option in ("--worker", "--job", "--reply-fd"):
         parser.add_argument(option, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # what a worker process is started with
@@ -188,65 +189,141 @@ def vllm_preload(environ: dict[str, str]) -> str:
     return ":".join(p for p in found if p)
 
 
-def run_worker(name: str, args: argparse.Namespace, job: dict[str, Any]) -> dict[str, Any]:
-    """Run one configuration (`CONFIGS`' ``name``) in a process of its own, as ``job`` (`engine_benchmark`'s)
-    describes it: a fresh process per engine, since vLLM 0.32 fails to start an engine in a process that
-    started one with n-gram speculation (numba's import leaves a module its kernel scan cannot read), and an
-    engine binds the process's OpenMP threads. Returns the worker's results; raises where it failed."""
-    import subprocess
-    import tempfile
+SETTLE_SECONDS = 0.3
+"""The pause before each call to a worker: longer than an idle engine's OpenMP threads spin (Intel OpenMP's
+200 ms block time), so the last worker's threads are asleep before the next one's step starts."""
 
-    with tempfile.TemporaryDirectory(prefix="vllmbench-") as folder:
-        job_file, out_file = os.path.join(folder, "job.json"), os.path.join(folder, "out.json")
+
+class Worker:
+    """One configuration's worker process (`worker`), alive until `stop`: vLLM's engine (or the own loop's model)
+    in a process of its own, since vLLM 0.32 fails to start an engine in a process that started one with n-gram
+    speculation (numba's import leaves a module its kernel scan cannot read) and an engine binds the process's
+    OpenMP threads. Its calls come as JSON lines on its stdin, its replies as JSON lines on a pipe of their own
+    (vLLM logs on its stdout and stderr). ``started``: its first reply (the engine's start, or a prefix job's
+    tally)."""
+
+    def __init__(self, name: str, args: argparse.Namespace, job: dict[str, Any]) -> None:
+        import subprocess
+        import tempfile
+
+        self.name = name
+        self._folder = tempfile.TemporaryDirectory(prefix="vllmbench-")
+        job_file = os.path.join(self._folder.name, "job.json")
         with open(job_file, "w", encoding="utf-8") as f:
             json.dump(job, f)
-        command = [sys.executable, "-m", "lab.vllmbench", *args.argv, "--worker", name, "--job",
-                   job_file, "--out", out_file]
         env = dict(os.environ)
         if name != "own" and args.preload == "auto":
             env["LD_PRELOAD"] = vllm_preload(env)
-        done = subprocess.run(command, check=False, env=env)
-        if done.returncode != 0 or not os.path.exists(out_file):
-            raise RuntimeError(f"the {name} worker failed (exit code {done.returncode}; its log is above on stderr)")
-        with open(out_file, encoding="utf-8") as f:
-            return json.load(f)
+        read, write = os.pipe()
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "lab.vllmbench", *args.argv, "--worker", name, "--job", job_file,
+             "--reply-fd", str(write)], stdin=subprocess.PIPE, text=True, env=env, pass_fds=(write,))
+        os.close(write)
+        self._replies = os.fdopen(read, encoding="utf-8")
+        self.started: dict[str, Any] = self._reply()
+
+    def _reply(self) -> dict[str, Any]:
+        line = self._replies.readline()
+        if not line:  # (the process ended without answering)
+            raise RuntimeError(f"the {self.name} worker failed (exit code {self._process.wait()}; its log is above "
+                               "on stderr)")
+        return json.loads(line)
+
+    def run(self, task_set: str, records: list[int], batch_size: int, fresh: bool) -> Tally:
+        """The tally of ``records`` (indices into ``task_set``) decoded ``batch_size`` per call; ``fresh``:
+        empty the prefix caches first."""
+        assert self._process.stdin is not None
+        self._process.stdin.write(json.dumps({"set": task_set, "records": records, "batch_size": batch_size,
+                                              "fresh": fresh}) + "\n")
+        self._process.stdin.flush()
+        return Tally(**self._reply())
+
+    def stop(self) -> None:
+        """Close its stdin (it stops its engine and exits) and wait for it."""
+        assert self._process.stdin is not None
+        self._process.stdin.close()
+        code = self._process.wait()
+        self._replies.close()
+        self._folder.cleanup()
+        if code != 0:
+            raise RuntimeError(f"the {self.name} worker failed (exit code {code}; its log is above on stderr)")
 
 
 def worker(args: argparse.Namespace) -> int:
-    """A worker process's run: one configuration over the job's task sets (or one prefix-job engine); writes
-    its results as JSON to ``--out``."""
+    """A worker process's run (`Worker`): one configuration, started, then each call on stdin answered on
+    ``--reply-fd`` until stdin ends; a prefix-job engine answers its one tally."""
     with open(args.job, encoding="utf-8") as f:
         job = json.load(f)
-    sets = {name: task_items(name, args.records) for name in job["sets"]}
+    replies = os.fdopen(int(args.reply_fd), "w", encoding="utf-8")
+
+    def reply(message: dict[str, Any]) -> None:
+        replies.write(json.dumps(message) + "\n")
+        replies.flush()
+
     if args.worker in ("prefix-on", "prefix-off"):
-        out: dict[str, Any] = {"tally": asdict(prefix_run(args, job, args.worker == "prefix-on"))}
-    elif args.worker == "own":
+        reply({"tally": asdict(prefix_run(args, job, args.worker == "prefix-on"))})
+        return 0
+    sets = {name: task_items(name, args.records) for name in job["sets"]}
+    if args.worker == "own":
         import structspec
 
         lm = structspec.load(args.model)
-        out = {"sets": {name: [asdict(t) for t in own_runs(lm, items, args)] for name, items in sets.items()}}
-    else:
-        config = CONFIGS[args.worker]
-        spec = speculative(config, args.draft_tokens)
-        start = time.perf_counter()
-        llm = start_engine(job["model_dir"], job["dtype"], config.backend, args, spec)
-        out = {"startup": time.perf_counter() - start, "speculative_config": spec, "sets": {}}
-        counts = count_steps(llm)
-        for name, items in sets.items():
-            requests = [vllm_request(item, job["prompt_ids"][name][item.id]) for item in items]
-            warm_up(llm, requests)
-            out["sets"][name] = [asdict(run_vllm(llm, counts, requests, size, args.max_new_tokens))
-                                 for size in (1, args.batch_size)]
-        stop_engine(llm)
-    with open(args.out, "w", encoding="utf-8") as f:
-        json.dump(out, f)
+        for items in sets.values():
+            warm_own(lm, items)
+        reply({})
+        for line in sys.stdin:
+            call = json.loads(line)
+            items = [sets[call["set"]][i] for i in call["records"]]
+            reply(asdict(run_own(lm, items, call["batch_size"], args.max_new_tokens, call["fresh"])))
+        return 0
+    config = CONFIGS[args.worker]
+    spec = speculative(config, args.draft_tokens)
+    start = time.perf_counter()
+    llm = start_engine(job["model_dir"], job["dtype"], config.backend, args, spec)
+    counts = count_steps(llm)
+    requests = {name: [vllm_request(item, job["prompt_ids"][name][item.id]) for item in items]
+                for name, items in sets.items()}
+    for chosen in requests.values():
+        warm_up(llm, chosen)
+    reply({"startup": time.perf_counter() - start, "speculative_config": spec})
+    for line in sys.stdin:
+        call = json.loads(line)
+        chosen = [requests[call["set"]][i] for i in call["records"]]
+        reply(asdict(run_vllm(llm, counts, chosen, call["batch_size"], args.max_new_tokens, call["fresh"])))
+    stop_engine(llm)
     return 0
 
 
+def interleaved(workers: dict[str, Worker], sets: dict[str, list[Item]], batch_size: int
+                ) -> dict[str, dict[str, tuple[Tally, Tally]]]:
+    """Every worker's tallies at B = 1 and at ``batch_size`` on each task set, their calls interleaved so that a
+    slow spell of a shared host falls on every configuration alike: at B = 1 record by record, the workers in
+    turn, in the opposite order on every other record; the batched run twice, in opposite orders, its seconds
+    the mean of the two (its counts, identical under greedy decoding, the first run's)."""
+    names = list(workers)
+    results: dict[str, dict[str, tuple[Tally, Tally]]] = {}
+    for set_name, items in sets.items():
+        one = {name: Tally() for name in names}
+        for i in range(len(items)):
+            for name in names if i % 2 == 0 else names[::-1]:
+                time.sleep(SETTLE_SECONDS)
+                add(one[name], workers[name].run(set_name, [i], 1, fresh=i == 0))
+        many: dict[str, list[Tally]] = {name: [] for name in names}
+        for order in (names, names[::-1]):
+            for name in order:
+                time.sleep(SETTLE_SECONDS)
+                many[name].append(workers[name].run(set_name, list(range(len(items))), batch_size, fresh=True))
+        for name in names:
+            first = many[name][0]
+            first.seconds = sum(t.seconds for t in many[name]) / len(many[name])
+            results.setdefault(set_name, {})[name] = (one[name], first)
+    return results
+
+
 def engine_benchmark(args: argparse.Namespace) -> int:
-    """Every configuration of ``args`` on every task set, each in a worker process of its own (`run_worker`),
-    one at a time; prints the header, a line as each configuration ends, and the tables. Loads the model here
-    only for the prompts' token ids and its default dtype."""
+    """Every configuration of ``args`` on every task set, each in a worker process of its own (`Worker`), all
+    alive at once and their runs interleaved (`interleaved`); prints the header, a line as each worker is up,
+    and the tables. Loads the model here only for the prompts' token ids and its default dtype."""
     import structspec
     from structspec.events import chat_prompt_ids
     from structspec.models.shipped import model_path
@@ -263,21 +340,29 @@ def engine_benchmark(args: argparse.Namespace) -> int:
     if too_long := [f"{key} ({len(ids)} tokens)" for by_id in job["prompt_ids"].values() for key, ids in by_id.items()
                     if len(ids) + args.max_new_tokens > args.max_model_len]:
         print(f"note: prompt + max_new_tokens exceed max_model_len={args.max_model_len} for {', '.join(too_long)}")
-    results: dict[str, dict[str, tuple[Tally | None, Tally | None]]] = {name: {} for name in sets}
     skipped: dict[str, str] = {}
-    for name in args.configs:
-        config = CONFIGS[name]
-        if config.speculation == "proposer" and proposer_config(args.draft_tokens) is None:
-            skipped[config.label] = f"{PROPOSER_MODULE} is not installed here"
-            continue
+    workers: dict[str, Worker] = {}
+    try:
+        for name in args.configs:  # (started one at a time: each engine's start has the machine alone)
+            config = CONFIGS[name]
+            if config.speculation == "proposer" and proposer_config(args.draft_tokens) is None:
+                skipped[config.label] = f"{PROPOSER_MODULE} is not installed here"
+                continue
+            start = time.perf_counter()
+            workers[name] = Worker(name, args, job)
+            up = workers[name].started
+            engine = (f"engine up in {up['startup']:.0f} s, speculative_config={up['speculative_config']}"
+                      if "startup" in up else "model loaded")
+            print(f"{config.label}: {engine}, warmed up in {time.perf_counter() - start:.0f} s (load "
+                  f"{load_average()})", flush=True)
         start = time.perf_counter()
-        out = run_worker(name, args, job)
-        for set_name, (one, many) in out["sets"].items():
-            results[set_name][config.label] = (Tally(**one), Tally(**many))
-        engine = (f"engine up in {out['startup']:.0f} s, speculative_config={out['speculative_config']}; "
-                  if "startup" in out else "")
-        print(f"{config.label}: {engine}{time.perf_counter() - start:.0f} s in all (load {load_average()})",
-              flush=True)
+        tallies = interleaved(workers, sets, args.batch_size)
+        print(f"the runs, interleaved: {time.perf_counter() - start:.0f} s (load {load_average()})", flush=True)
+    finally:
+        for running in workers.values():
+            running.stop()
+    results = {set_name: {CONFIGS[name].label: pair for name, pair in by_name.items()}
+               for set_name, by_name in tallies.items()}
     labels = [CONFIGS[name].label for name in args.configs]
     print()
     for set_name, by_label in results.items():
@@ -294,23 +379,23 @@ def engine_benchmark(args: argparse.Namespace) -> int:
     return 0
 
 
-def own_runs(lm: Any, items: list[Item], args: argparse.Namespace) -> tuple[Tally, Tally]:
-    """The own loop's B = 1 and batched tallies over ``items``, after two tokens of each distinct spec."""
+def warm_own(lm: Any, items: list[Item]) -> None:
+    """Two tokens of each distinct spec of ``items`` through the own loop, so they compile before the clock runs."""
     import structspec
 
     distinct = {json.dumps(i.conversation.tools if i.conversation else i.schema, sort_keys=True): i for i in items}
     for item in distinct.values():
         structspec.generate_result(lm, item.spec, item.messages, max_new_tokens=2)
-    return run_own(lm, items, 1, args.max_new_tokens), run_own(lm, items, args.batch_size, args.max_new_tokens)
 
 
-def run_own(lm: Any, items: list[Item], batch_size: int, max_new_tokens: int) -> Tally:
+def run_own(lm: Any, items: list[Item], batch_size: int, max_new_tokens: int, fresh: bool = True) -> Tally:
     """The own loop over ``items`` with default options: each alone (``batch_size`` 1) or `generate_batch`.
-    Clears the held prompt chunks first, so only this run's own prompts are reused."""
+    ``fresh``: clear the held prompt chunks first, so only this run's own prompts are reused."""
     import structspec
     from structspec.models.prefix_cache import clear_prefix_caches
 
-    clear_prefix_caches()
+    if fresh:
+        clear_prefix_caches()
     start = time.perf_counter()
     if batch_size == 1:
         results = [structspec.generate_result(lm, item.spec, item.messages, max_new_tokens=max_new_tokens)
@@ -338,7 +423,9 @@ def prefix_job(args: argparse.Namespace) -> int:
           "schema, vLLM + xgrammar, one record per call\n", flush=True)
     seconds = {}
     for caching in (True, False):
-        t = Tally(**run_worker("prefix-on" if caching else "prefix-off", args, job)["tally"])
+        prefix = Worker("prefix-on" if caching else "prefix-off", args, job)
+        prefix.stop()
+        t = Tally(**prefix.started["tally"])
         seconds[caching] = seconds_per_record(t)
         print(f"prefix caching {'on' if caching else 'off'}: {seconds[caching]:.3f} s / record, "
               f"{t.cached_prompt_tokens:,} of {t.prompt_tokens:,} prompt tokens from vLLM's cache, "

@@ -141,16 +141,18 @@ def output_tokens(output: Any) -> int:
                                     and len(output.token_ids) > 0)
 
 
-def run_vllm(llm: Any, counts: StepCounts, requests: list[Request], batch_size: int, max_new_tokens: int) -> Tally:
+def run_vllm(llm: Any, counts: StepCounts, requests: list[Request], batch_size: int, max_new_tokens: int,
+             fresh: bool = True) -> Tally:
     """Decode ``requests`` greedily, ``batch_size`` per ``llm.generate`` call, one call after another; their
-    tally. Resets vLLM's prefix cache (and structspec's proposer's stats, where it drafts) first, so only this
-    run's own prompts are reused."""
+    tally. ``fresh``: reset vLLM's prefix cache first, so only this run's own prompts are reused (structspec's
+    proposer's stats, where it drafts, are reset at every run)."""
     from vllm import SamplingParams, TokensPrompt
     from vllm.sampling_params import StructuredOutputsParams
 
     params = [SamplingParams(temperature=0, max_tokens=max_new_tokens, structured_outputs=None
                              if r.structured is None else StructuredOutputsParams(**r.structured)) for r in requests]
-    llm.reset_prefix_cache()
+    if fresh:
+        llm.reset_prefix_cache()
     drafter = proposer(llm)
     if drafter is not None:
         drafter.reset_stats()

@@ -26,6 +26,17 @@ class Tally:
     digests: list[str] = field(default_factory=list)  # vLLM: each output's token ids hashed, in record order
 
 
+def add(total: Tally, part: Tally) -> None:
+    """Count ``part`` into ``total``: its numbers summed (a count one of them does not know stays unknown only
+    where neither knows it), its lists appended. Changes ``total``."""
+    for name, value in vars(part).items():
+        mine = getattr(total, name)
+        if isinstance(value, list):
+            mine.extend(value)
+        elif value is not None:
+            setattr(total, name, value if mine is None else mine + value)
+
+
 def seconds_per_record(t: Tally) -> float:
     return t.seconds / t.records if t.records else float("nan")
 
@@ -123,4 +134,7 @@ NOTES = ("Steps / output token: the forward passes each record took part in over
          "against its tool; an auto turn may answer in text; vLLM leaves choice=auto unconstrained, as vllm serve "
          "does); the totals say in how many turns the calls were the expected ones. Each distinct schema is "
          "warmed up (two tokens, not timed); prefix caches are emptied before each run. Each configuration runs "
-         "in a fresh process.")
+         "in a worker process of its own, all alive at once, and their runs interleave so that a slow spell of "
+         "the host falls on each alike: at B = 1 record by record, the configurations in turn and in the "
+         "opposite order on every other record; the batched run twice, in opposite orders, its seconds the mean "
+         "of the two.")

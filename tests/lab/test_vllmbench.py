@@ -68,6 +68,47 @@ def test_rates_ratios_and_shares() -> None:
     assert math.isnan(report.seconds_per_record(report.Tally()))
 
 
+def test_tallies_add_up_and_an_unknown_count_stays_unknown_only_where_none_knows_it() -> None:
+    total = report.Tally()
+    report.add(total, report.Tally(records=1, seconds=2.0, steps=5, drafted=3, valid=1, digests=["a"]))
+    report.add(total, report.Tally(records=1, seconds=1.5, steps=4, forced=2, invalid=["r2: cut"], digests=["b"]))
+    assert (total.records, total.seconds, total.steps, total.drafted, total.valid) == (2, 3.5, 9, 3, 1)
+    assert total.forced == 2 and total.expected_calls is None  # one knew the forced count; none knew the calls
+    assert total.digests == ["a", "b"] and total.invalid == ["r2: cut"]
+
+
+class FakeWorker:
+    """A `Worker` that writes each call into a shared log and answers one second a record, 1 + i output tokens
+    for record i (so sums and orders can be checked)."""
+
+    def __init__(self, name: str, log: list[tuple[str, list[int], int, bool]]) -> None:
+        self.name, self.log = name, log
+
+    def run(self, task_set: str, records: list[int], batch_size: int, fresh: bool) -> report.Tally:
+        self.log.append((self.name, records, batch_size, fresh))
+        seconds = float(len(records)) * (2 if len(self.log) > 8 else 1)  # the last two calls take longer
+        return report.Tally(records=len(records), seconds=seconds, output_tokens=sum(1 + i for i in records),
+                            digests=[f"{self.name}{i}" for i in records])
+
+
+def test_runs_interleave_record_by_record_in_turn_and_the_batched_run_twice(monkeypatch) -> None:
+    monkeypatch.setattr(bench, "SETTLE_SECONDS", 0.0)
+    log: list[tuple[str, list[int], int, bool]] = []
+    workers = {name: FakeWorker(name, log) for name in ("A", "B")}
+    items = records.task_items("extraction", 3)
+    results = bench.interleaved(workers, {"extraction": items}, 32)  # type: ignore[arg-type]
+    # B = 1: a record at a time, A then B, then B then A; each run's first call empties the prefix caches
+    assert log[:6] == [("A", [0], 1, True), ("B", [0], 1, True), ("B", [1], 1, False), ("A", [1], 1, False),
+                       ("A", [2], 1, False), ("B", [2], 1, False)]
+    # the batched run twice, in opposite orders, every record in one call each time
+    assert log[6:] == [("A", [0, 1, 2], 32, True), ("B", [0, 1, 2], 32, True), ("B", [0, 1, 2], 32, True),
+                       ("A", [0, 1, 2], 32, True)]
+    one, many = results["extraction"]["A"]
+    assert (one.records, one.output_tokens, one.seconds, one.digests) == (3, 6, 3.0, ["A0", "A1", "A2"])
+    assert many.records == 3 and many.digests == ["A0", "A1", "A2"]  # the first batched run's counts
+    assert many.seconds == (3.0 + 6.0) / 2  # the mean of the two runs' seconds
+
+
 def test_table_rows_compare_each_configuration_with_the_first() -> None:
     base = (report.Tally(records=2, seconds=8.0, output_tokens=100, steps=102, valid=2),
             report.Tally(records=2, seconds=2.0, output_tokens=100, steps=102, valid=2))
