@@ -178,8 +178,8 @@ static PyObject *walk_tokens(PyObject *self, PyObject *args) {
 
 /* copy_row(address, packed): ``packed`` (an int32 array, C-contiguous) copied to the memory at ``address`` (an
  * int: a checked CPU bitmask's row, `structspec.automaton.bitmask`). No check of the address: the caller's. The
- * GIL stays held: a row is a few µs of copying at most, and dropping the GIL where another thread waits for it
- * hands over the rest of a switch interval (5 ms) before this thread runs again. */
+ * GIL stays held: a row (19 KB over a 152k vocabulary) copies in about a microsecond, and a thread that drops the
+ * GIL while another waits for it gets it back only after that one's switch interval (5 ms by default). */
 static PyObject *copy_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "copy_row(address, packed) takes 2 arguments");

@@ -40,6 +40,7 @@ class Rows:
 
 
 _CHECKED: dict[int, Rows] = {}  # id(bitmask) -> its rows; an entry leaves when its tensor is freed
+_INT32 = torch.int32
 
 
 def checked(bitmask: object) -> Rows | None:
@@ -47,7 +48,7 @@ def checked(bitmask: object) -> Rows | None:
     address, shape or dtype). Changes nothing."""
     rows = _CHECKED.get(id(bitmask))
     if (rows is None or rows.tensor() is not bitmask or bitmask.data_ptr() != rows.address  # type: ignore[attr-defined]
-            or bitmask.shape != rows.shape or bitmask.dtype is not torch.int32):  # type: ignore[attr-defined]
+            or bitmask.shape != rows.shape or bitmask.dtype is not _INT32):  # type: ignore[attr-defined]
         return None
     return rows
 

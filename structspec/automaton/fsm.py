@@ -214,11 +214,12 @@ class TokenFSM:
 
         Builds the rows it reaches: the table grows, the language does not.
         """
-        token_bytes = self.vocab.token_bytes
+        index = self.index  # (read once: a decode step's accept runs this)
+        token_bytes = index.vocab.token_bytes
         data = token_bytes[token_id] if 0 <= token_id < len(token_bytes) else None
-        if not data or token_id in self.eos_token_ids:
+        if not data or token_id in index.eos_token_ids:
             return None
-        nxt = self.index.dfa.step(state, data)
+        nxt = index.dfa.step(state, data)
         return None if nxt == DEAD else nxt
 
     def next_bytes(self, state: int) -> list[int]:
@@ -293,10 +294,13 @@ class TokenFSM:
         """
         rows = checked(bitmask)  # a CPU bitmask met before, unchanged since
         if (rows is not None and type(row) is int and 0 <= row < rows.count and type(state) is int
-                and rows.words == -(-self.index.logits_width // 32)
-                and (packed := self.index.packed_if_computed(state)) is not None):  # (so a state reached)
-            rows.write(bitmask, row, packed)
-            return
+                and rows.words == -(-self.index.logits_width // 32)):
+            # a mask computed (so a state reached); a subclass's states, such as `BudgetedFSM`'s, are not the DFA's
+            packed = (self.index.packed_if_computed(state) if type(self).packed_mask is TokenFSM.packed_mask
+                      else self.packed_mask(state) if self.knows(state) and self.mask_ready(state) else None)
+            if packed is not None:
+                rows.write(bitmask, row, packed)
+                return
         index = self.check_token_bitmask(bitmask, row)
         number = as_int(state)
         if number is None or not self.knows(number):
