@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from structspec.automaton import dfa as dfa_module
+from structspec.automaton.bitmask import checked, remember
 from structspec.automaton.dfa import DEAD, LazyDFA
 from structspec.automaton.index import TokenIndex
 from structspec.automaton.nfa import ByteNFA
@@ -213,11 +214,12 @@ class TokenFSM:
 
         Builds the rows it reaches: the table grows, the language does not.
         """
-        token_bytes = self.vocab.token_bytes
+        index = self.index  # (read once: a decode step's accept runs this)
+        token_bytes = index.vocab.token_bytes
         data = token_bytes[token_id] if 0 <= token_id < len(token_bytes) else None
-        if not data or token_id in self.eos_token_ids:
+        if not data or token_id in index.eos_token_ids:
             return None
-        nxt = self.index.dfa.step(state, data)
+        nxt = index.dfa.step(state, data)
         return None if nxt == DEAD else nxt
 
     def next_bytes(self, state: int) -> list[int]:
@@ -234,6 +236,10 @@ class TokenFSM:
         ``len(result) < len(token_ids)`` means ``token_ids[len(result)]`` is rejected.
         Builds the rows it reaches: the table grows, the language does not.
         """
+        # (one token, a decode step's accept: `next_state`, a quarter of the cost of the core's walk's set-up)
+        if len(token_ids) == 1 and type(token_ids[0]) is int:
+            nxt = self.next_state(state, token_ids[0])
+            return [] if nxt is None else [nxt]
         # (in the compiled core, all tokens in one call, where `next_state` is this class's own: a subclass's
         # states, such as `BudgetedFSM`'s, are not the DFA's)
         if dfa_module.CORE is not None and type(self).next_state is TokenFSM.next_state:
@@ -283,14 +289,28 @@ class TokenFSM:
         """Write the mask of ``state`` into ``bitmask[row]`` (bit j of word i ⇔ token 32*i+j allowed).
 
         Changes ``bitmask`` only; the packed row is computed once per state and cached. `OptionError` for a
-        bitmask or row `check_token_bitmask` refuses, or a state this FSM has not reached.
+        bitmask or row `check_token_bitmask` refuses, or a state this FSM has not reached. A CPU bitmask is
+        checked once (`structspec.automaton.bitmask`): a warm fill is a lookup and a copy.
         """
+        rows = checked(bitmask)  # a CPU bitmask met before, unchanged since
+        if (rows is not None and type(row) is int and 0 <= row < rows.count and type(state) is int
+                and rows.words == -(-self.index.logits_width // 32)):
+            # a mask computed (so a state reached); a subclass's states, such as `BudgetedFSM`'s, are not the DFA's
+            packed = (self.index.packed_if_computed(state) if type(self).packed_mask is TokenFSM.packed_mask
+                      else self.packed_mask(state) if self.knows(state) and self.mask_ready(state) else None)
+            if packed is not None:
+                rows.write(bitmask, row, packed)
+                return
         index = self.check_token_bitmask(bitmask, row)
         number = as_int(state)
         if number is None or not self.knows(number):
             raise OptionError(f"state {state!r} is not a state this FSM has reached: "
                               "pass initial_state or a state next_state / walk returned")
-        if bitmask.device.type == "cpu":  # through numpy's view of it: a torch copy of one row costs more
+        if rows is None:
+            rows = remember(bitmask)  # None: not on the CPU, or rows not contiguous
+        if rows is not None:
+            rows.write(bitmask, index, self.packed_mask(number))
+        elif bitmask.device.type == "cpu":  # through numpy's view of it: a torch copy of one row costs more
             bitmask.numpy()[index] = self.packed_mask(number)
         else:
             bitmask[index].copy_(torch.from_numpy(self.packed_mask(number)))

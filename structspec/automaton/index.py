@@ -433,6 +433,11 @@ class TokenIndex:
         """
         return self._cached(self._packed, state, self._compute_packed)
 
+    def packed_if_computed(self, state: int) -> np.ndarray | None:
+        """`packed_mask` of ``state`` if already computed (so ``state`` is one reached), else None. Changes
+        nothing: the warm fill's read."""
+        return self._packed.get(state)
+
     def computed(self, state: int) -> bool:
         """Whether ``state``'s answers are computed (its vocabulary walk done, or found unspellable). Changes
         nothing."""

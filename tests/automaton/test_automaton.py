@@ -137,6 +137,18 @@ def test_eos_is_allowed_exactly_in_final_states_and_leads_nowhere(byte_lm) -> No
     assert eos in fsm.allowed_token_ids(a) and fsm.next_state(a, eos) is None and fsm.is_final(a)
 
 
+@pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
+def test_a_one_token_walk_answers_as_a_longer_walk_does(kind: str, request: pytest.FixtureRequest) -> None:
+    # (one token is a decode step's accept: it walks by next_state, a longer walk in the core where there is one)
+    lm = request.getfixturevalue(kind)
+    fsm = TokenFSM.from_regex(r'\{"k":"[a-z]{0,4}"\}', lm.vocab, len(lm.vocab) + 5)
+    prefix = lm.tokenizer.encode('{"k":"ab', add_special_tokens=False)
+    states = [fsm.initial_state] + fsm.walk(fsm.initial_state, prefix)
+    for state in states:
+        for token in range(-2, len(lm.vocab) + 5):
+            assert fsm.walk(state, [token]) == fsm.walk(state, [token, -1]), (state, token)
+
+
 def test_allowed_token_ids_are_one_sorted_read_only_array_per_state(sp_lm) -> None:
     fsm = TokenFSM.from_regex("(ab|b)?", sp_lm.vocab)  # final at the start: EOS (a low id here) is allowed
     allowed = fsm.allowed_token_ids(fsm.initial_state)

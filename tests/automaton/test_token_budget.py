@@ -205,3 +205,15 @@ def test_a_thinking_budget_before_tool_calls(qwen_lm) -> None:
     (batched, _) = structspec.generate_batch(qwen_lm, [spec, structspec.ToolCalls([get_weather])],
                                              ["Weather in Paris?", "Hi"], max_new_tokens=80)
     assert batched.token_ids == plain.token_ids
+
+
+def test_one_bitmask_filled_state_after_state_gets_the_budgeted_masks(byte_lm) -> None:
+    # (a bitmask filled before is written without its checks: by the budgeted FSM's own masks, not its regex's)
+    fsm = structspec.compile(Reasoning(Regex("ok"), separator="", max_thinking_tokens=2), byte_lm).fsm
+    bitmask, state = fsm.allocate_token_bitmask(1), fsm.initial_state
+    for piece in one_byte_each("ab</think>o"):
+        for _ in range(2):  # the state's mask computed, then read again
+            fsm.fill_next_token_bitmask(bitmask, 0, state)
+            assert torch.equal(bitmask[0], torch.from_numpy(fsm.packed_mask(state).copy()))
+        state = fsm.next_state(state, fsm.vocab.ids_by_bytes[piece])
+        assert state is not None
