@@ -22,8 +22,18 @@ static int reserve(int32_t **nodes, int32_t **states, Py_ssize_t *cap, Py_ssize_
     return 0;
 }
 
-/* The first index in [lo, n) of ``a`` (non-decreasing there, as a level's parents and ends are) not below ``v``. */
+/* The first index in [lo, n) of ``a`` (non-decreasing there, as a level's parents and ends are) not below ``v``,
+ * galloping from ``lo``: the live nodes are met in ascending order, and where most of a level is live (a state
+ * allowing almost every byte walks nearly the whole vocabulary) the next one is a step or two on, which a
+ * bisection over the rest of the level would reach only after a dozen reads far apart. */
 static Py_ssize_t lower_bound(const int64_t *a, Py_ssize_t lo, Py_ssize_t n, int64_t v) {
+    Py_ssize_t step = 1;
+    while (lo + step < n && a[lo + step] < v) {
+        lo += step;
+        step *= 2;
+    }
+    if (lo + step < n)
+        n = lo + step + 1;
     while (lo < n) {
         Py_ssize_t mid = lo + (n - lo) / 2;
         if (a[mid] < v)

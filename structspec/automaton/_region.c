@@ -152,6 +152,14 @@ static int row_has(const int32_t *row, int32_t d) {
     return 0;
 }
 
+/* How many bytes ``row`` allows. */
+static int width(const int32_t *row) {
+    int n = 0;
+    for (int b = 0; b < 256; b++)
+        n += row[b] != 0;
+    return n;
+}
+
 /* Append to ``out`` the distinct states of ``row`` in the order of the first byte leading to each (as
  * `LazyDFA.successors`); ``out`` has room for 256 more. */
 static Py_ssize_t successors(const int32_t *row, int32_t *out) {
@@ -166,23 +174,27 @@ static Py_ssize_t successors(const int32_t *row, int32_t *out) {
     return n;
 }
 
-/* region(dfa, state, ensure, depth, limit) -> (table, regions, exits): `_region` of ``state`` with the search
- * bounded by ``depth`` bytes and ``limit`` explored states; ``table`` as the bytes of an int32 array of
- * (1 + regions) rows of 256. Builds the rows it reads, calling ``ensure(dfa, states)`` with the states `_region`
- * ensures, in its order (the table grows, the language does not). */
+/* region(dfa, state, ensure, depth, limit, wide, count_depth, count_limit) -> (table, regions, exits): `_region`
+ * of ``state`` with the search around loops bounded by ``depth`` bytes and ``limit`` explored states, and a
+ * counted character's (a state with no loop near it allowing ``wide`` bytes or more) by ``count_depth`` bytes
+ * and ``count_limit`` states; ``table`` as the bytes of an int32 array of (1 + regions) rows of 256. Builds the
+ * rows it reads, calling ``ensure(dfa, states)`` with the states `_region` ensures, in its order (the table
+ * grows, the language does not). */
 PyObject *ss_region(PyObject *self, PyObject *args) {
     Rows r = {0};
     int32_t state;
-    int depth, limit;
-    if (!PyArg_ParseTuple(args, "OiOii", &r.dfa, &state, &r.ensure, &depth, &limit))
+    int depth, limit, wide, count_depth, count_limit;
+    if (!PyArg_ParseTuple(args, "OiOiiiii", &r.dfa, &state, &r.ensure, &depth, &limit, &wide, &count_depth,
+                          &count_limit))
         return NULL;
-    if (state <= 0 || limit < 1) {
+    if (state <= 0 || limit < 1 || count_limit < 1) {
         PyErr_SetString(PyExc_ValueError, "region: not a live state, or no room to search");
         return NULL;
     }
     Set members = {0}, explored = {0}, codes = {0}, seen = {0};
     int32_t *order = NULL, *frontier = NULL, *nexts = NULL, *exits = NULL;
-    Py_ssize_t norder = 0, nexits = 0, cap = 256 * ((Py_ssize_t)limit + 2), exits_cap = cap;
+    Py_ssize_t norder = 0, nexits = 0, cap = 256 * ((Py_ssize_t)(limit > count_limit ? limit : count_limit) + 2);
+    Py_ssize_t exits_cap = cap;
     PyObject *result = NULL;
     if (rows_take(&r) < 0 || set_init(&members, 1024) < 0 || set_init(&explored, 128) < 0 ||
         set_init(&codes, 1024) < 0 || set_init(&seen, 1024) < 0)
@@ -255,6 +267,38 @@ PyObject *ss_region(PyObject *self, PyObject *args) {
                     }
             }
         }
+    } else if (width(row_of(&r, state)) >= wide) {
+        /* a counted character: breadth first, the wide states up to `count_depth` bytes on (the counts ahead and
+         * the states inside multi-byte characters), up to `count_limit` states */
+        Py_ssize_t nfront = 1;
+        frontier[0] = state;
+        for (int level = 0; nfront && level < count_depth && (Py_ssize_t)members.used < count_limit; level++) {
+            Py_ssize_t nfound = 0;
+            seen.used = 0;
+            memset(seen.key, 0xff, (seen.mask + 1) * sizeof(int32_t));
+            for (Py_ssize_t k = 0; k < nfront; k++) {
+                Py_ssize_t n = successors(row_of(&r, frontier[k]), order);  /* (`order`: free until the codes) */
+                for (Py_ssize_t i = 0; i < n; i++) {
+                    int32_t s = order[i];
+                    int added = s && !set_has(&members, s) ? set_add(&seen, s, 0) : 0;
+                    if (added < 0)
+                        goto done;
+                    if (added)
+                        nexts[nfound++] = s;
+                }
+            }
+            if (!nfound || need(&r, nexts, nfound) < 0)
+                break;
+            nfront = 0;
+            for (Py_ssize_t k = 0; k < nfound && (Py_ssize_t)members.used < count_limit; k++)
+                if (width(row_of(&r, nexts[k])) >= wide) {
+                    if (set_add(&members, nexts[k], 0) < 0)
+                        goto done;
+                    frontier[nfront++] = nexts[k];
+                }
+        }
+        if (PyErr_Occurred())
+            goto done;
     }
     /* codes: dead 0, the members 1, 2, ... breadth first from the state by byte, then the exits as first met */
     if (set_add(&codes, 0, 0) < 0 || set_add(&codes, state, 1) < 0)

@@ -49,6 +49,15 @@ REGION_DEPTH = 6
 inside a string is the longest such loop in a JSON Schema's regex."""
 REGION_LIMIT = 32
 """The most states a region search builds the rows of (a string's region has about 20)."""
+WIDE_BYTES = 64
+"""A state with no loop near it that allows at least this many bytes next is a *counted* character's (a string
+with a ``maxLength``: each count is a state of its own, and alone it would walk almost the whole vocabulary)."""
+COUNT_DEPTH = 12
+"""How many bytes on a counted character's region takes the wide states it reaches: the counts ahead relabel to the
+same table in every such string far enough from its end, so one shape's walk serves each count of each schema."""
+COUNT_LIMIT = 96
+"""The most states a counted character's region takes (about seven a byte: the character's count and the states
+inside multi-byte characters)."""
 SHAPES_LIMIT = 1024
 """Region shapes kept in memory per tokenizer, the oldest dropped first (most take a few KB, a string's 20)."""
 SHAPE_DISK_SECONDS = 0.005
@@ -290,7 +299,8 @@ def _region(dfa: LazyDFA, state: int, successors: dict[int, tuple[int, ...]] | N
     successors). Builds the rows it reads: the table grows, the language does not."""
     if dfa_module.CORE is None:
         return _region_in_python(dfa, state, successors)
-    table, regions, exits = dfa_module.CORE.region(dfa, state, _ensure, REGION_DEPTH, REGION_LIMIT)
+    table, regions, exits = dfa_module.CORE.region(dfa, state, _ensure, REGION_DEPTH, REGION_LIMIT, WIDE_BYTES,
+                                                   COUNT_DEPTH, COUNT_LIMIT)
     return np.frombuffer(table, dtype=np.int32).reshape(-1, 256), regions, exits
 
 
@@ -304,11 +314,12 @@ def _region_in_python(dfa: LazyDFA, state: int, successors: dict[int, tuple[int,
     """`_region` with Python's loops (the reference).
 
     The region is ``state``, the states a byte away that loop on themselves (a string's characters, entered by
-    its first one), and the states within `REGION_DEPTH` bytes that lead back to these; a state with no such
-    loop is a region alone. The table numbers them 1, 2, … in breadth-first
-    order from ``state`` over bytes 0-255, and the states outside the region they lead to (exits) after them,
-    in the order first met; 0 is dead. Equal tables mean equal walks for every token until it leaves the
-    region, whatever the schema. Builds the rows it reads: the table grows, the language does not.
+    its first one), and the states within `REGION_DEPTH` bytes that lead back to these. A state with no such
+    loop that allows `WIDE_BYTES` bytes or more (a counted character) takes the states as wide within
+    `COUNT_DEPTH` bytes, breadth first (up to `COUNT_LIMIT`); any other is a region alone. The table numbers
+    them 1, 2, … in breadth-first order from ``state`` over bytes 0-255, and the states outside the region they
+    lead to (exits) after them, in the order first met; 0 is dead. Equal tables mean equal walks for every token
+    until it leaves the region, whatever the schema. Builds the rows it reads: the table grows, the language does not.
     """
     dfa.ensure(np.array([state]))
     members = {state}
@@ -339,6 +350,17 @@ def _region_in_python(dfa: LazyDFA, state: int, successors: dict[int, tuple[int,
             before = len(members)
             members |= {d for d in explored if not members.isdisjoint(nexts(d))}
             grew = len(members) > before
+    elif _width(dfa, state) >= WIDE_BYTES:  # a counted character: the counts ahead, and the bytes inside characters
+        frontier = [state]
+        for _ in range(COUNT_DEPTH):
+            if not frontier or len(members) >= COUNT_LIMIT:
+                break
+            found = list(dict.fromkeys(s for d in frontier for s in nexts(d) if s != DEAD and s not in members))
+            if not found:
+                break
+            dfa.ensure(np.array(found))
+            frontier = [s for s in found if _width(dfa, s) >= WIDE_BYTES][: COUNT_LIMIT - len(members)]
+            members.update(frontier)
     order, codes = [state], {DEAD: 0, state: 1}
     for d in order:  # (grows as it goes: breadth-first)
         for s in nexts(d):
@@ -350,6 +372,11 @@ def _region_in_python(dfa: LazyDFA, state: int, successors: dict[int, tuple[int,
     recode = np.zeros(max(codes) + 1, dtype=np.int32)  # DFA state → its code (only those the rows hold are read)
     recode[list(codes)] = list(codes.values())
     return np.concatenate([np.zeros((1, 256), dtype=np.int32), recode[dfa.table[order]]]), len(order), exits
+
+
+def _width(dfa: LazyDFA, d: int) -> int:
+    """How many bytes built row ``d`` allows. Changes nothing."""
+    return int(np.count_nonzero(dfa.table[d]))
 
 
 def _equivalent(table: np.ndarray, regions: int) -> np.ndarray:

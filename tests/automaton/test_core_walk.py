@@ -30,6 +30,17 @@ from tests.automaton.test_token_walk import _regexes
 core = pytest.importorskip("structspec.automaton._core", reason="the compiled core is not built here")
 
 
+def _counted() -> st.SearchStrategy[str]:
+    """Regexes with a counted wide character (a string's ``maxLength``, a pattern's count), between literals, at
+    most a few (their counts are states of their own)."""
+    characters = st.sampled_from([r'[^"\\\x00-\x1f]', ".", r"[^,]", r'([^"\\]|\\["\\/bfnrt])', r"[\x00-\xff]",
+                                  "[a-zé日]", r"[\s\S]"])
+    counts = st.tuples(st.integers(0, 3), st.integers(1, 40)).map(lambda c: f"{{{c[0]},{c[0] + c[1]}}}")
+    counted = st.tuples(characters, counts).map("".join)
+    return st.lists(st.one_of(counted, st.sampled_from(['"', "a", ",", "[0-9]"])), min_size=1, max_size=4).map(
+        lambda parts: '"' + "".join(parts) + '"#')
+
+
 @contextmanager
 def _loops(loops: ModuleType | None) -> Iterator[None]:
     saved, dfa_module.CORE = dfa_module.CORE, loops
@@ -104,6 +115,22 @@ def test_regions_and_shape_walks_alike_compiled_and_in_python(kind: str, regex: 
 
 
 @pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
+@given(regex=_counted(), picks=st.lists(st.integers(0, 10**6), max_size=16))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_counted_characters_regions_and_masks_alike_compiled_and_in_python(kind: str, regex: str, picks: list[int],
+                                                                          request: pytest.FixtureRequest) -> None:
+    # A counted character's region takes the wide states ahead (each count a state of its own): the same tables,
+    # exits and rows built on both sides, and the same masks and forced text along random walks.
+    lm = request.getfixturevalue(kind)
+    python, compiled, states = _states(regex, lm.vocab, picks)
+    walks = _VocabBytes(lm.vocab)
+    for state in states:
+        _same_region_and_walk(python, compiled, state, walks)
+        assert python._sets == compiled._sets, "the region searches built other rows"
+    _random_walk(_own_shapes(Pair(regex, lm.vocab, len(lm.vocab), lm.tokenizer)), picks)
+
+
+@pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
 @given(regex=_regexes(), extra=st.integers(-5, 40), picks=st.lists(st.integers(0, 10**6), max_size=12))
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_random_regexes_mask_alike_each_side_walking_its_own_shapes(
@@ -149,9 +176,11 @@ def test_jsonschemabench_sample_masks_alike_over_smollm2(pattern: Any, instances
 
 @pytest.mark.slow
 @pytest.mark.parametrize("regex,prefix", [(r'"([^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"#', b'"'),
-                                          (r'\{"([^"\\]|\\.)*":[0-9]{1,3}\}#', b'{"'), (r'[a-z]{0,40}#', b"ab")])
+                                          (r'\{"([^"\\]|\\.)*":[0-9]{1,3}\}#', b'{"'), (r'[a-z]{0,40}#', b"ab"),
+                                          (r'"([^"\\\x00-\x1f]|\\["\\/bfnrt]){0,60}"#', b'"ab')])
 def test_the_whole_qwen_vocabulary_walks_alike_through_a_region_shape(regex: str, prefix: bytes, qwen_lm) -> None:
-    # 151k tokens through a string's region, a free key's and a counted run's (each walked anew on each side).
+    # 151k tokens through a string's region, a free key's, a counted run's and a counted string character's (each
+    # walked anew on each side).
     python, compiled, _ = _states(regex, qwen_lm.vocab, [])
     with _loops(None):
         state = python.step(python.initial, prefix)
@@ -173,10 +202,10 @@ def test_the_compiled_walks_refuse_what_they_cannot_read(byte_lm) -> None:
         core.walk_shape(table.astype(np.int64), 1, *args)
     dfa = LazyDFA(ByteNFA("ab"))
     with pytest.raises(ValueError, match="region"):
-        core.region(dfa, DEAD, index_module._ensure, 6, 32)
+        core.region(dfa, DEAD, index_module._ensure, 6, 32, 64, 12, 96)
 
     def lazy(dfa: LazyDFA, states: list[int]) -> None:
         pass  # builds nothing
 
     with pytest.raises(RuntimeError, match="unbuilt"):
-        core.region(dfa, dfa.initial, lazy, 6, 32)
+        core.region(dfa, dfa.initial, lazy, 6, 32, 64, 12, 96)

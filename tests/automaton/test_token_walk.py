@@ -80,6 +80,24 @@ def test_a_string_field_of_another_schema_walks_no_new_shape(byte_lm) -> None:
 
 
 @pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
+def test_the_counts_of_a_string_with_a_max_length_walk_one_shape_across_schemas(kind: str, request) -> None:
+    # Each count of a string with a maxLength is a state of its own with no loop near it: its region is the counts
+    # ahead, which relabel alike far from the string's end, so one walk of the vocabulary serves every such count
+    # of every such string; each count's answer is still the stepped one.
+    vocab = request.getfixturevalue(kind).vocab
+    character = r'([^"\\\x00-\x1f]|\\["\\/bfnrt])'
+    shapes = vocab_bytes(vocab)._shapes
+    for regex, walked in ((rf'\{{"a":"{character}{{0,40}}"\}}', None), (rf'\{{"bb":"{character}{{2,50}}",', 0)):
+        fsm = TokenFSM.from_regex(regex, vocab)
+        state = fsm.index.dfa.step(fsm.initial_state, regex.split(":")[0].replace("\\", "").encode() + b':"ab')
+        before = len(shapes)
+        for text in ["", "c", "d", "é", "\\n", "日"]:
+            state = fsm.index.dfa.step(state, text.encode())
+            assert set(fsm.allowed_token_ids(state).tolist()) == _stepped(fsm, state)
+        assert walked is None or len(shapes) - before == walked
+
+
+@pytest.mark.parametrize("kind", ["byte_lm", "sp_lm"])
 @pytest.mark.parametrize("names", [["name"], ["name", "nick", "age"], ["é", "x"]])
 def test_a_key_that_may_be_any_string_walks_only_the_tokens_that_start_as_a_property_name(
         kind: str, names: list[str], request, monkeypatch) -> None:
