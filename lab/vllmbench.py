@@ -28,7 +28,6 @@ caching on, then off (an engine each).
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import platform
@@ -238,6 +237,14 @@ class Worker:
         self._process.stdin.flush()
         return Tally(**self._reply())
 
+    def memory(self) -> int:
+        """The bytes its process holds (resident set, from Linux's /proc; 0 where that cannot be read)."""
+        try:
+            with open(f"/proc/{self._process.pid}/status", encoding="utf-8") as status:
+                return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:"))
+        except (OSError, StopIteration, ValueError):
+            return 0
+
     def stop(self) -> None:
         """Close its stdin (it stops its engine and exits) and wait for it."""
         assert self._process.stdin is not None
@@ -320,22 +327,54 @@ def interleaved(workers: dict[str, Worker], sets: dict[str, list[Item]], batch_s
     return results
 
 
-def engine_benchmark(args: argparse.Namespace) -> int:
-    """Every configuration of ``args`` on every task set, each in a worker process of its own (`Worker`), all
-    alive at once and their runs interleaved (`interleaved`); prints the header, a line as each worker is up,
-    and the tables. Loads the model here only for the prompts' token ids and its default dtype."""
+def prompt_job(model: str, records: int | None, set_names: list[str]) -> dict[str, Any]:
+    """What every worker gets: the model's directory and default dtype, and each record's prompt token ids (the
+    own loop's: `chat_prompt_ids`). Loads the model."""
     import structspec
     from structspec.events import chat_prompt_ids
     from structspec.models.shipped import model_path
 
-    lm = structspec.load(args.model)
+    lm = structspec.load(model)
+    sets = {name: task_items(name, records) for name in set_names}
+    return {"dtype": str(lm.dtype).removeprefix("torch."), "model_dir": model_path(model), "sets": set_names,
+            "prompt_ids": {name: {item.id: chat_prompt_ids(lm, item.messages,
+                                                           item.conversation and item.spec.chat_tools())
+                                  for item in items} for name, items in sets.items()}}
+
+
+def check_memory(workers: dict[str, Worker], still: int) -> None:
+    """Stop the run (`SystemExit` naming the fix) where the ``still`` workers to start would not fit beside
+    those up: each as large as the largest one up, against the memory the system has available (Linux's
+    /proc; elsewhere nothing is checked). Every worker holds its engine for the whole run."""
+    available = memory_available()
+    largest = max((w.memory() for w in workers.values()), default=0)
+    if still and available is not None and largest * still > available:
+        raise SystemExit(f"vllmbench: the {still} configuration(s) still to start need about "
+                         f"{largest * still / 2**30:.1f} GiB at once beside the {len(workers)} up "
+                         f"({largest / 2**30:.1f} GiB each), and {available / 2**30:.1f} GiB is available: run "
+                         "fewer at a time with --configs (each run's ratios are against its first configuration)")
+
+
+def memory_available() -> int | None:
+    """Bytes the system can give without swapping (``MemAvailable``), None where /proc/meminfo does not say."""
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as meminfo:
+            return next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
+def engine_benchmark(args: argparse.Namespace) -> int:
+    """Every configuration of ``args`` on every task set, each in a worker process of its own (`Worker`), all
+    alive at once and their runs interleaved (`interleaved`), as many as the memory holds (`check_memory`);
+    prints the header, a line as each worker is up, and the tables."""
+    import concurrent.futures
+    import multiprocessing
+
     sets = {name: task_items(name, args.records) for name in TASK_SETS if args.tasks in (name, "both")}
-    job = {"dtype": str(lm.dtype).removeprefix("torch."), "model_dir": model_path(args.model), "sets": list(sets),
-           "prompt_ids": {name: {item.id: chat_prompt_ids(lm, item.messages,
-                                                          item.conversation and item.spec.chat_tools())
-                                 for item in items} for name, items in sets.items()}}
-    del lm
-    gc.collect()
+    # (in a process of its own: the model it loads would stay in this one's memory beside every worker's engine)
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        job = pool.submit(prompt_job, args.model, args.records, list(sets)).result()
     print(header(args, job["dtype"], job["model_dir"]), flush=True)
     if too_long := [f"{key} ({len(ids)} tokens)" for by_id in job["prompt_ids"].values() for key, ids in by_id.items()
                     if len(ids) + args.max_new_tokens > args.max_model_len]:
@@ -353,8 +392,9 @@ def engine_benchmark(args: argparse.Namespace) -> int:
             up = workers[name].started
             engine = (f"engine up in {up['startup']:.0f} s, speculative_config={up['speculative_config']}"
                       if "startup" in up else "model loaded")
-            print(f"{config.label}: {engine}, warmed up in {time.perf_counter() - start:.0f} s (load "
-                  f"{load_average()})", flush=True)
+            print(f"{config.label}: {engine}, warmed up in {time.perf_counter() - start:.0f} s, "
+                  f"{workers[name].memory() / 2**30:.1f} GiB (load {load_average()})", flush=True)
+            check_memory(workers, len(args.configs) - len(workers) - len(skipped))
         start = time.perf_counter()
         tallies = interleaved(workers, sets, args.batch_size)
         print(f"the runs, interleaved: {time.perf_counter() - start:.0f} s (load {load_average()})", flush=True)

@@ -109,6 +109,26 @@ def test_runs_interleave_record_by_record_in_turn_and_the_batched_run_twice(monk
     assert many.seconds == (3.0 + 6.0) / 2  # the mean of the two runs' seconds
 
 
+class Holding:
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def memory(self) -> int:
+        return self.size
+
+
+def test_a_run_whose_workers_would_not_fit_in_memory_stops_naming_the_fix(monkeypatch) -> None:
+    gib = 2**30
+    up = {"A": Holding(6 * gib), "B": Holding(5 * gib)}
+    monkeypatch.setattr(bench, "memory_available", lambda: 13 * gib)
+    bench.check_memory(up, 2)  # type: ignore[arg-type]  # two more of the largest, 12 GiB, fit in 13
+    with pytest.raises(SystemExit, match=r"3 configuration\(s\) still to start need about 18.0 GiB .* --configs"):
+        bench.check_memory(up, 3)  # type: ignore[arg-type]
+    bench.check_memory(up, 0)  # type: ignore[arg-type]  # none left to start
+    monkeypatch.setattr(bench, "memory_available", lambda: None)  # no /proc/meminfo: nothing checked
+    bench.check_memory(up, 9)  # type: ignore[arg-type]
+
+
 def test_table_rows_compare_each_configuration_with_the_first() -> None:
     base = (report.Tally(records=2, seconds=8.0, output_tokens=100, steps=102, valid=2),
             report.Tally(records=2, seconds=2.0, output_tokens=100, steps=102, valid=2))
