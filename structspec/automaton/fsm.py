@@ -43,9 +43,10 @@ DISK_MIN_SECONDS = 0.005
 reading it back saves a later process (about 1 ms + 0.3 of the build to write, 0.4 of the build to read, on
 JSONSchemaBench's Github_hard and Github_ultra schemas)."""
 # Bumped when the pickled automaton changes shape (or module), so stale disk entries are not read.
-_FORMAT = "lazy-dfa-11"  # 6: fragments built when first entered (the NFA keeps recipes); 7: `Stated` recipes;
+_FORMAT = "lazy-dfa-12"  # 6: fragments built when first entered (the NFA keeps recipes); 7: `Stated` recipes;
 # 8: `_entered`; 9: states and closures as tuples, `_entered_one`; 10: only built rows stored (`rows`, `slots`);
-# 11: behind a checksum (`structspec.cache.write_pickle`)
+# 11: behind a checksum (`structspec.cache.write_pickle`); 12: a counted character's region takes the wide states
+# ahead (its rows numbered otherwise)
 
 
 def clear_cache(disk: bool = False) -> None:
