@@ -10,10 +10,10 @@ from structspec.decoding.candidate import FORCED, Candidate
 from structspec.decoding.cost import CPU_COST, FLAT_COST, DraftLength, PassCost, choose_widths
 from structspec.decoding.cursor import ENDED, Cursor, eos_only_row, fill_bitmasks
 from structspec.decoding.drafters.lookup import PromptLookup
-from structspec.decoding.fastforward import Forcer
+from structspec.decoding.fastforward import Forcer, Splits
 from structspec.decoding.fill import compute_masks, mask_threads
 
 __all__ = [
-    "CPU_COST", "ENDED", "FLAT_COST", "FORCED", "Candidate", "Cursor", "DraftLength", "Forcer", "PassCost",
+    "CPU_COST", "ENDED", "FLAT_COST", "FORCED", "Candidate", "Cursor", "DraftLength", "Forcer", "PassCost", "Splits",
     "PromptLookup", "choose_widths", "compute_masks", "eos_only_row", "fill_bitmasks", "mask_threads",
 ]

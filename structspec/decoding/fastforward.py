@@ -38,6 +38,15 @@ _RESPELL_BYTES = 16  # the longest first token `Forcer.respellings` tries
 _WHITESPACE = frozenset(b" \t\n\r")
 
 
+class Splits(dict[int, int]):
+    """The splits a target was seen to prefer: token → the shorter token it starts that token's text with (``":``
+    for ``":"``). One `Splits` may be shared by several forcers (an engine's requests under one tokenizer), so
+    what one output teaches spells the next one's forced text; `version` counts its changes, so each forcer
+    knows when the text it spelled is stale."""
+
+    version = 0
+
+
 @dataclass
 class Forced:
     """Tokens to append without a model call, and the FSM states after each."""
@@ -48,13 +57,15 @@ class Forced:
 
 @dataclass(eq=False)
 class Forcer:
-    """Computes forced tokens for one FSM and tokenizer; caches per state. Never changes the FSM."""
+    """Computes forced tokens for one FSM and tokenizer; caches per state. Never changes the FSM. ``splits``: the
+    splits learned (`learn`), this forcer's own unless a shared `Splits` is passed."""
 
     fsm: TokenFSM
     tokenizer: Any
+    splits: Splits = field(default_factory=Splits)
     _forced_bytes: dict[int, tuple[bytes, int]] = field(default_factory=dict)
     _spelled: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)
-    _splits: dict[int, int] = field(default_factory=dict)  # token → the shorter first token the target prefers
+    _spelled_at: int = 0  # the `Splits.version` the spelled and closing caches were filled under
     _closing: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)
     _spaced: set[int] = field(default_factory=set)  # bytes the target writes whitespace before where it may
 
@@ -105,6 +116,7 @@ class Forcer:
         boundary where the model would rather merge, or whitespace it writes,
         costs no correctness. Fills the forcer's cache; changes nothing else.
         """
+        self._drop_stale()
         if state not in self._spelled:
             text, end = self.forced_bytes(state)
             allowed = self.fsm.next_bytes(end) if not self.fsm.is_final(end) else []
@@ -120,6 +132,7 @@ class Forcer:
         ``vendor`` + ``":"`` where another key must follow, ``,"`` + ``unit_price`` + ``":`` after a number),
         the states after each; empty where the FSM allows none. Models close a copied value with one such
         token (``","``, ``"}``), rarely with ``"`` alone. Fills the forcer's cache; changes nothing else."""
+        self._drop_stale()
         if state not in self._closing:
             self._closing[state] = ([], [])
             for byte in b'",}]':
@@ -161,31 +174,38 @@ class Forcer:
 
     def learn(self, rejected: int, chosen: int) -> None:
         """The target rejected forced token ``rejected`` for ``chosen``; if ``chosen`` spells a proper prefix
-        of it (``":`` for ``":"``), spell forced text that way from now on (this decode only). If ``rejected``
-        was such a learned head and ``chosen`` is the whole token again, forget the split: Qwen writes the
+        of it (``":`` for ``":"``), spell forced text that way from now on (in every output sharing `splits`). If
+        ``rejected`` was such a learned head and ``chosen`` is the whole token again, forget the split: Qwen writes the
         first key's ``":`` + ``"`` and every later key's ``":"``, and keeping the split cost a pass per key.
         If ``chosen`` starts with whitespace, the rejected text's first byte was `spelled`'s guess past optional
         whitespace (forced text proper allows none): stop guessing that byte, as the target spaces before it."""
         whole, head = self.fsm.vocab.token_bytes[rejected] or b"", self.fsm.vocab.token_bytes[chosen] or b""
         if head and len(head) < len(whole) and whole.startswith(head):
-            self._splits[rejected] = chosen
-        elif self._splits.get(chosen) == rejected:
-            del self._splits[chosen]
+            self.splits[rejected] = chosen
+        elif self.splits.get(chosen) == rejected:
+            del self.splits[chosen]
         elif whole and head[:1] and head[0] in _WHITESPACE and whole[0] not in _WHITESPACE:
             self._spaced.add(whole[0])
         else:
             return
-        self._spelled.clear()
-        self._closing.clear()
+        self.splits.version += 1  # (every forcer sharing them spells anew; this one's whitespace changed too)
+        self._drop_stale()
+
+    def _drop_stale(self) -> None:
+        """Empty the spelled and closing caches if `splits` changed since they were filled."""
+        if self._spelled_at != self.splits.version:
+            self._spelled.clear()
+            self._closing.clear()
+            self._spelled_at = self.splits.version
 
     def _respell(self, ids: list[int]) -> list[int]:
         """``ids`` with every learned split applied: the preferred head, then the rest spelled canonically."""
         out: list[int] = []
         for t in ids:
-            if t not in self._splits:
+            if t not in self.splits:
                 out.append(t)
                 continue
-            head = self._splits[t]
+            head = self.splits[t]
             rest = self._encode(self.fsm.vocab.token_bytes[t][len(self.fsm.vocab.token_bytes[head]) :])
             out += [head] + self._respell(rest) if rest is not None else [t]
         return out

@@ -7,7 +7,9 @@ structspec backend, `GrammarProposer` drafts what structspec's own loop drafts, 
 
 1. the forced text from the request's FSM state (the bytes every continuation starts with: the rest of a key,
    ``":``, an enum's tail) in its canonical spelling (`structspec.decoding.Forcer.spelled`), with the splits
-   the model preferred learned per request (`Cursor.learn`);
+   the model preferred learned over every request of the engine (`Cursor.learn` into one shared
+   `structspec.decoding.Splits`: Qwen writes ``",`` + ``"parameters`` and ``":`` + ``{"`` in every tool call,
+   and a tool call is too short to learn that in);
 2. wherever no text is forced, the core's prompt lookup (`structspec.decoding.PromptLookup`: what followed
    the earliest earlier occurrence of the output's last tokens that the FSM allows), as many tokens as pay on
    the engine's pass cost (`structspec.decoding.DraftLength`: all of them on a GPU), forced text spliced in
@@ -40,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from structspec.checks import as_int
-from structspec.decoding import CPU_COST, FLAT_COST, FORCED, Cursor, DraftLength, Forcer, PromptLookup
+from structspec.decoding import CPU_COST, FLAT_COST, FORCED, Cursor, DraftLength, Forcer, PromptLookup, Splits
 from structspec.errors import OptionError, StructspecError
 from structspec.integrations import vllm_hooks
 from structspec.integrations.proposal import RequestDraft, cut_to_cost
@@ -113,6 +115,7 @@ class GrammarProposer:
         self._vocab_size: int = model_config.get_vocab_size()
         self._whitespace = whitespace_of(structured)
         self._requests: dict[str, RequestDraft] = {}
+        self._splits = Splits()  # the splits the model prefers in forced text, learned over every request
         self._lookup = PromptLookup() if self.prompt_lookup else None  # (its state lasts one draft: shared)
         # the pass cost drafts are sized by, as in structspec's own loop: a GPU's pass costs the same for a few
         # tokens more (flat: lookup as long as it goes), a CPU's more per fed token (its prior, CPU_COST)
@@ -173,7 +176,7 @@ class GrammarProposer:
                               sampling_params.all_stop_token_ids)
         except StructspecError:
             return RequestDraft(None)
-        return RequestDraft(Cursor(fsm, Forcer(fsm, self._tokenizer)), DraftLength(self._cost))
+        return RequestDraft(Cursor(fsm, Forcer(fsm, self._tokenizer, self._splits)), DraftLength(self._cost))
 
 
 class ForcedProposer(GrammarProposer):

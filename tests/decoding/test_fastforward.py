@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 import structspec
 from structspec import OptionError, Regex
 from structspec.automaton.fsm import TokenFSM
-from structspec.decoding.fastforward import Forcer
+from structspec.decoding.fastforward import Forcer, Splits
 from structspec.tools.tasks import extraction_prompt, load_tasks
 from structspec.testing import CountingLM, restricted
 
@@ -150,6 +150,21 @@ def test_a_learned_split_is_forgotten_when_the_target_writes_the_whole_token_aga
     assert forcer.spelled(after_b)[0] == [whole]
     forcer.learn(head, ids['":"'])  # forgetting twice changes nothing
     assert forcer.spelled(after_b)[0] == [whole]
+
+
+def test_forcers_sharing_their_splits_spell_what_either_learned(qwen_lm) -> None:
+    fsm, own = _object(qwen_lm, a="string", b="string")
+    whole, head = (qwen_lm.tokenizer.encode(text, add_special_tokens=False)[0] for text in ('":"', '":'))
+    after_b = fsm.walk(fsm.initial_state, qwen_lm.tokenizer.encode('{"a":"x","b', add_special_tokens=False))[-1]
+    shared = Splits()
+    first, second = Forcer(fsm, qwen_lm.tokenizer, shared), Forcer(fsm, qwen_lm.tokenizer, shared)
+    assert second.spelled(after_b)[0] == [whole]  # (spelled, and cached, before either learns)
+    first.learn(whole, head)  # one request's target wrote '":' + '"'
+    assert second.spelled(after_b)[0][0] == head  # the other request spells it that way too, its cache dropped
+    second.learn(head, whole)  # and the other way back
+    assert first.spelled(after_b)[0] == [whole]
+    own.learn(whole, head)  # a forcer with splits of its own teaches no other
+    assert first.spelled(after_b)[0] == [whole] and own.spelled(after_b)[0][0] == head
 
 
 def test_complete_output_needs_no_final_pass(byte_lm) -> None:
