@@ -239,11 +239,7 @@ class Worker:
 
     def memory(self) -> int:
         """The bytes its process holds (resident set, from Linux's /proc; 0 where that cannot be read)."""
-        try:
-            with open(f"/proc/{self._process.pid}/status", encoding="utf-8") as status:
-                return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:"))
-        except (OSError, StopIteration, ValueError):
-            return 0
+        return proc_bytes(f"/proc/{self._process.pid}/status", "VmRSS:") or 0
 
     def stop(self) -> None:
         """Close its stdin (it stops its engine and exits) and wait for it."""
@@ -357,9 +353,14 @@ def check_memory(workers: dict[str, Worker], still: int) -> None:
 
 def memory_available() -> int | None:
     """Bytes the system can give without swapping (``MemAvailable``), None where /proc/meminfo does not say."""
+    return proc_bytes("/proc/meminfo", "MemAvailable:")
+
+
+def proc_bytes(path: str, key: str) -> int | None:
+    """The kB figure on the line of Linux's ``path`` that starts with ``key``, in bytes; None where there is none."""
     try:
-        with open("/proc/meminfo", encoding="utf-8") as meminfo:
-            return next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemAvailable:"))
+        with open(path, encoding="utf-8") as lines:
+            return next(int(line.split()[1]) * 1024 for line in lines if line.startswith(key))
     except (OSError, StopIteration, ValueError):
         return None
 
