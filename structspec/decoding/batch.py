@@ -43,7 +43,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-from structspec.decoding.cost import PassCost, choose_widths
+from structspec.decoding.cost import DraftLength, PassCost, choose_widths
 from structspec.decoding.candidate import DraftRequest
 from structspec.decoding.drafters.draft_batch import DraftBatch
 from structspec.decoding.drafters.draft_model import DraftModel
@@ -91,9 +91,10 @@ def decode_batch(
     sliding-window layers (`LM.batchable` is False), rows run one at a time
     through the single-row loop.
     """
+    pool = DraftLength(cost)  # every row's verdicts on its drafts: the prior a new row's draft lengths start from
     if batch_size == 1 or not lm.batchable:  # one at a time: no slot mask, and sliding windows stay whole
         for item in rows:
-            yield item.index, decode(lm, item, options, cost)
+            yield item.index, decode(lm, item, options, cost, pool)
         return
     queue = iter(rows)
     items = [item for _, item in zip(range(batch_size), queue)]
@@ -109,7 +110,7 @@ def decode_batch(
         more than rounding); its spec's shared prefix slots and then chunks (a prefix of that spec, on a model that
         is not batch-invariant); or, on a batch-invariant model, a prefill pass of its own, whole, as alone."""
         t0 = time.perf_counter()
-        row = RowDecode.start(item, options, lm, cost)
+        row = RowDecode.start(item, options, lm, cost, pool)
         ids = item.prompt_ids
         prefix = (prefixes or {}).get(id(item.fsm), []) if not lm.batch_invariant else []
         if prefix and id(item.fsm) not in shared:  # the spec's first row: its prefix prefilled once, then shared

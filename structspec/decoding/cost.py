@@ -14,8 +14,8 @@ curve drafts by `prior_cost`, a curve for its device and dtype drawn from the
 ones measured, so the defaults are fast without a calibration.
 
 Two decisions read it. `DraftLength` learns, per row, how often the i-th drafted token is accepted once the ones
-before it were, and asks the drafter for the length with the most expected output tokens per unit of a pass that
-feeds them, as if the row were alone. `choose_widths` cuts each greedy row's window to the length whose expected
+before it were (a greedy row starting from its job's or engine's rows' rates, its ``pool``), and asks the drafter
+for the length with the most expected output tokens per unit of a pass that feeds them, as if the row were alone. `choose_widths` cuts each greedy row's window to the length whose expected
 kept tokens — drafted ones and the forced text spliced after them — pay for what they add to the pass. Where
 drafted tokens cost more than they keep, every row is fed its pending tokens only: plain masked decoding's pass,
 the crossover where drafting turns itself off.
@@ -201,12 +201,16 @@ class DraftLength:
     ``tried[i]``: candidates whose drafted token ``i`` (0-based, drafter tokens
     only: spliced forced text is nearly always accepted and not counted) was
     verified with every drafted token before it accepted; ``kept[i]``: of those,
-    how many kept it.
+    how many kept it. ``pool``: the counts of every row of the job or engine
+    this row runs in (a `DraftLength` each row records into too), the prior a
+    row's own counts start from: a short output (a tool call, a few steps) is
+    over before its own counts say what drafting pays on this workload.
     """
 
     cost: PassCost
     tried: list[int] = field(default_factory=list)
     kept: list[int] = field(default_factory=list)
+    pool: DraftLength | None = None
 
     def choose(self, fed: int, cap: int) -> int:
         """The draft length in ``[0, cap]`` maximizing (1 + expected accepted) / the cost of a pass where ``fed``
@@ -232,13 +236,18 @@ class DraftLength:
         return out
 
     def hazard(self, i: int) -> float:
-        """Estimated chance that drafted token ``i`` is accepted given the ones before it were."""
+        """Estimated chance that drafted token ``i`` is accepted given the ones before it were: the row's counts
+        after `PRIOR`'s weight of pseudo-counts at the pool's estimate (`PRIOR`'s own rate without a pool)."""
         tried, kept = (self.tried[i], self.kept[i]) if i < len(self.tried) else (0, 0)
-        return (kept + PRIOR[0]) / (tried + PRIOR[0] + PRIOR[1])
+        weight = PRIOR[0] + PRIOR[1]
+        prior = self.pool.hazard(i) if self.pool is not None else PRIOR[0] / weight
+        return (kept + weight * prior) / (tried + weight)
 
     def record(self, drafted: int, accepted: int) -> None:
         """One verified candidate had ``drafted`` drafter tokens, of which the first ``accepted`` were kept
-        (changes the counts)."""
+        (changes the counts, and the pool's)."""
+        if self.pool is not None:
+            self.pool.record(drafted, accepted)
         reached = min(accepted + 1, drafted)  # positions verified with all drafted tokens before them kept
         if len(self.tried) < reached:
             self.tried += [0] * (reached - len(self.tried))

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 import torch
 
-from structspec.decoding.cost import PassCost, choose_widths
+from structspec.decoding.cost import DraftLength, PassCost, choose_widths
 from structspec.decoding.candidate import DraftRequest
 from structspec.decoding.drafter import TreeDrafting
 from structspec.decoding.passes import Cropped, Slots, run_pass
@@ -52,17 +52,19 @@ def decode_steps(lm: LanguageModel, item: RowInput, options: DecodeOptions,
     return offer
 
 
-def decode(lm: LanguageModel, item: RowInput, options: DecodeOptions, cost: PassCost) -> Decoded:
-    """Constrained decoding of ``item`` with ``lm`` by the pass-cost curve ``cost``: `decode_steps`' turns run out,
-    nothing yielded. Changes the item's drafter and generator."""
-    row, turn = _alone(lm, item, options, cost)
+def decode(lm: LanguageModel, item: RowInput, options: DecodeOptions, cost: PassCost,
+           pool: DraftLength | None = None) -> Decoded:
+    """Constrained decoding of ``item`` with ``lm`` by the pass-cost curve ``cost`` (and ``pool``'s acceptance of
+    drafts: `RowDecode.start`): `decode_steps`' turns run out, nothing yielded. Changes the item's drafter and
+    generator, and the pool."""
+    row, turn = _alone(lm, item, options, cost, pool)
     while not isinstance(offer := row.prepare(), Decoded):
         turn(offer)
     return offer
 
 
-def _alone(lm: LanguageModel, item: RowInput, options: DecodeOptions,
-           cost: PassCost) -> tuple[RowDecode, Callable[[Offer], Committed]]:
+def _alone(lm: LanguageModel, item: RowInput, options: DecodeOptions, cost: PassCost,
+           pool: DraftLength | None = None) -> tuple[RowDecode, Callable[[Offer], Committed]]:
     """``item``'s row (its generator seeded by ``options.seed`` where it has none) and its turn: the row's window
     fed to one target pass (`run_pass`) on a KV cache of the row's own, cropped back over rejected drafts, or
     slots of its own where the item's tree drafter drafts token trees (on a model that batches); a greedy row's
@@ -72,7 +74,7 @@ def _alone(lm: LanguageModel, item: RowInput, options: DecodeOptions,
     if item.generator is None and options.seed is not None:
         item = replace(item, generator=torch.Generator().manual_seed(options.seed))
     cap, kv = lm.max_pass_tokens, lm.new_cache()
-    row = RowDecode.start(item, options, lm, cost)
+    row = RowDecode.start(item, options, lm, cost, pool)
     slots = PackedSlots(kv, 1) if isinstance(item.drafter, TreeDrafting) and lm.batchable else None
     if lm.prefills_apart and len(item.prompt_ids) > 1:
         _prefill_apart(lm, kv, slots, row, item.prompt_ids)

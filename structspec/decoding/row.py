@@ -145,15 +145,19 @@ class RowDecode:
     told: int = 0  # output tokens a `Committed` has handed out already
 
     @classmethod
-    def start(cls, item: RowInput, options: DecodeOptions, lm: LanguageModel, cost: PassCost) -> RowDecode:
+    def start(cls, item: RowInput, options: DecodeOptions, lm: LanguageModel, cost: PassCost,
+              pool: DraftLength | None = None) -> RowDecode:
         """``item``'s row before its first pass on ``lm``: the whole prompt is pending. ``cost``: the target's
-        pass cost by tokens fed, which sets draft lengths (`structspec.decoding.cost`). A model that batches
+        pass cost by tokens fed, which sets draft lengths (`structspec.decoding.cost`), from ``pool``'s
+        acceptance where a greedy row is given one (the rows of its job; a sampled row drafts by its own history
+        alone, so that a seed reproduces its sample in any job). A model that batches
         (`LM.batchable`) runs on the slot path, where a greedy row's tree drafter drafts token trees. Changes
         nothing."""
         cursor = Cursor(item.fsm, Forcer(item.fsm, lm.tokenizer))
         stats = Stats(prompt_tokens=len(item.prompt_ids), dtype=str(lm.dtype).removeprefix("torch."),
                       batch_invariant=lm.batch_invariant)
-        lengths = DraftLength(cost) if item.drafter is not None else None
+        pool = None if options.sampling.do_sample else pool
+        lengths = DraftLength(cost, pool=pool) if item.drafter is not None else None
         return cls(item, options, cursor, stats, lm.max_context, lengths, lm.batchable, pending=list(item.prompt_ids))
 
     @property

@@ -12,8 +12,9 @@ structspec backend, `GrammarProposer` drafts what structspec's own loop drafts, 
    and a tool call is too short to learn that in);
 2. wherever no text is forced, the core's prompt lookup (`structspec.decoding.PromptLookup`: what followed
    the earliest earlier occurrence of the output's last tokens that the FSM allows), as many tokens as pay on
-   the engine's pass cost (`structspec.decoding.DraftLength`: all of them on a GPU), forced text spliced in
-   again wherever the FSM forces some;
+   the engine's pass cost (`structspec.decoding.DraftLength`: all of them on a GPU), by how often the request's
+   drafts were kept, starting from how often every request's were (one pool per engine: a tool call ends in a few
+   steps, before its own counts say anything), forced text spliced in again wherever the FSM forces some;
 3. then every row's draft is cut together, by what the step's tokens cost at this batch
    (`structspec.integrations.proposal.cut_to_cost`, the own loop's batch rule): at one request the draft as
    sized, at many the forced text first and prompt-lookup tokens only where they are kept often enough.
@@ -121,6 +122,7 @@ class GrammarProposer:
         # tokens more (flat: lookup as long as it goes), a CPU's more per fed token (its prior, CPU_COST)
         device = getattr(getattr(vllm_config, "device_config", None), "device_type", "cuda")
         self._cost = CPU_COST if device == "cpu" else FLAT_COST
+        self._acceptance = DraftLength(self._cost)  # every request's verdicts: the prior a new request starts from
 
     def load_model(self, model: Any) -> None:
         """vLLM's model runner hands every drafter the target model; this one runs none. Changes nothing."""
@@ -176,7 +178,7 @@ class GrammarProposer:
                               sampling_params.all_stop_token_ids)
         except StructspecError:
             return RequestDraft(None)
-        return RequestDraft(Cursor(fsm, Forcer(fsm, self._tokenizer, self._splits)), DraftLength(self._cost))
+        return RequestDraft(Cursor(fsm, Forcer(fsm, self._tokenizer, self._splits)), DraftLength(self._cost, pool=self._acceptance))
 
 
 class ForcedProposer(GrammarProposer):

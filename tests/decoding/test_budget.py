@@ -41,6 +41,22 @@ def test_acceptance_counts_each_position_verified_after_accepted_ones() -> None:
     assert lengths.hazard(7) == pytest.approx(2 / 3)  # never tried: the prior
 
 
+def test_a_new_row_starts_from_its_pools_acceptance_and_moves_off_it_with_its_own() -> None:
+    cost = PassCost.linear(0.1)
+    pool = DraftLength(cost)
+    for _ in range(30):  # earlier rows of the job: drafts rejected at their first token
+        DraftLength(cost, pool=pool).record(drafted=4, accepted=0)
+    assert pool.tried == [30] and pool.kept == [0]  # each row's verdicts reach the pool
+    fresh, alone = DraftLength(cost, pool=pool), DraftLength(cost)
+    assert fresh.hazard(0) == pytest.approx(pool.hazard(0)) and pool.hazard(0) < 0.1
+    assert alone.hazard(0) == pytest.approx(2 / 3)
+    assert fresh.choose(fed=1, cap=8) == 0 < alone.choose(fed=1, cap=8)  # the job's verdicts, not the prior's
+    for _ in range(6):  # this row's drafts are kept: its own counts outweigh the pool's three
+        fresh.record(drafted=4, accepted=4)
+    assert fresh.choose(fed=1, cap=8) > 0
+    assert pool.tried[:1] == [36] and fresh.tried == [6, 6, 6, 6]
+
+
 def test_drafts_grow_where_tokens_are_cheap_and_shrink_where_drafts_fail() -> None:
     flat, steep = PassCost.linear(0.001), PassCost.linear(0.5)
     good, bad = DraftLength(flat), DraftLength(steep)
@@ -201,3 +217,18 @@ def test_a_row_alone_is_fed_what_pays_on_the_curve(byte_lm, monkeypatch, draft) 
     monkeypatch.setattr(loop, "choose_widths", lambda *a, **k: pytest.fail("a sampled row's window was cut"))
     sampled = [run(cost, do_sample=True, seed=3) for cost in (FLAT_COST, PassCost.linear(0.6))]
     assert sampled[0].token_ids == sampled[1].token_ids
+
+
+def test_a_jobs_greedy_rows_share_a_pool_and_a_sampled_row_drafts_by_its_own_history() -> None:
+    from structspec.decoding.drafters.lookup import PromptLookup
+    from structspec.decoding.row import DecodeOptions, RowDecode, RowInput
+    from structspec.decoding.sampling import SamplingConfig
+
+    lm = FakeLM()
+    fsm = structspec.compile({"type": "object", "properties": {"a": {"type": "string"}}}, lm).fsm
+    pool = DraftLength(FLAT_COST)
+    item = RowInput(0, fsm, lm.encode_prompt("x"), PromptLookup(), None)
+    greedy = RowDecode.start(item, DecodeOptions(), lm, FLAT_COST, pool)
+    sampled = RowDecode.start(item, DecodeOptions(sampling=SamplingConfig(do_sample=True)), lm, FLAT_COST, pool)
+    assert greedy.lengths is not None and greedy.lengths.pool is pool
+    assert sampled.lengths is not None and sampled.lengths.pool is None  # a seed reproduces its sample in any job
