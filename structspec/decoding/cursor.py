@@ -186,8 +186,8 @@ class Cursor:
         last = path[-1] if path else -1
         parents = candidate.parent_indices()
         rejected = next((i for i, p in enumerate(parents) if p == last and candidate.sources[i] == FORCED), None)
-        if rejected is not None:
-            self.forcer.learn(candidate.tokens[rejected], token)
+        if rejected is not None:  # (the token before it: the candidate's, unknown at its root)
+            self.forcer.learn(candidate.tokens[rejected], token, candidate.tokens[last] if last >= 0 else None)
 
 
 def fill_bitmasks(cursors: Sequence[Cursor], bitmask: torch.Tensor, rows: Sequence[int] | None = None,

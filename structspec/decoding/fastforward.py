@@ -40,11 +40,26 @@ _WHITESPACE = frozenset(b" \t\n\r")
 
 class Splits(dict[int, int]):
     """The splits a target was seen to prefer: token → the shorter token it starts that token's text with (``":``
-    for ``":"``). One `Splits` may be shared by several forcers (an engine's requests under one tokenizer), so
-    what one output teaches spells the next one's forced text; `version` counts its changes, so each forcer
-    knows when the text it spelled is stale."""
+    for ``":"``), and in `after` the same by the token before it, which wins over the token alone: Qwen closes
+    a tool call's ``name`` key with ``":`` + ``"get``, its argument keys mostly with ``":"``, and one key's
+    habit is right for that key in every call while the token alone flips between keys. One `Splits` may be
+    shared by several forcers (an engine's requests under one tokenizer), so what one output teaches spells
+    the next one's forced text; `version` counts its changes, so each forcer knows when the text it spelled
+    is stale."""
 
     version = 0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.after: dict[tuple[int, int], int] = {}
+        """(token before, token) → the head the target starts the token's text with there (itself: whole)."""
+
+    def head(self, before: int | None, token: int) -> int | None:
+        """The token ``token``'s text starts with after ``before`` (None: unknown): the split learned there, or
+        for ``token`` anywhere; None where it is spelled whole. Changes nothing."""
+        head = self.after.get((before, token)) if before is not None else None
+        head = self.get(token) if head is None else head
+        return None if head == token else head
 
 
 @dataclass
@@ -172,18 +187,24 @@ class Forcer:
         keep = enterable(self.fsm, visited)
         return ids[:keep], visited[:keep]
 
-    def learn(self, rejected: int, chosen: int) -> None:
-        """The target rejected forced token ``rejected`` for ``chosen``; if ``chosen`` spells a proper prefix
-        of it (``":`` for ``":"``), spell forced text that way from now on (in every output sharing `splits`). If
-        ``rejected`` was such a learned head and ``chosen`` is the whole token again, forget the split: Qwen writes the
-        first key's ``":`` + ``"`` and every later key's ``":"``, and keeping the split cost a pass per key.
+    def learn(self, rejected: int, chosen: int, before: int | None = None) -> None:
+        """The target rejected forced token ``rejected`` for ``chosen`` after token ``before`` (None: unknown); if
+        ``chosen`` spells a proper prefix of it (``":`` for ``":"``), spell forced text that way from now on (in
+        every output sharing `splits`), after ``before`` and wherever no split is learned for that place. If
+        ``rejected`` was such a learned head and ``chosen`` is the whole token again, spell it whole after
+        ``before`` and forget the split elsewhere: Qwen writes the first key's ``":`` + ``"`` and every later
+        key's ``":"``, and keeping the split cost a pass per key.
         If ``chosen`` starts with whitespace, the rejected text's first byte was `spelled`'s guess past optional
         whitespace (forced text proper allows none): stop guessing that byte, as the target spaces before it."""
         whole, head = self.fsm.vocab.token_bytes[rejected] or b"", self.fsm.vocab.token_bytes[chosen] or b""
         if head and len(head) < len(whole) and whole.startswith(head):
             self.splits[rejected] = chosen
-        elif self.splits.get(chosen) == rejected:
-            del self.splits[chosen]
+            if before is not None:
+                self.splits.after[(before, rejected)] = chosen
+        elif self.splits.head(before, chosen) == rejected:
+            self.splits.pop(chosen, None)
+            if before is not None:
+                self.splits.after[(before, chosen)] = chosen
         elif whole and head[:1] and head[0] in _WHITESPACE and whole[0] not in _WHITESPACE:
             self._spaced.add(whole[0])
         else:
@@ -198,16 +219,17 @@ class Forcer:
             self._closing.clear()
             self._spelled_at = self.splits.version
 
-    def _respell(self, ids: list[int]) -> list[int]:
-        """``ids`` with every learned split applied: the preferred head, then the rest spelled canonically."""
+    def _respell(self, ids: list[int], before: int | None = None) -> list[int]:
+        """``ids`` (after token ``before``; None: unknown) with every learned split applied (`Splits.head`, by the
+        token before where one is learned there): the preferred head, then the rest spelled canonically."""
         out: list[int] = []
         for t in ids:
-            if t not in self.splits:
+            head = self.splits.head(out[-1] if out else before, t)
+            if head is None:
                 out.append(t)
                 continue
-            head = self.splits[t]
             rest = self._encode(self.fsm.vocab.token_bytes[t][len(self.fsm.vocab.token_bytes[head]) :])
-            out += [head] + self._respell(rest) if rest is not None else [t]
+            out += [head] + self._respell(rest, head) if rest is not None else [t]
         return out
 
     def _encode(self, text: bytes) -> list[int] | None:

@@ -152,6 +152,24 @@ def test_a_learned_split_is_forgotten_when_the_target_writes_the_whole_token_aga
     assert forcer.spelled(after_b)[0] == [whole]
 
 
+def test_a_split_learned_after_a_key_holds_there_when_another_key_unlearns_it(qwen_lm) -> None:
+    fsm, forcer = _object(qwen_lm, name="string", b="string")
+    enc, decode = qwen_lm.tokenizer.encode, qwen_lm.vocab.decode
+    whole, head = (enc(text, add_special_tokens=False)[0] for text in ('":"', '":'))
+    start = fsm.initial_state
+    spelled = forcer.spelled(start)[0]
+    assert [decode([t]) for t in spelled[-2:]] == ["name", '":"']  # '{"', 'name', '":"': the key's token before
+    name = spelled[-2]
+    forcer.learn(whole, head, before=name)  # Qwen writes the name key's '":' + '"get'
+    assert [decode([t]) for t in forcer.spelled(start)[0][-2:]] == ['":', '"']
+    b = enc("b", add_special_tokens=False)[0]
+    forcer.learn(head, whole, before=b)  # and another key's '":"' whole
+    after_b = fsm.walk(start, enc('{"name":"x","b', add_special_tokens=False))[-1]
+    assert forcer.spelled(after_b)[0] == [whole]  # forgotten where nothing is learned for the token before
+    assert [decode([t]) for t in forcer.spelled(start)[0][-2:]] == ['":', '"']  # kept after the name key
+    assert forcer.splits.head(b, whole) is None and forcer.splits.head(name, whole) == head
+
+
 def test_forcers_sharing_their_splits_spell_what_either_learned(qwen_lm) -> None:
     fsm, own = _object(qwen_lm, a="string", b="string")
     whole, head = (qwen_lm.tokenizer.encode(text, add_special_tokens=False)[0] for text in ('":"', '":'))
