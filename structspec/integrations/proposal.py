@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from structspec.decoding import FORCED, Candidate, Cursor, DraftLength, PromptLookup
+from structspec.decoding import FORCED, Candidate, Cursor, DraftLength, PassCost, PromptLookup, choose_widths
 
 
 @dataclass(eq=False)
@@ -55,7 +55,32 @@ class RequestDraft:
         self.advance(output, sampled)
         if self.cursor is None:
             guess = lookup.guess(context, room) if lookup else []
-            return Candidate(tokens=guess, sources=[lookup.name] * len(guess) if lookup else [])  # (no states)
+            self.draft = Candidate(tokens=guess, sources=[lookup.name] * len(guess) if lookup else [])  # (no states)
+            return self.draft
         drafted = self.lengths.choose(1, room) if self.lengths is not None else room  # (1: the sampled token)
         self.draft, self.drafted_at = self.cursor.draft(lookup, context, room, drafted), len(output)
         return self.draft
+
+    def gains(self) -> list[float]:
+        """The tokens a step expects to keep of this request when it feeds the sampled token and the last draft's
+        first ``w − 1`` tokens, for each ``w`` (`structspec.decoding.choose_widths`' gains). Changes nothing."""
+        draft = self.draft
+        if self.lengths is None:  # (every token as if kept: the draft goes whole where nothing else feeds)
+            return [float(w) for w in range(1, len(draft.tokens) + 2)]
+        kept = self.lengths.expected_kept(draft.parent_indices(), [s != FORCED for s in draft.sources])
+        return [1.0, *(1.0 + k for k in kept)]
+
+
+def cut_to_cost(requests: list[RequestDraft], cost: PassCost) -> list[list[int]]:
+    """The tokens of each request's last draft worth one engine step for all of them: each feeds its sampled
+    token, then as many of its draft's tokens as keep the step's expected tokens per unit of its cost
+    (``cost`` of the tokens fed in all, `choose_widths`) from falling, as the own loop's batch cuts its rows'
+    windows. At one request that is the draft as `DraftLength` sized it; at many, forced text (kept nearly
+    always) before prompt-lookup tokens, which must then be kept more often to pay. Changes each request's last
+    draft to its cut."""
+    widths = choose_widths([r.gains() for r in requests], cost, [1] * len(requests))
+    out = []
+    for request, width in zip(requests, widths):
+        request.draft = request.draft.first(width - 1)
+        out.append(request.draft.tokens)
+    return out

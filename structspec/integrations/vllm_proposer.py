@@ -11,7 +11,10 @@ structspec backend, `GrammarProposer` drafts what structspec's own loop drafts, 
 2. wherever no text is forced, the core's prompt lookup (`structspec.decoding.PromptLookup`: what followed
    the earliest earlier occurrence of the output's last tokens that the FSM allows), as many tokens as pay on
    the engine's pass cost (`structspec.decoding.DraftLength`: all of them on a GPU), forced text spliced in
-   again wherever the FSM forces some.
+   again wherever the FSM forces some;
+3. then every row's draft is cut together, by what the step's tokens cost at this batch
+   (`structspec.integrations.proposal.cut_to_cost`, the own loop's batch rule): at one request the draft as
+   sized, at many the forced text first and prompt-lookup tokens only where they are kept often enough.
 
 Requests without a structspec grammar get the prompt-lookup draft alone (`PromptLookup.guess`). vLLM verifies
 every draft in one target pass under the grammar's masks, so the output is the one vLLM gives without the
@@ -40,7 +43,7 @@ from structspec.checks import as_int
 from structspec.decoding import CPU_COST, FLAT_COST, FORCED, Cursor, DraftLength, Forcer, PromptLookup
 from structspec.errors import OptionError, StructspecError
 from structspec.integrations import vllm_hooks
-from structspec.integrations.proposal import RequestDraft
+from structspec.integrations.proposal import RequestDraft, cut_to_cost
 from structspec.integrations.vllm import NAME, request_fsm, whitespace_of
 from structspec.vocab import vocab_from_tokenizer
 
@@ -134,28 +137,25 @@ class GrammarProposer:
         self.stats.steps += 1
         for gone in self._requests.keys() - requests.keys():
             del self._requests[gone]
-        drafts = []
+        drafts: list[list[int]] = [[] for _ in sampled_token_ids]
+        drafting: dict[int, RequestDraft] = {}  # by row: the requests drafted for this step
         for row, sampled in enumerate(sampled_token_ids):
             length = int(num_tokens_no_spec[row])
             room = min(self.num_speculative_tokens, self.max_model_len - length - 1)  # (the bonus token's place)
-            if not sampled or room <= 0:  # a prefill chunk, a discarded row, or no room left
-                drafts.append([])
-                continue
-            drafts.append(self._draft(req_ids[row], requests[req_ids[row]], sampled, token_ids_cpu[row, :length],
-                                      room))
+            if sampled and room > 0:  # (not a prefill chunk, a discarded row, or a row without room)
+                cached, request = requests[req_ids[row]], self._requests.get(req_ids[row])
+                if request is None:
+                    request = self._requests[req_ids[row]] = self._request(cached.sampling_params)
+                request.propose(cached.output_token_ids, sampled, token_ids_cpu[row, :length].tolist(), room,
+                                self._lookup)
+                drafting[row] = request
+        # one step verifies every row's draft: cut them together by what the step's tokens cost
+        for row, tokens in zip(drafting, cut_to_cost(list(drafting.values()), self._cost)):
+            drafts[row] = tokens
+            forced = drafting[row].draft.sources.count(FORCED)
+            self.stats.forced_drafted += forced
+            self.stats.lookup_drafted += len(tokens) - forced
         return drafts
-
-    def _draft(self, req_id: str, cached: Any, sampled: list[int], context: np.ndarray, room: int) -> list[int]:
-        """One row's draft of at most ``room`` tokens after ``context`` (its prompt and output). Advances the
-        request's grammar state."""
-        request = self._requests.get(req_id)
-        if request is None:
-            request = self._requests[req_id] = self._request(cached.sampling_params)
-        draft = request.propose(cached.output_token_ids, sampled, context.tolist(), room, self._lookup)
-        forced = draft.sources.count(FORCED)
-        self.stats.forced_drafted += forced
-        self.stats.lookup_drafted += len(draft.tokens) - forced
-        return draft.tokens
 
     def _request(self, sampling_params: Any) -> RequestDraft:
         """A new request's grammar state: a cursor at its structspec FSM's start, or none (no structured output,
