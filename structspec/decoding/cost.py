@@ -28,7 +28,8 @@ far). It is made twice on the same terms, because the facts arrive twice:
   rows share the pass's cost. Where drafted tokens cost more than they keep, every row is fed its pending
   tokens only: plain masked decoding's pass, the crossover where drafting turns itself off.
 
-A model drafter keeps no draft length of its own: it stops early only where it has nothing worth proposing (its
+An engine's proposer makes the same decision for its requests (`structspec.integrations.proposal`: `choose` per
+request, `choose_widths` over the engine step's rows). A model drafter keeps no draft length of its own: it stops early only where it has nothing worth proposing (its
 own probability of its token, `structspec.decoding.drafters.policy.Confidence`), as prompt lookup stops where
 nothing matches.
 
