@@ -209,7 +209,7 @@ def test_a_draft_model_drafts_what_the_rows_draft_length_decides(byte_lm, monkey
         return asked[-1]
 
     monkeypatch.setattr(DraftLength, "choose", spy)
-    spec, prompt, draft = Regex(r"[a-z ]{0,80}"), "write:", byte_lm.early_exit(1)
+    spec, prompt, draft = Regex(r"[a-z ]*"), "write:", byte_lm.early_exit(1)  # never complete: drafts run whole
 
     def drafted(pass_cost: float) -> tuple[list[int], list[int], structspec.Stats]:
         monkeypatch.setattr(draft_model, "draft_pass_cost", lambda draft, target: pass_cost)
