@@ -248,6 +248,7 @@ class DraftLength:
     kept: list[int] = field(default_factory=list)
     drafted: int = 0  # drafter tokens verified
     passes: int = 0  # the draft passes they took
+    spliced: int = 0  # forced tokens spliced between and after them
 
     def choose(self, fed: int, cap: int) -> int:
         """The drafter tokens in ``[0, cap]`` worth drafting after ``fed`` pending tokens (one at least): the
@@ -255,7 +256,8 @@ class DraftLength:
         they need (`drafting`). Changes nothing."""
         fed = max(fed, 1)
         kept = self.expected_kept(list(range(-1, cap - 1)), [True] * cap)  # a chain of drafter tokens
-        gains = [float(w) for w in range(1, fed + 1)] + [fed + k for k in kept]
+        carried = 1.0 + self.spliced / (self.drafted + 1)  # a drafter token opens the forced text after it
+        gains = [float(w) for w in range(1, fed + 1)] + [fed + carried * k for k in kept]
         return choose_widths([gains], self.cost, [fed], drafting=self.drafting)[0] - fed
 
     @property
@@ -286,11 +288,13 @@ class DraftLength:
         tried, kept = (self.tried[i], self.kept[i]) if i < len(self.tried) else (0, 0)
         return (kept + PRIOR[0]) / (tried + PRIOR[0] + PRIOR[1])
 
-    def record(self, drafted: int, accepted: int, passes: int = 0) -> None:
+    def record(self, drafted: int, accepted: int, passes: int = 0, spliced: int = 0) -> None:
         """One verified candidate had ``drafted`` drafter tokens (on its deepest path), of which the first
-        ``accepted`` were kept, drafted in ``passes`` draft passes (changes the counts)."""
+        ``accepted`` were kept, drafted in ``passes`` draft passes, and ``spliced`` forced tokens (changes the
+        counts)."""
         self.drafted += drafted
         self.passes += passes
+        self.spliced += spliced
         reached = min(accepted + 1, drafted)  # positions verified with all drafted tokens before them kept
         if len(self.tried) < reached:
             self.tried += [0] * (reached - len(self.tried))
