@@ -239,7 +239,8 @@ class DraftLength:
     verified with every drafted token before it accepted; ``kept[i]``: of those,
     how many kept it. ``draft_pass``: one draft pass's cost in one-token target
     passes (`draft_pass_cost`; 0 for a drafter that runs no model), paid per
-    drafter token as often as ``passes`` in ``drafted`` show.
+    drafter token as often as ``passes`` in ``drafted`` show; ``spliced`` in
+    ``drafted``: the forced text a drafter token opens, kept with it.
     """
 
     cost: PassCost
