@@ -241,12 +241,26 @@ class DraftLength:
     passes (`draft_pass_cost`; 0 for a drafter that runs no model), paid per
     drafter token as often as ``passes`` in ``drafted`` show; ``spliced`` in
     ``drafted``: the forced text a drafter token opens, kept with it.
+
+    ``unsure_stops``: the drafter stops itself after a token it is unsure of (a
+    model drafter, `structspec.decoding.drafter.ModelDrafting`), so a candidate
+    reaches token ``i`` only where it drafted the ones before it confidently, and
+    those are kept more often than their position's rate says: the chance a path
+    is kept whole to its ``i``-th drafter token is then measured directly
+    (``whole[i]`` of ``reached[i]``, the candidates that had that token), not as a
+    product of per-position rates, which treats each token as independent of the
+    drafter having gone on. (Prompt lookup keeps the product: its drafts cost no
+    pass, and on the CPU prior the direct measure cost it 2 % more in the replay
+    of recorded outputs, issue 59.)
     """
 
     cost: PassCost
     draft_pass: float = 0.0
+    unsure_stops: bool = False
     tried: list[int] = field(default_factory=list)
     kept: list[int] = field(default_factory=list)
+    reached: list[int] = field(default_factory=list)  # candidates with a drafter token i
+    whole: list[int] = field(default_factory=list)  # of those, kept with every drafter token before it
     drafted: int = 0  # drafter tokens verified
     passes: int = 0  # the draft passes they took
     spliced: int = 0  # forced tokens spliced between and after them
@@ -276,12 +290,32 @@ class DraftLength:
         expected: list[float] = []  # per node: the path's expected kept tokens
         depth: list[int] = []  # per node: the drafter's tokens on the path to it
         out: list[float] = []
+        whole = self.whole_rates(sum(drafted)) if self.unsure_stops else []
         for i, p in enumerate(parents):
             above = depth[p] if p >= 0 else 0
-            survive.append((survive[p] if p >= 0 else 1.0) * (self.hazard(above) if drafted[i] else 1.0))
+            path = survive[p] if p >= 0 else 1.0
+            if drafted[i]:
+                path = whole[above] if self.unsure_stops else path * self.hazard(above)
+            survive.append(path)
             expected.append((expected[p] if p >= 0 else 0.0) + survive[i])
             depth.append(above + drafted[i])
             out.append(max(expected[i], out[-1] if out else 0.0))
+        return out
+
+    def whole_rates(self, n: int) -> list[float]:
+        """For ``i < n``: the estimated chance a path is kept whole to drafter token ``i`` where the drafter drafted
+        it: ``whole[i]`` of ``reached[i]``, with `PRIOR`'s weight of pseudo-counts at the rate before it times the
+        pooled hazard (every position's kept of tried). Changes nothing."""
+        # An untried position is taken to be one more token like the tried ones, not `PRIOR`'s 2/3: with the
+        # prior, positions past the deepest the row tried look poor however well the tried ones did, so the
+        # length stopped where it had stopped trying and grew only as the prior's weight wore off (a row lives
+        # a few dozen candidates); the pooled rate lets it grow where every tried position pays.
+        pooled = (sum(self.kept) + PRIOR[0]) / (sum(self.tried) + sum(PRIOR))
+        out: list[float] = []
+        for i in range(n):
+            mean = (out[-1] if out else 1.0) * pooled
+            seen, kept = (self.reached[i], self.whole[i]) if i < len(self.reached) else (0, 0)
+            out.append((kept + sum(PRIOR) * mean) / (seen + sum(PRIOR)))
         return out
 
     def hazard(self, i: int) -> float:
@@ -296,6 +330,12 @@ class DraftLength:
         self.drafted += drafted
         self.passes += passes
         self.spliced += spliced
+        if len(self.reached) < drafted:
+            self.reached += [0] * (drafted - len(self.reached))
+            self.whole += [0] * (drafted - len(self.whole))
+        for i in range(drafted):
+            self.reached[i] += 1
+            self.whole[i] += i < accepted
         reached = min(accepted + 1, drafted)  # positions verified with all drafted tokens before them kept
         if len(self.tried) < reached:
             self.tried += [0] * (reached - len(self.tried))

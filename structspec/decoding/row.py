@@ -155,8 +155,10 @@ class RowDecode:
         stats = Stats(prompt_tokens=len(item.prompt_ids), dtype=str(lm.dtype).removeprefix("torch."),
                       batch_invariant=lm.batch_invariant)
         drafter = item.drafter
-        draft_pass = drafter.draft_pass_cost(lm) if isinstance(drafter, ModelDrafting) else 0.0
-        lengths = DraftLength(cost, draft_pass) if drafter is not None else None
+        if isinstance(drafter, ModelDrafting):  # its passes cost, and it stops itself after a token it is unsure of
+            lengths: DraftLength | None = DraftLength(cost, drafter.draft_pass_cost(lm), unsure_stops=True)
+        else:
+            lengths = DraftLength(cost) if drafter is not None else None
         return cls(item, options, cursor, stats, lm.max_context, lengths, lm.batchable, pending=list(item.prompt_ids))
 
     @property

@@ -61,6 +61,24 @@ def test_drafts_grow_where_tokens_are_cheap_and_shrink_where_drafts_fail() -> No
     assert chosen == sorted(chosen, reverse=True) and chosen[0] > chosen[-1]
 
 
+def test_a_drafter_that_stops_where_unsure_is_measured_by_whole_paths() -> None:
+    # it drafts on only after confident tokens: where it reached token 2 the path was kept whole, although half
+    # its candidates lost token 1 (its unsure last one); the per-position product calls token 2 a coin toss
+    product = DraftLength(FLAT_COST, draft_pass=0.25)
+    whole = DraftLength(FLAT_COST, draft_pass=0.25, unsure_stops=True)
+    for lengths in (product, whole):
+        for _ in range(20):
+            lengths.record(drafted=4, accepted=4, passes=4)
+            lengths.record(drafted=2, accepted=1, passes=2)
+    assert whole.expected_kept([-1, 0, 1, 2], [True] * 4)[-1] > product.expected_kept([-1, 0, 1, 2], [True] * 4)[-1]
+    assert whole.choose(fed=1, cap=16) > product.choose(fed=1, cap=16)
+    # past the deepest token tried: one more like the tried ones (all kept), so the length grows past them
+    grows = DraftLength(FLAT_COST, draft_pass=0.25, unsure_stops=True)
+    for _ in range(10):
+        grows.record(drafted=4, accepted=4, passes=4)
+    assert grows.choose(fed=1, cap=16) > 5
+
+
 def test_a_draft_pass_costs_its_share_of_a_target_pass_per_drafted_token(byte_lm) -> None:
     free, costly = DraftLength(FLAT_COST), DraftLength(FLAT_COST, draft_pass=0.3)
     for lengths in (free, costly):
