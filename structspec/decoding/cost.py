@@ -305,18 +305,26 @@ class DraftLength:
     def whole_rates(self, n: int) -> list[float]:
         """For ``i < n``: the estimated chance a path is kept whole to drafter token ``i`` where the drafter drafted
         it: ``whole[i]`` of ``reached[i]``, with `PRIOR`'s weight of pseudo-counts at the rate before it times the
-        pooled hazard (every position's kept of tried). Changes nothing."""
-        # An untried position is taken to be one more token like the tried ones, not `PRIOR`'s 2/3: with the
-        # prior, positions past the deepest the row tried look poor however well the tried ones did, so the
-        # length stopped where it had stopped trying and grew only as the prior's weight wore off (a row lives
-        # a few dozen candidates); the pooled rate lets it grow where every tried position pays.
-        pooled = (sum(self.kept) + PRIOR[0]) / (sum(self.tried) + sum(PRIOR))
+        row's step one token deeper (`deeper`). Changes nothing."""
+        step = self.deeper()
         out: list[float] = []
         for i in range(n):
-            mean = (out[-1] if out else 1.0) * pooled
-            seen, kept = (self.reached[i], self.whole[i]) if i < len(self.reached) else (0, 0)
-            out.append((kept + sum(PRIOR) * mean) / (seen + sum(PRIOR)))
+            mean = (out[-1] if out else 1.0) * step
+            seen, whole = (self.reached[i], self.whole[i]) if i < len(self.reached) else (0, 0)
+            out.append((whole + sum(PRIOR) * mean) / (seen + sum(PRIOR)))
         return out
+
+    def deeper(self) -> float:
+        """How a path's whole rate changes one drafter token deeper, pooled over the positions reached: the paths
+        kept whole to token ``i`` (``i`` ≥ 1) of those that token ``i − 1``'s rate predicts for ``reached[i]``,
+        `PRIOR`'s hazard before any, at most 1. Changes nothing."""
+        # What an untried position is taken to be: one token deeper as the tried ones were, not `PRIOR`'s 2/3
+        # (with it, the positions past the deepest tried looked poor however well the tried ones did, and the
+        # length stopped where the row stopped trying; a row lives a few dozen candidates). Measured on whole
+        # paths, not as the hazard: where the drafter goes on only when sure, a deeper token's path is kept about
+        # as often as a shallower one's. At most 1: an untried position is never taken to beat the deepest tried.
+        predicted = sum(r * w / seen for r, w, seen in zip(self.reached[1:], self.whole, self.reached))
+        return min((sum(self.whole[1:]) + PRIOR[0]) / (predicted + sum(PRIOR)), 1.0)
 
     def hazard(self, i: int) -> float:
         """Estimated chance that drafted token ``i`` is accepted given the ones before it were."""
