@@ -52,6 +52,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
+@pytest.fixture
+def free_drafts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A draft model's passes cost nothing (`structspec.decoding.cost.draft_pass_cost` is 0): for tests of what a
+    model drafter drafts, not of whether it pays; a tiny draft as large as its target never pays, so it would
+    draft nothing."""
+    from structspec.decoding.drafters import draft_model
+
+    monkeypatch.setattr(draft_model, "draft_pass_cost", lambda draft, target: 0.0)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Point STRUCTSPEC_CACHE at a session temp dir so tests never touch the developer's cache."""

@@ -5,7 +5,10 @@ context and an FSM state, under a `Turn`: the FSM, the forcer, the sampling
 configuration and generator, where the candidate starts and what it may spend.
 It splices forced text in between for free and stops the candidate where the
 FSM rejects a token or the drafter returns None. After the target's verdict
-the loop calls `Drafter.feedback` so adaptive drafters can tune their length.
+the loop calls `Drafter.feedback` so adaptive drafters can learn what to propose.
+How many tokens a candidate may have (``Turn.drafted``) is the row's draft length
+(`structspec.decoding.cost.DraftLength`), not the drafter's: a `ModelDrafting`
+drafter says what its draft passes cost, and the length counts them.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from structspec.automaton.fsm import TokenFSM
 from structspec.decoding.candidate import Candidate, DraftRequest, Step
 from structspec.decoding.fastforward import Forcer
 from structspec.decoding.sampling import SamplingConfig
+from structspec.models.protocol import LanguageModel
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,16 @@ class TreeDrafting(Drafter, Protocol):
     def draft_tree(self, turn: Turn) -> Candidate:
         """A token tree after the turn's context, at most ``turn.limit`` deep, its size set by ``turn.drafted``
         (the drafter tokens the cost model would feed); every token allowed by the FSM."""
+
+
+@runtime_checkable
+class ModelDrafting(Protocol):
+    """A drafter that runs a draft model (`structspec.decoding.drafters.draft_model.DraftModel`): its passes cost
+    the row time, which its draft length counts (`structspec.decoding.cost.DraftLength`)."""
+
+    def draft_pass_cost(self, target: LanguageModel) -> float:
+        """One draft pass's cost in one-token passes of ``target`` (`structspec.decoding.cost.draft_pass_cost`).
+        Changes nothing."""
 
 
 @runtime_checkable

@@ -50,7 +50,7 @@ from structspec.decoding.cost import DraftLength, PassCost
 from structspec.decoding.candidate import FORCED, MODEL, Candidate, DraftRequest
 from structspec.decoding.chain import Chain
 from structspec.decoding.cursor import Cursor
-from structspec.decoding.drafter import Drafter, Observing, TreeDrafting, Turn
+from structspec.decoding.drafter import Drafter, ModelDrafting, Observing, TreeDrafting, Turn
 from structspec.decoding.fastforward import FastForward, Forcer
 from structspec.decoding.repetition import Repetition, path_tails, repetition_logits
 from structspec.decoding.sampling import SamplingConfig, token_logprobs
@@ -132,7 +132,7 @@ class RowDecode:
     cursor: Cursor  # the output's FSM states, forced text and learned splits
     stats: Stats
     max_context: int | None = None  # the model's positions; None: unbounded
-    lengths: DraftLength | None = None  # how long a draft pays (with a drafter)
+    lengths: DraftLength | None = None  # the one decision on draft lengths (with a drafter)
     trees: bool = False  # the driver verifies token trees (the slot path): a greedy `TreeDrafting` row drafts them
     cached: int = 0
     pending: list[int] = field(default_factory=list)
@@ -148,16 +148,20 @@ class RowDecode:
     def start(cls, item: RowInput, options: DecodeOptions, lm: LanguageModel, cost: PassCost,
               pool: DraftLength | None = None) -> RowDecode:
         """``item``'s row before its first pass on ``lm``: the whole prompt is pending. ``cost``: the target's
-        pass cost by tokens fed, which sets draft lengths (`structspec.decoding.cost`), from ``pool``'s
-        acceptance where a greedy row is given one (the rows of its job; a sampled row drafts by its own history
-        alone, so that a seed reproduces its sample in any job). A model that batches
+        pass cost by tokens fed, which sets draft lengths with what a pass of the drafter's model costs
+        (`structspec.decoding.cost.DraftLength`), from ``pool``'s acceptance where a greedy row is given one (the
+        rows of its job; a sampled row drafts by its own history alone, so that a seed reproduces its sample in
+        any job). A model that batches
         (`LM.batchable`) runs on the slot path, where a greedy row's tree drafter drafts token trees. Changes
         nothing."""
         cursor = Cursor(item.fsm, Forcer(item.fsm, lm.tokenizer))
         stats = Stats(prompt_tokens=len(item.prompt_ids), dtype=str(lm.dtype).removeprefix("torch."),
                       batch_invariant=lm.batch_invariant)
-        pool = None if options.sampling.do_sample else pool
-        lengths = DraftLength(cost, pool=pool) if item.drafter is not None else None
+        drafter, pool = item.drafter, None if options.sampling.do_sample else pool
+        if isinstance(drafter, ModelDrafting):  # its passes cost, and it stops itself after a token it is unsure of
+            lengths: DraftLength | None = DraftLength(cost, drafter.draft_pass_cost(lm), unsure_stops=True, pool=pool)
+        else:
+            lengths = DraftLength(cost, pool=pool) if drafter is not None else None
         return cls(item, options, cursor, stats, lm.max_context, lengths, lm.batchable, pending=list(item.prompt_ids))
 
     @property
@@ -296,7 +300,8 @@ class RowDecode:
             depth: list[int] = []  # drafter tokens from the root to each node: a chain's deepest is all of them
             for i, p in enumerate(parents):
                 depth.append((depth[p] if p >= 0 else 0) + drafted[i])
-            self.lengths.record(max(depth, default=0), sum(drafted[i] for i in path))
+            self.lengths.record(max(depth, default=0), sum(drafted[i] for i in path), cand.draft_passes,
+                                len(drafted) - sum(drafted))
         state = self.state
         if fsm.is_complete(state):  # the candidate finished the output; the target's token is EOS
             self.stop = "fsm_complete"

@@ -9,7 +9,9 @@ import pytest
 import structspec
 from structspec.result import DraftStats
 from structspec.decoding import calibrate
-from structspec.decoding.cost import FLAT_COST, DraftLength, PassCost, choose_widths, curve_path, pass_cost, prior_cost
+from structspec.decoding.cost import (
+    FLAT_COST, DraftLength, PassCost, choose_widths, curve_path, draft_pass_cost, pass_cost, prior_cost,
+)
 from structspec.testing import FakeLM, save_tiny_model, tiny_lm
 from structspec.tools import pass_cost as pass_cost_tool
 
@@ -73,6 +75,41 @@ def test_drafts_grow_where_tokens_are_cheap_and_shrink_where_drafts_fail() -> No
             lengths.record(8, accepted)
     chosen = [lengths.choose(fed=1, cap=16) for lengths in middling]
     assert chosen == sorted(chosen, reverse=True) and chosen[0] > chosen[-1]
+
+
+def test_a_drafter_that_stops_where_unsure_is_measured_by_whole_paths() -> None:
+    # it drafts on only after confident tokens: where it reached token 2 the path was kept whole, although half
+    # its candidates lost token 1 (its unsure last one); the per-position product calls token 2 a coin toss
+    product = DraftLength(FLAT_COST, draft_pass=0.25)
+    whole = DraftLength(FLAT_COST, draft_pass=0.25, unsure_stops=True)
+    for lengths in (product, whole):
+        for _ in range(20):
+            lengths.record(drafted=4, accepted=4, passes=4)
+            lengths.record(drafted=2, accepted=1, passes=2)
+    assert whole.expected_kept([-1, 0, 1, 2], [True] * 4)[-1] > product.expected_kept([-1, 0, 1, 2], [True] * 4)[-1]
+    assert whole.choose(fed=1, cap=16) > product.choose(fed=1, cap=16)
+    # past the deepest token tried: one more like the tried ones (all kept), so the length grows past them
+    grows = DraftLength(FLAT_COST, draft_pass=0.25, unsure_stops=True)
+    for _ in range(10):
+        grows.record(drafted=4, accepted=4, passes=4)
+    assert grows.choose(fed=1, cap=16) > 5
+
+
+def test_a_draft_pass_costs_its_share_of_a_target_pass_per_drafted_token(byte_lm) -> None:
+    free, costly = DraftLength(FLAT_COST), DraftLength(FLAT_COST, draft_pass=0.3)
+    for lengths in (free, costly):
+        for _ in range(5):
+            lengths.record(drafted=8, accepted=6, passes=8)  # a model drafter: a pass a token
+    assert free.choose(fed=1, cap=16) == 16  # free tokens on a flat curve: as long as allowed
+    assert 0 < costly.choose(fed=1, cap=16) < 8
+    assert DraftLength(FLAT_COST, draft_pass=1.0).choose(fed=1, cap=16) == 0  # a pass as dear as the target's
+    staged = DraftLength(FLAT_COST, draft_pass=1.0)  # ... pays where one draft pass drafts many tokens
+    for _ in range(5):
+        staged.record(drafted=8, accepted=8, passes=1)
+    assert staged.drafting < 0.2 and staged.choose(fed=1, cap=16) > 4
+    # the prior: the draft's share of the target's parameters; nothing known of a fake's: free
+    assert 0 < draft_pass_cost(byte_lm.early_exit(1), byte_lm) < 1 == draft_pass_cost(byte_lm, byte_lm)
+    assert draft_pass_cost(FakeLM(), FakeLM()) == 0
 
 
 @pytest.mark.slow

@@ -22,7 +22,7 @@ def drafts(drafters: list[CrossTokenizerDrafter], batch: DraftBatch | None, targ
     round's requests answered by one `DraftBatch.run`. Changes the drafters and the batch."""
     fsm = structspec.compile(Regex(r"[\s\S]{1,200}"), target).fsm
     contexts = [target.encode_prompt(p) for p in PROMPTS]
-    turns = [Turn(fsm, None, SamplingConfig(), None, c, fsm.initial_state, 16, 16) for c in contexts]
+    turns = [Turn(fsm, None, SamplingConfig(), None, c, fsm.initial_state, 16, 5) for c in contexts]  # chunks of 5
     out: list[list[int]] = [[] for _ in drafters]
     todo = list(range(len(drafters)))
     while todo:

@@ -13,11 +13,13 @@ import structspec
 from structspec import OptionError, Regex, SelfDraft, SpecError
 from structspec.decoding.candidate import Step
 from structspec.decoding.drafters.composite import Composite
+from structspec.decoding.drafters import draft_model
 from structspec.decoding.drafters.draft_model import ModelDrafter
 from structspec.decoding.drafter import Turn
 from structspec.decoding.drafters.factory import check_draft, make_drafter
 from structspec.decoding.drafters.lookup import PromptLookup, copied_text
-from structspec.decoding.drafters.policy import Schedule, Threshold
+from structspec.decoding.cost import DraftLength, draft_pass_cost
+from structspec.decoding.drafters.policy import THRESHOLD, Confidence
 from structspec.decoding.sampling import SamplingConfig
 from structspec.decoding.drafters.values import value_starts
 from structspec.tools.tasks import extraction_prompt, load_tasks
@@ -25,6 +27,7 @@ from structspec.testing import (
     CountingLM, chi_square_pvalue, exact_output_distribution, restricted, sample_outputs, tiny_lm,
 )
 from structspec.decoding.verify import accept_tree, residual, verify_sampled
+from structspec.result import DraftStats
 
 
 class Order(BaseModel):
@@ -81,7 +84,7 @@ def test_sentencepiece_target_with_byte_level_drafter_is_lossless(sp_lm, byte_lm
 
 
 @pytest.mark.slow
-def test_a_draft_equal_to_the_target_is_always_accepted(byte_lm) -> None:
+def test_a_draft_equal_to_the_target_is_always_accepted(byte_lm, free_drafts) -> None:
     for spec in SPECS:
         ids, stats, sources = run(byte_lm, spec, tiny_lm("byte_level"), "off")
         d = stats.drafts["draft_model"]
@@ -91,7 +94,7 @@ def test_a_draft_equal_to_the_target_is_always_accepted(byte_lm) -> None:
 
 
 @pytest.mark.slow
-def test_a_different_random_draft_is_often_rejected_and_rolled_back(byte_lm, other_byte_lm) -> None:
+def test_a_different_random_draft_is_often_rejected_and_rolled_back(byte_lm, other_byte_lm, free_drafts) -> None:
     ids, stats, _ = run(byte_lm, Order, other_byte_lm, "off")
     d = stats.drafts["draft_model"]
     assert d.accepted < d.drafted  # rejections happened, and output still equals plain decoding (above)
@@ -152,7 +155,8 @@ def test_sampling_with_point_mass_drafts_is_the_same_sample(byte_lm) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("draft", ["other_model", "threshold"])
-def test_speculative_sampling_keeps_the_constrained_distribution(draft: str, byte_lm, other_byte_lm) -> None:
+def test_speculative_sampling_keeps_the_constrained_distribution(draft: str, byte_lm, other_byte_lm,
+                                                                 free_drafts) -> None:
     spec = Regex(r"(ab|ba|a|b)c{0,2}")
     config = SamplingConfig(do_sample=True, temperature=1.5)
     fsm = structspec.compile(spec, byte_lm).fsm
@@ -186,23 +190,45 @@ def test_rejection_sampling_accepts_with_p_over_q_and_resamples_the_residual() -
     assert abs(results[1] / n - 0.5) < 0.03
 
 
-def test_schedule_and_threshold_adapt() -> None:
-    s = Schedule()
-    assert s.keep_going([0.9] * 4) and not s.keep_going([0.9] * 5)
-    assert not s.keep_going([0.9, 0.3])  # below the 0.4 confidence: stop after it
-    s.feedback([0.9] * 5, accepted=5)
-    assert s.length == 7
-    s.feedback([0.9] * 7, accepted=2)
-    assert s.length == 6
-    t = Threshold(threshold=0.5)
-    assert t.keep_going([0.8]) and not t.keep_going([0.8, 0.6])  # cumulative 0.48 < 0.5
-    t.feedback([0.9, 0.9], accepted=2)
-    assert t.threshold == pytest.approx(0.4)
-    t.feedback([0.9, 0.5, 0.5], accepted=1)
-    assert t.threshold == pytest.approx(0.65)  # halfway toward 0.9
-    for _ in range(20):
-        t.feedback([0.9], accepted=1)
-    assert t.threshold == pytest.approx(0.05)
+def test_a_model_drafter_stops_only_after_a_token_it_is_unsure_of() -> None:
+    per_token = Confidence()
+    assert per_token.keep_going([]) and per_token.keep_going([0.9] * 40)  # no length of its own
+    assert not per_token.keep_going([0.9, 0.3])  # below the 0.4 floor: stop after it
+    assert THRESHOLD.keep_going([0.8]) and not THRESHOLD.keep_going([0.8, 0.6])  # cumulative 0.48 < 0.5
+
+
+def test_a_draft_model_drafts_what_the_rows_draft_length_decides(byte_lm, monkeypatch) -> None:
+    # one decision sets how many tokens a model drafter drafts: the row's `DraftLength`, on the acceptance so far,
+    # the pass-cost curve (flat for this tiny model) and what a pass of the draft model costs; the drafter keeps
+    # no length of its own (the old schedule started at 5 and grew by 2 a turn)
+    asked: list[int] = []
+    choose = DraftLength.choose
+
+    def spy(self: DraftLength, fed: int, cap: int) -> int:
+        asked.append(choose(self, fed, cap))
+        return asked[-1]
+
+    monkeypatch.setattr(DraftLength, "choose", spy)
+    spec, prompt, draft = Regex(r"[a-z ]*"), "write:", byte_lm.early_exit(1)  # never complete: drafts run whole
+
+    def drafted(pass_cost: float) -> tuple[list[int], list[int], structspec.Stats]:
+        monkeypatch.setattr(draft_model, "draft_pass_cost", lambda draft, target: pass_cost)
+        asked.clear()
+        r = structspec.generate_result(byte_lm, spec, prompt, max_new_tokens=40,
+                                       draft=ModelDrafter(draft, confidence=None))
+        return list(asked), r.token_ids, r.stats
+
+    plain = structspec.generate_result(byte_lm, spec, prompt, max_new_tokens=40, draft=None).token_ids
+    free, free_ids, free_stats = drafted(0.0)
+    share = draft_pass_cost(draft, byte_lm)
+    costly, costly_ids, costly_stats = drafted(share)
+    assert free_ids == costly_ids == plain
+    for lengths, stats in ((free, free_stats), (costly, costly_stats)):
+        d = stats.drafts.get("draft_model", DraftStats())
+        assert d.drafted == sum(lengths)  # every candidate had exactly the tokens the row asked for
+        assert d.draft_passes == d.drafted  # one draft pass a token: what the length counts
+    assert free[0] == 40  # a free draft on a flat curve: the whole budget at once
+    assert 0 < share < 1 and max(costly) < 5 and sum(costly) < sum(free)  # a costly pass: short drafts
 
 
 def _turn(fsm) -> Turn:
@@ -302,7 +328,7 @@ def test_make_drafter_names_and_check_draft_errors(byte_lm, sp_lm) -> None:
     assert isinstance(make_drafter("prompt_lookup", byte_lm), PromptLookup)
     # auto self-drafts only where a verify pass of several tokens costs about one step: on a GPU
     assert isinstance(make_drafter("auto", byte_lm), Composite if byte_lm.device.type == "cuda" else PromptLookup)
-    assert isinstance(make_drafter(SelfDraft(threshold=True), byte_lm).policy, Threshold)
+    assert make_drafter(SelfDraft(threshold=True), byte_lm).confidence == THRESHOLD
     assert make_drafter(SelfDraft(), byte_lm).name == "self_draft"
     assert isinstance(make_drafter(byte_lm, byte_lm), ModelDrafter)
     assert type(make_drafter(sp_lm, byte_lm)).__name__ == "CrossTokenizerDrafter"

@@ -38,6 +38,11 @@ class Composite:
     def fallback_on(self) -> bool:
         return self._drafted < self.warmup or self._accepted >= self.min_acceptance * self._drafted
 
+    def draft_pass_cost(self, target: Any) -> float:
+        """A pass of the fallback's model in one-token passes of ``target``: what a row's draft length counts per
+        draft pass (lookup's tokens take none). Changes nothing."""
+        return self.fallback.draft_pass_cost(target)
+
     def begin(self) -> None:
         self.lookup.begin()
         self.fallback.begin()

@@ -9,7 +9,6 @@ from structspec.decoding.candidate import DraftRequest, Step
 from structspec.decoding.drafters.draft_model import DraftModel
 from structspec.decoding.drafter import Turn
 from structspec.decoding.drafters.lookup import PromptLookup
-from structspec.decoding.drafters.policy import Schedule
 
 
 @dataclass(eq=False)
@@ -36,37 +35,32 @@ class CrossTokenizerDrafter(DraftModel):
     target_tokenizer: Any
     target_vocab: Any
     name: str = "draft_model"
-    policy: Schedule = field(default_factory=lambda: Schedule(confidence=None))
     lookup: PromptLookup | None = None  # None: one draft pass per token
     _buffer: list[int] = field(default_factory=list)  # translated tokens, proposed from _base on
     _base: int = 0
-    _count: int = 0
     _progress: tuple[list[int], list[int], list[int]] | None = None  # a chunk waiting on a batch's draft pass
 
-
     def begin(self) -> None:
-        self._count = 0
+        """Nothing per candidate: the translated chunk lasts while the context follows it."""
 
     def next(self, turn: Turn, context: list[int], state: int) -> Step | DraftRequest | None:
-        if self._count >= self.policy.length:
-            return None
         done = len(context) - self._base
         if not (0 <= done < len(self._buffer) and context[self._base :] == self._buffer[:done]):
-            if (request := self._translate_chunk(context)) is not None:
+            if (request := self._translate_chunk(context, turn.drafted)) is not None:
                 return request
             done = 0
         if done >= len(self._buffer):
             return None
-        self._count += 1
         return Step(self._buffer[done], self.name)
 
-    def _translate_chunk(self, context: list[int]) -> DraftRequest | None:
-        """Translate the draft's greedy text after ``context`` into the target's ids (the buffer), or the batch's
-        `DraftRequest` its next pass waits on. Changes the buffer and the draft cache."""
+    def _translate_chunk(self, context: list[int], length: int) -> DraftRequest | None:
+        """Translate the draft's greedy text of ``length`` tokens after ``context`` (the row's draft length) into
+        the target's ids (the buffer), or the batch's `DraftRequest` its next pass waits on. Changes the buffer
+        and the draft cache."""
         # HF decode keeps special tokens as text (chat markers), which the draft tokenizer parses back
         text = self.target_tokenizer.decode(context, clean_up_tokenization_spaces=False)
         draft_ids = list(self.lm.tokenizer(text, add_special_tokens=False)["input_ids"])
-        drafted = self._greedy(draft_ids, self.policy.length + 1)  # one spare token: the last translated is dropped
+        drafted = self._greedy(draft_ids, length + 1)  # one spare token: the last translated is dropped
         if isinstance(drafted, DraftRequest):
             return drafted
         new_text = self.lm.vocab.spell(drafted)
@@ -107,5 +101,4 @@ class CrossTokenizerDrafter(DraftModel):
         return drafted
 
     def feedback(self, drafted: dict[str, int], accepted: dict[str, int]) -> None:
-        n = drafted.get(self.name, 0)
-        self.policy.feedback([1.0] * n, accepted.get(self.name, 0))
+        """Nothing to learn: the row's draft length learns from the verdicts."""

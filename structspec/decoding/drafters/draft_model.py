@@ -1,8 +1,9 @@
 """A draft LM with the target's tokenizer, drafting under the FSM mask, and where its logits come from.
 
-`ModelDrafter` drafts one token per draft pass; its `Policy` decides the draft
-length: `Schedule` (+2/−1, stop below a confidence) or `Threshold` (cumulative
-probability above an adaptive threshold). Self-draft is a `ModelDrafter` over
+`ModelDrafter` drafts one token per draft pass, as many as the row's draft length
+allows (`structspec.decoding.cost.DraftLength`, which counts what its passes
+cost: `DraftModel.draft_pass_cost`), stopping early only after a token it is
+unsure of (`Confidence`). Self-draft is a `ModelDrafter` over
 `LM.early_exit` (the target's first layers plus its final norm and LM head), a
 draft model for any target. Its logits come from a KV cache of its own
 (`CachedContext`) or, in a batch, from a row of a cache shared by every row
@@ -19,7 +20,8 @@ import torch
 from structspec.automaton.fsm import TokenFSM
 from structspec.decoding.candidate import DraftRequest, Step
 from structspec.decoding.drafter import Turn
-from structspec.decoding.drafters.policy import Policy, Schedule
+from structspec.decoding.cost import draft_pass_cost
+from structspec.decoding.drafters.policy import Confidence
 from structspec.decoding.sampling import probabilities, sample
 from structspec.models.protocol import KVCache, LanguageModel
 
@@ -101,28 +103,29 @@ class DraftModel:
         drafter)."""
         self._context = context
 
+    def draft_pass_cost(self, target: LanguageModel) -> float:
+        """One pass of this drafter's model in one-token passes of ``target`` (`draft_pass_cost`), which the
+        row's draft length counts. Changes nothing."""
+        return draft_pass_cost(self.lm, target)
+
 
 @dataclass(eq=False)
-class PolicyDraft(DraftModel):
-    """A draft model whose ``policy`` sets the draft length from its probabilities of this candidate's tokens."""
+class ModelDrafter(DraftModel):
+    """A draft LM with the target's tokenizer, drafting under the FSM mask (see module doc); with a
+    ``confidence`` (None: none), it stops after a token it is unsure of."""
 
     name: str = "draft_model"
-    policy: Policy = field(default_factory=Schedule)
-    _probs: list[float] = field(default_factory=list)
+    confidence: Confidence | None = field(default_factory=Confidence)
+    _probs: list[float] = field(default_factory=list)  # its probability of each of this candidate's tokens
 
     def begin(self) -> None:
         self._probs = []
 
     def feedback(self, drafted: dict[str, int], accepted: dict[str, int]) -> None:
-        self.policy.feedback(self._probs, accepted.get(self.name, 0))
-
-
-@dataclass(eq=False)
-class ModelDrafter(PolicyDraft):
-    """A draft LM with the target's tokenizer, drafting under the FSM mask (see module doc)."""
+        """Nothing to learn: the row's draft length learns from the verdicts."""
 
     def next(self, turn: Turn, context: list[int], state: int) -> Step | DraftRequest | None:
-        if not self.policy.keep_going(self._probs):
+        if self.confidence is not None and not self.confidence.keep_going(self._probs):
             return None
         logits = self._context.logits_along(context, len(context))
         if isinstance(logits, DraftRequest):

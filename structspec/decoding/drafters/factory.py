@@ -25,7 +25,7 @@ from structspec.decoding.drafters.draft_model import ModelDrafter
 from structspec.decoding.drafter import Drafter, TreeDrafting
 from structspec.decoding.drafters.lookahead import LookaheadDrafter
 from structspec.decoding.drafters.lookup import PromptLookup
-from structspec.decoding.drafters.policy import Threshold
+from structspec.decoding.drafters.policy import THRESHOLD
 from structspec.decoding.drafters.staged import StagedDrafter
 from structspec.errors import OptionError
 from structspec.models.protocol import LanguageModel
@@ -40,8 +40,8 @@ RETIRED = {  # retired names → the class to construct
 @dataclass(frozen=True)
 class SelfDraft:
     """``draft=SelfDraft()``: self-draft, the target's first layers drafting (`LM.early_exit`); with
-    ``threshold``, threshold decoding sets its draft length. Names a drafter and holds no state, so
-    `generate_batch` takes it and makes one drafter per row."""
+    ``threshold``, threshold decoding's stop (the candidate's cumulative draft probability under one half).
+    Names a drafter and holds no state, so `generate_batch` takes it and makes one drafter per row."""
 
     threshold: bool = False
 
@@ -92,7 +92,7 @@ def make_drafter(draft: Draft, target: LanguageModel) -> Drafter | None:
         return CrossTokenizerDrafter(draft, target.tokenizer, target.vocab)
     if isinstance(draft, SelfDraft):
         if draft.threshold:
-            return ModelDrafter(target.early_exit(), name="threshold", policy=Threshold())
+            return ModelDrafter(target.early_exit(), name="threshold", confidence=THRESHOLD)
         return ModelDrafter(target.early_exit(), name="self_draft")
     if isinstance(draft, Staged):
         if draft.lm is None:

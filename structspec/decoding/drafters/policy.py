@@ -1,66 +1,34 @@
-"""When a model drafter stops drafting: the heuristic schedule and threshold decoding."""
+"""Whether a model drafter still has a token worth proposing: its own probability of the tokens it drafted.
+
+A model drafter keeps no draft length of its own: how many tokens a candidate may have is the row's one
+decision (`structspec.decoding.cost.DraftLength`, which learns per position how often drafted tokens are kept
+and counts what the draft passes cost). What the drafter alone knows is how sure it is of what it drafts, and
+where it is unsure it stops, as prompt lookup stops where nothing matches: an input to the length, not a
+length.
+"""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol
 
 
-class Policy(Protocol):
-    """When a model drafter stops drafting; ``probs`` are its probabilities of this candidate's tokens."""
+@dataclass(frozen=True)
+class Confidence:
+    """Stop after a drafted token whose own probability is under ``floor`` (dynamic speculation), or, with
+    ``cumulative``, once the product of the candidate's token probabilities is under it (threshold decoding).
+    Holds no state."""
 
-    def keep_going(self, probs: list[float]) -> bool: ...
-
-    def feedback(self, probs: list[float], accepted: int) -> None: ...
-
-
-@dataclass
-class Schedule:
-    """The heuristic schedule: draft ``length`` tokens (start 5; +2 after a fully accepted draft, −1
-    otherwise), and stop early after a token whose draft probability is below ``confidence`` (dynamic
-    speculation; None disables)."""
-
-    length: int = 5
-    confidence: float | None = 0.4
-    max_length: int = 32
+    floor: float = 0.4
+    cumulative: bool = False
 
     def keep_going(self, probs: list[float]) -> bool:
-        if len(probs) >= self.length:
-            return False
-        return not probs or self.confidence is None or probs[-1] >= self.confidence
-
-    def feedback(self, probs: list[float], accepted: int) -> None:
+        """Whether to draft another token after tokens of these probabilities (this candidate's). Changes
+        nothing."""
         if not probs:
-            return
-        self.length = min(self.length + 2, self.max_length) if accepted == len(probs) else max(self.length - 1, 1)
+            return True
+        return (math.prod(probs) if self.cumulative else probs[-1]) >= self.floor
 
 
-@dataclass
-class Threshold:
-    """Threshold decoding: keep drafting while the cumulative draft probability stays above ``threshold``.
-
-    After a rejection the threshold moves halfway toward the cumulative
-    probability of the last accepted draft token (toward 1 when none was
-    accepted); after a fully accepted draft it drops by ``step``; it stays in
-    [``low``, ``high``].
-    """
-
-    threshold: float = 0.5
-    step: float = 0.1
-    low: float = 0.05
-    high: float = 0.95
-    max_length: int = 32
-
-    def keep_going(self, probs: list[float]) -> bool:
-        return len(probs) < self.max_length and math.prod(probs) >= self.threshold
-
-    def feedback(self, probs: list[float], accepted: int) -> None:
-        if not probs:
-            return
-        if accepted < len(probs):
-            toward = math.prod(probs[:accepted]) if accepted else 1.0
-            self.threshold += (toward - self.threshold) / 2
-        else:
-            self.threshold -= self.step
-        self.threshold = min(max(self.threshold, self.low), self.high)
+THRESHOLD = Confidence(0.5, cumulative=True)
+"""Threshold decoding's stop: the candidate's cumulative draft probability under one half."""

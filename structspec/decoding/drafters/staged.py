@@ -24,8 +24,8 @@ class StagedDrafter(ModelDrafter):
     masked greedy choice is drafted, then the draft's own token after it:
     several tokens for one pass. With no guess that is one pass per token, as
     `ModelDrafter` takes. The tokens drafted after a context are kept, so the
-    next calls along them cost no pass; ``policy`` decides where the candidate
-    stops, as `ModelDrafter`'s does. The rejected guess tail leaves the draft
+    next calls along them cost no pass; the candidate stops where `ModelDrafter`'s
+    does (the row's draft length, or a token it is unsure of). The rejected guess tail leaves the draft
     cache at the next pass (`CachedContext` keeps the common prefix). In a
     batch it draws from a row of the batch's draft cache as `ModelDrafter`
     does (`structspec.decoding.drafters.draft_batch`): the guess rides in the
@@ -43,7 +43,7 @@ class StagedDrafter(ModelDrafter):
     _run_probs: list[float] = field(default_factory=list)  # the draft's probability of each drafted token
 
     def next(self, turn: Turn, context: list[int], state: int) -> Step | DraftRequest | None:
-        if not self.policy.keep_going(self._probs):
+        if self.confidence is not None and not self.confidence.keep_going(self._probs):
             return None
         start = len(self._run) - len(self._run_probs)
         if not (start <= len(context) < len(self._run) and self._run[: len(context)] == context):
