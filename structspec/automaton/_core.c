@@ -2,10 +2,12 @@
  * being the reference they are tested against (tests/automaton/test_core.py). One concept per file:
  *   _core.c    this module, the walks of bytes and tokens over built rows (`step`, `walk_tokens`), and the copy
  *              of a packed mask row into a caller's bitmask by address (`copy_row`);
- *   _levels.c  the trie walk of a region shape's leaving tokens (`walk_levels`), the GIL released;
+ *   _levels.c  a state's first mask once its region is known (`first_mask`): the region shape's tokens, its
+ *              leaving tokens' trie walked (the GIL released), the rows it needs built, the end tokens;
  *   _walk.c    a region shape's walk over the vocabulary and its leaving tokens' trie (`walk_shape`), the GIL
  *              released;
- *   _region.c  a state's region over the built rows, as a canonical table (`region`);
+ *   _region.c  a state's region over the built rows, as a canonical table (`region`), and its states' classes
+ *              (`equivalent`);
  *   _closure.c the NFA's positions, closures and moves, mirrored from `ByteNFA` (for `Builder`);
  *   _subset.c  the DFA's rows built from the NFA (`Builder`: state sets, the subset construction);
  *   _builder.h what the two share (the `Builder` object, int arrays, index tables).
@@ -204,8 +206,9 @@ static PyMethodDef methods[] = {
      "walk_tokens(slots, rows, data, starts, ends, row_of, state, tokens, first, pos) -> (states, k, pos, state)"},
     {"successors", successors, METH_VARARGS, "successors(slots, rows, state) -> tuple: the distinct states of a row"},
     {"unbuilt", ss_unbuilt, METH_VARARGS, "unbuilt(states, built) -> bool: whether a state of states has no row built"},
-    {"walk_levels", ss_walk_levels, METH_VARARGS,
-     "walk_levels(trie, first, nodes, states, slots, rows, found) -> None or (level, nodes, states, missing)"},
+    {"first_mask", ss_first_mask, METH_VARARGS,
+     "first_mask(dfa, ensure, trie, base, exits, ends, width, found) -> bool: a state's first mask, in found"},
+    {"equivalent", ss_equivalent, METH_VARARGS, "equivalent(table, regions) -> bytes: int64 classes per code"},
     {"walk_shape", ss_walk_shape, METH_VARARGS,
      "walk_shape(table, regions, data, starts, ends, ids, by_first, first_starts, size) -> (base, trie)"},
     {"region", ss_region, METH_VARARGS, "region(dfa, state, ensure, depth, limit) -> (table, regions, exits)"},
