@@ -17,9 +17,11 @@
  * need one, `LazyDFA.ensure` builds them (with `Builder`, or in Python), and the call resumes where it stopped. */
 #include "_core.h"
 
-/* A C-contiguous view of `obj` whose items are `itemsize` bytes (-1: 4 or 8, an int32 or int64 array). */
+/* A C-contiguous view of `obj` whose items are `itemsize` bytes (-1: 4 or 8, an int32 or int64 array). No format
+ * string is asked for (numpy builds one on each request: a third of a first mask's call overhead), so the item
+ * size is what is checked, not the item type. */
 int ss_view(PyObject *obj, Py_buffer *buf, Py_ssize_t itemsize, int writable, const char *name) {
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj, buf, flags) < 0)
         return -1;
     if (itemsize == -1 ? buf->itemsize != 4 && buf->itemsize != 8 : buf->itemsize != itemsize) {

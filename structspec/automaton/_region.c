@@ -145,6 +145,25 @@ static int set_add(Set *s, int32_t d, int32_t value) {
     return 1;
 }
 
+/* Room for ``need`` items in ``*a`` (``*cap`` held), doubling; -1 and MemoryError if there is no memory. (Sized
+ * as needed, not for the worst case: a region of one state needs a few KB, and large blocks freed on every call
+ * would be given back to the system and faulted in again on the next.) */
+static int room(int32_t **a, Py_ssize_t *cap, Py_ssize_t need) {
+    if (need <= *cap)
+        return 0;
+    Py_ssize_t size = *cap ? *cap : 1024;
+    while (size < need)
+        size *= 2;
+    int32_t *more = PyMem_Realloc(*a, size * sizeof(int32_t));
+    if (!more) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *a = more;
+    *cap = size;
+    return 0;
+}
+
 static int row_has(const int32_t *row, int32_t d) {
     for (int b = 0; b < 256; b++)
         if (row[b] == d)
@@ -193,20 +212,13 @@ PyObject *ss_region(PyObject *self, PyObject *args) {
     }
     Set members = {0}, explored = {0}, codes = {0}, seen = {0};
     int32_t *order = NULL, *frontier = NULL, *nexts = NULL, *exits = NULL;
-    Py_ssize_t norder = 0, nexits = 0, cap = 256 * ((Py_ssize_t)(limit > count_limit ? limit : count_limit) + 2);
-    Py_ssize_t exits_cap = cap;
+    Py_ssize_t norder = 0, nexits = 0, order_cap = 0, frontier_cap = 0, nexts_cap = 0, exits_cap = 0;
     PyObject *result = NULL;
-    if (rows_take(&r) < 0 || set_init(&members, 1024) < 0 || set_init(&explored, 128) < 0 ||
-        set_init(&codes, 1024) < 0 || set_init(&seen, 1024) < 0)
+    if (rows_take(&r) < 0 || set_init(&members, 256) < 0 || set_init(&explored, 128) < 0 ||
+        set_init(&codes, 256) < 0 || set_init(&seen, 256) < 0 || room(&order, &order_cap, 256) < 0 ||
+        room(&frontier, &frontier_cap, 256) < 0 || room(&nexts, &nexts_cap, 256) < 0 ||
+        room(&exits, &exits_cap, 256) < 0)
         goto done;
-    order = PyMem_Malloc(cap * sizeof(int32_t));
-    frontier = PyMem_Malloc(cap * sizeof(int32_t));
-    nexts = PyMem_Malloc(cap * sizeof(int32_t));
-    exits = PyMem_Malloc(cap * sizeof(int32_t));
-    if (!order || !frontier || !nexts || !exits) {
-        PyErr_NoMemory();
-        goto done;
-    }
     if (need(&r, &state, 1) < 0)
         goto done;
     /* `after`: the live states a byte away; a loop at the state or at one of them makes a region of more */
@@ -246,6 +258,8 @@ PyObject *ss_region(PyObject *self, PyObject *args) {
             for (Py_ssize_t k = 0; k < kept; k++)
                 if (set_add(&explored, nexts[k], 0) < 0)
                     goto done;
+            if (room(&frontier, &frontier_cap, 256 * kept) < 0 || room(&nexts, &nexts_cap, 256 * kept) < 0)
+                goto done;
             nfront = 0;
             for (Py_ssize_t k = 0; k < kept; k++)
                 nfront += successors(row_of(&r, nexts[k]), frontier + nfront);
@@ -278,6 +292,8 @@ PyObject *ss_region(PyObject *self, PyObject *args) {
             memset(seen.key, 0xff, (seen.mask + 1) * sizeof(int32_t));
             for (Py_ssize_t k = 0; k < nfront; k++) {
                 Py_ssize_t n = successors(row_of(&r, frontier[k]), order);  /* (`order`: free until the codes) */
+                if (room(&nexts, &nexts_cap, nfound + n) < 0)
+                    goto done;
                 for (Py_ssize_t i = 0; i < n; i++) {
                     int32_t s = order[i];
                     int added = s && !set_has(&members, s) ? set_add(&seen, s, 0) : 0;
@@ -287,7 +303,7 @@ PyObject *ss_region(PyObject *self, PyObject *args) {
                         nexts[nfound++] = s;
                 }
             }
-            if (!nfound || need(&r, nexts, nfound) < 0)
+            if (!nfound || need(&r, nexts, nfound) < 0 || room(&frontier, &frontier_cap, nfound) < 0)
                 break;
             nfront = 0;
             for (Py_ssize_t k = 0; k < nfound && (Py_ssize_t)members.used < count_limit; k++)
@@ -301,7 +317,8 @@ PyObject *ss_region(PyObject *self, PyObject *args) {
             goto done;
     }
     /* codes: dead 0, the members 1, 2, ... breadth first from the state by byte, then the exits as first met */
-    if (set_add(&codes, 0, 0) < 0 || set_add(&codes, state, 1) < 0)
+    if (set_add(&codes, 0, 0) < 0 || set_add(&codes, state, 1) < 0 ||
+        room(&order, &order_cap, (Py_ssize_t)members.used + 1) < 0)
         goto done;
     order[norder++] = state;
     for (Py_ssize_t k = 0; k < norder; k++) {
@@ -322,15 +339,8 @@ PyObject *ss_region(PyObject *self, PyObject *args) {
             if (added < 0)
                 goto done;
             if (added) {
-                if (nexits == exits_cap) {
-                    int32_t *more = PyMem_Realloc(exits, 2 * exits_cap * sizeof(int32_t));
-                    if (!more) {
-                        PyErr_NoMemory();
-                        goto done;
-                    }
-                    exits = more;
-                    exits_cap *= 2;
-                }
+                if (room(&exits, &exits_cap, nexits + 1) < 0)
+                    goto done;
                 exits[nexits++] = row[b];
             }
         }
