@@ -184,8 +184,10 @@ static int width(const int32_t *row) {
 static Py_ssize_t successors(const int32_t *row, int32_t *out) {
     Py_ssize_t n = 0;
     for (int b = 0; b < 256; b++) {
+        if (b && row[b] == row[b - 1])  /* (runs of one state are the common case) */
+            continue;
         Py_ssize_t k = n - 1;
-        while (k >= 0 && out[k] != row[b])  /* (from the last: runs of one state are the common case) */
+        while (k >= 0 && out[k] != row[b])
             k--;
         if (k < 0)
             out[n++] = row[b];
@@ -264,16 +266,17 @@ PyObject *ss_region(PyObject *self, PyObject *args) {
             for (Py_ssize_t k = 0; k < kept; k++)
                 nfront += successors(row_of(&r, nexts[k]), frontier + nfront);
         }
-        /* the explored states that lead back to the region, until none is added */
+        /* the explored states that lead back to the region, until none is added (over each row's distinct
+         * states: a row is mostly runs of one state, so a few lookups, not 256) */
         for (int grew = 1; grew;) {
             grew = 0;
             for (size_t i = 0; i <= explored.mask; i++) {
-                int32_t d = explored.key[i];
+                int32_t d = explored.key[i], succ[256];
                 if (d < 0 || set_has(&members, d))
                     continue;
-                const int32_t *row = row_of(&r, d);
-                for (int b = 0; b < 256; b++)
-                    if (set_has(&members, row[b])) {
+                Py_ssize_t n = successors(row_of(&r, d), succ);
+                for (Py_ssize_t k = 0; k < n; k++)
+                    if (set_has(&members, succ[k])) {
                         if (set_add(&members, d, 0) < 0)
                             goto done;
                         grew = 1;
@@ -321,10 +324,11 @@ PyObject *ss_region(PyObject *self, PyObject *args) {
         room(&order, &order_cap, (Py_ssize_t)members.used + 1) < 0)
         goto done;
     order[norder++] = state;
+    int32_t succ[256];  /* (a row's distinct states in the order of their first byte: the same codes as by byte) */
     for (Py_ssize_t k = 0; k < norder; k++) {
-        const int32_t *row = row_of(&r, order[k]);
-        for (int b = 0; b < 256; b++) {
-            int32_t s = row[b];
+        Py_ssize_t n = successors(row_of(&r, order[k]), succ);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int32_t s = succ[i];
             if (set_has(&members, s) && !set_has(&codes, s)) {
                 if (set_add(&codes, s, (int32_t)norder + 1) < 0)
                     goto done;
@@ -333,15 +337,15 @@ PyObject *ss_region(PyObject *self, PyObject *args) {
         }
     }
     for (Py_ssize_t k = 0; k < norder; k++) {
-        const int32_t *row = row_of(&r, order[k]);
-        for (int b = 0; b < 256; b++) {
-            int added = set_add(&codes, row[b], (int32_t)(norder + 1 + nexits));
+        Py_ssize_t n = successors(row_of(&r, order[k]), succ);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int added = set_add(&codes, succ[i], (int32_t)(norder + 1 + nexits));
             if (added < 0)
                 goto done;
             if (added) {
                 if (room(&exits, &exits_cap, nexits + 1) < 0)
                     goto done;
-                exits[nexits++] = row[b];
+                exits[nexits++] = succ[i];
             }
         }
     }
@@ -355,8 +359,9 @@ PyObject *ss_region(PyObject *self, PyObject *args) {
     memset(out, 0, 256 * 4);
     for (Py_ssize_t k = 0; k < norder; k++) {
         const int32_t *row = row_of(&r, order[k]);
-        for (int b = 0; b < 256; b++)
-            out[(k + 1) * 256 + b] = codes.value[set_find(&codes, row[b])];
+        int32_t *coded = out + (k + 1) * 256;
+        for (int b = 0; b < 256; b++)  /* (runs of one state: looked up once) */
+            coded[b] = b && row[b] == row[b - 1] ? coded[b - 1] : codes.value[set_find(&codes, row[b])];
     }
     for (Py_ssize_t k = 0; k < nexits; k++) {
         PyObject *v = PyLong_FromLong(exits[k]);
