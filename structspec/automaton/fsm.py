@@ -316,7 +316,7 @@ class TokenFSM:
         elif bitmask.device.type == "cpu":  # through numpy's view of it: a torch copy of one row costs more
             bitmask.numpy()[index] = self.packed_mask(number)
         else:
-            bitmask[index].copy_(torch.from_numpy(self.packed_mask(number)))
+            bitmask[index].copy_(torch.tensor(self.packed_mask(number)))  # (a copy: a cached mask is read-only)
 
     def mask_logits_inplace(self, logits: torch.Tensor, states: list[int]) -> None:
         """Set disallowed logits to -inf; row ``i`` of ``logits`` [rows, width] is masked by ``states[i]``.
