@@ -6,8 +6,8 @@
  *              leaving tokens' trie walked (the GIL released), the rows it needs built, the end tokens;
  *   _walk.c    a region shape's walk over the vocabulary and its leaving tokens' trie (`walk_shape`), the GIL
  *              released;
- *   _region.c  a state's region over the built rows, as a canonical table (`region`), and its states' classes
- *              (`equivalent`);
+ *   _region.c  a state's region over the built rows, as a canonical table (`region`);
+ *   _classes.c the classes of a region's states (`equivalent`);
  *   _closure.c the NFA's positions, closures and moves, mirrored from `ByteNFA` (for `Builder`);
  *   _subset.c  the DFA's rows built from the NFA (`Builder`: state sets, the subset construction);
  *   _builder.h what the two share (the `Builder` object, int arrays, index tables).

@@ -14,7 +14,7 @@ int ss_view(PyObject *obj, Py_buffer *buf, Py_ssize_t itemsize, int writable, co
 /* first_mask(dfa, ensure, trie, base, exits, ends, width, found): _levels.c */
 PyObject *ss_first_mask(PyObject *self, PyObject *args);
 
-/* equivalent(table, regions): _region.c */
+/* equivalent(table, regions): _classes.c */
 PyObject *ss_equivalent(PyObject *self, PyObject *args);
 
 /* walk_shape(table, regions, data, starts, ends, ids, by_first, first_starts, size): _walk.c */

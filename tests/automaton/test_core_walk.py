@@ -1,8 +1,8 @@
-"""The compiled walk of the vocabulary (`_region.c`: a state's region and its states' classes; `_walk.c`: a region
-shape's walk and its leaving tokens' trie; `_levels.c`: a first mask, the trie walked over live nodes) against the
-Python one, the reference: the same regions, classes, shapes and masks, state by state, each side walking its own
-region shapes, on random regexes and schemas with random token walks, the JSONSchemaBench sample over SmolLM2's and
-Qwen2.5's vocabularies, and the tiny tokenizers."""
+"""The compiled walk of the vocabulary (`_region.c`: a state's region; `_classes.c`: its states' classes; `_walk.c`: a
+region shape's walk and its leaving tokens' trie; `_levels.c`: a first mask, the trie walked over live nodes) against
+the Python one, the reference: the same regions, classes, shapes and masks, state by state, each side walking its
+own region shapes, on random regexes and schemas with random token walks, the JSONSchemaBench sample over SmolLM2's
+and Qwen2.5's vocabularies, and the tiny tokenizers."""
 
 from __future__ import annotations
 
