@@ -7,7 +7,8 @@ automaton, which gives the same answers (docs/concepts/token-index.md).
 
 from setuptools import Extension, setup
 
-CORE_SOURCES = [f"structspec/automaton/{name}.c" for name in ("_core", "_levels", "_walk", "_region", "_closure", "_subset")]
+CORE_SOURCES = [f"structspec/automaton/{name}.c"
+                for name in ("_core", "_levels", "_walk", "_region", "_classes", "_closure", "_subset")]
 
 CORE_HEADERS = [f"structspec/automaton/{name}.h" for name in ("_core", "_builder")]
 

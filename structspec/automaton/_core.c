@@ -2,10 +2,12 @@
  * being the reference they are tested against (tests/automaton/test_core.py). One concept per file:
  *   _core.c    this module, the walks of bytes and tokens over built rows (`step`, `walk_tokens`), and the copy
  *              of a packed mask row into a caller's bitmask by address (`copy_row`);
- *   _levels.c  the trie walk of a region shape's leaving tokens (`walk_levels`), the GIL released;
+ *   _levels.c  a state's first mask once its region is known (`first_mask`): the region shape's tokens, its
+ *              leaving tokens' trie walked (the GIL released), the rows it needs built, the end tokens;
  *   _walk.c    a region shape's walk over the vocabulary and its leaving tokens' trie (`walk_shape`), the GIL
  *              released;
  *   _region.c  a state's region over the built rows, as a canonical table (`region`);
+ *   _classes.c the classes of a region's states (`equivalent`);
  *   _closure.c the NFA's positions, closures and moves, mirrored from `ByteNFA` (for `Builder`);
  *   _subset.c  the DFA's rows built from the NFA (`Builder`: state sets, the subset construction);
  *   _builder.h what the two share (the `Builder` object, int arrays, index tables).
@@ -15,9 +17,11 @@
  * need one, `LazyDFA.ensure` builds them (with `Builder`, or in Python), and the call resumes where it stopped. */
 #include "_core.h"
 
-/* A C-contiguous view of `obj` whose items are `itemsize` bytes (-1: 4 or 8, an int32 or int64 array). */
+/* A C-contiguous view of `obj` whose items are `itemsize` bytes (-1: 4 or 8, an int32 or int64 array). No format
+ * string is asked for (numpy builds one on each request: a third of a first mask's call overhead), so the item
+ * size is what is checked, not the item type. */
 int ss_view(PyObject *obj, Py_buffer *buf, Py_ssize_t itemsize, int writable, const char *name) {
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj, buf, flags) < 0)
         return -1;
     if (itemsize == -1 ? buf->itemsize != 4 && buf->itemsize != 8 : buf->itemsize != itemsize) {
@@ -204,8 +208,9 @@ static PyMethodDef methods[] = {
      "walk_tokens(slots, rows, data, starts, ends, row_of, state, tokens, first, pos) -> (states, k, pos, state)"},
     {"successors", successors, METH_VARARGS, "successors(slots, rows, state) -> tuple: the distinct states of a row"},
     {"unbuilt", ss_unbuilt, METH_VARARGS, "unbuilt(states, built) -> bool: whether a state of states has no row built"},
-    {"walk_levels", ss_walk_levels, METH_VARARGS,
-     "walk_levels(trie, first, nodes, states, slots, rows, found) -> None or (level, nodes, states, missing)"},
+    {"first_mask", ss_first_mask, METH_VARARGS,
+     "first_mask(dfa, ensure, trie, base, exits, ends, width, found) -> bool: a state's first mask, in found"},
+    {"equivalent", ss_equivalent, METH_VARARGS, "equivalent(table, regions) -> bytes: int64 classes per code"},
     {"walk_shape", ss_walk_shape, METH_VARARGS,
      "walk_shape(table, regions, data, starts, ends, ids, by_first, first_starts, size) -> (base, trie)"},
     {"region", ss_region, METH_VARARGS, "region(dfa, state, ensure, depth, limit) -> (table, regions, exits)"},

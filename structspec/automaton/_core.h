@@ -11,8 +11,11 @@
  * an exception naming `name` if it is not one. */
 int ss_view(PyObject *obj, Py_buffer *buf, Py_ssize_t itemsize, int writable, const char *name);
 
-/* walk_levels(trie, first, nodes, states, slots, rows, found): _levels.c */
-PyObject *ss_walk_levels(PyObject *self, PyObject *args);
+/* first_mask(dfa, ensure, trie, base, exits, ends, width, found): _levels.c */
+PyObject *ss_first_mask(PyObject *self, PyObject *args);
+
+/* equivalent(table, regions): _classes.c */
+PyObject *ss_equivalent(PyObject *self, PyObject *args);
 
 /* walk_shape(table, regions, data, starts, ends, ids, by_first, first_starts, size): _walk.c */
 PyObject *ss_walk_shape(PyObject *self, PyObject *args);

@@ -145,6 +145,25 @@ static int set_add(Set *s, int32_t d, int32_t value) {
     return 1;
 }
 
+/* Room for ``need`` items in ``*a`` (``*cap`` held), doubling; -1 and MemoryError if there is no memory. (Sized
+ * as needed, not for the worst case: a region of one state needs a few KB, and large blocks freed on every call
+ * would be given back to the system and faulted in again on the next.) */
+static int room(int32_t **a, Py_ssize_t *cap, Py_ssize_t need) {
+    if (need <= *cap)
+        return 0;
+    Py_ssize_t size = *cap ? *cap : 1024;
+    while (size < need)
+        size *= 2;
+    int32_t *more = PyMem_Realloc(*a, size * sizeof(int32_t));
+    if (!more) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *a = more;
+    *cap = size;
+    return 0;
+}
+
 static int row_has(const int32_t *row, int32_t d) {
     for (int b = 0; b < 256; b++)
         if (row[b] == d)
@@ -165,8 +184,10 @@ static int width(const int32_t *row) {
 static Py_ssize_t successors(const int32_t *row, int32_t *out) {
     Py_ssize_t n = 0;
     for (int b = 0; b < 256; b++) {
+        if (b && row[b] == row[b - 1])  /* (runs of one state are the common case) */
+            continue;
         Py_ssize_t k = n - 1;
-        while (k >= 0 && out[k] != row[b])  /* (from the last: runs of one state are the common case) */
+        while (k >= 0 && out[k] != row[b])
             k--;
         if (k < 0)
             out[n++] = row[b];
@@ -193,20 +214,13 @@ PyObject *ss_region(PyObject *self, PyObject *args) {
     }
     Set members = {0}, explored = {0}, codes = {0}, seen = {0};
     int32_t *order = NULL, *frontier = NULL, *nexts = NULL, *exits = NULL;
-    Py_ssize_t norder = 0, nexits = 0, cap = 256 * ((Py_ssize_t)(limit > count_limit ? limit : count_limit) + 2);
-    Py_ssize_t exits_cap = cap;
+    Py_ssize_t norder = 0, nexits = 0, order_cap = 0, frontier_cap = 0, nexts_cap = 0, exits_cap = 0;
     PyObject *result = NULL;
-    if (rows_take(&r) < 0 || set_init(&members, 1024) < 0 || set_init(&explored, 128) < 0 ||
-        set_init(&codes, 1024) < 0 || set_init(&seen, 1024) < 0)
+    if (rows_take(&r) < 0 || set_init(&members, 256) < 0 || set_init(&explored, 128) < 0 ||
+        set_init(&codes, 256) < 0 || set_init(&seen, 256) < 0 || room(&order, &order_cap, 256) < 0 ||
+        room(&frontier, &frontier_cap, 256) < 0 || room(&nexts, &nexts_cap, 256) < 0 ||
+        room(&exits, &exits_cap, 256) < 0)
         goto done;
-    order = PyMem_Malloc(cap * sizeof(int32_t));
-    frontier = PyMem_Malloc(cap * sizeof(int32_t));
-    nexts = PyMem_Malloc(cap * sizeof(int32_t));
-    exits = PyMem_Malloc(cap * sizeof(int32_t));
-    if (!order || !frontier || !nexts || !exits) {
-        PyErr_NoMemory();
-        goto done;
-    }
     if (need(&r, &state, 1) < 0)
         goto done;
     /* `after`: the live states a byte away; a loop at the state or at one of them makes a region of more */
@@ -246,20 +260,23 @@ PyObject *ss_region(PyObject *self, PyObject *args) {
             for (Py_ssize_t k = 0; k < kept; k++)
                 if (set_add(&explored, nexts[k], 0) < 0)
                     goto done;
+            if (room(&frontier, &frontier_cap, 256 * kept) < 0 || room(&nexts, &nexts_cap, 256 * kept) < 0)
+                goto done;
             nfront = 0;
             for (Py_ssize_t k = 0; k < kept; k++)
                 nfront += successors(row_of(&r, nexts[k]), frontier + nfront);
         }
-        /* the explored states that lead back to the region, until none is added */
+        /* the explored states that lead back to the region, until none is added (over each row's distinct
+         * states: a row is mostly runs of one state, so a few lookups, not 256) */
         for (int grew = 1; grew;) {
             grew = 0;
             for (size_t i = 0; i <= explored.mask; i++) {
-                int32_t d = explored.key[i];
+                int32_t d = explored.key[i], succ[256];
                 if (d < 0 || set_has(&members, d))
                     continue;
-                const int32_t *row = row_of(&r, d);
-                for (int b = 0; b < 256; b++)
-                    if (set_has(&members, row[b])) {
+                Py_ssize_t n = successors(row_of(&r, d), succ);
+                for (Py_ssize_t k = 0; k < n; k++)
+                    if (set_has(&members, succ[k])) {
                         if (set_add(&members, d, 0) < 0)
                             goto done;
                         grew = 1;
@@ -278,6 +295,8 @@ PyObject *ss_region(PyObject *self, PyObject *args) {
             memset(seen.key, 0xff, (seen.mask + 1) * sizeof(int32_t));
             for (Py_ssize_t k = 0; k < nfront; k++) {
                 Py_ssize_t n = successors(row_of(&r, frontier[k]), order);  /* (`order`: free until the codes) */
+                if (room(&nexts, &nexts_cap, nfound + n) < 0)
+                    goto done;
                 for (Py_ssize_t i = 0; i < n; i++) {
                     int32_t s = order[i];
                     int added = s && !set_has(&members, s) ? set_add(&seen, s, 0) : 0;
@@ -287,7 +306,7 @@ PyObject *ss_region(PyObject *self, PyObject *args) {
                         nexts[nfound++] = s;
                 }
             }
-            if (!nfound || need(&r, nexts, nfound) < 0)
+            if (!nfound || need(&r, nexts, nfound) < 0 || room(&frontier, &frontier_cap, nfound) < 0)
                 break;
             nfront = 0;
             for (Py_ssize_t k = 0; k < nfound && (Py_ssize_t)members.used < count_limit; k++)
@@ -301,13 +320,15 @@ PyObject *ss_region(PyObject *self, PyObject *args) {
             goto done;
     }
     /* codes: dead 0, the members 1, 2, ... breadth first from the state by byte, then the exits as first met */
-    if (set_add(&codes, 0, 0) < 0 || set_add(&codes, state, 1) < 0)
+    if (set_add(&codes, 0, 0) < 0 || set_add(&codes, state, 1) < 0 ||
+        room(&order, &order_cap, (Py_ssize_t)members.used + 1) < 0)
         goto done;
     order[norder++] = state;
+    int32_t succ[256];  /* (a row's distinct states in the order of their first byte: the same codes as by byte) */
     for (Py_ssize_t k = 0; k < norder; k++) {
-        const int32_t *row = row_of(&r, order[k]);
-        for (int b = 0; b < 256; b++) {
-            int32_t s = row[b];
+        Py_ssize_t n = successors(row_of(&r, order[k]), succ);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int32_t s = succ[i];
             if (set_has(&members, s) && !set_has(&codes, s)) {
                 if (set_add(&codes, s, (int32_t)norder + 1) < 0)
                     goto done;
@@ -316,22 +337,15 @@ PyObject *ss_region(PyObject *self, PyObject *args) {
         }
     }
     for (Py_ssize_t k = 0; k < norder; k++) {
-        const int32_t *row = row_of(&r, order[k]);
-        for (int b = 0; b < 256; b++) {
-            int added = set_add(&codes, row[b], (int32_t)(norder + 1 + nexits));
+        Py_ssize_t n = successors(row_of(&r, order[k]), succ);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int added = set_add(&codes, succ[i], (int32_t)(norder + 1 + nexits));
             if (added < 0)
                 goto done;
             if (added) {
-                if (nexits == exits_cap) {
-                    int32_t *more = PyMem_Realloc(exits, 2 * exits_cap * sizeof(int32_t));
-                    if (!more) {
-                        PyErr_NoMemory();
-                        goto done;
-                    }
-                    exits = more;
-                    exits_cap *= 2;
-                }
-                exits[nexits++] = row[b];
+                if (room(&exits, &exits_cap, nexits + 1) < 0)
+                    goto done;
+                exits[nexits++] = succ[i];
             }
         }
     }
@@ -345,8 +359,9 @@ PyObject *ss_region(PyObject *self, PyObject *args) {
     memset(out, 0, 256 * 4);
     for (Py_ssize_t k = 0; k < norder; k++) {
         const int32_t *row = row_of(&r, order[k]);
-        for (int b = 0; b < 256; b++)
-            out[(k + 1) * 256 + b] = codes.value[set_find(&codes, row[b])];
+        int32_t *coded = out + (k + 1) * 256;
+        for (int b = 0; b < 256; b++)  /* (runs of one state: looked up once) */
+            coded[b] = b && row[b] == row[b - 1] ? coded[b - 1] : codes.value[set_find(&codes, row[b])];
     }
     for (Py_ssize_t k = 0; k < nexits; k++) {
         PyObject *v = PyLong_FromLong(exits[k]);

@@ -317,17 +317,3 @@ class LazyDFA:
             if k == len(ids) or at < 0:
                 return found
             self.ensure(np.array([state]))
-
-    def walk_levels(self, trie: tuple, exits: list[int], found: np.ndarray) -> None:
-        """Set in ``found`` (bits over token ids, little bit order) the tokens of a ``trie`` (a token index's
-        `_Trie`: its levels laid end to end, rooted at ``exits``, the DFA states of its roots) that stay alive,
-        with the compiled core (`CORE`), the GIL released over its loops, below live nodes only. Changes
-        ``found``; builds the rows it reaches (the table grows, the language does not)."""
-        nodes, states, level = np.arange(len(exits), dtype=np.int32), np.array(exits, dtype=np.int32), 0
-        while True:
-            with self._lock:  # no row built, no array replaced while the core reads them without the GIL
-                left = CORE.walk_levels(trie, level, nodes, states, self.slots, self.rows, found)
-            if left is None:
-                return
-            level, nodes, states, missing = left
-            self.ensure(np.array(missing))

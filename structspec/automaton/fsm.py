@@ -298,7 +298,9 @@ class TokenFSM:
                 and rows.words == -(-self.index.logits_width // 32)):
             # a mask computed (so a state reached); a subclass's states, such as `BudgetedFSM`'s, are not the DFA's
             packed = (self.index.packed_if_computed(state) if type(self).packed_mask is TokenFSM.packed_mask
-                      else self.packed_mask(state) if self.knows(state) and self.mask_ready(state) else None)
+                      else None)
+            if packed is None and self.knows(state):  # a first visit: the bitmask needs no second check
+                packed = self.packed_mask(state)
             if packed is not None:
                 rows.write(bitmask, row, packed)
                 return
@@ -314,7 +316,7 @@ class TokenFSM:
         elif bitmask.device.type == "cpu":  # through numpy's view of it: a torch copy of one row costs more
             bitmask.numpy()[index] = self.packed_mask(number)
         else:
-            bitmask[index].copy_(torch.from_numpy(self.packed_mask(number)))
+            bitmask[index].copy_(torch.tensor(self.packed_mask(number)))  # (a copy: a cached mask is read-only)
 
     def mask_logits_inplace(self, logits: torch.Tensor, states: list[int]) -> None:
         """Set disallowed logits to -inf; row ``i`` of ``logits`` [rows, width] is masked by ``states[i]``.

@@ -252,14 +252,19 @@ class _VocabBytes:
                        else np.zeros(0, dtype=np.uint8 if k == 1 else np.int64) for k, part in enumerate(parts)),
                      *(c.astype(np.int64) for c in cut))
 
-    def walk(self, dfa: LazyDFA, shape: _Shape, exits: list[int], found: np.ndarray) -> None:
-        """Set in ``found`` (bits over ids, little bit order) the tokens of ``shape`` that left the region and stay
-        alive from the DFA state of their exit (``exits``), one trie level at a time: in the compiled core where
-        there is one. Changes ``found``; builds the DFA rows it reaches (the table grows, the language does not)."""
+    def walk(self, dfa: LazyDFA, shape: _Shape, exits: list[int], ends: np.ndarray, width: int,
+             found: np.ndarray) -> bool:
+        """Set in ``found`` (bits over ids, little bit order) the tokens of ``shape``: those that end in the region
+        or on an exit, those that left it and stay alive from the DFA state of their exit (``exits``, walked one
+        trie level at a time), and ``ends`` (int32 ids: the end tokens of a final state); whether a bit below
+        ``width`` is set. In the compiled core where there is one, in one call. Changes ``found``; builds the DFA
+        rows it reaches (the table grows, the language does not)."""
         if dfa_module.CORE is not None:
-            dfa.walk_levels(shape.trie, exits, found)
-        else:
-            _set(found, self._walk_ids(dfa, shape, exits))
+            return dfa_module.CORE.first_mask(dfa, _ensure, shape.trie, shape.base, exits, ends, width, found)
+        found[: len(shape.base)] |= shape.base
+        _set(found, self._walk_ids(dfa, shape, exits))
+        _set(found, ends)
+        return _any_below(found, width)
 
     def _walk_ids(self, dfa: LazyDFA, shape: _Shape, exits: list[int]) -> np.ndarray:
         """`walk` in Python: the ids it would set."""
@@ -274,6 +279,8 @@ class _VocabBytes:
                 break
         return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
 
+
+_NO_IDS = np.zeros(0, dtype=np.int32)
 
 # One matrix per tokenizer, shared by every regex compiled over it.
 _VOCAB_BYTES: dict[str, _VocabBytes] = {}
@@ -382,7 +389,16 @@ def _width(dfa: LazyDFA, d: int) -> int:
 def _equivalent(table: np.ndarray, regions: int) -> np.ndarray:
     """Per code of the canonical ``table`` (see `_region`), a class: two region states share one exactly when
     every byte string takes them through states of equal classes to the same exit, or to death (the coarsest
-    such partition, refined from "all region states alike"); dead and each exit are classes of their own."""
+    such partition, refined from "all region states alike"); dead and each exit are classes of their own. In the
+    compiled core where there is one, else `_equivalent_in_python`. Changes nothing."""
+    if dfa_module.CORE is None:
+        return _equivalent_in_python(table, regions)
+    return np.frombuffer(dfa_module.CORE.equivalent(table, regions), dtype=np.int64)
+
+
+def _equivalent_in_python(table: np.ndarray, regions: int) -> np.ndarray:
+    """`_equivalent` with numpy and a dict of signatures (the reference); classes are numbered past every code,
+    in the order first met."""
     kinds = np.arange(max(int(table.max()), regions) + 1)
     kinds[1: regions + 1] = len(kinds)  # (past every code: no exit's class is reused)
     count = 1
@@ -493,18 +509,15 @@ class TokenIndex:
         found = np.zeros(size, dtype=np.uint8)
         if state != DEAD:
             vocab, dfa = self._vocab_bytes, self.dfa
+            final = dfa.is_final(state)
             with gc_paused():
                 table, regions, exits = _region(dfa, state, self._successors)
                 table = self._from_loop(state, table, regions, found)
-                shape = vocab.shape(table, regions)
-                found[: len(shape.base)] |= shape.base
-                vocab.walk(dfa, shape, exits, found)
-        final = self.dfa.is_final(state)
-        if state != DEAD and not final and not _any_below(found, self.logits_width):
-            error = self._unspellable[state] = UnspellableError(state, self.dfa.next_characters(state))
-            raise error
-        if final:
-            _set(found, self._eos_sorted)
+                spelled = vocab.walk(dfa, vocab.shape(table, regions), exits, self._eos_sorted if final else _NO_IDS,
+                                     self.logits_width, found)
+            if not spelled and not final:
+                error = self._unspellable[state] = UnspellableError(state, dfa.next_characters(state))
+                raise error
         found.setflags(write=False)
         return found
 
@@ -545,7 +558,10 @@ class TokenIndex:
 
     def _compute_packed(self, state: int) -> np.ndarray:
         width = self.logits_width
-        words = self._allowed_bytes(state)[: 4 * -(-width // 32)].copy()
+        found = self._allowed_bytes(state)
+        if width % 32 == 0 and len(found) == width // 8:  # (no id at or past the width: the bits are the words)
+            return found.view("<i4")
+        words = found[: 4 * -(-width // 32)].copy()
         words[-(-width // 8):] = 0  # ids at or past the width: never allowed
         if width % 8:
             words[width // 8] &= (1 << (width % 8)) - 1

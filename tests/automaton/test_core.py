@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from structspec.automaton import dfa as dfa_module
+from structspec.automaton import index as index_module
 from structspec.automaton.dfa import DEAD, LazyDFA
 from structspec.automaton.fsm import CompileInfo, TokenFSM
 from structspec.automaton.index import TokenIndex
@@ -318,9 +319,13 @@ def test_core_refuses_arrays_it_cannot_read() -> None:
         core.step(slots.astype(np.int64), rows, 1, b"a", 0)
     trie = (np.array([5]), np.array([97], dtype=np.uint8), np.array([0]), np.array([3]), np.array([0, 1]),
             np.array([0, 1]))  # one level: a node whose parent is not a root
+    ab, bits, none = LazyDFA(ByteNFA("ab")), np.zeros(4, dtype=np.uint8), np.zeros(0, dtype=np.int32)
     with pytest.raises(ValueError, match="not a node"):
-        core.walk_levels(trie, 0, np.array([0], dtype=np.int32), np.array([1], dtype=np.int32), slots, rows,
-                         np.zeros(4, dtype=np.uint8))
+        core.first_mask(ab, index_module._ensure, trie, bits[:1], [ab.initial], none, 32, bits)
+    with pytest.raises(ValueError, match="past found's bits"):
+        empty = (*(np.zeros(0, dtype=t) for t in (np.int64, np.uint8, np.int64, np.int64)), np.array([0]),
+                 np.array([0]))
+        core.first_mask(ab, index_module._ensure, empty, bits[:1], [1], np.array([40], dtype=np.int32), 32, bits)
     with pytest.raises(IndexError, match="not a DFA state"):
         core.unbuilt(np.array([5]), np.ones(2, dtype=bool))
     dfa = LazyDFA(ByteNFA("ab"))

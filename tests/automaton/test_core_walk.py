@@ -1,8 +1,8 @@
-"""The compiled walk of the vocabulary (`_region.c`: a state's region; `_walk.c`: a region shape's walk and its
-leaving tokens' trie; `_levels.c`: the trie walked over live nodes) against the Python one, the reference: the same
-regions, shapes and masks, state by state, each side walking its own region shapes, on random regexes and schemas
-with random token walks, the JSONSchemaBench sample over SmolLM2's and Qwen2.5's vocabularies, and the tiny
-tokenizers."""
+"""The compiled walk of the vocabulary (`_region.c`: a state's region; `_classes.c`: its states' classes; `_walk.c`: a
+region shape's walk and its leaving tokens' trie; `_levels.c`: a first mask, the trie walked over live nodes) against
+the Python one, the reference: the same regions, classes, shapes and masks, state by state, each side walking its
+own region shapes, on random regexes and schemas with random token walks, the JSONSchemaBench sample over SmolLM2's
+and Qwen2.5's vocabularies, and the tiny tokenizers."""
 
 from __future__ import annotations
 
@@ -81,6 +81,9 @@ def _same_region_and_walk(python: LazyDFA, compiled: LazyDFA, state: int, walks:
         shape = walks._walk_shape(found[0], found[1])
     assert np.array_equal(table, found[0]) and (regions, exits) == found[1:], f"state {state}: regions differ"
     _same_shape(expected, shape)
+    with _loops(core):  # the region states' classes (`_from_loop` reads them), numbered alike
+        classes = index_module._equivalent(table, regions)
+    assert np.array_equal(classes, index_module._equivalent_in_python(table, regions)), f"state {state}"
 
 
 def _states(regex: str, vocab: TokenVocab, picks: list[int]) -> tuple[LazyDFA, LazyDFA, list[int]]:
