@@ -64,7 +64,7 @@ def test_every_row_equals_the_row_decoded_alone(kind: str, mode: str, request) -
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sampled", [False, True])
-def test_a_draft_model_drafts_for_all_rows_in_batched_passes(byte_lm, sampled: bool) -> None:
+def test_a_draft_model_drafts_for_all_rows_in_batched_passes(byte_lm, sampled: bool, free_drafts) -> None:
     draft = tiny_lm("byte_level", seed=7, device=DEVICE)  # another random model: many rejected drafts
     passes = []
     forward_slots = draft.forward_slots
