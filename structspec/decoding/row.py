@@ -300,10 +300,8 @@ class RowDecode:
             depth: list[int] = []  # drafter tokens from the root to each node: a chain's deepest is all of them
             for i, p in enumerate(parents):
                 depth.append((depth[p] if p >= 0 else 0) + drafted[i])
-            # a sampled row counts no spliced text: how much a candidate splices depends on its room in the pass,
-            # which a batch sets, and its draft length must depend on its own history alone (seeds reproduce)
-            spliced = 0 if self.options.sampling.do_sample else len(drafted) - sum(drafted)
-            self.lengths.record(max(depth, default=0), sum(drafted[i] for i in path), cand.draft_passes, spliced)
+            self.lengths.record(max(depth, default=0), sum(drafted[i] for i in path), cand.draft_passes,
+                                len(drafted) - sum(drafted))
         state = self.state
         if fsm.is_complete(state):  # the candidate finished the output; the target's token is EOS
             self.stop = "fsm_complete"

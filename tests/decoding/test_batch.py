@@ -288,7 +288,7 @@ def test_a_chunk_feeds_pending_tokens_with_no_logits(byte_lm) -> None:
 
 
 @pytest.mark.slow
-def test_sampled_rows_are_never_cut_so_their_samples_do_not_depend_on_the_batch(byte_lm, monkeypatch) -> None:
+def test_sampled_rows_are_never_cut_so_their_samples_do_not_depend_on_the_batch(byte_lm, monkeypatch, free_drafts) -> None:
     # alone a row's drafted tokens are nearly free, past 8 tokens in a pass each costs a whole pass: were a
     # sampled row's draft (drawn with its generator) cut to the batch's width, its next draws would differ
     curve = PassCost(((1, 1.0), (8, 1.1), (9, 2.1)))
