@@ -348,16 +348,17 @@ class DraftLength:
         self.drafted += drafted
         self.passes += passes
         self.spliced += spliced
-        if len(self.reached) < drafted:
-            self.reached += [0] * (drafted - len(self.reached))
-            self.whole += [0] * (drafted - len(self.whole))
-        for i in range(drafted):
-            self.reached[i] += 1
-            self.whole[i] += i < accepted
-        reached = min(accepted + 1, drafted)  # positions verified with all drafted tokens before them kept
-        if len(self.tried) < reached:
-            self.tried += [0] * (reached - len(self.tried))
-            self.kept += [0] * (reached - len(self.kept))
-        for i in range(reached):
-            self.tried[i] += 1
-            self.kept[i] += i < accepted
+        _count(self.reached, self.whole, drafted, accepted)
+        # positions verified with all drafted tokens before them kept
+        _count(self.tried, self.kept, min(accepted + 1, drafted), accepted)
+
+
+def _count(seen: list[int], kept: list[int], positions: int, accepted: int) -> None:
+    """Count one candidate at its first ``positions`` positions in ``seen``, and in ``kept`` those before
+    ``accepted`` (the lists grow to reach them). Changes both lists."""
+    if len(seen) < positions:
+        seen += [0] * (positions - len(seen))
+        kept += [0] * (positions - len(kept))
+    for i in range(positions):
+        seen[i] += 1
+        kept[i] += i < accepted
